@@ -1,0 +1,16 @@
+//! Foothold's site agent: the OCI registry that compute nodes use as a mirror, its content store, and the
+//! tools around them (import, fsck, mirror configuration).
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod digest;
+pub mod fsck;
+pub mod import;
+pub mod manifest;
+pub mod metrics;
+pub mod mirror_config;
+pub mod names;
+pub mod range;
+pub mod registry;
+pub mod server;
+pub mod store;

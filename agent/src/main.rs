@@ -1,0 +1,175 @@
+//! `foothold-agent`: argument parsing and logging setup; everything else lives in the library.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use foothold_agent::{fsck, import, mirror_config, server, store};
+
+#[derive(Parser)]
+#[command(name = "foothold-agent", version, about = "Foothold site agent: registry mirror and content store for offline compute nodes")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args)]
+struct DataArg {
+    /// Data directory (an OCI image layout plus foothold.db). Default: ./foothold-data, or /var/lib/foothold
+    /// when run as a systemd service.
+    #[arg(long, env = "FOOTHOLD_DATA")]
+    data: Option<PathBuf>,
+}
+
+impl DataArg {
+    fn dir(&self) -> PathBuf {
+        self.data.clone().unwrap_or_else(|| {
+            if std::env::var_os("INVOCATION_ID").is_some() {
+                PathBuf::from("/var/lib/foothold")
+            } else {
+                PathBuf::from("foothold-data")
+            }
+        })
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum MirrorTarget {
+    /// `certs.d/<registry>/hosts.toml` files for containerd's config_path.
+    Containerd,
+    /// `registries.yaml` for k3s (and rke2).
+    K3s,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the registry (and metrics) over HTTP or HTTPS.
+    Serve {
+        /// Address and port to listen on. Plain HTTP unless --tls-cert/--tls-key are given.
+        #[arg(long, default_value = "127.0.0.1:5000")]
+        listen: SocketAddr,
+        #[command(flatten)]
+        data: DataArg,
+        /// File holding the token that pushes, uploads and deletes must present (Bearer, or Basic password).
+        /// Without it, writes are open: use only on a trusted network.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// PEM certificate chain for HTTPS.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// PEM private key for HTTPS.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+    },
+    /// Import an OCI image layout directory (skopeo `oci:`, buildah, foothold-build) into the data directory.
+    Import {
+        /// The OCI image layout directory (with oci-layout and index.json).
+        layout: PathBuf,
+        #[command(flatten)]
+        data: DataArg,
+        /// Repository for entries whose ref.name is a bare tag (skopeo writes `oci:DIR:TAG` that way).
+        #[arg(long)]
+        repo: Option<String>,
+    },
+    /// Re-hash every blob and check every reference; exits non-zero on any problem.
+    Fsck {
+        #[command(flatten)]
+        data: DataArg,
+    },
+    /// Print (or write) the containerd or k3s configuration that makes a node pull through this agent.
+    MirrorConfig {
+        /// Which configuration format.
+        #[arg(long = "for", value_enum)]
+        target: MirrorTarget,
+        /// The agent's URL as compute nodes reach it, e.g. http://10.0.0.1:5000.
+        #[arg(long)]
+        endpoint: String,
+        /// Upstream registries to mirror, comma separated.
+        #[arg(long, value_delimiter = ',', default_values_t = mirror_config::DEFAULT_REGISTRIES.iter().map(|s| s.to_string()).collect::<Vec<_>>())]
+        registries: Vec<String>,
+        /// CA certificate path on the node, for an https endpoint with a site CA.
+        #[arg(long)]
+        ca: Option<String>,
+        /// Write the files under this directory (containerd: <dir>/<registry>/hosts.toml; k3s:
+        /// <dir>/registries.yaml) instead of printing them.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("FOOTHOLD_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("foothold-agent: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve { listen, data, token_file, tls_cert, tls_key } => {
+            let cfg = server::ServeConfig { listen, data: data.dir(), token_file, tls: tls_cert.zip(tls_key) };
+            tokio::runtime::Runtime::new()?.block_on(server::serve(cfg))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Import { layout, data, repo } => {
+            let dir = data.dir();
+            let store = store::Store::open(&dir).with_context(|| format!("opening the data directory {}", dir.display()))?;
+            for i in import::import_layout(&store, &layout, repo.as_deref())? {
+                println!("{}{} {}", i.repo, i.tag.map(|t| format!(":{t}")).unwrap_or_default(), i.digest);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Fsck { data } => {
+            let dir = data.dir();
+            let report = fsck::check(&dir)?;
+            for p in &report.problems {
+                println!("problem: {p}");
+            }
+            println!(
+                "fsck {}: {} blobs ({} bytes) hashed, {} unreferenced, {} problems",
+                dir.display(),
+                report.blobs_checked,
+                report.bytes_hashed,
+                report.unreferenced,
+                report.problems.len()
+            );
+            Ok(if report.problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Command::MirrorConfig { target, endpoint, registries, ca, out } => {
+            let endpoint = mirror_config::check_endpoint(&endpoint)?;
+            for r in &registries {
+                mirror_config::check_registry(r)?;
+            }
+            let files: Vec<(PathBuf, String)> = match target {
+                MirrorTarget::Containerd => registries
+                    .iter()
+                    .map(|r| (Path::new(r).join("hosts.toml"), mirror_config::containerd_hosts_toml(endpoint, r, ca.as_deref())))
+                    .collect(),
+                MirrorTarget::K3s => vec![(PathBuf::from("registries.yaml"), mirror_config::k3s_registries_yaml(endpoint, &registries, ca.as_deref()))],
+            };
+            for (rel, text) in files {
+                match &out {
+                    None => print!("# ==> {} <==\n{text}\n", rel.display()),
+                    Some(dir) => {
+                        let path = dir.join(&rel);
+                        let parent = path.parent().expect("joined path has a parent");
+                        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+                        let tmp = parent.join(format!(".{}.tmp", rel.file_name().expect("file name").to_string_lossy()));
+                        store::blobs::write_durably(&tmp, &path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+                        println!("wrote {}", path.display());
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! Prometheus text metrics: requests by route, method and status; bytes served; open upload sessions.
+//! Hand-rolled to keep the hot path at one mutex-free atomic add for bytes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+#[derive(Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(&'static str, String, u16), u64>>,
+    bytes_served: AtomicU64,
+}
+
+impl Metrics {
+    pub fn request(&self, route: &'static str, method: &str, status: u16) {
+        let mut r = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        *r.entry((route, method.to_owned(), status)).or_default() += 1;
+    }
+
+    pub fn served(&self, bytes: u64) {
+        self.bytes_served.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub fn render(&self, uploads_open: u64) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP foothold_http_requests_total HTTP requests by route, method and status.\n");
+        out.push_str("# TYPE foothold_http_requests_total counter\n");
+        for ((route, method, status), n) in self.requests.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = writeln!(out, "foothold_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}");
+        }
+        out.push_str("# HELP foothold_bytes_served_total Blob and file bytes sent to clients.\n");
+        out.push_str("# TYPE foothold_bytes_served_total counter\n");
+        let _ = writeln!(out, "foothold_bytes_served_total {}", self.bytes_served.load(Ordering::Relaxed));
+        out.push_str("# HELP foothold_upload_sessions_open Registry upload sessions not yet finished or cancelled.\n");
+        out.push_str("# TYPE foothold_upload_sessions_open gauge\n");
+        let _ = writeln!(out, "foothold_upload_sessions_open {uploads_open}");
+        out
+    }
+}

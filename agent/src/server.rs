@@ -1,0 +1,114 @@
+//! The HTTP server: one router for the registry, metrics and health, over plain HTTP or TLS.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use axum::Router;
+
+use crate::auth::Auth;
+use crate::metrics::Metrics;
+use crate::registry::{self, routes};
+use crate::store::Store;
+
+pub struct AppState {
+    pub store: Arc<Store>,
+    pub auth: Auth,
+    pub metrics: Arc<Metrics>,
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v2", any(registry::handle))
+        .route("/v2/", any(registry::handle))
+        .route("/v2/{*rest}", any(registry::handle))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(|| async { "ok\n" }))
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .layer(DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let open = state.store.upload_count().await.unwrap_or(0);
+    ([("content-type", "text/plain; version=0.0.4")], state.metrics.render(open)).into_response()
+}
+
+/// One structured log line and one counter per request.
+async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let route = match path.as_str() {
+        "/metrics" => "metrics",
+        "/healthz" | "/readyz" => "health",
+        p => routes::parse(p).map(|r| r.label()).unwrap_or("other"),
+    };
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16();
+    state.metrics.request(route, method.as_str(), status);
+    tracing::info!(method = %method, path, route, status, ms = started.elapsed().as_millis() as u64, "request");
+    resp
+}
+
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    pub data: PathBuf,
+    pub token_file: Option<PathBuf>,
+    pub tls: Option<(PathBuf, PathBuf)>,
+}
+
+pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
+    let auth = match &cfg.token_file {
+        Some(f) => Auth::from_file(f)?,
+        None => Auth::none(),
+    };
+    let data = cfg.data.clone();
+    let store = tokio::task::spawn_blocking(move || Store::open(&data))
+        .await?
+        .with_context(|| format!("opening the data directory {}", cfg.data.display()))?;
+    let state = Arc::new(AppState { store: Arc::new(store), auth, metrics: Arc::default() });
+    let app = router(state);
+    let handle = axum_server::Handle::new();
+    let shutdown = handle.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        shutdown.graceful_shutdown(Some(std::time::Duration::from_secs(10)));
+    });
+    let announce = handle.clone();
+    let tls = cfg.tls.is_some();
+    tokio::spawn(async move {
+        if let Some(addr) = announce.listening().await {
+            tracing::info!(%addr, tls, "listening");
+        }
+    });
+    let service = app.into_make_service();
+    match cfg.tls {
+        None => axum_server::bind(cfg.listen).handle(handle).serve(service).await,
+        Some((cert, key)) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(&cert, &key)
+                .await
+                .with_context(|| format!("loading TLS certificate {} and key {}", cert.display(), key.display()))?;
+            axum_server::bind_rustls(cfg.listen, config).handle(handle).serve(service).await
+        }
+    }
+    .with_context(|| format!("serving on {}", cfg.listen))
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -1,0 +1,177 @@
+//! Blob files in the OCI image layout (`<data>/blobs/sha256/<hex>`). Owns durability: every blob is written to a
+//! temp file in the same file system, fsynced, verified, renamed into place and the directory fsynced. It never
+//! makes a file visible under a digest it does not hash to, and never holds a whole blob in memory.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest as _, Sha256};
+
+use crate::digest::Digest;
+
+/// Read and write buffer for hashing and copying; large enough to keep syscalls off the profile.
+pub const IO_BUF: usize = 256 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct BlobFiles {
+    root: PathBuf,
+}
+
+impl BlobFiles {
+    /// Opens (creating if needed) the OCI layout skeleton under `root`.
+    pub fn open(root: &Path) -> io::Result<Self> {
+        for dir in ["blobs/sha256", "tmp", "uploads"] {
+            fs::create_dir_all(root.join(dir))?;
+        }
+        let layout = root.join("oci-layout");
+        if !layout.exists() {
+            let files = BlobFiles { root: root.to_owned() };
+            let tmp = files.temp_path();
+            write_durably(&tmp, &layout, br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+        }
+        // Temp files are never referenced by anything: whatever a crash left there is garbage.
+        for entry in fs::read_dir(root.join("tmp"))? {
+            let _ = fs::remove_file(entry?.path());
+        }
+        Ok(BlobFiles { root: root.to_owned() })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn blob_dir(&self) -> PathBuf {
+        self.root.join("blobs/sha256")
+    }
+
+    pub fn path(&self, digest: &Digest) -> PathBuf {
+        self.blob_dir().join(digest.hex())
+    }
+
+    pub fn upload_path(&self, id: &str) -> PathBuf {
+        self.root.join("uploads").join(id)
+    }
+
+    pub fn temp_path(&self) -> PathBuf {
+        self.root.join("tmp").join(uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    /// Size of a stored blob, or None when absent.
+    pub fn size(&self, digest: &Digest) -> io::Result<Option<u64>> {
+        match fs::metadata(self.path(digest)) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Moves an already fsynced file whose content hashes to `digest` into place. If the blob exists the
+    /// file is dropped: content addressing makes them identical.
+    pub fn commit(&self, from: &Path, digest: &Digest) -> io::Result<()> {
+        let to = self.path(digest);
+        if to.exists() {
+            fs::remove_file(from)?;
+            return Ok(());
+        }
+        fs::rename(from, &to)?;
+        sync_dir(&self.blob_dir())
+    }
+
+    pub fn remove(&self, digest: &Digest) -> io::Result<()> {
+        match fs::remove_file(self.path(digest)) {
+            Ok(()) => sync_dir(&self.blob_dir()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes small content (manifests) durably under its digest.
+    pub fn put_bytes(&self, bytes: &[u8]) -> io::Result<Digest> {
+        let digest = Digest::of_bytes(bytes);
+        if self.path(&digest).exists() {
+            return Ok(digest);
+        }
+        let tmp = self.temp_path();
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        self.commit(&tmp, &digest)?;
+        Ok(digest)
+    }
+
+    /// Copies a reader into the store, verifying it against `expected`. Used by import; nothing is visible
+    /// unless the digest matches.
+    pub fn put_reader(&self, reader: impl Read, expected: &Digest) -> Result<u64, PutError> {
+        if let Some(size) = self.size(expected)? {
+            return Ok(size);
+        }
+        let tmp = self.temp_path();
+        let result = (|| {
+            let mut f = File::create(&tmp)?;
+            let (digest, size) = copy_hashing(reader, &mut f)?;
+            f.sync_all()?;
+            Ok::<_, io::Error>((digest, size))
+        })();
+        match result {
+            Ok((digest, size)) if &digest == expected => {
+                self.commit(&tmp, expected)?;
+                Ok(size)
+            }
+            Ok((actual, _)) => {
+                let _ = fs::remove_file(&tmp);
+                Err(PutError::Mismatch { expected: expected.clone(), actual })
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                Err(e.into())
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PutError {
+    #[error("content hashes to {actual}, expected {expected}")]
+    Mismatch { expected: Digest, actual: Digest },
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// Hashes a file from the start.
+pub fn hash_file(path: &Path) -> io::Result<(Digest, u64)> {
+    copy_hashing(File::open(path)?, &mut io::sink())
+}
+
+fn copy_hashing(mut reader: impl Read, out: &mut impl Write) -> io::Result<(Digest, u64)> {
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; IO_BUF];
+    let mut total = 0u64;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n])?;
+        total += n as u64;
+    }
+    Ok((Digest::from_sha256(hasher), total))
+}
+
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// temp file, fsync, rename, fsync the directory.
+pub fn write_durably(tmp: &Path, to: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut f = File::create(tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(tmp, to)?;
+    sync_dir(to.parent().unwrap_or(Path::new(".")))
+}

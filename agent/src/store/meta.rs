@@ -1,0 +1,349 @@
+//! Registry metadata in SQLite: repository blob links, manifests and what they reference, tags, upload
+//! sessions. SQLite (bundled) rather than redb because the invariants are relational — a tag references a
+//! manifest (foreign key), a manifest's references must be linked in its repository, referrers are an index
+//! on `subject` — and transactions with those checks inside are one SQL statement each; the file is also
+//! inspectable with the stock `sqlite3` shell at a remote site. WAL + synchronous=FULL: a committed
+//! transaction survives power loss.
+//!
+//! Invariant kept here: a tag never points at a manifest whose blobs (or child manifests) are not linked.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+
+use crate::digest::Digest;
+use crate::manifest::{ParsedManifest, RefKind};
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS repo_blobs(
+    repo TEXT NOT NULL, digest TEXT NOT NULL, size INTEGER NOT NULL,
+    PRIMARY KEY(repo, digest));
+CREATE INDEX IF NOT EXISTS repo_blobs_digest ON repo_blobs(digest);
+CREATE TABLE IF NOT EXISTS manifests(
+    repo TEXT NOT NULL, digest TEXT NOT NULL, media_type TEXT NOT NULL, size INTEGER NOT NULL,
+    artifact_type TEXT, subject TEXT, annotations TEXT,
+    PRIMARY KEY(repo, digest));
+CREATE INDEX IF NOT EXISTS manifests_subject ON manifests(repo, subject);
+CREATE INDEX IF NOT EXISTS manifests_digest ON manifests(digest);
+CREATE TABLE IF NOT EXISTS manifest_refs(
+    repo TEXT NOT NULL, manifest TEXT NOT NULL, target TEXT NOT NULL, kind TEXT NOT NULL,
+    PRIMARY KEY(repo, manifest, target),
+    FOREIGN KEY(repo, manifest) REFERENCES manifests(repo, digest) ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS manifest_refs_target ON manifest_refs(repo, target);
+CREATE TABLE IF NOT EXISTS tags(
+    repo TEXT NOT NULL, tag TEXT NOT NULL, digest TEXT NOT NULL,
+    PRIMARY KEY(repo, tag),
+    FOREIGN KEY(repo, digest) REFERENCES manifests(repo, digest) ON DELETE CASCADE);
+CREATE TABLE IF NOT EXISTS uploads(
+    id TEXT PRIMARY KEY, repo TEXT NOT NULL, created INTEGER NOT NULL);
+"#;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    #[error("metadata database: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("{kind} {digest} is not in repository {repo}")]
+    Missing { repo: String, digest: Digest, kind: &'static str },
+    #[error("{target} is still referenced by manifest {by} in repository {repo}")]
+    InUse { repo: String, target: Digest, by: Digest },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManifestRow {
+    pub digest: Digest,
+    pub media_type: String,
+    pub size: u64,
+    pub artifact_type: Option<String>,
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+pub struct Meta {
+    conn: Connection,
+}
+
+fn digest_col(s: String) -> rusqlite::Result<Digest> {
+    s.parse().map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
+}
+
+impl Meta {
+    pub fn open(path: &Path) -> Result<Self, MetaError> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Meta { conn })
+    }
+
+    pub fn link_blob(&mut self, repo: &str, digest: &Digest, size: u64) -> Result<(), MetaError> {
+        self.conn.execute(
+            "INSERT OR IGNORE INTO repo_blobs(repo, digest, size) VALUES (?1, ?2, ?3)",
+            params![repo, digest.to_string(), size as i64],
+        )?;
+        Ok(())
+    }
+
+    pub fn blob_size(&self, repo: &str, digest: &Digest) -> Result<Option<u64>, MetaError> {
+        Ok(self
+            .conn
+            .query_row("SELECT size FROM repo_blobs WHERE repo = ?1 AND digest = ?2", params![repo, digest.to_string()], |r| {
+                r.get::<_, i64>(0)
+            })
+            .optional()?
+            .map(|s| s as u64))
+    }
+
+    /// Any repository holding this blob (for automatic cross-repository mount).
+    pub fn blob_size_anywhere(&self, digest: &Digest) -> Result<Option<u64>, MetaError> {
+        Ok(self
+            .conn
+            .query_row("SELECT size FROM repo_blobs WHERE digest = ?1 LIMIT 1", params![digest.to_string()], |r| r.get::<_, i64>(0))
+            .optional()?
+            .map(|s| s as u64))
+    }
+
+    /// Unlinks a blob from a repository. Refused while a manifest of that repository references it, so the
+    /// tag invariant holds. Returns whether the file is now unreferenced everywhere (the caller removes it).
+    pub fn unlink_blob(&mut self, repo: &str, digest: &Digest) -> Result<Option<bool>, MetaError> {
+        let tx = self.conn.transaction()?;
+        let d = digest.to_string();
+        let by: Option<String> = tx
+            .query_row("SELECT manifest FROM manifest_refs WHERE repo = ?1 AND target = ?2 LIMIT 1", params![repo, d], |r| r.get(0))
+            .optional()?;
+        if let Some(by) = by {
+            return Err(MetaError::InUse { repo: repo.into(), target: digest.clone(), by: digest_col(by)? });
+        }
+        let n = tx.execute("DELETE FROM repo_blobs WHERE repo = ?1 AND digest = ?2", params![repo, d])?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let orphan = unreferenced(&tx, digest)?;
+        tx.commit()?;
+        Ok(Some(orphan))
+    }
+
+    /// Records a manifest (and optionally a tag) after checking everything it references is linked here.
+    pub fn put_manifest(
+        &mut self,
+        repo: &str,
+        digest: &Digest,
+        size: u64,
+        parsed: &ParsedManifest,
+        tag: Option<&str>,
+    ) -> Result<(), MetaError> {
+        let tx = self.conn.transaction()?;
+        for (target, kind) in &parsed.references {
+            let t = target.to_string();
+            let (sql, what) = match kind {
+                RefKind::Blob => ("SELECT 1 FROM repo_blobs WHERE repo = ?1 AND digest = ?2", "blob"),
+                RefKind::Manifest => ("SELECT 1 FROM manifests WHERE repo = ?1 AND digest = ?2", "manifest"),
+            };
+            if tx.query_row(sql, params![repo, t], |_| Ok(())).optional()?.is_none() {
+                return Err(MetaError::Missing { repo: repo.into(), digest: target.clone(), kind: what });
+            }
+        }
+        let d = digest.to_string();
+        let annotations = parsed.annotations.as_ref().map(|a| serde_json::to_string(a).expect("string map serialises"));
+        tx.execute(
+            "INSERT OR REPLACE INTO manifests(repo, digest, media_type, size, artifact_type, subject, annotations)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                repo,
+                d,
+                parsed.media_type,
+                size as i64,
+                parsed.artifact_type,
+                parsed.subject.as_ref().map(|s| s.to_string()),
+                annotations
+            ],
+        )?;
+        tx.execute("DELETE FROM manifest_refs WHERE repo = ?1 AND manifest = ?2", params![repo, d])?;
+        for (target, kind) in &parsed.references {
+            let kind = match kind {
+                RefKind::Blob => "blob",
+                RefKind::Manifest => "manifest",
+            };
+            tx.execute(
+                "INSERT OR IGNORE INTO manifest_refs(repo, manifest, target, kind) VALUES (?1, ?2, ?3, ?4)",
+                params![repo, d, target.to_string(), kind],
+            )?;
+        }
+        if let Some(tag) = tag {
+            tx.execute("INSERT OR REPLACE INTO tags(repo, tag, digest) VALUES (?1, ?2, ?3)", params![repo, tag, d])?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn manifest(&self, repo: &str, digest: &Digest) -> Result<Option<ManifestRow>, MetaError> {
+        self.conn
+            .query_row(
+                "SELECT digest, media_type, size, artifact_type, annotations FROM manifests WHERE repo = ?1 AND digest = ?2",
+                params![repo, digest.to_string()],
+                manifest_row,
+            )
+            .optional()
+            .map_err(Into::into)
+    }
+
+    pub fn resolve_tag(&self, repo: &str, tag: &str) -> Result<Option<Digest>, MetaError> {
+        self.conn
+            .query_row("SELECT digest FROM tags WHERE repo = ?1 AND tag = ?2", params![repo, tag], |r| digest_col(r.get(0)?))
+            .optional()
+            .map_err(Into::into)
+    }
+
+    pub fn delete_tag(&mut self, repo: &str, tag: &str) -> Result<bool, MetaError> {
+        Ok(self.conn.execute("DELETE FROM tags WHERE repo = ?1 AND tag = ?2", params![repo, tag])? > 0)
+    }
+
+    /// Deletes a manifest and the tags pointing at it; refused while an index in the repository lists it.
+    /// Returns None if absent, else whether its content file is now unreferenced everywhere.
+    pub fn delete_manifest(&mut self, repo: &str, digest: &Digest) -> Result<Option<bool>, MetaError> {
+        let tx = self.conn.transaction()?;
+        let d = digest.to_string();
+        let by: Option<String> = tx
+            .query_row(
+                "SELECT manifest FROM manifest_refs WHERE repo = ?1 AND target = ?2 AND kind = 'manifest' LIMIT 1",
+                params![repo, d],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(by) = by {
+            return Err(MetaError::InUse { repo: repo.into(), target: digest.clone(), by: digest_col(by)? });
+        }
+        // tags and manifest_refs go with it (ON DELETE CASCADE).
+        let n = tx.execute("DELETE FROM manifests WHERE repo = ?1 AND digest = ?2", params![repo, d])?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let orphan = unreferenced(&tx, digest)?;
+        tx.commit()?;
+        Ok(Some(orphan))
+    }
+
+    /// Tags in lexical order after `last`, at most `n`.
+    pub fn tags(&self, repo: &str, last: Option<&str>, n: Option<usize>) -> Result<Vec<String>, MetaError> {
+        let mut stmt = self.conn.prepare_cached("SELECT tag FROM tags WHERE repo = ?1 AND tag > ?2 ORDER BY tag LIMIT ?3")?;
+        let limit = n.map(|n| n as i64).unwrap_or(-1);
+        let rows = stmt.query_map(params![repo, last.unwrap_or(""), limit], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn repo_exists(&self, repo: &str) -> Result<bool, MetaError> {
+        let found = self
+            .conn
+            .query_row(
+                "SELECT 1 FROM manifests WHERE repo = ?1 UNION ALL SELECT 1 FROM repo_blobs WHERE repo = ?1 LIMIT 1",
+                params![repo],
+                |_| Ok(()),
+            )
+            .optional()?;
+        Ok(found.is_some())
+    }
+
+    pub fn repositories(&self, last: Option<&str>, n: Option<usize>) -> Result<Vec<String>, MetaError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT repo FROM (SELECT repo FROM manifests UNION SELECT repo FROM repo_blobs) WHERE repo > ?1 ORDER BY repo LIMIT ?2",
+        )?;
+        let limit = n.map(|n| n as i64).unwrap_or(-1);
+        let rows = stmt.query_map(params![last.unwrap_or(""), limit], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn referrers(&self, repo: &str, subject: &Digest) -> Result<Vec<ManifestRow>, MetaError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT digest, media_type, size, artifact_type, annotations FROM manifests
+             WHERE repo = ?1 AND subject = ?2 ORDER BY digest",
+        )?;
+        let rows = stmt.query_map(params![repo, subject.to_string()], manifest_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn create_upload(&mut self, id: &str, repo: &str, now: i64) -> Result<(), MetaError> {
+        self.conn.execute("INSERT INTO uploads(id, repo, created) VALUES (?1, ?2, ?3)", params![id, repo, now])?;
+        Ok(())
+    }
+
+    pub fn upload_repo(&self, id: &str) -> Result<Option<String>, MetaError> {
+        Ok(self.conn.query_row("SELECT repo FROM uploads WHERE id = ?1", params![id], |r| r.get(0)).optional()?)
+    }
+
+    pub fn delete_upload(&mut self, id: &str) -> Result<bool, MetaError> {
+        Ok(self.conn.execute("DELETE FROM uploads WHERE id = ?1", params![id])? > 0)
+    }
+
+    pub fn upload_ids(&self) -> Result<Vec<String>, MetaError> {
+        let mut stmt = self.conn.prepare("SELECT id FROM uploads")?;
+        let rows = stmt.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn upload_count(&self) -> Result<u64, MetaError> {
+        Ok(self.conn.query_row("SELECT count(*) FROM uploads", [], |r| r.get::<_, i64>(0))? as u64)
+    }
+
+    /// Every digest the metadata says must exist as a file, with who needs it (for fsck).
+    pub fn all_references(&self) -> Result<Vec<(String, Digest, String)>, MetaError> {
+        let mut out = Vec::new();
+        let mut stmt = self.conn.prepare("SELECT repo, digest FROM repo_blobs UNION ALL SELECT repo, digest FROM manifests")?;
+        for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, digest_col(r.get(1)?)?)))? {
+            let (repo, digest) = row?;
+            out.push((repo, digest, "linked".to_owned()));
+        }
+        Ok(out)
+    }
+
+    /// Consistency problems inside the metadata itself (for fsck): dangling references and tags.
+    pub fn dangling(&self) -> Result<Vec<String>, MetaError> {
+        let mut problems = Vec::new();
+        let mut stmt = self.conn.prepare(
+            "SELECT r.repo, r.manifest, r.target, r.kind FROM manifest_refs r WHERE
+               (r.kind = 'blob' AND NOT EXISTS (SELECT 1 FROM repo_blobs b WHERE b.repo = r.repo AND b.digest = r.target)) OR
+               (r.kind = 'manifest' AND NOT EXISTS (SELECT 1 FROM manifests m WHERE m.repo = r.repo AND m.digest = r.target))",
+        )?;
+        for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?)))? {
+            let (repo, manifest, target, kind) = row?;
+            problems.push(format!("{repo}: manifest {manifest} references {kind} {target}, which is not in the repository"));
+        }
+        let mut stmt = self.conn.prepare(
+            "SELECT t.repo, t.tag, t.digest FROM tags t WHERE NOT EXISTS (SELECT 1 FROM manifests m WHERE m.repo = t.repo AND m.digest = t.digest)",
+        )?;
+        for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))? {
+            let (repo, tag, digest) = row?;
+            problems.push(format!("{repo}:{tag} points at manifest {digest}, which is not in the repository"));
+        }
+        let fk: Vec<String> = self.conn.prepare("PRAGMA foreign_key_check")?.query_map([], |r| r.get::<_, String>(0))?.collect::<Result<_, _>>()?;
+        problems.extend(fk.into_iter().map(|t| format!("foreign key violation in table {t}")));
+        let integrity: String = self.conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        if integrity != "ok" {
+            problems.push(format!("sqlite integrity_check: {integrity}"));
+        }
+        Ok(problems)
+    }
+}
+
+fn manifest_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ManifestRow> {
+    let annotations: Option<String> = r.get(4)?;
+    Ok(ManifestRow {
+        digest: digest_col(r.get(0)?)?,
+        media_type: r.get(1)?,
+        size: r.get::<_, i64>(2)? as u64,
+        artifact_type: r.get(3)?,
+        annotations: annotations.and_then(|a| serde_json::from_str(&a).ok()),
+    })
+}
+
+fn unreferenced(tx: &Transaction<'_>, digest: &Digest) -> rusqlite::Result<bool> {
+    let d = digest.to_string();
+    let used = tx
+        .query_row(
+            "SELECT 1 FROM repo_blobs WHERE digest = ?1 UNION ALL SELECT 1 FROM manifests WHERE digest = ?1 LIMIT 1",
+            params![d],
+            |_| Ok(()),
+        )
+        .optional()?;
+    Ok(used.is_none())
+}

@@ -1,0 +1,525 @@
+//! The content store: blob files in OCI-layout form plus registry metadata. It owns every invariant about
+//! stored content — nothing visible unless verified and durable, a tag never points at a manifest whose
+//! references are missing — and knows nothing of HTTP.
+
+pub mod blobs;
+pub mod meta;
+
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::{Stream, StreamExt};
+use sha2::{Digest as _, Sha256};
+
+use crate::digest::Digest;
+use crate::manifest::{self, ManifestError};
+pub use blobs::BlobFiles;
+pub use meta::{ManifestRow, Meta, MetaError};
+
+/// Writes are batched to this size before they go to the blocking pool.
+const WRITE_BATCH: usize = 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("blob {0} is not in the repository")]
+    BlobUnknown(Digest),
+    #[error("manifest {0} is not in the repository")]
+    ManifestUnknown(String),
+    #[error("upload session {0} does not exist")]
+    UploadUnknown(String),
+    #[error("chunk starts at {got} but the upload is at offset {expected}")]
+    OutOfOrder { expected: u64, got: u64 },
+    #[error("content hashes to {actual}, not {expected}")]
+    DigestMismatch { expected: Digest, actual: Digest },
+    #[error("body carries {got} bytes, Content-Length said {expected}")]
+    SizeMismatch { expected: u64, got: u64 },
+    #[error("manifest is larger than {} bytes", manifest::MAX_MANIFEST_SIZE)]
+    ManifestTooLarge,
+    #[error("invalid manifest: {0}")]
+    ManifestInvalid(#[from] ManifestError),
+    #[error("manifest references {kind} {digest}, which is not in the repository")]
+    ManifestBlobUnknown { digest: Digest, kind: &'static str },
+    #[error("{target} is still referenced by manifest {by}")]
+    InUse { target: Digest, by: Digest },
+    #[error("the request body was cut off: {0}")]
+    BodyInterrupted(String),
+    #[error("storage is full")]
+    StorageFull,
+    #[error("storage I/O: {0}")]
+    Io(io::Error),
+    #[error(transparent)]
+    Meta(MetaError),
+}
+
+impl From<io::Error> for StoreError {
+    fn from(e: io::Error) -> Self {
+        if e.kind() == io::ErrorKind::StorageFull || e.raw_os_error() == Some(28) {
+            StoreError::StorageFull
+        } else {
+            StoreError::Io(e)
+        }
+    }
+}
+
+impl From<MetaError> for StoreError {
+    fn from(e: MetaError) -> Self {
+        match e {
+            MetaError::Missing { digest, kind, .. } => StoreError::ManifestBlobUnknown { digest, kind },
+            MetaError::InUse { target, by, .. } => StoreError::InUse { target, by },
+            e => StoreError::Meta(e),
+        }
+    }
+}
+
+impl From<blobs::PutError> for StoreError {
+    fn from(e: blobs::PutError) -> Self {
+        match e {
+            blobs::PutError::Mismatch { expected, actual } => StoreError::DigestMismatch { expected, actual },
+            blobs::PutError::Io(e) => e.into(),
+        }
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// A manifest reference: a tag or a digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reference {
+    Tag(String),
+    Digest(Digest),
+}
+
+impl Display for Reference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reference::Tag(t) => f.write_str(t),
+            Reference::Digest(d) => write!(f, "{d}"),
+        }
+    }
+}
+
+/// In-memory state of an upload session. `hasher` covers bytes `[0, offset)` when present; after a restart it
+/// is None and the file is re-hashed when the upload finishes.
+struct Session {
+    offset: u64,
+    hasher: Option<Sha256>,
+}
+
+pub struct Store {
+    files: BlobFiles,
+    meta: Arc<Mutex<Meta>>,
+    sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Session>>>>,
+}
+
+/// Rename-into-place and the metadata rows that make a file visible happen under the metadata lock, and so
+/// does removing a file that no row references any more: a concurrent commit of the same digest can never be
+/// undone by a collection.
+fn locked(meta: &Mutex<Meta>) -> std::sync::MutexGuard<'_, Meta> {
+    meta.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Store {
+    /// Opens the store at `root` (created if missing), dropping temp files and upload files no session owns.
+    pub fn open(root: &Path) -> Result<Self> {
+        let files = BlobFiles::open(root)?;
+        let mut meta = Meta::open(&root.join("foothold.db"))?;
+        let ids = meta.upload_ids()?;
+        for id in &ids {
+            if !files.upload_path(id).exists() {
+                meta.delete_upload(id)?;
+            }
+        }
+        for entry in fs::read_dir(root.join("uploads"))? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !ids.contains(&name) {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+        Ok(Store { files, meta: Arc::new(Mutex::new(meta)), sessions: Mutex::default() })
+    }
+
+    pub fn root(&self) -> &Path {
+        self.files.root()
+    }
+
+    pub fn files(&self) -> &BlobFiles {
+        &self.files
+    }
+
+    /// Runs `f` with the metadata (and file commits) on the blocking pool.
+    async fn with_meta<T: Send + 'static>(&self, f: impl FnOnce(&mut Meta, &BlobFiles) -> Result<T> + Send + 'static) -> Result<T> {
+        let meta = self.meta.clone();
+        let files = self.files.clone();
+        tokio::task::spawn_blocking(move || f(&mut locked(&meta), &files)).await.expect("metadata task panicked")
+    }
+
+    /// Synchronous access for CLI tools (import, fsck) that run outside a server.
+    pub fn meta_blocking<T>(&self, f: impl FnOnce(&mut Meta) -> T) -> T {
+        f(&mut locked(&self.meta))
+    }
+
+    pub async fn blob_size(&self, repo: &str, digest: &Digest) -> Result<Option<u64>> {
+        let (repo, digest) = (repo.to_owned(), digest.clone());
+        self.with_meta(move |m, _| Ok(m.blob_size(&repo, &digest)?)).await
+    }
+
+    /// Opens a blob for reading. The file handle stays valid even if the blob is deleted meanwhile.
+    pub async fn open_blob(&self, repo: &str, digest: &Digest) -> Result<(tokio::fs::File, u64)> {
+        if self.blob_size(repo, digest).await?.is_none() {
+            return Err(StoreError::BlobUnknown(digest.clone()));
+        }
+        let file = match tokio::fs::File::open(self.files.path(digest)).await {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                tracing::error!(%digest, repo, "blob is linked but its file is missing; run fsck");
+                return Err(StoreError::BlobUnknown(digest.clone()));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let size = file.metadata().await?.len();
+        Ok((file, size))
+    }
+
+    pub async fn delete_blob(&self, repo: &str, digest: &Digest) -> Result<()> {
+        let (repo, digest) = (repo.to_owned(), digest.clone());
+        self.with_meta(move |m, files| match m.unlink_blob(&repo, &digest)? {
+            None => Err(StoreError::BlobUnknown(digest)),
+            Some(orphan) => {
+                if orphan {
+                    files.remove(&digest)?;
+                }
+                Ok(())
+            }
+        })
+        .await
+    }
+
+    /// Cross-repository mount. With `from`, only a blob that repository holds; without, any stored blob
+    /// (automatic content discovery: every repository here is readable anonymously anyway).
+    pub async fn mount_blob(&self, repo: &str, digest: &Digest, from: Option<&str>) -> Result<bool> {
+        let (repo, digest, from) = (repo.to_owned(), digest.clone(), from.map(str::to_owned));
+        self.with_meta(move |m, files| {
+            let size = match &from {
+                Some(from) => m.blob_size(from, &digest)?,
+                None => m.blob_size_anywhere(&digest)?,
+            };
+            match size {
+                Some(size) if files.size(&digest)?.is_some() => {
+                    m.link_blob(&repo, &digest, size)?;
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        })
+        .await
+    }
+
+    /// Monolithic upload: the whole blob in one body, verified against `expected` before it is visible.
+    pub async fn put_blob<S, E>(&self, repo: &str, expected: &Digest, body: S, length: Option<u64>) -> Result<u64>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: Display,
+    {
+        let tmp = self.files.temp_path();
+        let file = File::create(&tmp)?;
+        let (file, hasher, written, outcome) = write_stream(file, Sha256::new(), body).await;
+        let result = (|| {
+            outcome?;
+            file.sync_all()?;
+            if let Some(expected) = length.filter(|&l| l != written) {
+                return Err(StoreError::SizeMismatch { expected, got: written });
+            }
+            let actual = Digest::from_sha256(hasher);
+            if &actual != expected {
+                return Err(StoreError::DigestMismatch { expected: expected.clone(), actual });
+            }
+            Ok(())
+        })();
+        drop(file);
+        if let Err(e) = result {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        let (repo, digest) = (repo.to_owned(), expected.clone());
+        self.with_meta(move |m, files| {
+            files.commit(&tmp, &digest)?;
+            m.link_blob(&repo, &digest, written)?;
+            Ok(written)
+        })
+        .await
+    }
+
+    pub async fn start_upload(&self, repo: &str) -> Result<String> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let path = self.files.upload_path(&id);
+        let (repo, id2) = (repo.to_owned(), id.clone());
+        self.with_meta(move |m, files| {
+            File::create(&path)?.sync_all()?;
+            blobs::sync_dir(&files.root().join("uploads"))?;
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+            m.create_upload(&id2, &repo, now)?;
+            Ok(())
+        })
+        .await?;
+        self.sessions.lock().expect("sessions lock").insert(id.clone(), Arc::new(tokio::sync::Mutex::new(Session { offset: 0, hasher: Some(Sha256::new()) })));
+        Ok(id)
+    }
+
+    /// The session, loaded from disk after a restart. Errors with UploadUnknown unless it belongs to `repo`.
+    async fn session(&self, repo: &str, id: &str) -> Result<Arc<tokio::sync::Mutex<Session>>> {
+        let owner = {
+            let id = id.to_owned();
+            self.with_meta(move |m, _| Ok(m.upload_repo(&id)?)).await?
+        };
+        if owner.as_deref() != Some(repo) {
+            return Err(StoreError::UploadUnknown(id.to_owned()));
+        }
+        let existing = self.sessions.lock().expect("sessions lock").get(id).cloned();
+        if let Some(s) = existing {
+            return Ok(s);
+        }
+        let offset = match fs::metadata(self.files.upload_path(id)) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(StoreError::UploadUnknown(id.to_owned())),
+            Err(e) => return Err(e.into()),
+        };
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        Ok(sessions.entry(id.to_owned()).or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Session { offset, hasher: None }))).clone())
+    }
+
+    pub async fn upload_offset(&self, repo: &str, id: &str) -> Result<u64> {
+        let s = self.session(repo, id).await?;
+        let offset = s.lock().await.offset;
+        Ok(offset)
+    }
+
+    /// Appends a chunk. `start`, when the client says where the chunk begins, must equal the current offset.
+    /// What arrived before a body error is kept (durably) so the client can resume; the error is returned.
+    pub async fn append_upload<S, E>(&self, repo: &str, id: &str, start: Option<u64>, body: S) -> Result<u64>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: Display,
+    {
+        let session = self.session(repo, id).await?;
+        let mut s = session.lock().await;
+        if let Some(start) = start.filter(|&st| st != s.offset) {
+            return Err(StoreError::OutOfOrder { expected: s.offset, got: start });
+        }
+        let path = self.files.upload_path(id);
+        let mut file = OpenOptions::new().write(true).open(&path)?;
+        file.set_len(s.offset)?; // drop bytes past the acknowledged offset (possible only after a crash)
+        io::Seek::seek(&mut file, io::SeekFrom::Start(s.offset))?;
+        let incremental = s.hasher.take();
+        let tracking = incremental.is_some();
+        let (file, hasher, written, outcome) = write_stream(file, incremental.unwrap_or_default(), body).await;
+        let synced = tokio::task::spawn_blocking(move || file.sync_all()).await.expect("fsync task");
+        s.offset += written;
+        // A failed write may have hashed bytes it did not store: fall back to re-hashing the file at the end.
+        let write_failed = matches!(outcome, Err(ref e) if !matches!(e, StoreError::BodyInterrupted(_)));
+        s.hasher = (tracking && !write_failed).then_some(hasher);
+        synced?;
+        outcome?;
+        Ok(s.offset)
+    }
+
+    /// Appends the final chunk (if any), verifies the digest and makes the blob visible. On mismatch the
+    /// session is discarded, as the spec requires the client to start over.
+    pub async fn finish_upload<S, E>(&self, repo: &str, id: &str, expected: &Digest, body: S) -> Result<u64>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: Display,
+    {
+        self.append_upload(repo, id, None, body).await?;
+        let session = self.session(repo, id).await?;
+        let mut s = session.lock().await;
+        let path = self.files.upload_path(id);
+        let size = s.offset;
+        let actual = match s.hasher.take() {
+            Some(h) => Digest::from_sha256(h),
+            None => {
+                let p = path.clone();
+                tokio::task::spawn_blocking(move || blobs::hash_file(&p)).await.expect("hash task")?.0
+            }
+        };
+        let (repo, id, expected) = (repo.to_owned(), id.to_owned(), expected.clone());
+        self.sessions.lock().expect("sessions lock").remove(&id);
+        drop(s);
+        self.with_meta(move |m, files| {
+            m.delete_upload(&id)?;
+            if actual != expected {
+                let _ = fs::remove_file(&path);
+                return Err(StoreError::DigestMismatch { expected, actual });
+            }
+            files.commit(&path, &expected)?;
+            m.link_blob(&repo, &expected, size)?;
+            Ok(size)
+        })
+        .await
+    }
+
+    pub async fn cancel_upload(&self, repo: &str, id: &str) -> Result<()> {
+        let session = self.session(repo, id).await?;
+        let _held = session.lock().await;
+        self.sessions.lock().expect("sessions lock").remove(id);
+        let id = id.to_owned();
+        self.with_meta(move |m, files| {
+            m.delete_upload(&id)?;
+            match fs::remove_file(files.upload_path(&id)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e.into()),
+                _ => Ok(()),
+            }
+        })
+        .await
+    }
+
+    pub async fn upload_count(&self) -> Result<u64> {
+        self.with_meta(|m, _| Ok(m.upload_count()?)).await
+    }
+
+    /// Stores a manifest under `reference`. Returns its digest and subject.
+    pub async fn put_manifest(
+        &self,
+        repo: &str,
+        reference: &Reference,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<(Digest, Option<Digest>)> {
+        if body.len() > manifest::MAX_MANIFEST_SIZE {
+            return Err(StoreError::ManifestTooLarge);
+        }
+        let digest = Digest::of_bytes(&body);
+        let tag = match reference {
+            Reference::Digest(d) if *d != digest => return Err(StoreError::DigestMismatch { expected: d.clone(), actual: digest }),
+            Reference::Digest(_) => None,
+            Reference::Tag(t) => Some(t.clone()),
+        };
+        let parsed = manifest::parse(content_type, &body)?;
+        let subject = parsed.subject.clone();
+        let repo = repo.to_owned();
+        let d = digest.clone();
+        self.with_meta(move |m, files| {
+            files.put_bytes(&body)?;
+            m.put_manifest(&repo, &d, body.len() as u64, &parsed, tag.as_deref())?;
+            Ok(())
+        })
+        .await?;
+        Ok((digest, subject))
+    }
+
+    pub async fn resolve(&self, repo: &str, reference: &Reference) -> Result<ManifestRow> {
+        let (repo, reference) = (repo.to_owned(), reference.clone());
+        self.with_meta(move |m, _| {
+            let digest = match &reference {
+                Reference::Digest(d) => d.clone(),
+                Reference::Tag(t) => m.resolve_tag(&repo, t)?.ok_or_else(|| StoreError::ManifestUnknown(reference.to_string()))?,
+            };
+            m.manifest(&repo, &digest)?.ok_or_else(|| StoreError::ManifestUnknown(reference.to_string()))
+        })
+        .await
+    }
+
+    /// The manifest's row and bytes (manifests are small: at most 4 MiB).
+    pub async fn get_manifest(&self, repo: &str, reference: &Reference) -> Result<(ManifestRow, Bytes)> {
+        let row = self.resolve(repo, reference).await?;
+        let bytes = tokio::fs::read(self.files.path(&row.digest)).await?;
+        Ok((row, Bytes::from(bytes)))
+    }
+
+    pub async fn delete_manifest(&self, repo: &str, reference: &Reference) -> Result<()> {
+        let (repo, reference) = (repo.to_owned(), reference.clone());
+        self.with_meta(move |m, files| match &reference {
+            Reference::Tag(t) => {
+                if m.delete_tag(&repo, t)? {
+                    Ok(())
+                } else {
+                    Err(StoreError::ManifestUnknown(t.clone()))
+                }
+            }
+            Reference::Digest(d) => match m.delete_manifest(&repo, d)? {
+                None => Err(StoreError::ManifestUnknown(d.to_string())),
+                Some(orphan) => {
+                    if orphan {
+                        files.remove(d)?;
+                    }
+                    Ok(())
+                }
+            },
+        })
+        .await
+    }
+
+    pub async fn tags(&self, repo: &str, last: Option<String>, n: Option<usize>) -> Result<Option<Vec<String>>> {
+        let repo = repo.to_owned();
+        self.with_meta(move |m, _| {
+            if !m.repo_exists(&repo)? {
+                return Ok(None);
+            }
+            Ok(Some(m.tags(&repo, last.as_deref(), n)?))
+        })
+        .await
+    }
+
+    pub async fn repositories(&self, last: Option<String>, n: Option<usize>) -> Result<Vec<String>> {
+        self.with_meta(move |m, _| Ok(m.repositories(last.as_deref(), n)?)).await
+    }
+
+    pub async fn referrers(&self, repo: &str, subject: &Digest) -> Result<Vec<ManifestRow>> {
+        let (repo, subject) = (repo.to_owned(), subject.clone());
+        self.with_meta(move |m, _| Ok(m.referrers(&repo, &subject)?)).await
+    }
+
+    pub fn blob_path(&self, digest: &Digest) -> PathBuf {
+        self.files.path(digest)
+    }
+}
+
+/// Streams a body into `file`, hashing as it goes; writes happen on the blocking pool in batches. Returns the
+/// file, hasher and the byte count actually written even when the body fails midway.
+async fn write_stream<S, E>(mut file: File, mut hasher: Sha256, mut body: S) -> (File, Sha256, u64, Result<()>)
+where
+    S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+    E: Display,
+{
+    let mut written = 0u64;
+    let mut buf = BytesMut::with_capacity(WRITE_BATCH);
+    let mut outcome = Ok(());
+    loop {
+        let next = body.next().await;
+        let done = match next {
+            Some(Ok(chunk)) => {
+                buf.extend_from_slice(&chunk);
+                false
+            }
+            Some(Err(e)) => {
+                outcome = Err(StoreError::BodyInterrupted(e.to_string()));
+                true
+            }
+            None => true,
+        };
+        if buf.len() >= WRITE_BATCH || (done && !buf.is_empty()) {
+            let batch = buf.split().freeze();
+            let res = tokio::task::spawn_blocking(move || {
+                hasher.update(&batch);
+                let r = file.write_all(&batch);
+                (file, hasher, batch.len(), r)
+            })
+            .await
+            .expect("write task panicked");
+            file = res.0;
+            hasher = res.1;
+            if let Err(e) = res.3 {
+                return (file, hasher, written, Err(e.into()));
+            }
+            written += res.2 as u64;
+        }
+        if done {
+            return (file, hasher, written, outcome);
+        }
+    }
+}
