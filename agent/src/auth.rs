@@ -18,13 +18,16 @@ impl Auth {
     }
 
     pub fn from_token(token: impl Into<String>) -> Self {
-        Auth { token: Some(token.into()) }
+        Auth {
+            token: Some(token.into()),
+        }
     }
 
     /// Reads the token from `path` (surrounding whitespace trimmed); an empty file is an error, not "no auth".
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
         use anyhow::Context as _;
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading token file {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading token file {}", path.display()))?;
         let token = text.trim();
         anyhow::ensure!(!token.is_empty(), "token file {} is empty", path.display());
         Ok(Auth::from_token(token))
@@ -36,15 +39,24 @@ impl Auth {
 
     /// Whether the request carries the write token (always true when no token is configured).
     pub fn permits_write(&self, headers: &HeaderMap) -> bool {
-        let Some(token) = &self.token else { return true };
-        let Some(value) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        let Some(value) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+        else {
             return false;
         };
         let presented = if let Some(t) = value.strip_prefix("Bearer ") {
             t.trim().to_owned()
         } else if let Some(b) = value.strip_prefix("Basic ") {
-            let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(b.trim()) else { return false };
-            let Ok(text) = String::from_utf8(decoded) else { return false };
+            let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(b.trim()) else {
+                return false;
+            };
+            let Ok(text) = String::from_utf8(decoded) else {
+                return false;
+            };
             match text.split_once(':') {
                 Some((_user, password)) => password.to_owned(),
                 None => return false,

@@ -22,7 +22,9 @@ pub enum DigestError {
 
 impl Digest {
     pub fn from_sha256(hasher: Sha256) -> Self {
-        Digest { hex: hex::encode(hasher.finalize()) }
+        Digest {
+            hex: hex::encode(hasher.finalize()),
+        }
     }
 
     pub fn of_bytes(bytes: &[u8]) -> Self {
@@ -39,21 +41,36 @@ impl FromStr for Digest {
     type Err = DigestError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (algorithm, encoded) = s.split_once(':').ok_or_else(|| DigestError::Malformed(s.to_owned()))?;
+        let (algorithm, encoded) = s
+            .split_once(':')
+            .ok_or_else(|| DigestError::Malformed(s.to_owned()))?;
         // Grammar from the image-spec: algorithm-component ([a-z0-9]+) joined by [+._-], encoded [a-zA-Z0-9=_-]+.
         let algorithm_ok = !algorithm.is_empty()
-            && algorithm.split(['+', '.', '_', '-']).all(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
-        let encoded_ok = !encoded.is_empty() && encoded.bytes().all(|b| b.is_ascii_alphanumeric() || b"=_-".contains(&b));
+            && algorithm.split(['+', '.', '_', '-']).all(|c| {
+                !c.is_empty()
+                    && c.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            });
+        let encoded_ok = !encoded.is_empty()
+            && encoded
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"=_-".contains(&b));
         if !algorithm_ok || !encoded_ok {
             return Err(DigestError::Malformed(s.to_owned()));
         }
         if algorithm != "sha256" {
             return Err(DigestError::UnsupportedAlgorithm(algorithm.to_owned()));
         }
-        if encoded.len() != 64 || !encoded.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        if encoded.len() != 64
+            || !encoded
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
             return Err(DigestError::Malformed(s.to_owned()));
         }
-        Ok(Digest { hex: encoded.to_owned() })
+        Ok(Digest {
+            hex: encoded.to_owned(),
+        })
     }
 }
 
@@ -76,15 +93,33 @@ mod tests {
     #[test]
     fn parses_and_prints_sha256() {
         let d = Digest::of_bytes(b"");
-        assert_eq!(d.to_string(), "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        assert_eq!(
+            d.to_string(),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
         assert_eq!(d.to_string().parse::<Digest>().unwrap(), d);
     }
 
     #[test]
     fn rejects_bad_digests() {
-        for bad in ["", "sha256", "sha256:", ":abc", "sha256:XYZ", "sha256:abc", &format!("sha256:{}", "A".repeat(64)), "SHA256:00"] {
-            assert!(matches!(bad.parse::<Digest>(), Err(DigestError::Malformed(_))), "{bad:?}");
+        for bad in [
+            "",
+            "sha256",
+            "sha256:",
+            ":abc",
+            "sha256:XYZ",
+            "sha256:abc",
+            &format!("sha256:{}", "A".repeat(64)),
+            "SHA256:00",
+        ] {
+            assert!(
+                matches!(bad.parse::<Digest>(), Err(DigestError::Malformed(_))),
+                "{bad:?}"
+            );
         }
-        assert!(matches!(format!("sha512:{}", "a".repeat(128)).parse::<Digest>(), Err(DigestError::UnsupportedAlgorithm(_))));
+        assert!(matches!(
+            format!("sha512:{}", "a".repeat(128)).parse::<Digest>(),
+            Err(DigestError::UnsupportedAlgorithm(_))
+        ));
     }
 }

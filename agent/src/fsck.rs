@@ -19,30 +19,44 @@ pub struct Report {
 pub fn check(root: &Path) -> anyhow::Result<Report> {
     use anyhow::Context as _;
     let db = root.join("foothold.db");
-    anyhow::ensure!(db.exists(), "{} has no foothold.db: not a Foothold data directory", root.display());
+    anyhow::ensure!(
+        db.exists(),
+        "{} has no foothold.db: not a Foothold data directory",
+        root.display()
+    );
     let meta = Meta::open(&db).with_context(|| format!("opening {}", db.display()))?;
     let mut report = Report::default();
     let blob_dir = root.join("blobs/sha256");
     let mut on_disk = std::collections::HashMap::new();
-    for entry in fs::read_dir(&blob_dir).with_context(|| format!("listing {}", blob_dir.display()))? {
+    for entry in
+        fs::read_dir(&blob_dir).with_context(|| format!("listing {}", blob_dir.display()))?
+    {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let Ok(expected) = format!("sha256:{name}").parse::<Digest>() else {
-            report.problems.push(format!("{}: file name is not a sha256 digest", entry.path().display()));
+            report.problems.push(format!(
+                "{}: file name is not a sha256 digest",
+                entry.path().display()
+            ));
             continue;
         };
-        let (actual, size) = hash_file(&entry.path()).with_context(|| format!("hashing {}", entry.path().display()))?;
+        let (actual, size) = hash_file(&entry.path())
+            .with_context(|| format!("hashing {}", entry.path().display()))?;
         report.blobs_checked += 1;
         report.bytes_hashed += size;
         if actual != expected {
-            report.problems.push(format!("blob {expected} is corrupt: its content hashes to {actual}"));
+            report.problems.push(format!(
+                "blob {expected} is corrupt: its content hashes to {actual}"
+            ));
         }
         on_disk.insert(expected, size);
     }
     let mut referenced = std::collections::HashSet::new();
     for (repo, digest, _) in meta.all_references()? {
         if !on_disk.contains_key(&digest) {
-            report.problems.push(format!("{repo}: {digest} is recorded but its file is missing"));
+            report.problems.push(format!(
+                "{repo}: {digest} is recorded but its file is missing"
+            ));
         }
         referenced.insert(digest);
     }

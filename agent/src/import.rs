@@ -40,25 +40,42 @@ pub fn split_reference(r: &str) -> (String, Option<String>) {
     let r = r.split('@').next().unwrap_or(r);
     let slash = r.rfind('/').map(|i| i + 1).unwrap_or(0);
     match r[slash..].rfind(':') {
-        Some(i) => (r[..slash + i].to_owned(), Some(r[slash + i + 1..].to_owned())),
+        Some(i) => (
+            r[..slash + i].to_owned(),
+            Some(r[slash + i + 1..].to_owned()),
+        ),
         None => (r.to_owned(), None),
     }
 }
 
 /// Imports every manifest in `layout/index.json`. Names come from `io.containerd.image.name` or
 /// `org.opencontainers.image.ref.name` (a full reference, or a bare tag when `repo` is given).
-pub fn import_layout(store: &Store, layout: &Path, repo: Option<&str>) -> anyhow::Result<Vec<Imported>> {
+pub fn import_layout(
+    store: &Store,
+    layout: &Path,
+    repo: Option<&str>,
+) -> anyhow::Result<Vec<Imported>> {
     let marker = layout.join("oci-layout");
-    fs::metadata(&marker).with_context(|| format!("{} is not an OCI image layout (no oci-layout file)", layout.display()))?;
+    fs::metadata(&marker).with_context(|| {
+        format!(
+            "{} is not an OCI image layout (no oci-layout file)",
+            layout.display()
+        )
+    })?;
     let index_path = layout.join("index.json");
-    let index: Index = serde_json::from_slice(&fs::read(&index_path).with_context(|| format!("reading {}", index_path.display()))?)
-        .with_context(|| format!("parsing {}", index_path.display()))?;
+    let index: Index = serde_json::from_slice(
+        &fs::read(&index_path).with_context(|| format!("reading {}", index_path.display()))?,
+    )
+    .with_context(|| format!("parsing {}", index_path.display()))?;
     if let Some(r) = repo {
         names::validate_name(r).with_context(|| format!("--repo {r:?}"))?;
     }
     let mut out = Vec::new();
     for (i, entry) in index.manifests.iter().enumerate() {
-        let digest: Digest = entry.digest.parse().with_context(|| format!("{}: manifests[{i}].digest", index_path.display()))?;
+        let digest: Digest = entry
+            .digest
+            .parse()
+            .with_context(|| format!("{}: manifests[{i}].digest", index_path.display()))?;
         let full = entry.annotations.get("io.containerd.image.name");
         let short = entry.annotations.get("org.opencontainers.image.ref.name");
         let (target_repo, tag) = match (repo, full, short) {
@@ -74,14 +91,31 @@ pub fn import_layout(store: &Store, layout: &Path, repo: Option<&str>) -> anyhow
                 short
             ),
         };
-        names::validate_name(&target_repo).with_context(|| format!("{}: manifests[{i}] repository {target_repo:?}", index_path.display()))?;
+        names::validate_name(&target_repo).with_context(|| {
+            format!(
+                "{}: manifests[{i}] repository {target_repo:?}",
+                index_path.display()
+            )
+        })?;
         if let Some(t) = &tag {
-            names::validate_tag(t).with_context(|| format!("{}: manifests[{i}] tag {t:?}", index_path.display()))?;
+            names::validate_tag(t)
+                .with_context(|| format!("{}: manifests[{i}] tag {t:?}", index_path.display()))?;
         }
-        import_manifest(store, layout, &target_repo, &digest, entry.media_type.as_deref(), tag.as_deref())
-            .with_context(|| format!("importing {target_repo}@{digest}"))?;
+        import_manifest(
+            store,
+            layout,
+            &target_repo,
+            &digest,
+            entry.media_type.as_deref(),
+            tag.as_deref(),
+        )
+        .with_context(|| format!("importing {target_repo}@{digest}"))?;
         tracing::info!(repo = target_repo, tag, %digest, "imported");
-        out.push(Imported { repo: target_repo, tag, digest });
+        out.push(Imported {
+            repo: target_repo,
+            tag,
+            digest,
+        });
     }
     Ok(out)
 }
@@ -93,19 +127,30 @@ fn layout_blob(layout: &Path, digest: &Digest) -> std::path::PathBuf {
 fn copy_blob(store: &Store, layout: &Path, repo: &str, digest: &Digest) -> anyhow::Result<u64> {
     let path = layout_blob(layout, digest);
     let file = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    let size = store.files().put_reader(file, digest).with_context(|| format!("copying {}", path.display()))?;
+    let size = store
+        .files()
+        .put_reader(file, digest)
+        .with_context(|| format!("copying {}", path.display()))?;
     store.meta_blocking(|m| m.link_blob(repo, digest, size))?;
     Ok(size)
 }
 
-fn import_manifest(store: &Store, layout: &Path, repo: &str, digest: &Digest, media_type: Option<&str>, tag: Option<&str>) -> anyhow::Result<()> {
+fn import_manifest(
+    store: &Store,
+    layout: &Path,
+    repo: &str,
+    digest: &Digest,
+    media_type: Option<&str>,
+    tag: Option<&str>,
+) -> anyhow::Result<()> {
     let path = layout_blob(layout, digest);
     let bytes = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let actual = Digest::of_bytes(&bytes);
     if &actual != digest {
         bail!("{} hashes to {actual}", path.display());
     }
-    let parsed = manifest::parse(media_type, &bytes).with_context(|| format!("parsing manifest {}", path.display()))?;
+    let parsed = manifest::parse(media_type, &bytes)
+        .with_context(|| format!("parsing manifest {}", path.display()))?;
     for (child, kind) in &parsed.references {
         match kind {
             RefKind::Blob => {
@@ -129,8 +174,17 @@ mod tests {
 
     #[test]
     fn references() {
-        assert_eq!(split_reference("docker.io/library/nginx:1.25"), ("docker.io/library/nginx".into(), Some("1.25".into())));
-        assert_eq!(split_reference("localhost:5000/a/b"), ("localhost:5000/a/b".into(), None));
-        assert_eq!(split_reference("quay.io/x/y:v1@sha256:00"), ("quay.io/x/y".into(), Some("v1".into())));
+        assert_eq!(
+            split_reference("docker.io/library/nginx:1.25"),
+            ("docker.io/library/nginx".into(), Some("1.25".into()))
+        );
+        assert_eq!(
+            split_reference("localhost:5000/a/b"),
+            ("localhost:5000/a/b".into(), None)
+        );
+        assert_eq!(
+            split_reference("quay.io/x/y:v1@sha256:00"),
+            ("quay.io/x/y".into(), Some("v1".into()))
+        );
     }
 }

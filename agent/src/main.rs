@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 use foothold_agent::{fsck, import, mirror_config, server, store};
 
 #[derive(Parser)]
-#[command(name = "foothold-agent", version, about = "Foothold site agent: registry mirror and content store for offline compute nodes")]
+#[command(
+    name = "foothold-agent",
+    version,
+    about = "Foothold site agent: registry mirror and content store for offline compute nodes"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -101,7 +105,10 @@ enum Command {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("FOOTHOLD_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FOOTHOLD_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     match run(Cli::parse()) {
@@ -115,16 +122,33 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Serve { listen, data, token_file, tls_cert, tls_key } => {
-            let cfg = server::ServeConfig { listen, data: data.dir(), token_file, tls: tls_cert.zip(tls_key) };
+        Command::Serve {
+            listen,
+            data,
+            token_file,
+            tls_cert,
+            tls_key,
+        } => {
+            let cfg = server::ServeConfig {
+                listen,
+                data: data.dir(),
+                token_file,
+                tls: tls_cert.zip(tls_key),
+            };
             tokio::runtime::Runtime::new()?.block_on(server::serve(cfg))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Import { layout, data, repo } => {
             let dir = data.dir();
-            let store = store::Store::open(&dir).with_context(|| format!("opening the data directory {}", dir.display()))?;
+            let store = store::Store::open(&dir)
+                .with_context(|| format!("opening the data directory {}", dir.display()))?;
             for i in import::import_layout(&store, &layout, repo.as_deref())? {
-                println!("{}{} {}", i.repo, i.tag.map(|t| format!(":{t}")).unwrap_or_default(), i.digest);
+                println!(
+                    "{}{} {}",
+                    i.repo,
+                    i.tag.map(|t| format!(":{t}")).unwrap_or_default(),
+                    i.digest
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -142,9 +166,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 report.unreferenced,
                 report.problems.len()
             );
-            Ok(if report.problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(if report.problems.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
-        Command::MirrorConfig { target, endpoint, registries, ca, out } => {
+        Command::MirrorConfig {
+            target,
+            endpoint,
+            registries,
+            ca,
+            out,
+        } => {
             let endpoint = mirror_config::check_endpoint(&endpoint)?;
             for r in &registries {
                 mirror_config::check_registry(r)?;
@@ -152,9 +186,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let files: Vec<(PathBuf, String)> = match target {
                 MirrorTarget::Containerd => registries
                     .iter()
-                    .map(|r| (Path::new(r).join("hosts.toml"), mirror_config::containerd_hosts_toml(endpoint, r, ca.as_deref())))
+                    .map(|r| {
+                        (
+                            Path::new(r).join("hosts.toml"),
+                            mirror_config::containerd_hosts_toml(endpoint, r, ca.as_deref()),
+                        )
+                    })
                     .collect(),
-                MirrorTarget::K3s => vec![(PathBuf::from("registries.yaml"), mirror_config::k3s_registries_yaml(endpoint, &registries, ca.as_deref()))],
+                MirrorTarget::K3s => vec![(
+                    PathBuf::from("registries.yaml"),
+                    mirror_config::k3s_registries_yaml(endpoint, &registries, ca.as_deref()),
+                )],
             };
             for (rel, text) in files {
                 match &out {
@@ -162,9 +204,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     Some(dir) => {
                         let path = dir.join(&rel);
                         let parent = path.parent().expect("joined path has a parent");
-                        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-                        let tmp = parent.join(format!(".{}.tmp", rel.file_name().expect("file name").to_string_lossy()));
-                        store::blobs::write_durably(&tmp, &path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+                        std::fs::create_dir_all(parent)
+                            .with_context(|| format!("creating {}", parent.display()))?;
+                        let tmp = parent.join(format!(
+                            ".{}.tmp",
+                            rel.file_name().expect("file name").to_string_lossy()
+                        ));
+                        store::blobs::write_durably(&tmp, &path, text.as_bytes())
+                            .with_context(|| format!("writing {}", path.display()))?;
                         println!("wrote {}", path.display());
                     }
                 }

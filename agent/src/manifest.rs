@@ -77,10 +77,15 @@ pub fn parse(content_type: Option<&str>, body: &[u8]) -> Result<ParsedManifest, 
     if raw.schema_version != Some(2) {
         return Err(ManifestError::SchemaVersion);
     }
-    let header = content_type.map(bare_media_type).filter(|t| SUPPORTED.contains(t) || t.contains("manifest"));
+    let header = content_type
+        .map(bare_media_type)
+        .filter(|t| SUPPORTED.contains(t) || t.contains("manifest"));
     let media_type = match (header, raw.media_type.as_deref()) {
         (Some(h), Some(b)) if h != b => {
-            return Err(ManifestError::MediaTypeMismatch { header: h.to_owned(), body: b.to_owned() })
+            return Err(ManifestError::MediaTypeMismatch {
+                header: h.to_owned(),
+                body: b.to_owned(),
+            })
         }
         (Some(h), _) => h.to_owned(),
         (None, Some(b)) => b.to_owned(),
@@ -97,22 +102,32 @@ pub fn parse(content_type: Option<&str>, body: &[u8]) -> Result<ParsedManifest, 
     let mut artifact_type = raw.artifact_type.clone();
     if is_index {
         if raw.config.is_some() || raw.layers.is_some() {
-            return Err(ManifestError::Shape("an index has no config or layers".into()));
+            return Err(ManifestError::Shape(
+                "an index has no config or layers".into(),
+            ));
         }
-        let children = raw.manifests.ok_or_else(|| ManifestError::Shape("an index needs a manifests list".into()))?;
+        let children = raw
+            .manifests
+            .ok_or_else(|| ManifestError::Shape("an index needs a manifests list".into()))?;
         for d in &children {
             references.push((descriptor_digest(d)?, RefKind::Manifest));
         }
     } else {
         if raw.manifests.is_some() {
-            return Err(ManifestError::Shape("an image manifest has no manifests list".into()));
+            return Err(ManifestError::Shape(
+                "an image manifest has no manifests list".into(),
+            ));
         }
-        let config = raw.config.ok_or_else(|| ManifestError::Shape("an image manifest needs a config".into()))?;
+        let config = raw
+            .config
+            .ok_or_else(|| ManifestError::Shape("an image manifest needs a config".into()))?;
         references.push((descriptor_digest(&config)?, RefKind::Blob));
         if artifact_type.is_none() {
             artifact_type = Some(config.media_type().to_string());
         }
-        let layers = raw.layers.ok_or_else(|| ManifestError::Shape("an image manifest needs a layers list".into()))?;
+        let layers = raw
+            .layers
+            .ok_or_else(|| ManifestError::Shape("an image manifest needs a layers list".into()))?;
         for d in &layers {
             let digest = descriptor_digest(d)?;
             // Foreign (non-distributable) layers live at their `urls`, not in this registry.
@@ -123,20 +138,35 @@ pub fn parse(content_type: Option<&str>, body: &[u8]) -> Result<ParsedManifest, 
         }
     }
     let subject = raw.subject.as_ref().map(descriptor_digest).transpose()?;
-    Ok(ParsedManifest { media_type, references, subject, artifact_type, annotations: raw.annotations })
+    Ok(ParsedManifest {
+        media_type,
+        references,
+        subject,
+        artifact_type,
+        annotations: raw.annotations,
+    })
 }
 
 fn descriptor_digest(d: &Descriptor) -> Result<Digest, ManifestError> {
     let text = d.digest().to_string();
-    text.parse().map_err(|e: crate::digest::DigestError| ManifestError::Digest(text, e.to_string()))
+    text.parse()
+        .map_err(|e: crate::digest::DigestError| ManifestError::Digest(text, e.to_string()))
 }
 
 /// Whether a stored manifest of `media_type` may be served to a client that sent these Accept values.
 /// Like CNCF distribution: a client that names manifest types but not ours gets "unknown", so an old
 /// Docker-only client is not handed an OCI index it cannot read. No Accept, or a wildcard, accepts all.
 pub fn accepted(media_type: &str, accept: &[&str]) -> bool {
-    let types: Vec<&str> = accept.iter().flat_map(|v| v.split(',')).map(bare_media_type).filter(|t| !t.is_empty()).collect();
-    types.is_empty() || types.iter().any(|t| *t == media_type || *t == "*/*" || *t == "application/*" || *t == "application/json")
+    let types: Vec<&str> = accept
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(bare_media_type)
+        .filter(|t| !t.is_empty())
+        .collect();
+    types.is_empty()
+        || types.iter().any(|t| {
+            *t == media_type || *t == "*/*" || *t == "application/*" || *t == "application/json"
+        })
 }
 
 #[cfg(test)]
@@ -162,8 +192,17 @@ mod tests {
     #[test]
     fn image_manifest_references_config_and_distributable_layers() {
         let m = parse(Some(OCI_MANIFEST), image("").as_bytes()).unwrap();
-        assert_eq!(m.references, vec![(d(1).parse().unwrap(), RefKind::Blob), (d(2).parse().unwrap(), RefKind::Blob)]);
-        assert_eq!(m.artifact_type.as_deref(), Some("application/vnd.oci.image.config.v1+json"));
+        assert_eq!(
+            m.references,
+            vec![
+                (d(1).parse().unwrap(), RefKind::Blob),
+                (d(2).parse().unwrap(), RefKind::Blob)
+            ]
+        );
+        assert_eq!(
+            m.artifact_type.as_deref(),
+            Some("application/vnd.oci.image.config.v1+json")
+        );
         assert_eq!(m.subject, None);
     }
 
@@ -180,17 +219,29 @@ mod tests {
 
     #[test]
     fn index_references_children() {
-        let body = format!(r#"{{"schemaVersion":2,"manifests":[{{"mediaType":"{OCI_MANIFEST}","digest":"{}","size":5}}]}}"#, d(4));
+        let body = format!(
+            r#"{{"schemaVersion":2,"manifests":[{{"mediaType":"{OCI_MANIFEST}","digest":"{}","size":5}}]}}"#,
+            d(4)
+        );
         let m = parse(Some(OCI_INDEX), body.as_bytes()).unwrap();
         assert_eq!(m.media_type, OCI_INDEX);
-        assert_eq!(m.references, vec![(d(4).parse().unwrap(), RefKind::Manifest)]);
+        assert_eq!(
+            m.references,
+            vec![(d(4).parse().unwrap(), RefKind::Manifest)]
+        );
     }
 
     #[test]
     fn rejects_bad_manifests() {
         assert!(matches!(parse(None, b"{"), Err(ManifestError::Json(_))));
-        assert_eq!(parse(None, br#"{"schemaVersion":1}"#), Err(ManifestError::SchemaVersion));
-        assert!(matches!(parse(Some(OCI_INDEX), image("").as_bytes()), Err(ManifestError::MediaTypeMismatch { .. })));
+        assert_eq!(
+            parse(None, br#"{"schemaVersion":1}"#),
+            Err(ManifestError::SchemaVersion)
+        );
+        assert!(matches!(
+            parse(Some(OCI_INDEX), image("").as_bytes()),
+            Err(ManifestError::MediaTypeMismatch { .. })
+        ));
         let bad_digest = image("").replace(&d(2), "sha256:nothex");
         assert!(parse(None, bad_digest.as_bytes()).is_err());
         assert!(matches!(
@@ -203,7 +254,10 @@ mod tests {
     fn accept_negotiation() {
         assert!(accepted(OCI_INDEX, &[]));
         assert!(accepted(OCI_INDEX, &["*/*"]));
-        assert!(accepted(OCI_INDEX, &[&format!("{DOCKER_MANIFEST}, {OCI_INDEX};q=0.5")]));
+        assert!(accepted(
+            OCI_INDEX,
+            &[&format!("{DOCKER_MANIFEST}, {OCI_INDEX};q=0.5")]
+        ));
         assert!(!accepted(OCI_INDEX, &[DOCKER_MANIFEST, DOCKER_LIST]));
     }
 }

@@ -24,14 +24,25 @@ impl Metrics {
 
     pub fn render(&self, uploads_open: u64) -> String {
         let mut out = String::new();
-        out.push_str("# HELP foothold_http_requests_total HTTP requests by route, method and status.\n");
+        out.push_str(
+            "# HELP foothold_http_requests_total HTTP requests by route, method and status.\n",
+        );
         out.push_str("# TYPE foothold_http_requests_total counter\n");
-        for ((route, method, status), n) in self.requests.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for ((route, method, status), n) in self
+            .requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
             let _ = writeln!(out, "foothold_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}");
         }
         out.push_str("# HELP foothold_bytes_served_total Blob and file bytes sent to clients.\n");
         out.push_str("# TYPE foothold_bytes_served_total counter\n");
-        let _ = writeln!(out, "foothold_bytes_served_total {}", self.bytes_served.load(Ordering::Relaxed));
+        let _ = writeln!(
+            out,
+            "foothold_bytes_served_total {}",
+            self.bytes_served.load(Ordering::Relaxed)
+        );
         out.push_str("# HELP foothold_upload_sessions_open Registry upload sessions not yet finished or cancelled.\n");
         out.push_str("# TYPE foothold_upload_sessions_open gauge\n");
         let _ = writeln!(out, "foothold_upload_sessions_open {uploads_open}");

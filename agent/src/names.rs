@@ -64,7 +64,8 @@ pub fn validate_tag(tag: &str) -> Result<(), NameError> {
     let ok = !b.is_empty()
         && b.len() <= 128
         && (b[0].is_ascii_alphanumeric() || b[0] == b'_')
-        && b.iter().all(|&x| x.is_ascii_alphanumeric() || b"._-".contains(&x));
+        && b.iter()
+            .all(|&x| x.is_ascii_alphanumeric() || b"._-".contains(&x));
     if ok {
         Ok(())
     } else {
@@ -77,7 +78,11 @@ pub fn validate_tag(tag: &str) -> Result<(), NameError> {
 /// The host becomes the first path component, so it must itself be a valid name component: a port is
 /// written as `host-5000`? No — we refuse ports rather than invent a mapping an operator would not guess.
 pub fn mirrored_name(ns: &str, name: &str) -> Result<String, NameError> {
-    let host_ok = !ns.is_empty() && ns.len() <= 253 && ns.split('.').all(|label| valid_component(label) && !label.contains('_'));
+    let host_ok = !ns.is_empty()
+        && ns.len() <= 253
+        && ns
+            .split('.')
+            .all(|label| valid_component(label) && !label.contains('_'));
     if !host_ok {
         return Err(NameError::BadNamespace(ns.to_owned()));
     }
@@ -92,10 +97,20 @@ mod tests {
 
     #[test]
     fn names() {
-        for good in ["a", "library/nginx", "docker.io/library/nginx", "a-b/c__d/e.f", "a--b", "x/y/z/w"] {
+        for good in [
+            "a",
+            "library/nginx",
+            "docker.io/library/nginx",
+            "a-b/c__d/e.f",
+            "a--b",
+            "x/y/z/w",
+        ] {
             assert_eq!(validate_name(good), Ok(()), "{good}");
         }
-        for bad in ["", "A", "a/", "/a", "a//b", "..", "a/../b", "a/./b", "-a", "a-", "a___b", "a..b", "a b", "a:b", "a\0b"] {
+        for bad in [
+            "", "A", "a/", "/a", "a//b", "..", "a/../b", "a/./b", "-a", "a-", "a___b", "a..b",
+            "a b", "a:b", "a\0b",
+        ] {
             assert!(validate_name(bad).is_err(), "{bad:?}");
         }
         assert_eq!(validate_name(&"a".repeat(256)), Err(NameError::TooLong));
@@ -114,8 +129,14 @@ mod tests {
 
     #[test]
     fn mirror_names_keep_the_upstream_host() {
-        assert_eq!(mirrored_name("docker.io", "library/nginx").unwrap(), "docker.io/library/nginx");
-        assert_eq!(mirrored_name("registry.k8s.io", "pause").unwrap(), "registry.k8s.io/pause");
+        assert_eq!(
+            mirrored_name("docker.io", "library/nginx").unwrap(),
+            "docker.io/library/nginx"
+        );
+        assert_eq!(
+            mirrored_name("registry.k8s.io", "pause").unwrap(),
+            "registry.k8s.io/pause"
+        );
         assert!(mirrored_name("Docker.IO", "x").is_err());
         assert!(mirrored_name("host:5000", "x").is_err());
         assert!(mirrored_name("", "x").is_err());

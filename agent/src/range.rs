@@ -31,7 +31,10 @@ pub fn parse(header: Option<&str>, size: u64) -> ByteRange {
                 Some((size.saturating_sub(n), size - 1))
             }
         }),
-        (false, true) => a.parse::<u64>().ok().map(|s| (s < size).then(|| (s, size - 1))),
+        (false, true) => a
+            .parse::<u64>()
+            .ok()
+            .map(|s| (s < size).then(|| (s, size - 1))),
         (false, false) => match (a.parse::<u64>(), b.parse::<u64>()) {
             (Ok(s), Ok(e)) if s <= e => Some((s < size).then(|| (s, e.min(size - 1)))),
             _ => None,
@@ -53,11 +56,26 @@ mod tests {
     #[test]
     fn cases() {
         assert_eq!(parse(None, 10), ByteRange::Full);
-        assert_eq!(parse(Some("bytes=0-4"), 10), ByteRange::Partial { start: 0, end: 4 });
-        assert_eq!(parse(Some("bytes=5-"), 10), ByteRange::Partial { start: 5, end: 9 });
-        assert_eq!(parse(Some("bytes=-3"), 10), ByteRange::Partial { start: 7, end: 9 });
-        assert_eq!(parse(Some("bytes=-30"), 10), ByteRange::Partial { start: 0, end: 9 });
-        assert_eq!(parse(Some("bytes=8-100"), 10), ByteRange::Partial { start: 8, end: 9 });
+        assert_eq!(
+            parse(Some("bytes=0-4"), 10),
+            ByteRange::Partial { start: 0, end: 4 }
+        );
+        assert_eq!(
+            parse(Some("bytes=5-"), 10),
+            ByteRange::Partial { start: 5, end: 9 }
+        );
+        assert_eq!(
+            parse(Some("bytes=-3"), 10),
+            ByteRange::Partial { start: 7, end: 9 }
+        );
+        assert_eq!(
+            parse(Some("bytes=-30"), 10),
+            ByteRange::Partial { start: 0, end: 9 }
+        );
+        assert_eq!(
+            parse(Some("bytes=8-100"), 10),
+            ByteRange::Partial { start: 8, end: 9 }
+        );
         assert_eq!(parse(Some("bytes=10-"), 10), ByteRange::Unsatisfiable);
         assert_eq!(parse(Some("bytes=-0"), 10), ByteRange::Unsatisfiable);
         assert_eq!(parse(Some("bytes=5-2"), 10), ByteRange::Full);

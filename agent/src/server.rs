@@ -38,7 +38,11 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let open = state.store.upload_count().await.unwrap_or(0);
-    ([("content-type", "text/plain; version=0.0.4")], state.metrics.render(open)).into_response()
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        state.metrics.render(open),
+    )
+        .into_response()
 }
 
 /// One structured log line and one counter per request.
@@ -74,7 +78,11 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let store = tokio::task::spawn_blocking(move || Store::open(&data))
         .await?
         .with_context(|| format!("opening the data directory {}", cfg.data.display()))?;
-    let state = Arc::new(AppState { store: Arc::new(store), auth, metrics: Arc::default() });
+    let state = Arc::new(AppState {
+        store: Arc::new(store),
+        auth,
+        metrics: Arc::default(),
+    });
     let app = router(state);
     let handle = axum_server::Handle::new();
     let shutdown = handle.clone();
@@ -92,13 +100,27 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     });
     let service = app.into_make_service();
     match cfg.tls {
-        None => axum_server::bind(cfg.listen).handle(handle).serve(service).await,
+        None => {
+            axum_server::bind(cfg.listen)
+                .handle(handle)
+                .serve(service)
+                .await
+        }
         Some((cert, key)) => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(&cert, &key)
                 .await
-                .with_context(|| format!("loading TLS certificate {} and key {}", cert.display(), key.display()))?;
-            axum_server::bind_rustls(cfg.listen, config).handle(handle).serve(service).await
+                .with_context(|| {
+                    format!(
+                        "loading TLS certificate {} and key {}",
+                        cert.display(),
+                        key.display()
+                    )
+                })?;
+            axum_server::bind_rustls(cfg.listen, config)
+                .handle(handle)
+                .serve(service)
+                .await
         }
     }
     .with_context(|| format!("serving on {}", cfg.listen))

@@ -70,10 +70,15 @@ impl RegistryError {
     pub fn status(&self) -> StatusCode {
         use RegistryError::*;
         match self {
-            NameInvalid(_) | DigestInvalid(_) | BlobUploadInvalid(_) | ManifestInvalid(_) | SizeInvalid(_) | ManifestBlobUnknown(_) => {
-                StatusCode::BAD_REQUEST
+            NameInvalid(_)
+            | DigestInvalid(_)
+            | BlobUploadInvalid(_)
+            | ManifestInvalid(_)
+            | SizeInvalid(_)
+            | ManifestBlobUnknown(_) => StatusCode::BAD_REQUEST,
+            NameUnknown(_) | BlobUnknown(_) | BlobUploadUnknown(_) | ManifestUnknown(_) => {
+                StatusCode::NOT_FOUND
             }
-            NameUnknown(_) | BlobUnknown(_) | BlobUploadUnknown(_) | ManifestUnknown(_) => StatusCode::NOT_FOUND,
             ManifestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Unauthorized => StatusCode::UNAUTHORIZED,
             Denied(_) => StatusCode::FORBIDDEN,
@@ -89,10 +94,19 @@ impl From<StoreError> for RegistryError {
     fn from(e: StoreError) -> Self {
         use RegistryError as R;
         match e {
-            StoreError::BlobUnknown(d) => R::BlobUnknown(format!("blob {d} is not in the repository")),
-            StoreError::ManifestUnknown(r) => R::ManifestUnknown(format!("manifest {r} is not in the repository")),
-            StoreError::UploadUnknown(id) => R::BlobUploadUnknown(format!("upload {id} is not known")),
-            StoreError::OutOfOrder { expected, .. } => R::RangeInvalid { offset: expected, location: String::new() },
+            StoreError::BlobUnknown(d) => {
+                R::BlobUnknown(format!("blob {d} is not in the repository"))
+            }
+            StoreError::ManifestUnknown(r) => {
+                R::ManifestUnknown(format!("manifest {r} is not in the repository"))
+            }
+            StoreError::UploadUnknown(id) => {
+                R::BlobUploadUnknown(format!("upload {id} is not known"))
+            }
+            StoreError::OutOfOrder { expected, .. } => R::RangeInvalid {
+                offset: expected,
+                location: String::new(),
+            },
             e @ StoreError::DigestMismatch { .. } => R::DigestInvalid(e.to_string()),
             e @ StoreError::SizeMismatch { .. } => R::SizeInvalid(e.to_string()),
             StoreError::ManifestTooLarge => R::ManifestTooLarge,
@@ -112,12 +126,16 @@ impl IntoResponse for RegistryError {
             tracing::error!(error = %msg, "registry request failed");
         }
         let status = self.status();
-        let body = json!({"errors": [{"code": self.code(), "message": self.to_string(), "detail": {}}]});
+        let body =
+            json!({"errors": [{"code": self.code(), "message": self.to_string(), "detail": {}}]});
         let mut resp = (status, axum::Json(body)).into_response();
         let headers = resp.headers_mut();
         match &self {
             RegistryError::Unauthorized => {
-                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(r#"Basic realm="foothold""#));
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static(r#"Basic realm="foothold""#),
+                );
             }
             RegistryError::RangeInvalid { offset, location } => {
                 if let Ok(v) = HeaderValue::from_str(&format!("0-{}", offset.saturating_sub(1))) {

@@ -31,24 +31,39 @@ const API_VERSION: (&str, &str) = ("docker-distribution-api-version", "registry/
 const DIGEST_HEADER: &str = "docker-content-digest";
 
 /// Entry point for every `/v2` request.
-pub async fn handle(State(state): State<Arc<AppState>>, method: Method, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+pub async fn handle(
+    State(state): State<Arc<AppState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let mut resp = match dispatch(&state, &method, &uri, &headers, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
-    resp.headers_mut().insert(API_VERSION.0, HeaderValue::from_static(API_VERSION.1));
+    resp.headers_mut()
+        .insert(API_VERSION.0, HeaderValue::from_static(API_VERSION.1));
     resp
 }
 
 fn parse_digest(s: &str) -> Result<Digest> {
-    s.parse().map_err(|e: DigestError| RegistryError::DigestInvalid(e.to_string()))
+    s.parse()
+        .map_err(|e: DigestError| RegistryError::DigestInvalid(e.to_string()))
 }
 
-fn parse_reference(s: &str) -> Result<Reference> {
+/// A tag or digest. An invalid tag is "unknown" for reads (no such manifest can exist) and "invalid" for PUT.
+fn parse_reference(s: &str, put: bool) -> Result<Reference> {
     if s.contains(':') {
         Ok(Reference::Digest(parse_digest(s)?))
     } else {
-        names::validate_tag(s).map_err(|e| RegistryError::ManifestInvalid(e.to_string()))?;
+        names::validate_tag(s).map_err(|e| {
+            if put {
+                RegistryError::ManifestInvalid(e.to_string())
+            } else {
+                RegistryError::ManifestUnknown(e.to_string())
+            }
+        })?;
         Ok(Reference::Tag(s.to_owned()))
     }
 }
@@ -60,19 +75,38 @@ fn hv(s: &str) -> HeaderValue {
 fn empty(status: StatusCode, headers: &[(&str, String)]) -> Response {
     let mut r = (status, Body::empty()).into_response();
     for (k, v) in headers {
-        r.headers_mut().insert(header::HeaderName::from_bytes(k.as_bytes()).expect("static header name"), hv(v));
+        r.headers_mut().insert(
+            header::HeaderName::from_bytes(k.as_bytes()).expect("static header name"),
+            hv(v),
+        );
     }
-    r.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    r.headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
     r
 }
 
 fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
-async fn dispatch(state: &AppState, method: &Method, uri: &Uri, headers: &HeaderMap, body: Body) -> Result<Response> {
-    let route = routes::parse(uri.path()).ok_or_else(|| RegistryError::NameUnknown(format!("no registry route at {}", uri.path())))?;
-    let query: HashMap<String, String> = Query::try_from_uri(uri).map(|Query(q)| q).unwrap_or_default();
+async fn dispatch(
+    state: &AppState,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response> {
+    let route = routes::parse(uri.path()).ok_or_else(|| {
+        RegistryError::NameUnknown(format!("no registry route at {}", uri.path()))
+    })?;
+    let query: HashMap<String, String> = Query::try_from_uri(uri)
+        .map(|Query(q)| q)
+        .unwrap_or_default();
     let writes = !matches!(*method, Method::GET | Method::HEAD);
     if writes && !state.auth.permits_write(headers) {
         return Err(RegistryError::Unauthorized);
@@ -84,7 +118,8 @@ async fn dispatch(state: &AppState, method: &Method, uri: &Uri, headers: &Header
         Some(n) => {
             names::validate_name(n).map_err(|e| RegistryError::NameInvalid(e.to_string()))?;
             let repo = match query.get("ns") {
-                Some(ns) if !ns.is_empty() => names::mirrored_name(ns, n).map_err(|e| RegistryError::NameInvalid(e.to_string()))?,
+                Some(ns) if !ns.is_empty() => names::mirrored_name(ns, n)
+                    .map_err(|e| RegistryError::NameInvalid(e.to_string()))?,
                 _ => n.to_owned(),
             };
             (n.to_owned(), repo)
@@ -105,20 +140,37 @@ async fn dispatch(state: &AppState, method: &Method, uri: &Uri, headers: &Header
         }
         (Route::Tags { .. }, Method::GET) => {
             let (n, last) = paging(&query)?;
-            let tags = state.store.tags(&repo, last, n).await?.ok_or_else(|| RegistryError::NameUnknown(repo.clone()))?;
-            Ok(paged(&format!("/v2/{path_name}/tags/list"), "tags", tags, n))
+            let tags = state
+                .store
+                .tags(&repo, last, n)
+                .await?
+                .ok_or_else(|| RegistryError::NameUnknown(repo.clone()))?;
+            Ok(paged(
+                &format!("/v2/{path_name}/tags/list"),
+                "tags",
+                tags,
+                n,
+            ))
         }
         (Route::Manifest { reference, .. }, m @ (Method::GET | Method::HEAD)) => {
-            let reference = parse_reference(reference)?;
+            let reference = parse_reference(reference, false)?;
             let (row, bytes) = state.store.get_manifest(&repo, &reference).await?;
-            let accept: Vec<&str> = headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect();
+            let accept: Vec<&str> = headers
+                .get_all(header::ACCEPT)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect();
             if !manifest::accepted(&row.media_type, &accept) {
                 return Err(RegistryError::ManifestUnknown(format!(
                     "manifest {reference} is stored as {}, which the request's Accept header does not include",
                     row.media_type
                 )));
             }
-            let mut resp = if m == Method::HEAD { Body::empty().into_response() } else { Body::from(bytes).into_response() };
+            let mut resp = if m == Method::HEAD {
+                Body::empty().into_response()
+            } else {
+                Body::from(bytes).into_response()
+            };
             let h = resp.headers_mut();
             h.insert(header::CONTENT_TYPE, hv(&row.media_type));
             h.insert(header::CONTENT_LENGTH, hv(&row.size.to_string()));
@@ -127,19 +179,29 @@ async fn dispatch(state: &AppState, method: &Method, uri: &Uri, headers: &Header
             Ok(resp)
         }
         (Route::Manifest { reference, .. }, Method::PUT) => {
-            let reference = parse_reference(reference)?;
-            let bytes = axum::body::to_bytes(body, manifest::MAX_MANIFEST_SIZE).await.map_err(|_| RegistryError::ManifestTooLarge)?;
-            let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-            let (digest, subject) = state.store.put_manifest(&repo, &reference, ct, bytes).await?;
+            let reference = parse_reference(reference, true)?;
+            let bytes = axum::body::to_bytes(body, manifest::MAX_MANIFEST_SIZE)
+                .await
+                .map_err(|_| RegistryError::ManifestTooLarge)?;
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok());
+            let (digest, subject) = state
+                .store
+                .put_manifest(&repo, &reference, ct, bytes)
+                .await?;
             tracing::info!(repo, %digest, reference = %reference, "manifest stored");
-            let mut h = vec![("location", format!("/v2/{path_name}/manifests/{digest}")), (DIGEST_HEADER, digest.to_string())];
+            let mut h = vec![
+                ("location", format!("/v2/{path_name}/manifests/{digest}")),
+                (DIGEST_HEADER, digest.to_string()),
+            ];
             if let Some(s) = subject {
                 h.push(("oci-subject", s.to_string()));
             }
             Ok(empty(StatusCode::CREATED, &h))
         }
         (Route::Manifest { reference, .. }, Method::DELETE) => {
-            let reference = parse_reference(reference)?;
+            let reference = parse_reference(reference, false)?;
             state.store.delete_manifest(&repo, &reference).await?;
             Ok(empty(StatusCode::ACCEPTED, &[]))
         }
@@ -155,9 +217,13 @@ async fn dispatch(state: &AppState, method: &Method, uri: &Uri, headers: &Header
         (Route::UploadStart { .. }, Method::POST) => {
             if let Some(mount) = query.get("mount") {
                 let digest = parse_digest(mount)?;
-                let from = query.get("from").map(String::as_str).filter(|f| !f.is_empty());
+                let from = query
+                    .get("from")
+                    .map(String::as_str)
+                    .filter(|f| !f.is_empty());
                 if let Some(f) = from {
-                    names::validate_name(f).map_err(|e| RegistryError::NameInvalid(e.to_string()))?;
+                    names::validate_name(f)
+                        .map_err(|e| RegistryError::NameInvalid(e.to_string()))?;
                 }
                 if state.store.mount_blob(&repo, &digest, from).await? {
                     return Ok(blob_created(&path_name, &digest));
@@ -165,7 +231,15 @@ async fn dispatch(state: &AppState, method: &Method, uri: &Uri, headers: &Header
                 // Not mountable: fall through to a normal session, as the spec asks.
             } else if let Some(d) = query.get("digest") {
                 let digest = parse_digest(d)?;
-                state.store.put_blob(&repo, &digest, body.into_data_stream(), content_length(headers)).await?;
+                state
+                    .store
+                    .put_blob(
+                        &repo,
+                        &digest,
+                        body.into_data_stream(),
+                        content_length(headers),
+                    )
+                    .await?;
                 return Ok(blob_created(&path_name, &digest));
             }
             let id = state.store.start_upload(&repo).await?;
@@ -173,23 +247,50 @@ async fn dispatch(state: &AppState, method: &Method, uri: &Uri, headers: &Header
         }
         (Route::Upload { id, .. }, Method::GET) => {
             let offset = state.store.upload_offset(&repo, id).await?;
-            Ok(upload_accepted(StatusCode::NO_CONTENT, &path_name, id, offset))
+            Ok(upload_accepted(
+                StatusCode::NO_CONTENT,
+                &path_name,
+                id,
+                offset,
+            ))
         }
         (Route::Upload { id, .. }, Method::PATCH) => {
-            let start = match headers.get(header::CONTENT_RANGE).and_then(|v| v.to_str().ok()) {
+            let start = match headers
+                .get(header::CONTENT_RANGE)
+                .and_then(|v| v.to_str().ok())
+            {
                 None => None,
                 Some(v) => Some(parse_content_range(v)?),
             };
             let location = format!("/v2/{path_name}/blobs/uploads/{id}");
-            let offset = state.store.append_upload(&repo, id, start, body.into_data_stream()).await.map_err(|e| match RegistryError::from(e) {
-                RegistryError::RangeInvalid { offset, .. } => RegistryError::RangeInvalid { offset, location: location.clone() },
-                other => other,
-            })?;
-            Ok(upload_accepted(StatusCode::ACCEPTED, &path_name, id, offset))
+            let offset = state
+                .store
+                .append_upload(&repo, id, start, body.into_data_stream())
+                .await
+                .map_err(|e| match RegistryError::from(e) {
+                    RegistryError::RangeInvalid { offset, .. } => RegistryError::RangeInvalid {
+                        offset,
+                        location: location.clone(),
+                    },
+                    other => other,
+                })?;
+            Ok(upload_accepted(
+                StatusCode::ACCEPTED,
+                &path_name,
+                id,
+                offset,
+            ))
         }
         (Route::Upload { id, .. }, Method::PUT) => {
-            let digest = parse_digest(query.get("digest").ok_or_else(|| RegistryError::DigestInvalid("PUT needs ?digest=".into()))?)?;
-            state.store.finish_upload(&repo, id, &digest, body.into_data_stream()).await?;
+            let digest = parse_digest(
+                query
+                    .get("digest")
+                    .ok_or_else(|| RegistryError::DigestInvalid("PUT needs ?digest=".into()))?,
+            )?;
+            state
+                .store
+                .finish_upload(&repo, id, &digest, body.into_data_stream())
+                .await?;
             tracing::info!(repo, %digest, "blob upload finished");
             Ok(blob_created(&path_name, &digest))
         }
@@ -217,20 +318,32 @@ async fn dispatch(state: &AppState, method: &Method, uri: &Uri, headers: &Header
                 .collect();
             let index = json!({"schemaVersion": 2, "mediaType": manifest::OCI_INDEX, "manifests": manifests});
             let mut resp = axum::Json(index).into_response();
-            resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(manifest::OCI_INDEX));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(manifest::OCI_INDEX),
+            );
             if filter.is_some() {
-                resp.headers_mut().insert("oci-filters-applied", HeaderValue::from_static("artifactType"));
+                resp.headers_mut().insert(
+                    "oci-filters-applied",
+                    HeaderValue::from_static("artifactType"),
+                );
             }
             Ok(resp)
         }
-        (route, method) => Err(RegistryError::Unsupported(format!("{method} is not supported on {}", route.label()))),
+        (route, method) => Err(RegistryError::Unsupported(format!(
+            "{method} is not supported on {}",
+            route.label()
+        ))),
     }
 }
 
 fn paging(query: &HashMap<String, String>) -> Result<(Option<usize>, Option<String>)> {
     let n = match query.get("n") {
         None => None,
-        Some(v) => Some(v.parse::<usize>().map_err(|_| RegistryError::Unsupported(format!("n={v:?} is not a count")))?),
+        Some(v) => Some(
+            v.parse::<usize>()
+                .map_err(|_| RegistryError::Unsupported(format!("n={v:?} is not a count")))?,
+        ),
     };
     Ok((n, query.get("last").cloned()))
 }
@@ -238,11 +351,15 @@ fn paging(query: &HashMap<String, String>) -> Result<(Option<usize>, Option<Stri
 /// A list body with `Link: <...?n=&last=>; rel="next"` when the page is full.
 fn paged(path: &str, key: &str, items: Vec<String>, n: Option<usize>) -> Response {
     let next = match (n, items.last()) {
-        (Some(n), Some(last)) if n > 0 && items.len() == n => Some(format!("<{path}?n={n}&last={last}>; rel=\"next\"")),
+        (Some(n), Some(last)) if n > 0 && items.len() == n => {
+            Some(format!("<{path}?n={n}&last={last}>; rel=\"next\""))
+        }
         _ => None,
     };
     let body = if key == "tags" {
-        let name = path.trim_start_matches("/v2/").trim_end_matches("/tags/list");
+        let name = path
+            .trim_start_matches("/v2/")
+            .trim_end_matches("/tags/list");
         json!({"name": name, "tags": items})
     } else {
         json!({ key: items })
@@ -256,17 +373,30 @@ fn paged(path: &str, key: &str, items: Vec<String>, n: Option<usize>) -> Respons
 
 /// `Content-Range: <start>-<end>` (the distribution-spec form, no unit); `bytes ` prefix tolerated.
 fn parse_content_range(v: &str) -> Result<u64> {
-    let v = v.trim().trim_start_matches("bytes ").trim_start_matches("bytes=");
-    let (a, b) = v.split_once('-').ok_or_else(|| RegistryError::BlobUploadInvalid(format!("Content-Range {v:?} is not <start>-<end>")))?;
+    let v = v
+        .trim()
+        .trim_start_matches("bytes ")
+        .trim_start_matches("bytes=");
+    let (a, b) = v.split_once('-').ok_or_else(|| {
+        RegistryError::BlobUploadInvalid(format!("Content-Range {v:?} is not <start>-<end>"))
+    })?;
     let b = b.split('/').next().unwrap_or(b);
     match (a.parse::<u64>(), b.parse::<u64>()) {
         (Ok(a), Ok(b)) if a <= b => Ok(a),
-        _ => Err(RegistryError::BlobUploadInvalid(format!("Content-Range {v:?} is not <start>-<end>"))),
+        _ => Err(RegistryError::BlobUploadInvalid(format!(
+            "Content-Range {v:?} is not <start>-<end>"
+        ))),
     }
 }
 
 fn blob_created(name: &str, digest: &Digest) -> Response {
-    empty(StatusCode::CREATED, &[("location", format!("/v2/{name}/blobs/{digest}")), (DIGEST_HEADER, digest.to_string())])
+    empty(
+        StatusCode::CREATED,
+        &[
+            ("location", format!("/v2/{name}/blobs/{digest}")),
+            (DIGEST_HEADER, digest.to_string()),
+        ],
+    )
 }
 
 fn upload_accepted(status: StatusCode, name: &str, id: &str, offset: u64) -> Response {
@@ -281,7 +411,13 @@ fn upload_accepted(status: StatusCode, name: &str, id: &str, offset: u64) -> Res
 }
 
 /// Blob GET/HEAD, with one byte range. Streams from the file; never buffers the blob.
-async fn serve_blob(state: &AppState, repo: &str, digest: &Digest, head: bool, headers: &HeaderMap) -> Result<Response> {
+async fn serve_blob(
+    state: &AppState,
+    repo: &str,
+    digest: &Digest,
+    head: bool,
+    headers: &HeaderMap,
+) -> Result<Response> {
     let (mut file, size) = state.store.open_blob(repo, digest).await?;
     let range_header = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     let (status, start, len) = match range::parse(range_header, size) {
@@ -289,7 +425,8 @@ async fn serve_blob(state: &AppState, repo: &str, digest: &Digest, head: bool, h
         ByteRange::Partial { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
         ByteRange::Unsatisfiable => {
             let mut r = empty(StatusCode::RANGE_NOT_SATISFIABLE, &[]);
-            r.headers_mut().insert(header::CONTENT_RANGE, hv(&format!("bytes */{size}")));
+            r.headers_mut()
+                .insert(header::CONTENT_RANGE, hv(&format!("bytes */{size}")));
             return Ok(r);
         }
     };
@@ -297,25 +434,34 @@ async fn serve_blob(state: &AppState, repo: &str, digest: &Digest, head: bool, h
         Body::empty()
     } else {
         if start > 0 {
-            file.seek(std::io::SeekFrom::Start(start)).await.map_err(|e| RegistryError::Internal(e.to_string()))?;
+            file.seek(std::io::SeekFrom::Start(start))
+                .await
+                .map_err(|e| RegistryError::Internal(e.to_string()))?;
         }
         let metrics = state.metrics.clone();
-        let stream = ReaderStream::with_capacity(file.take(len), crate::store::blobs::IO_BUF).inspect(move |chunk| {
-            if let Ok(c) = chunk {
-                metrics.served(c.len() as u64);
-            }
-        });
+        let stream = ReaderStream::with_capacity(file.take(len), crate::store::blobs::IO_BUF)
+            .inspect(move |chunk| {
+                if let Ok(c) = chunk {
+                    metrics.served(c.len() as u64);
+                }
+            });
         Body::from_stream(stream)
     };
     let mut resp = (status, body).into_response();
     let h = resp.headers_mut();
     h.insert(header::CONTENT_LENGTH, hv(&len.to_string()));
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     h.insert(DIGEST_HEADER, hv(&digest.to_string()));
     h.insert(header::ETAG, hv(&format!("\"{digest}\"")));
     if status == StatusCode::PARTIAL_CONTENT {
-        h.insert(header::CONTENT_RANGE, hv(&format!("bytes {start}-{}/{size}", start + len - 1)));
+        h.insert(
+            header::CONTENT_RANGE,
+            hv(&format!("bytes {start}-{}/{size}", start + len - 1)),
+        );
     }
     Ok(resp)
 }

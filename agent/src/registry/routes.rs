@@ -5,14 +5,30 @@
 pub enum Route {
     Base,
     Catalog,
-    Manifest { name: String, reference: String },
-    Blob { name: String, digest: String },
+    Manifest {
+        name: String,
+        reference: String,
+    },
+    Blob {
+        name: String,
+        digest: String,
+    },
     /// `POST /v2/<name>/blobs/uploads/`
-    UploadStart { name: String },
+    UploadStart {
+        name: String,
+    },
     /// `/v2/<name>/blobs/uploads/<id>`
-    Upload { name: String, id: String },
-    Tags { name: String },
-    Referrers { name: String, digest: String },
+    Upload {
+        name: String,
+        id: String,
+    },
+    Tags {
+        name: String,
+    },
+    Referrers {
+        name: String,
+        digest: String,
+    },
 }
 
 impl Route {
@@ -63,19 +79,35 @@ pub fn parse(path: &str) -> Option<Route> {
     }
     if n >= 4 && segs[n - 3] == "blobs" && segs[n - 2] == "uploads" {
         let id = segs[n - 1];
-        return Some(if id.is_empty() { Route::UploadStart { name: name(3)? } } else { Route::Upload { name: name(3)?, id: id.to_owned() } });
+        return Some(if id.is_empty() {
+            Route::UploadStart { name: name(3)? }
+        } else {
+            Route::Upload {
+                name: name(3)?,
+                id: id.to_owned(),
+            }
+        });
     }
     if n >= 3 && segs[n - 2] == "manifests" {
-        return Some(Route::Manifest { name: name(2)?, reference: segs[n - 1].to_owned() });
+        return Some(Route::Manifest {
+            name: name(2)?,
+            reference: segs[n - 1].to_owned(),
+        });
     }
     if n >= 3 && segs[n - 2] == "blobs" {
-        return Some(Route::Blob { name: name(2)?, digest: segs[n - 1].to_owned() });
+        return Some(Route::Blob {
+            name: name(2)?,
+            digest: segs[n - 1].to_owned(),
+        });
     }
     if n >= 3 && segs[n - 2] == "tags" && segs[n - 1] == "list" {
         return Some(Route::Tags { name: name(2)? });
     }
     if n >= 3 && segs[n - 2] == "referrers" {
-        return Some(Route::Referrers { name: name(2)?, digest: segs[n - 1].to_owned() });
+        return Some(Route::Referrers {
+            name: name(2)?,
+            digest: segs[n - 1].to_owned(),
+        });
     }
     None
 }
@@ -93,15 +125,51 @@ mod tests {
         assert_eq!(parse("/v2/"), Some(Route::Base));
         assert_eq!(parse("/v2"), Some(Route::Base));
         assert_eq!(parse("/v2/_catalog"), Some(Route::Catalog));
-        assert_eq!(parse("/v2/docker.io/library/nginx/manifests/1.25"), Some(Route::Manifest { name: s("docker.io/library/nginx"), reference: s("1.25") }));
-        assert_eq!(parse("/v2/a/blobs/sha256:00"), Some(Route::Blob { name: s("a"), digest: s("sha256:00") }));
-        assert_eq!(parse("/v2/a/b/blobs/uploads/"), Some(Route::UploadStart { name: s("a/b") }));
-        assert_eq!(parse("/v2/a/b/blobs/uploads"), Some(Route::UploadStart { name: s("a/b") }));
-        assert_eq!(parse("/v2/a/blobs/uploads/123"), Some(Route::Upload { name: s("a"), id: s("123") }));
+        assert_eq!(
+            parse("/v2/docker.io/library/nginx/manifests/1.25"),
+            Some(Route::Manifest {
+                name: s("docker.io/library/nginx"),
+                reference: s("1.25")
+            })
+        );
+        assert_eq!(
+            parse("/v2/a/blobs/sha256:00"),
+            Some(Route::Blob {
+                name: s("a"),
+                digest: s("sha256:00")
+            })
+        );
+        assert_eq!(
+            parse("/v2/a/b/blobs/uploads/"),
+            Some(Route::UploadStart { name: s("a/b") })
+        );
+        assert_eq!(
+            parse("/v2/a/b/blobs/uploads"),
+            Some(Route::UploadStart { name: s("a/b") })
+        );
+        assert_eq!(
+            parse("/v2/a/blobs/uploads/123"),
+            Some(Route::Upload {
+                name: s("a"),
+                id: s("123")
+            })
+        );
         assert_eq!(parse("/v2/a/tags/list"), Some(Route::Tags { name: s("a") }));
-        assert_eq!(parse("/v2/a/referrers/sha256:1"), Some(Route::Referrers { name: s("a"), digest: s("sha256:1") }));
+        assert_eq!(
+            parse("/v2/a/referrers/sha256:1"),
+            Some(Route::Referrers {
+                name: s("a"),
+                digest: s("sha256:1")
+            })
+        );
         // Names may contain the words routes use.
-        assert_eq!(parse("/v2/blobs/manifests/manifests/x"), Some(Route::Manifest { name: s("blobs/manifests"), reference: s("x") }));
+        assert_eq!(
+            parse("/v2/blobs/manifests/manifests/x"),
+            Some(Route::Manifest {
+                name: s("blobs/manifests"),
+                reference: s("x")
+            })
+        );
         assert_eq!(parse("/v2/manifests/x"), None);
         assert_eq!(parse("/v3/a/manifests/x"), None);
         assert_eq!(parse("/v2/a/unknown/x"), None);

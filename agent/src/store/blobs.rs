@@ -26,7 +26,9 @@ impl BlobFiles {
         }
         let layout = root.join("oci-layout");
         if !layout.exists() {
-            let files = BlobFiles { root: root.to_owned() };
+            let files = BlobFiles {
+                root: root.to_owned(),
+            };
             let tmp = files.temp_path();
             write_durably(&tmp, &layout, br#"{"imageLayoutVersion":"1.0.0"}"#)?;
         }
@@ -34,7 +36,9 @@ impl BlobFiles {
         for entry in fs::read_dir(root.join("tmp"))? {
             let _ = fs::remove_file(entry?.path());
         }
-        Ok(BlobFiles { root: root.to_owned() })
+        Ok(BlobFiles {
+            root: root.to_owned(),
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -54,7 +58,9 @@ impl BlobFiles {
     }
 
     pub fn temp_path(&self) -> PathBuf {
-        self.root.join("tmp").join(uuid::Uuid::new_v4().simple().to_string())
+        self.root
+            .join("tmp")
+            .join(uuid::Uuid::new_v4().simple().to_string())
     }
 
     /// Size of a stored blob, or None when absent.
@@ -121,7 +127,10 @@ impl BlobFiles {
             }
             Ok((actual, _)) => {
                 let _ = fs::remove_file(&tmp);
-                Err(PutError::Mismatch { expected: expected.clone(), actual })
+                Err(PutError::Mismatch {
+                    expected: expected.clone(),
+                    actual,
+                })
             }
             Err(e) => {
                 let _ = fs::remove_file(&tmp);

@@ -18,6 +18,9 @@ use crate::manifest::{ParsedManifest, RefKind};
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS repo_blobs(
     repo TEXT NOT NULL, digest TEXT NOT NULL, size INTEGER NOT NULL,
+    -- 1: a client deleted the blob while a manifest still referenced it; the link goes with the last such
+    -- manifest (deferred deletion keeps "a tag never points at a manifest whose blobs are missing").
+    delete_pending INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY(repo, digest));
 CREATE INDEX IF NOT EXISTS repo_blobs_digest ON repo_blobs(digest);
 CREATE TABLE IF NOT EXISTS manifests(
@@ -44,9 +47,17 @@ pub enum MetaError {
     #[error("metadata database: {0}")]
     Sql(#[from] rusqlite::Error),
     #[error("{kind} {digest} is not in repository {repo}")]
-    Missing { repo: String, digest: Digest, kind: &'static str },
+    Missing {
+        repo: String,
+        digest: Digest,
+        kind: &'static str,
+    },
     #[error("{target} is still referenced by manifest {by} in repository {repo}")]
-    InUse { repo: String, target: Digest, by: Digest },
+    InUse {
+        repo: String,
+        target: Digest,
+        by: Digest,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -63,7 +74,9 @@ pub struct Meta {
 }
 
 fn digest_col(s: String) -> rusqlite::Result<Digest> {
-    s.parse().map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
+    s.parse().map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+    })
 }
 
 impl Meta {
@@ -79,7 +92,8 @@ impl Meta {
 
     pub fn link_blob(&mut self, repo: &str, digest: &Digest, size: u64) -> Result<(), MetaError> {
         self.conn.execute(
-            "INSERT OR IGNORE INTO repo_blobs(repo, digest, size) VALUES (?1, ?2, ?3)",
+            "INSERT INTO repo_blobs(repo, digest, size) VALUES (?1, ?2, ?3)
+             ON CONFLICT(repo, digest) DO UPDATE SET delete_pending = 0",
             params![repo, digest.to_string(), size as i64],
         )?;
         Ok(())
@@ -88,9 +102,11 @@ impl Meta {
     pub fn blob_size(&self, repo: &str, digest: &Digest) -> Result<Option<u64>, MetaError> {
         Ok(self
             .conn
-            .query_row("SELECT size FROM repo_blobs WHERE repo = ?1 AND digest = ?2", params![repo, digest.to_string()], |r| {
-                r.get::<_, i64>(0)
-            })
+            .query_row(
+                "SELECT size FROM repo_blobs WHERE repo = ?1 AND digest = ?2",
+                params![repo, digest.to_string()],
+                |r| r.get::<_, i64>(0),
+            )
             .optional()?
             .map(|s| s as u64))
     }
@@ -99,29 +115,63 @@ impl Meta {
     pub fn blob_size_anywhere(&self, digest: &Digest) -> Result<Option<u64>, MetaError> {
         Ok(self
             .conn
-            .query_row("SELECT size FROM repo_blobs WHERE digest = ?1 LIMIT 1", params![digest.to_string()], |r| r.get::<_, i64>(0))
+            .query_row(
+                "SELECT size FROM repo_blobs WHERE digest = ?1 LIMIT 1",
+                params![digest.to_string()],
+                |r| r.get::<_, i64>(0),
+            )
             .optional()?
             .map(|s| s as u64))
     }
 
-    /// Unlinks a blob from a repository. Refused while a manifest of that repository references it, so the
-    /// tag invariant holds. Returns whether the file is now unreferenced everywhere (the caller removes it).
-    pub fn unlink_blob(&mut self, repo: &str, digest: &Digest) -> Result<Option<bool>, MetaError> {
+    /// Unlinks a blob from a repository. While a manifest of the repository references it the unlink is
+    /// deferred (marked pending) so the tag invariant holds. Returns None if the blob is not linked, else
+    /// the digests whose files are now unreferenced everywhere (the caller removes them).
+    pub fn unlink_blob(
+        &mut self,
+        repo: &str,
+        digest: &Digest,
+    ) -> Result<Option<Vec<Digest>>, MetaError> {
         let tx = self.conn.transaction()?;
         let d = digest.to_string();
-        let by: Option<String> = tx
-            .query_row("SELECT manifest FROM manifest_refs WHERE repo = ?1 AND target = ?2 LIMIT 1", params![repo, d], |r| r.get(0))
-            .optional()?;
-        if let Some(by) = by {
-            return Err(MetaError::InUse { repo: repo.into(), target: digest.clone(), by: digest_col(by)? });
-        }
-        let n = tx.execute("DELETE FROM repo_blobs WHERE repo = ?1 AND digest = ?2", params![repo, d])?;
-        if n == 0 {
+        if tx
+            .query_row(
+                "SELECT 1 FROM repo_blobs WHERE repo = ?1 AND digest = ?2",
+                params![repo, d],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_none()
+        {
             return Ok(None);
         }
-        let orphan = unreferenced(&tx, digest)?;
+        let in_use = tx
+            .query_row(
+                "SELECT 1 FROM manifest_refs WHERE repo = ?1 AND target = ?2 LIMIT 1",
+                params![repo, d],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some();
+        if in_use {
+            tx.execute(
+                "UPDATE repo_blobs SET delete_pending = 1 WHERE repo = ?1 AND digest = ?2",
+                params![repo, d],
+            )?;
+            tx.commit()?;
+            return Ok(Some(Vec::new()));
+        }
+        tx.execute(
+            "DELETE FROM repo_blobs WHERE repo = ?1 AND digest = ?2",
+            params![repo, d],
+        )?;
+        let orphans = if unreferenced(&tx, digest)? {
+            vec![digest.clone()]
+        } else {
+            Vec::new()
+        };
         tx.commit()?;
-        Ok(Some(orphan))
+        Ok(Some(orphans))
     }
 
     /// Records a manifest (and optionally a tag) after checking everything it references is linked here.
@@ -137,18 +187,38 @@ impl Meta {
         for (target, kind) in &parsed.references {
             let t = target.to_string();
             let (sql, what) = match kind {
-                RefKind::Blob => ("SELECT 1 FROM repo_blobs WHERE repo = ?1 AND digest = ?2", "blob"),
-                RefKind::Manifest => ("SELECT 1 FROM manifests WHERE repo = ?1 AND digest = ?2", "manifest"),
+                RefKind::Blob => (
+                    "SELECT 1 FROM repo_blobs WHERE repo = ?1 AND digest = ?2",
+                    "blob",
+                ),
+                RefKind::Manifest => (
+                    "SELECT 1 FROM manifests WHERE repo = ?1 AND digest = ?2",
+                    "manifest",
+                ),
             };
-            if tx.query_row(sql, params![repo, t], |_| Ok(())).optional()?.is_none() {
-                return Err(MetaError::Missing { repo: repo.into(), digest: target.clone(), kind: what });
+            if tx
+                .query_row(sql, params![repo, t], |_| Ok(()))
+                .optional()?
+                .is_none()
+            {
+                return Err(MetaError::Missing {
+                    repo: repo.into(),
+                    digest: target.clone(),
+                    kind: what,
+                });
             }
         }
         let d = digest.to_string();
-        let annotations = parsed.annotations.as_ref().map(|a| serde_json::to_string(a).expect("string map serialises"));
+        let annotations = parsed
+            .annotations
+            .as_ref()
+            .map(|a| serde_json::to_string(a).expect("string map serialises"));
+        // An upsert, not INSERT OR REPLACE: REPLACE deletes the row first and the cascade would drop its tags.
         tx.execute(
-            "INSERT OR REPLACE INTO manifests(repo, digest, media_type, size, artifact_type, subject, annotations)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO manifests(repo, digest, media_type, size, artifact_type, subject, annotations)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT(repo, digest) DO UPDATE SET media_type = excluded.media_type, size = excluded.size,
+               artifact_type = excluded.artifact_type, subject = excluded.subject, annotations = excluded.annotations",
             params![
                 repo,
                 d,
@@ -159,7 +229,10 @@ impl Meta {
                 annotations
             ],
         )?;
-        tx.execute("DELETE FROM manifest_refs WHERE repo = ?1 AND manifest = ?2", params![repo, d])?;
+        tx.execute(
+            "DELETE FROM manifest_refs WHERE repo = ?1 AND manifest = ?2",
+            params![repo, d],
+        )?;
         for (target, kind) in &parsed.references {
             let kind = match kind {
                 RefKind::Blob => "blob",
@@ -171,7 +244,10 @@ impl Meta {
             )?;
         }
         if let Some(tag) = tag {
-            tx.execute("INSERT OR REPLACE INTO tags(repo, tag, digest) VALUES (?1, ?2, ?3)", params![repo, tag, d])?;
+            tx.execute(
+                "INSERT OR REPLACE INTO tags(repo, tag, digest) VALUES (?1, ?2, ?3)",
+                params![repo, tag, d],
+            )?;
         }
         tx.commit()?;
         Ok(())
@@ -190,18 +266,30 @@ impl Meta {
 
     pub fn resolve_tag(&self, repo: &str, tag: &str) -> Result<Option<Digest>, MetaError> {
         self.conn
-            .query_row("SELECT digest FROM tags WHERE repo = ?1 AND tag = ?2", params![repo, tag], |r| digest_col(r.get(0)?))
+            .query_row(
+                "SELECT digest FROM tags WHERE repo = ?1 AND tag = ?2",
+                params![repo, tag],
+                |r| digest_col(r.get(0)?),
+            )
             .optional()
             .map_err(Into::into)
     }
 
     pub fn delete_tag(&mut self, repo: &str, tag: &str) -> Result<bool, MetaError> {
-        Ok(self.conn.execute("DELETE FROM tags WHERE repo = ?1 AND tag = ?2", params![repo, tag])? > 0)
+        Ok(self.conn.execute(
+            "DELETE FROM tags WHERE repo = ?1 AND tag = ?2",
+            params![repo, tag],
+        )? > 0)
     }
 
     /// Deletes a manifest and the tags pointing at it; refused while an index in the repository lists it.
-    /// Returns None if absent, else whether its content file is now unreferenced everywhere.
-    pub fn delete_manifest(&mut self, repo: &str, digest: &Digest) -> Result<Option<bool>, MetaError> {
+    /// Blob links whose deletion was deferred go too once nothing references them. Returns None if absent,
+    /// else the digests whose files are now unreferenced everywhere.
+    pub fn delete_manifest(
+        &mut self,
+        repo: &str,
+        digest: &Digest,
+    ) -> Result<Option<Vec<Digest>>, MetaError> {
         let tx = self.conn.transaction()?;
         let d = digest.to_string();
         let by: Option<String> = tx
@@ -212,21 +300,53 @@ impl Meta {
             )
             .optional()?;
         if let Some(by) = by {
-            return Err(MetaError::InUse { repo: repo.into(), target: digest.clone(), by: digest_col(by)? });
+            return Err(MetaError::InUse {
+                repo: repo.into(),
+                target: digest.clone(),
+                by: digest_col(by)?,
+            });
         }
+        let targets: Vec<String> = tx
+            .prepare("SELECT target FROM manifest_refs WHERE repo = ?1 AND manifest = ?2 AND kind = 'blob'")?
+            .query_map(params![repo, d], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
         // tags and manifest_refs go with it (ON DELETE CASCADE).
-        let n = tx.execute("DELETE FROM manifests WHERE repo = ?1 AND digest = ?2", params![repo, d])?;
+        let n = tx.execute(
+            "DELETE FROM manifests WHERE repo = ?1 AND digest = ?2",
+            params![repo, d],
+        )?;
         if n == 0 {
             return Ok(None);
         }
-        let orphan = unreferenced(&tx, digest)?;
+        let mut orphans = Vec::new();
+        if unreferenced(&tx, digest)? {
+            orphans.push(digest.clone());
+        }
+        for t in targets {
+            let released = tx.execute(
+                "DELETE FROM repo_blobs WHERE repo = ?1 AND digest = ?2 AND delete_pending = 1
+                 AND NOT EXISTS (SELECT 1 FROM manifest_refs WHERE repo = ?1 AND target = ?2)",
+                params![repo, t],
+            )?;
+            let t = digest_col(t)?;
+            if released > 0 && unreferenced(&tx, &t)? {
+                orphans.push(t);
+            }
+        }
         tx.commit()?;
-        Ok(Some(orphan))
+        Ok(Some(orphans))
     }
 
     /// Tags in lexical order after `last`, at most `n`.
-    pub fn tags(&self, repo: &str, last: Option<&str>, n: Option<usize>) -> Result<Vec<String>, MetaError> {
-        let mut stmt = self.conn.prepare_cached("SELECT tag FROM tags WHERE repo = ?1 AND tag > ?2 ORDER BY tag LIMIT ?3")?;
+    pub fn tags(
+        &self,
+        repo: &str,
+        last: Option<&str>,
+        n: Option<usize>,
+    ) -> Result<Vec<String>, MetaError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT tag FROM tags WHERE repo = ?1 AND tag > ?2 ORDER BY tag LIMIT ?3",
+        )?;
         let limit = n.map(|n| n as i64).unwrap_or(-1);
         let rows = stmt.query_map(params![repo, last.unwrap_or(""), limit], |r| r.get(0))?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -244,7 +364,11 @@ impl Meta {
         Ok(found.is_some())
     }
 
-    pub fn repositories(&self, last: Option<&str>, n: Option<usize>) -> Result<Vec<String>, MetaError> {
+    pub fn repositories(
+        &self,
+        last: Option<&str>,
+        n: Option<usize>,
+    ) -> Result<Vec<String>, MetaError> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT repo FROM (SELECT repo FROM manifests UNION SELECT repo FROM repo_blobs) WHERE repo > ?1 ORDER BY repo LIMIT ?2",
         )?;
@@ -263,16 +387,27 @@ impl Meta {
     }
 
     pub fn create_upload(&mut self, id: &str, repo: &str, now: i64) -> Result<(), MetaError> {
-        self.conn.execute("INSERT INTO uploads(id, repo, created) VALUES (?1, ?2, ?3)", params![id, repo, now])?;
+        self.conn.execute(
+            "INSERT INTO uploads(id, repo, created) VALUES (?1, ?2, ?3)",
+            params![id, repo, now],
+        )?;
         Ok(())
     }
 
     pub fn upload_repo(&self, id: &str) -> Result<Option<String>, MetaError> {
-        Ok(self.conn.query_row("SELECT repo FROM uploads WHERE id = ?1", params![id], |r| r.get(0)).optional()?)
+        Ok(self
+            .conn
+            .query_row("SELECT repo FROM uploads WHERE id = ?1", params![id], |r| {
+                r.get(0)
+            })
+            .optional()?)
     }
 
     pub fn delete_upload(&mut self, id: &str) -> Result<bool, MetaError> {
-        Ok(self.conn.execute("DELETE FROM uploads WHERE id = ?1", params![id])? > 0)
+        Ok(self
+            .conn
+            .execute("DELETE FROM uploads WHERE id = ?1", params![id])?
+            > 0)
     }
 
     pub fn upload_ids(&self) -> Result<Vec<String>, MetaError> {
@@ -282,13 +417,18 @@ impl Meta {
     }
 
     pub fn upload_count(&self) -> Result<u64, MetaError> {
-        Ok(self.conn.query_row("SELECT count(*) FROM uploads", [], |r| r.get::<_, i64>(0))? as u64)
+        Ok(self
+            .conn
+            .query_row("SELECT count(*) FROM uploads", [], |r| r.get::<_, i64>(0))?
+            as u64)
     }
 
     /// Every digest the metadata says must exist as a file, with who needs it (for fsck).
     pub fn all_references(&self) -> Result<Vec<(String, Digest, String)>, MetaError> {
         let mut out = Vec::new();
-        let mut stmt = self.conn.prepare("SELECT repo, digest FROM repo_blobs UNION ALL SELECT repo, digest FROM manifests")?;
+        let mut stmt = self.conn.prepare(
+            "SELECT repo, digest FROM repo_blobs UNION ALL SELECT repo, digest FROM manifests",
+        )?;
         for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, digest_col(r.get(1)?)?)))? {
             let (repo, digest) = row?;
             out.push((repo, digest, "linked".to_owned()));
@@ -304,20 +444,44 @@ impl Meta {
                (r.kind = 'blob' AND NOT EXISTS (SELECT 1 FROM repo_blobs b WHERE b.repo = r.repo AND b.digest = r.target)) OR
                (r.kind = 'manifest' AND NOT EXISTS (SELECT 1 FROM manifests m WHERE m.repo = r.repo AND m.digest = r.target))",
         )?;
-        for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?, r.get::<_, String>(3)?)))? {
+        for row in stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })? {
             let (repo, manifest, target, kind) = row?;
             problems.push(format!("{repo}: manifest {manifest} references {kind} {target}, which is not in the repository"));
         }
         let mut stmt = self.conn.prepare(
             "SELECT t.repo, t.tag, t.digest FROM tags t WHERE NOT EXISTS (SELECT 1 FROM manifests m WHERE m.repo = t.repo AND m.digest = t.digest)",
         )?;
-        for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?)))? {
+        for row in stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })? {
             let (repo, tag, digest) = row?;
-            problems.push(format!("{repo}:{tag} points at manifest {digest}, which is not in the repository"));
+            problems.push(format!(
+                "{repo}:{tag} points at manifest {digest}, which is not in the repository"
+            ));
         }
-        let fk: Vec<String> = self.conn.prepare("PRAGMA foreign_key_check")?.query_map([], |r| r.get::<_, String>(0))?.collect::<Result<_, _>>()?;
-        problems.extend(fk.into_iter().map(|t| format!("foreign key violation in table {t}")));
-        let integrity: String = self.conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        let fk: Vec<String> = self
+            .conn
+            .prepare("PRAGMA foreign_key_check")?
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<Result<_, _>>()?;
+        problems.extend(
+            fk.into_iter()
+                .map(|t| format!("foreign key violation in table {t}")),
+        );
+        let integrity: String = self
+            .conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
         if integrity != "ok" {
             problems.push(format!("sqlite integrity_check: {integrity}"));
         }

@@ -69,7 +69,9 @@ impl From<io::Error> for StoreError {
 impl From<MetaError> for StoreError {
     fn from(e: MetaError) -> Self {
         match e {
-            MetaError::Missing { digest, kind, .. } => StoreError::ManifestBlobUnknown { digest, kind },
+            MetaError::Missing { digest, kind, .. } => {
+                StoreError::ManifestBlobUnknown { digest, kind }
+            }
             MetaError::InUse { target, by, .. } => StoreError::InUse { target, by },
             e => StoreError::Meta(e),
         }
@@ -79,7 +81,9 @@ impl From<MetaError> for StoreError {
 impl From<blobs::PutError> for StoreError {
     fn from(e: blobs::PutError) -> Self {
         match e {
-            blobs::PutError::Mismatch { expected, actual } => StoreError::DigestMismatch { expected, actual },
+            blobs::PutError::Mismatch { expected, actual } => {
+                StoreError::DigestMismatch { expected, actual }
+            }
             blobs::PutError::Io(e) => e.into(),
         }
     }
@@ -141,7 +145,11 @@ impl Store {
                 let _ = fs::remove_file(entry.path());
             }
         }
-        Ok(Store { files, meta: Arc::new(Mutex::new(meta)), sessions: Mutex::default() })
+        Ok(Store {
+            files,
+            meta: Arc::new(Mutex::new(meta)),
+            sessions: Mutex::default(),
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -153,10 +161,15 @@ impl Store {
     }
 
     /// Runs `f` with the metadata (and file commits) on the blocking pool.
-    async fn with_meta<T: Send + 'static>(&self, f: impl FnOnce(&mut Meta, &BlobFiles) -> Result<T> + Send + 'static) -> Result<T> {
+    async fn with_meta<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Meta, &BlobFiles) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         let meta = self.meta.clone();
         let files = self.files.clone();
-        tokio::task::spawn_blocking(move || f(&mut locked(&meta), &files)).await.expect("metadata task panicked")
+        tokio::task::spawn_blocking(move || f(&mut locked(&meta), &files))
+            .await
+            .expect("metadata task panicked")
     }
 
     /// Synchronous access for CLI tools (import, fsck) that run outside a server.
@@ -166,7 +179,8 @@ impl Store {
 
     pub async fn blob_size(&self, repo: &str, digest: &Digest) -> Result<Option<u64>> {
         let (repo, digest) = (repo.to_owned(), digest.clone());
-        self.with_meta(move |m, _| Ok(m.blob_size(&repo, &digest)?)).await
+        self.with_meta(move |m, _| Ok(m.blob_size(&repo, &digest)?))
+            .await
     }
 
     /// Opens a blob for reading. The file handle stays valid even if the blob is deleted meanwhile.
@@ -186,23 +200,27 @@ impl Store {
         Ok((file, size))
     }
 
+    /// Deletes a blob from a repository; deferred while a manifest there still references it (see Meta).
     pub async fn delete_blob(&self, repo: &str, digest: &Digest) -> Result<()> {
         let (repo, digest) = (repo.to_owned(), digest.clone());
         self.with_meta(move |m, files| match m.unlink_blob(&repo, &digest)? {
             None => Err(StoreError::BlobUnknown(digest)),
-            Some(orphan) => {
-                if orphan {
-                    files.remove(&digest)?;
-                }
-                Ok(())
-            }
+            Some(orphans) => orphans
+                .iter()
+                .try_for_each(|d| files.remove(d))
+                .map_err(Into::into),
         })
         .await
     }
 
     /// Cross-repository mount. With `from`, only a blob that repository holds; without, any stored blob
     /// (automatic content discovery: every repository here is readable anonymously anyway).
-    pub async fn mount_blob(&self, repo: &str, digest: &Digest, from: Option<&str>) -> Result<bool> {
+    pub async fn mount_blob(
+        &self,
+        repo: &str,
+        digest: &Digest,
+        from: Option<&str>,
+    ) -> Result<bool> {
         let (repo, digest, from) = (repo.to_owned(), digest.clone(), from.map(str::to_owned));
         self.with_meta(move |m, files| {
             let size = match &from {
@@ -221,7 +239,13 @@ impl Store {
     }
 
     /// Monolithic upload: the whole blob in one body, verified against `expected` before it is visible.
-    pub async fn put_blob<S, E>(&self, repo: &str, expected: &Digest, body: S, length: Option<u64>) -> Result<u64>
+    pub async fn put_blob<S, E>(
+        &self,
+        repo: &str,
+        expected: &Digest,
+        body: S,
+        length: Option<u64>,
+    ) -> Result<u64>
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: Display,
@@ -233,11 +257,17 @@ impl Store {
             outcome?;
             file.sync_all()?;
             if let Some(expected) = length.filter(|&l| l != written) {
-                return Err(StoreError::SizeMismatch { expected, got: written });
+                return Err(StoreError::SizeMismatch {
+                    expected,
+                    got: written,
+                });
             }
             let actual = Digest::from_sha256(hasher);
             if &actual != expected {
-                return Err(StoreError::DigestMismatch { expected: expected.clone(), actual });
+                return Err(StoreError::DigestMismatch {
+                    expected: expected.clone(),
+                    actual,
+                });
             }
             Ok(())
         })();
@@ -262,12 +292,21 @@ impl Store {
         self.with_meta(move |m, files| {
             File::create(&path)?.sync_all()?;
             blobs::sync_dir(&files.root().join("uploads"))?;
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or(0);
             m.create_upload(&id2, &repo, now)?;
             Ok(())
         })
         .await?;
-        self.sessions.lock().expect("sessions lock").insert(id.clone(), Arc::new(tokio::sync::Mutex::new(Session { offset: 0, hasher: Some(Sha256::new()) })));
+        self.sessions.lock().expect("sessions lock").insert(
+            id.clone(),
+            Arc::new(tokio::sync::Mutex::new(Session {
+                offset: 0,
+                hasher: Some(Sha256::new()),
+            })),
+        );
         Ok(id)
     }
 
@@ -280,17 +319,32 @@ impl Store {
         if owner.as_deref() != Some(repo) {
             return Err(StoreError::UploadUnknown(id.to_owned()));
         }
-        let existing = self.sessions.lock().expect("sessions lock").get(id).cloned();
+        let existing = self
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .get(id)
+            .cloned();
         if let Some(s) = existing {
             return Ok(s);
         }
         let offset = match fs::metadata(self.files.upload_path(id)) {
             Ok(m) => m.len(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(StoreError::UploadUnknown(id.to_owned())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(StoreError::UploadUnknown(id.to_owned()))
+            }
             Err(e) => return Err(e.into()),
         };
         let mut sessions = self.sessions.lock().expect("sessions lock");
-        Ok(sessions.entry(id.to_owned()).or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Session { offset, hasher: None }))).clone())
+        Ok(sessions
+            .entry(id.to_owned())
+            .or_insert_with(|| {
+                Arc::new(tokio::sync::Mutex::new(Session {
+                    offset,
+                    hasher: None,
+                }))
+            })
+            .clone())
     }
 
     pub async fn upload_offset(&self, repo: &str, id: &str) -> Result<u64> {
@@ -301,7 +355,13 @@ impl Store {
 
     /// Appends a chunk. `start`, when the client says where the chunk begins, must equal the current offset.
     /// What arrived before a body error is kept (durably) so the client can resume; the error is returned.
-    pub async fn append_upload<S, E>(&self, repo: &str, id: &str, start: Option<u64>, body: S) -> Result<u64>
+    pub async fn append_upload<S, E>(
+        &self,
+        repo: &str,
+        id: &str,
+        start: Option<u64>,
+        body: S,
+    ) -> Result<u64>
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: Display,
@@ -309,7 +369,10 @@ impl Store {
         let session = self.session(repo, id).await?;
         let mut s = session.lock().await;
         if let Some(start) = start.filter(|&st| st != s.offset) {
-            return Err(StoreError::OutOfOrder { expected: s.offset, got: start });
+            return Err(StoreError::OutOfOrder {
+                expected: s.offset,
+                got: start,
+            });
         }
         let path = self.files.upload_path(id);
         let mut file = OpenOptions::new().write(true).open(&path)?;
@@ -317,11 +380,15 @@ impl Store {
         io::Seek::seek(&mut file, io::SeekFrom::Start(s.offset))?;
         let incremental = s.hasher.take();
         let tracking = incremental.is_some();
-        let (file, hasher, written, outcome) = write_stream(file, incremental.unwrap_or_default(), body).await;
-        let synced = tokio::task::spawn_blocking(move || file.sync_all()).await.expect("fsync task");
+        let (file, hasher, written, outcome) =
+            write_stream(file, incremental.unwrap_or_default(), body).await;
+        let synced = tokio::task::spawn_blocking(move || file.sync_all())
+            .await
+            .expect("fsync task");
         s.offset += written;
         // A failed write may have hashed bytes it did not store: fall back to re-hashing the file at the end.
-        let write_failed = matches!(outcome, Err(ref e) if !matches!(e, StoreError::BodyInterrupted(_)));
+        let write_failed =
+            matches!(outcome, Err(ref e) if !matches!(e, StoreError::BodyInterrupted(_)));
         s.hasher = (tracking && !write_failed).then_some(hasher);
         synced?;
         outcome?;
@@ -330,7 +397,13 @@ impl Store {
 
     /// Appends the final chunk (if any), verifies the digest and makes the blob visible. On mismatch the
     /// session is discarded, as the spec requires the client to start over.
-    pub async fn finish_upload<S, E>(&self, repo: &str, id: &str, expected: &Digest, body: S) -> Result<u64>
+    pub async fn finish_upload<S, E>(
+        &self,
+        repo: &str,
+        id: &str,
+        expected: &Digest,
+        body: S,
+    ) -> Result<u64>
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: Display,
@@ -344,7 +417,10 @@ impl Store {
             Some(h) => Digest::from_sha256(h),
             None => {
                 let p = path.clone();
-                tokio::task::spawn_blocking(move || blobs::hash_file(&p)).await.expect("hash task")?.0
+                tokio::task::spawn_blocking(move || blobs::hash_file(&p))
+                    .await
+                    .expect("hash task")?
+                    .0
             }
         };
         let (repo, id, expected) = (repo.to_owned(), id.to_owned(), expected.clone());
@@ -395,7 +471,12 @@ impl Store {
         }
         let digest = Digest::of_bytes(&body);
         let tag = match reference {
-            Reference::Digest(d) if *d != digest => return Err(StoreError::DigestMismatch { expected: d.clone(), actual: digest }),
+            Reference::Digest(d) if *d != digest => {
+                return Err(StoreError::DigestMismatch {
+                    expected: d.clone(),
+                    actual: digest,
+                })
+            }
             Reference::Digest(_) => None,
             Reference::Tag(t) => Some(t.clone()),
         };
@@ -417,15 +498,22 @@ impl Store {
         self.with_meta(move |m, _| {
             let digest = match &reference {
                 Reference::Digest(d) => d.clone(),
-                Reference::Tag(t) => m.resolve_tag(&repo, t)?.ok_or_else(|| StoreError::ManifestUnknown(reference.to_string()))?,
+                Reference::Tag(t) => m
+                    .resolve_tag(&repo, t)?
+                    .ok_or_else(|| StoreError::ManifestUnknown(reference.to_string()))?,
             };
-            m.manifest(&repo, &digest)?.ok_or_else(|| StoreError::ManifestUnknown(reference.to_string()))
+            m.manifest(&repo, &digest)?
+                .ok_or_else(|| StoreError::ManifestUnknown(reference.to_string()))
         })
         .await
     }
 
     /// The manifest's row and bytes (manifests are small: at most 4 MiB).
-    pub async fn get_manifest(&self, repo: &str, reference: &Reference) -> Result<(ManifestRow, Bytes)> {
+    pub async fn get_manifest(
+        &self,
+        repo: &str,
+        reference: &Reference,
+    ) -> Result<(ManifestRow, Bytes)> {
         let row = self.resolve(repo, reference).await?;
         let bytes = tokio::fs::read(self.files.path(&row.digest)).await?;
         Ok((row, Bytes::from(bytes)))
@@ -443,18 +531,21 @@ impl Store {
             }
             Reference::Digest(d) => match m.delete_manifest(&repo, d)? {
                 None => Err(StoreError::ManifestUnknown(d.to_string())),
-                Some(orphan) => {
-                    if orphan {
-                        files.remove(d)?;
-                    }
-                    Ok(())
-                }
+                Some(orphans) => orphans
+                    .iter()
+                    .try_for_each(|d| files.remove(d))
+                    .map_err(Into::into),
             },
         })
         .await
     }
 
-    pub async fn tags(&self, repo: &str, last: Option<String>, n: Option<usize>) -> Result<Option<Vec<String>>> {
+    pub async fn tags(
+        &self,
+        repo: &str,
+        last: Option<String>,
+        n: Option<usize>,
+    ) -> Result<Option<Vec<String>>> {
         let repo = repo.to_owned();
         self.with_meta(move |m, _| {
             if !m.repo_exists(&repo)? {
@@ -465,13 +556,19 @@ impl Store {
         .await
     }
 
-    pub async fn repositories(&self, last: Option<String>, n: Option<usize>) -> Result<Vec<String>> {
-        self.with_meta(move |m, _| Ok(m.repositories(last.as_deref(), n)?)).await
+    pub async fn repositories(
+        &self,
+        last: Option<String>,
+        n: Option<usize>,
+    ) -> Result<Vec<String>> {
+        self.with_meta(move |m, _| Ok(m.repositories(last.as_deref(), n)?))
+            .await
     }
 
     pub async fn referrers(&self, repo: &str, subject: &Digest) -> Result<Vec<ManifestRow>> {
         let (repo, subject) = (repo.to_owned(), subject.clone());
-        self.with_meta(move |m, _| Ok(m.referrers(&repo, &subject)?)).await
+        self.with_meta(move |m, _| Ok(m.referrers(&repo, &subject)?))
+            .await
     }
 
     pub fn blob_path(&self, digest: &Digest) -> PathBuf {
@@ -481,7 +578,11 @@ impl Store {
 
 /// Streams a body into `file`, hashing as it goes; writes happen on the blocking pool in batches. Returns the
 /// file, hasher and the byte count actually written even when the body fails midway.
-async fn write_stream<S, E>(mut file: File, mut hasher: Sha256, mut body: S) -> (File, Sha256, u64, Result<()>)
+async fn write_stream<S, E>(
+    mut file: File,
+    mut hasher: Sha256,
+    mut body: S,
+) -> (File, Sha256, u64, Result<()>)
 where
     S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
     E: Display,
