@@ -174,18 +174,9 @@ impl Meta {
         Ok(Some(orphans))
     }
 
-    /// Records a manifest (and optionally a tag) after checking everything it references is linked here.
-    pub fn put_manifest(
-        &mut self,
-        repo: &str,
-        digest: &Digest,
-        size: u64,
-        parsed: &ParsedManifest,
-        tag: Option<&str>,
-    ) -> Result<(), MetaError> {
-        let tx = self.conn.transaction()?;
+    /// Errors with Missing unless everything the manifest references is linked in `repo`.
+    pub fn check_references(&self, repo: &str, parsed: &ParsedManifest) -> Result<(), MetaError> {
         for (target, kind) in &parsed.references {
-            let t = target.to_string();
             let (sql, what) = match kind {
                 RefKind::Blob => (
                     "SELECT 1 FROM repo_blobs WHERE repo = ?1 AND digest = ?2",
@@ -196,8 +187,9 @@ impl Meta {
                     "manifest",
                 ),
             };
-            if tx
-                .query_row(sql, params![repo, t], |_| Ok(()))
+            if self
+                .conn
+                .query_row(sql, params![repo, target.to_string()], |_| Ok(()))
                 .optional()?
                 .is_none()
             {
@@ -208,6 +200,20 @@ impl Meta {
                 });
             }
         }
+        Ok(())
+    }
+
+    /// Records a manifest (and optionally a tag); the caller has checked its references under the same lock.
+    pub fn put_manifest(
+        &mut self,
+        repo: &str,
+        digest: &Digest,
+        size: u64,
+        parsed: &ParsedManifest,
+        tag: Option<&str>,
+    ) -> Result<(), MetaError> {
+        self.check_references(repo, parsed)?;
+        let tx = self.conn.transaction()?;
         let d = digest.to_string();
         let annotations = parsed
             .annotations

@@ -485,6 +485,7 @@ impl Store {
         let repo = repo.to_owned();
         let d = digest.clone();
         self.with_meta(move |m, files| {
+            m.check_references(&repo, &parsed)?; // before the file is written: a refused manifest leaves nothing
             files.put_bytes(&body)?;
             m.put_manifest(&repo, &d, body.len() as u64, &parsed, tag.as_deref())?;
             Ok(())
