@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Registry benchmark (not a test): foothold-agent against CNCF distribution (Debian docker-registry) and nginx
+# serving the same blob file with sendfile, all on 127.0.0.1 in one run. Prints medians and ratios.
+#   RUNS=5 scripts/bench-registry.sh          (BLOB_MIB=200 IMAGE_MIB=1024 CONCURRENCY=64 by default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-5}
+BLOB_MIB=${BLOB_MIB:-200}
+IMAGE_MIB=${IMAGE_MIB:-1024}
+CONCURRENCY=${CONCURRENCY:-64}
+
+for t in skopeo curl nginx docker-registry; do
+  command -v "$t" >/dev/null 2>&1 || missing="${missing:-} $t"
+done
+if [ -n "${missing:-}" ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends skopeo curl nginx docker-registry >/dev/null
+fi
+cargo build --release --bin foothold-agent -q
+AGENT=$(pwd)/target/release/foothold-agent
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/foothold-bench.XXXXXX")
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+# skopeo remembers where blobs live and would mount instead of uploading on later runs.
+forget_blob_locations() { rm -f /var/lib/containers/cache/blob-info-cache-v1.* "$HOME"/.local/share/containers/cache/blob-info-cache-v1.* 2>/dev/null || true; }
+
+echo "# generating data: ${BLOB_MIB} MiB blob, ${IMAGE_MIB} MiB 5-layer image"
+python3 - "$work" "$BLOB_MIB" "$IMAGE_MIB" <<'PY'
+import hashlib, json, os, random, sys
+work, blob_mib, image_mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(1)
+def write_random(path, size):
+    h = hashlib.sha256()
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            chunk = rng.randbytes(min(left, 4 << 20))
+            h.update(chunk); f.write(chunk); left -= len(chunk)
+    return "sha256:" + h.hexdigest()
+os.makedirs(f"{work}/files", exist_ok=True)
+d = write_random(f"{work}/files/blob", blob_mib << 20)
+open(f"{work}/blob.digest", "w").write(d)
+lay = f"{work}/layout"; os.makedirs(f"{lay}/blobs/sha256")
+open(f"{lay}/oci-layout", "w").write('{"imageLayoutVersion":"1.0.0"}')
+def put(b):
+    dd = hashlib.sha256(b).hexdigest(); open(f"{lay}/blobs/sha256/{dd}", "wb").write(b); return "sha256:" + dd
+layers = []
+for i in range(5):
+    tmp = f"{lay}/blobs/sha256/tmp"
+    dd = write_random(tmp, (image_mib << 20) // 5)
+    os.rename(tmp, f"{lay}/blobs/sha256/{dd[7:]}")
+    layers.append({"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": dd, "size": (image_mib << 20) // 5})
+cfg = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": [l["digest"] for l in layers]}}).encode()
+m = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": put(cfg), "size": len(cfg)}, "layers": layers}).encode()
+md = put(m)
+json.dump({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": len(m),
+    "annotations": {"org.opencontainers.image.ref.name": "bench"}}]}, open(f"{lay}/index.json", "w"))
+PY
+digest=$(cat "$work/blob.digest")
+
+start_agent() {  # fresh data dir each time
+  rm -rf "$work/agent-data"; AGENT_PORT=$(free_port)
+  "$AGENT" serve --listen "127.0.0.1:$AGENT_PORT" --data "$work/agent-data" 2>"$work/agent.log" & AGENT_PID=$!; pids+=("$AGENT_PID")
+  wait_http "http://127.0.0.1:$AGENT_PORT/v2/"
+}
+stop_agent() { kill "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null || true; }
+start_dist() {
+  rm -rf "$work/dist-data"; DIST_PORT=$(free_port)
+  cat > "$work/dist.yml" <<YML
+version: 0.1
+log: {level: error}
+storage: {filesystem: {rootdirectory: $work/dist-data}, delete: {enabled: true}}
+http: {addr: 127.0.0.1:$DIST_PORT}
+YML
+  docker-registry serve "$work/dist.yml" 2>"$work/dist.log" & DIST_PID=$!; pids+=("$DIST_PID")
+  wait_http "http://127.0.0.1:$DIST_PORT/v2/"
+}
+stop_dist() { kill "$DIST_PID"; wait "$DIST_PID" 2>/dev/null || true; }
+
+upload_blob() {  # $1 base URL: two-step upload of the blob file
+  loc=$(curl -sf -X POST -D - -o /dev/null "$1/v2/bench/blob/blobs/uploads/" | tr -d '\r' | awk -F': ' 'tolower($1)=="location"{print $2}')
+  case "$loc" in http*) ;; *) loc="$1$loc" ;; esac
+  sep='?'; case "$loc" in *\?*) sep='&' ;; esac
+  curl -sf -X PUT -H 'Content-Type: application/octet-stream' --data-binary @"$work/files/blob" "$loc${sep}digest=$digest" -o /dev/null
+}
+
+NGINX_PORT=$(free_port)
+mkdir -p "$work/nginx"
+cat > "$work/nginx/nginx.conf" <<CONF
+daemon off; worker_processes 2; pid $work/nginx/pid; error_log $work/nginx/error.log;
+events { worker_connections 4096; }
+http { sendfile on; tcp_nopush on; access_log off; client_body_temp_path $work/nginx/body; proxy_temp_path $work/nginx/proxy;
+  fastcgi_temp_path $work/nginx/fcgi; uwsgi_temp_path $work/nginx/uwsgi; scgi_temp_path $work/nginx/scgi;
+  server { listen 127.0.0.1:$NGINX_PORT; root $work/files; } }
+CONF
+nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" & pids+=("$!")
+wait_http "http://127.0.0.1:$NGINX_PORT/blob"
+start_agent; start_dist
+upload_blob "http://127.0.0.1:$AGENT_PORT"; upload_blob "http://127.0.0.1:$DIST_PORT"
+
+mib_s() { awk -v b="$1" -v s="$2" 'BEGIN {printf "%.0f", b / 1048576 / s}'; }
+get_speed() { curl -s -o /dev/null -w '%{speed_download}\n' "$1"; }  # bytes/s
+echo "# single GET of the ${BLOB_MIB} MiB blob, median of $RUNS (MiB/s)"
+declare -A single
+for name in nginx agent dist; do
+  case $name in nginx) url="http://127.0.0.1:$NGINX_PORT/blob" ;; agent) url="http://127.0.0.1:$AGENT_PORT/v2/bench/blob/blobs/$digest" ;; dist) url="http://127.0.0.1:$DIST_PORT/v2/bench/blob/blobs/$digest" ;; esac
+  get_speed "$url" >/dev/null  # warm the page cache
+  single[$name]=$(for _ in $(seq "$RUNS"); do get_speed "$url"; done | median | awk '{printf "%.0f", $1/1048576}')
+done
+
+echo "# $CONCURRENCY concurrent GETs of the blob, median of $RUNS (aggregate MiB/s)"
+concurrent() {  # $1 url -> aggregate MiB/s
+  cfg="$work/parallel.cfg"; : > "$cfg"
+  for _ in $(seq "$CONCURRENCY"); do printf 'url = "%s"\noutput = "/dev/null"\n' "$1" >> "$cfg"; done
+  t0=$(date +%s.%N); curl -s --parallel --parallel-immediate --parallel-max "$CONCURRENCY" -K "$cfg"; t1=$(date +%s.%N)
+  awk -v n="$CONCURRENCY" -v m="$BLOB_MIB" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f\n", n*m/(b-a)}'
+}
+declare -A conc
+for name in nginx agent; do
+  case $name in nginx) url="http://127.0.0.1:$NGINX_PORT/blob" ;; agent) url="http://127.0.0.1:$AGENT_PORT/v2/bench/blob/blobs/$digest" ;; esac
+  conc[$name]=$(for _ in $(seq "$RUNS"); do concurrent "$url"; done | median)
+done
+agent_rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$AGENT_PID/status")
+stop_agent; stop_dist
+
+echo "# skopeo push and pull of the ${IMAGE_MIB} MiB image, fresh registry each run, median of $RUNS (MiB/s)"
+declare -A push pull
+for name in agent dist; do
+  pushes=(); pulls=()
+  for i in $(seq "$RUNS"); do
+    if [ $name = agent ]; then start_agent; port=$AGENT_PORT; else start_dist; port=$DIST_PORT; fi
+    forget_blob_locations
+    t0=$(date +%s.%N)
+    skopeo --insecure-policy copy -q --dest-tls-verify=false "oci:$work/layout:bench" "docker://127.0.0.1:$port/bench/image:v$i" >/dev/null
+    t1=$(date +%s.%N)
+    rm -rf "$work/pulled"
+    skopeo --insecure-policy copy -q --src-tls-verify=false "docker://127.0.0.1:$port/bench/image:v$i" "dir:$work/pulled" >/dev/null
+    t2=$(date +%s.%N)
+    pushes+=("$(awk -v m="$IMAGE_MIB" -v a="$t0" -v b="$t1" 'BEGIN {print m/(b-a)}')")
+    pulls+=("$(awk -v m="$IMAGE_MIB" -v a="$t1" -v b="$t2" 'BEGIN {print m/(b-a)}')")
+    if [ $name = agent ]; then stop_agent; else stop_dist; fi
+  done
+  push[$name]=$(printf '%s\n' "${pushes[@]}" | median | awk '{printf "%.0f", $1}')
+  pull[$name]=$(printf '%s\n' "${pulls[@]}" | median | awk '{printf "%.0f", $1}')
+done
+rm -rf "$work/pulled"
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a/b}'; }
+echo
+echo "cores: $(nproc); runs: $RUNS"
+printf '%-34s %10s %10s %10s   %s\n' "measure (MiB/s)" foothold distrib nginx "ratios (target)"
+printf '%-34s %10s %10s %10s   %s\n' "GET ${BLOB_MIB} MiB blob" "${single[agent]}" "${single[dist]}" "${single[nginx]}" \
+  "agent/nginx $(ratio "${single[agent]}" "${single[nginx]}") (>=0.9), agent/distribution $(ratio "${single[agent]}" "${single[dist]}") (>=1.5)"
+printf '%-34s %10s %10s %10s   %s\n' "skopeo push ${IMAGE_MIB} MiB 5 layers" "${push[agent]}" "${push[dist]}" "-" "agent/distribution $(ratio "${push[agent]}" "${push[dist]}") (>=1.2)"
+printf '%-34s %10s %10s %10s   %s\n' "skopeo pull ${IMAGE_MIB} MiB 5 layers" "${pull[agent]}" "${pull[dist]}" "-" "agent/distribution $(ratio "${pull[agent]}" "${pull[dist]}") (>=1.0)"
+printf '%-34s %10s %10s %10s   %s\n' "$CONCURRENCY concurrent GETs (aggregate)" "${conc[agent]}" "-" "${conc[nginx]}" "agent/nginx $(ratio "${conc[agent]}" "${conc[nginx]}") (>=0.8)"
+echo "agent peak RSS during the GET benchmarks: $((agent_rss_kib / 1024)) MiB (target <= 64)"

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs every tool the test suite needs on a fresh Debian machine (root): registry clients from Debian,
+# oras from PyPI, and Go-built test tools (crane, the OCI conformance suite) cached under target/tools.
+# Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+tools="$root/target/tools/bin"
+mkdir -p "$tools"
+
+need_apt=()
+for pair in skopeo:skopeo podman:podman containerd:containerd ctr:containerd curl:curl; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "install-test-tools: apt-get install ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if ! python3 -c 'import oras.provider' 2>/dev/null; then
+  echo "install-test-tools: pip install oras"
+  python3 -m pip install -q --disable-pip-version-check 'oras==0.2.43'
+fi
+
+if command -v rustup >/dev/null 2>&1; then
+  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
+fi
+
+# Go test tools, rebuilt only when the pinned module set changes.
+stamp="$tools/.go-tools.sha256"
+want=$(cat scripts/go-tools/go.mod scripts/go-tools/go.sum | sha256sum | cut -d' ' -f1)
+if [ ! -x "$tools/crane" ] || [ ! -x "$tools/conformance.test" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  command -v go >/dev/null 2>&1 || { echo "install-test-tools: Go is required to build crane and the conformance suite" >&2; exit 1; }
+  echo "install-test-tools: building crane and the OCI conformance suite"
+  (
+    cd scripts/go-tools
+    # The conformance module has no checksum-database entry; go.sum pins its hash.
+    export GOFLAGS=-mod=readonly GONOSUMDB=github.com/opencontainers/distribution-spec/conformance
+    go build -o "$tools/crane" github.com/google/go-containerregistry/cmd/crane
+    go test -c -o "$tools/conformance.test" github.com/opencontainers/distribution-spec/conformance
+  )
+  echo "$want" > "$stamp"
+fi
+echo "install-test-tools: ready ($tools)"
