@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Registry benchmark (not a test): foothold-agent against CNCF distribution (Debian docker-registry) and nginx
 # serving the same blob file with sendfile, all on 127.0.0.1 in one run. Prints medians and ratios.
-#   RUNS=5 scripts/bench-registry.sh          (BLOB_MIB=200 IMAGE_MIB=1024 CONCURRENCY=64 by default)
+#   RUNS=5 scripts/bench-registry.sh          (BLOB_MIB=200 IMAGE_MIB=1024 CONCURRENCY=64 by default;
+#   ONLY_GET=1 skips the skopeo push/pull part)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
@@ -25,7 +26,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { for _ in $(seq 1 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
+wait_http() { for _ in $(seq 1 200); do curl -sf -o /dev/null "$1" && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 # skopeo remembers where blobs live and would mount instead of uploading on later runs.
 forget_blob_locations() { rm -f /var/lib/containers/cache/blob-info-cache-v1.* "$HOME"/.local/share/containers/cache/blob-info-cache-v1.* 2>/dev/null || true; }
@@ -79,7 +80,7 @@ log: {level: error}
 storage: {filesystem: {rootdirectory: $work/dist-data}, delete: {enabled: true}}
 http: {addr: 127.0.0.1:$DIST_PORT}
 YML
-  docker-registry serve "$work/dist.yml" 2>"$work/dist.log" & DIST_PID=$!; pids+=("$DIST_PID")
+  docker-registry serve "$work/dist.yml" >"$work/dist.log" 2>&1 & DIST_PID=$!; pids+=("$DIST_PID")
   wait_http "http://127.0.0.1:$DIST_PORT/v2/"
 }
 stop_dist() { kill "$DIST_PID"; wait "$DIST_PID" 2>/dev/null || true; }
@@ -94,7 +95,7 @@ upload_blob() {  # $1 base URL: two-step upload of the blob file
 NGINX_PORT=$(free_port)
 mkdir -p "$work/nginx"
 cat > "$work/nginx/nginx.conf" <<CONF
-daemon off; worker_processes 2; pid $work/nginx/pid; error_log $work/nginx/error.log;
+user root; daemon off; worker_processes 2; pid $work/nginx/pid; error_log $work/nginx/error.log;
 events { worker_connections 4096; }
 http { sendfile on; tcp_nopush on; access_log off; client_body_temp_path $work/nginx/body; proxy_temp_path $work/nginx/proxy;
   fastcgi_temp_path $work/nginx/fcgi; uwsgi_temp_path $work/nginx/uwsgi; scgi_temp_path $work/nginx/scgi;
@@ -106,32 +107,38 @@ start_agent; start_dist
 upload_blob "http://127.0.0.1:$AGENT_PORT"; upload_blob "http://127.0.0.1:$DIST_PORT"
 
 mib_s() { awk -v b="$1" -v s="$2" 'BEGIN {printf "%.0f", b / 1048576 / s}'; }
-get_speed() { curl -s -o /dev/null -w '%{speed_download}\n' "$1"; }  # bytes/s
+get_speed() { curl -sf -o /dev/null -w '%{speed_download}\n' "$1"; }  # bytes/s; fails on an HTTP error
 echo "# single GET of the ${BLOB_MIB} MiB blob, median of $RUNS (MiB/s)"
 declare -A single
 for name in nginx agent dist; do
   case $name in nginx) url="http://127.0.0.1:$NGINX_PORT/blob" ;; agent) url="http://127.0.0.1:$AGENT_PORT/v2/bench/blob/blobs/$digest" ;; dist) url="http://127.0.0.1:$DIST_PORT/v2/bench/blob/blobs/$digest" ;; esac
   get_speed "$url" >/dev/null  # warm the page cache
   single[$name]=$(for _ in $(seq "$RUNS"); do get_speed "$url"; done | median | awk '{printf "%.0f", $1/1048576}')
+  echo "  $name ${single[$name]}"
 done
 
 echo "# $CONCURRENCY concurrent GETs of the blob, median of $RUNS (aggregate MiB/s)"
 concurrent() {  # $1 url -> aggregate MiB/s
   cfg="$work/parallel.cfg"; : > "$cfg"
   for _ in $(seq "$CONCURRENCY"); do printf 'url = "%s"\noutput = "/dev/null"\n' "$1" >> "$cfg"; done
-  t0=$(date +%s.%N); curl -s --parallel --parallel-immediate --parallel-max "$CONCURRENCY" -K "$cfg"; t1=$(date +%s.%N)
+  t0=$(date +%s.%N)
+  got=$(curl -sf --no-progress-meter --parallel --parallel-immediate --parallel-max "$CONCURRENCY" -w '%{size_download}\n' -K "$cfg" | awk '{s+=$1} END {printf "%.0f", s}')
+  t1=$(date +%s.%N)
+  [ "$got" = "$((CONCURRENCY * BLOB_MIB * 1048576))" ] || { echo "concurrent GETs of $1 returned $got bytes" >&2; exit 1; }
   awk -v n="$CONCURRENCY" -v m="$BLOB_MIB" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f\n", n*m/(b-a)}'
 }
 declare -A conc
 for name in nginx agent; do
   case $name in nginx) url="http://127.0.0.1:$NGINX_PORT/blob" ;; agent) url="http://127.0.0.1:$AGENT_PORT/v2/bench/blob/blobs/$digest" ;; esac
   conc[$name]=$(for _ in $(seq "$RUNS"); do concurrent "$url"; done | median)
+  echo "  $name ${conc[$name]}"
 done
 agent_rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$AGENT_PID/status")
 stop_agent; stop_dist
 
-echo "# skopeo push and pull of the ${IMAGE_MIB} MiB image, fresh registry each run, median of $RUNS (MiB/s)"
 declare -A push pull
+if [ -n "${ONLY_GET:-}" ]; then push=([agent]=0 [dist]=1); pull=([agent]=0 [dist]=1); else
+echo "# skopeo push and pull of the ${IMAGE_MIB} MiB image, fresh registry each run, median of $RUNS (MiB/s)"
 for name in agent dist; do
   pushes=(); pulls=()
   for i in $(seq "$RUNS"); do
@@ -151,6 +158,7 @@ for name in agent dist; do
   pull[$name]=$(printf '%s\n' "${pulls[@]}" | median | awk '{printf "%.0f", $1}')
 done
 rm -rf "$work/pulled"
+fi
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a/b}'; }
 echo

@@ -13,8 +13,6 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
-use tokio_util::io::ReaderStream;
 
 use crate::digest::{Digest, DigestError};
 use crate::manifest;
@@ -435,7 +433,7 @@ async fn serve_blob(
     head: bool,
     headers: &HeaderMap,
 ) -> Result<Response> {
-    let (mut file, size) = state.store.open_blob(repo, digest).await?;
+    let (file, size) = state.store.open_blob(repo, digest).await?;
     let range_header = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
     let (status, start, len) = match range::parse(range_header, size) {
         ByteRange::Full => (StatusCode::OK, 0, size),
@@ -450,18 +448,12 @@ async fn serve_blob(
     let body = if head {
         Body::empty()
     } else {
-        if start > 0 {
-            file.seek(std::io::SeekFrom::Start(start))
-                .await
-                .map_err(|e| RegistryError::Internal(e.to_string()))?;
-        }
         let metrics = state.metrics.clone();
-        let stream = ReaderStream::with_capacity(file.take(len), crate::store::blobs::IO_BUF)
-            .inspect(move |chunk| {
-                if let Ok(c) = chunk {
-                    metrics.served(c.len() as u64);
-                }
-            });
+        let stream = crate::store::blobs::read_range(file, start, len).inspect(move |chunk| {
+            if let Ok(c) = chunk {
+                metrics.served(c.len() as u64);
+            }
+        });
         Body::from_stream(stream)
     };
     let mut resp = (status, body).into_response();

@@ -175,3 +175,32 @@ mod tests {
         assert_eq!(parse("/v2/a/unknown/x"), None);
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn name() -> impl Strategy<Value = String> {
+        // Components that include the words routes are made of, to test matching from the end.
+        let component = prop_oneof![
+            "[a-z0-9]{1,8}",
+            Just("blobs".to_owned()),
+            Just("manifests".to_owned()),
+            Just("uploads".to_owned())
+        ];
+        prop::collection::vec(component, 1..5).prop_map(|c| c.join("/"))
+    }
+
+    proptest! {
+        #[test]
+        fn every_route_parses_back(name in name(), reference in "[a-zA-Z0-9_][a-zA-Z0-9._-]{0,20}", id in "[a-f0-9-]{1,36}") {
+            prop_assert_eq!(parse(&format!("/v2/{name}/manifests/{reference}")), Some(Route::Manifest { name: name.clone(), reference: reference.clone() }));
+            prop_assert_eq!(parse(&format!("/v2/{name}/blobs/sha256:{reference}")), Some(Route::Blob { name: name.clone(), digest: format!("sha256:{reference}") }));
+            prop_assert_eq!(parse(&format!("/v2/{name}/blobs/uploads/")), Some(Route::UploadStart { name: name.clone() }));
+            prop_assert_eq!(parse(&format!("/v2/{name}/blobs/uploads/{id}")), Some(Route::Upload { name: name.clone(), id }));
+            prop_assert_eq!(parse(&format!("/v2/{name}/tags/list")), Some(Route::Tags { name: name.clone() }));
+            prop_assert_eq!(parse(&format!("/v2/{name}/referrers/sha256:{reference}")), Some(Route::Referrers { name, digest: format!("sha256:{reference}") }));
+        }
+    }
+}

@@ -13,6 +13,10 @@ use crate::digest::Digest;
 /// Read and write buffer for hashing and copying; large enough to keep syscalls off the profile.
 pub const IO_BUF: usize = 256 * 1024;
 
+/// Chunk size when serving a blob: one read is in flight per download, so smaller chunks make a single
+/// stream latency-bound; hyper holds a chunk or two per connection, which bounds memory under many streams.
+pub const SERVE_CHUNK: usize = 256 * 1024;
+
 #[derive(Debug, Clone)]
 pub struct BlobFiles {
     root: PathBuf,
@@ -183,4 +187,47 @@ pub fn write_durably(tmp: &Path, to: &Path, bytes: &[u8]) -> io::Result<()> {
     drop(f);
     fs::rename(tmp, to)?;
     sync_dir(to.parent().unwrap_or(Path::new(".")))
+}
+
+/// Streams `len` bytes of `file` from `start` in `SERVE_CHUNK` chunks, each read with `pread` on the blocking pool
+/// straight into the buffer that is handed to the client: one copy per byte, and memory bounded by the chunk
+/// size per reader (tokio's `File` + `ReaderStream` copy every chunk twice).
+pub fn read_range(
+    file: File,
+    start: u64,
+    len: u64,
+) -> impl futures_util::Stream<Item = io::Result<bytes::Bytes>> + Send {
+    use std::os::unix::fs::FileExt;
+    let file = std::sync::Arc::new(file);
+    futures_util::stream::try_unfold((file, start, start + len), |(file, pos, end)| async move {
+        if pos >= end {
+            return Ok(None);
+        }
+        let want = (end - pos).min(SERVE_CHUNK as u64) as usize;
+        let reader = file.clone();
+        // Allocated here, on a runtime worker, not on one of the many blocking-pool threads: glibc gives each
+        // thread its own arena, and buffers spread over dozens of arenas inflate RSS under concurrency.
+        let mut buf = vec![0u8; want];
+        let chunk = tokio::task::spawn_blocking(move || {
+            let mut filled = 0;
+            while filled < want {
+                match reader.read_at(&mut buf[filled..], pos + filled as u64) {
+                    Ok(0) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "blob file shorter than its recorded size",
+                        ))
+                    }
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(bytes::Bytes::from(buf))
+        })
+        .await
+        .map_err(io::Error::other)??;
+        let next = pos + chunk.len() as u64;
+        Ok(Some((chunk, (file, next, end))))
+    })
 }

@@ -184,20 +184,26 @@ impl Store {
     }
 
     /// Opens a blob for reading. The file handle stays valid even if the blob is deleted meanwhile.
-    pub async fn open_blob(&self, repo: &str, digest: &Digest) -> Result<(tokio::fs::File, u64)> {
+    pub async fn open_blob(&self, repo: &str, digest: &Digest) -> Result<(File, u64)> {
         if self.blob_size(repo, digest).await?.is_none() {
             return Err(StoreError::BlobUnknown(digest.clone()));
         }
-        let file = match tokio::fs::File::open(self.files.path(digest)).await {
-            Ok(f) => f,
+        let path = self.files.path(digest);
+        let opened = tokio::task::spawn_blocking(move || {
+            let f = File::open(path)?;
+            let size = f.metadata()?.len();
+            Ok::<_, io::Error>((f, size))
+        })
+        .await
+        .expect("open task panicked");
+        match opened {
+            Ok(v) => Ok(v),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 tracing::error!(%digest, repo, "blob is linked but its file is missing; run fsck");
-                return Err(StoreError::BlobUnknown(digest.clone()));
+                Err(StoreError::BlobUnknown(digest.clone()))
             }
-            Err(e) => return Err(e.into()),
-        };
-        let size = file.metadata().await?.len();
-        Ok((file, size))
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Deletes a blob from a repository; deferred while a manifest there still references it (see Meta).

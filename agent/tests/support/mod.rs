@@ -97,6 +97,11 @@ impl Agent {
             std::fs::write(&f, t).unwrap();
             cmd.arg("--token-file").arg(f);
         }
+        Self::spawn(cmd, data, token)
+    }
+
+    /// Starts a prepared `foothold-agent serve` command and waits for its listen address.
+    pub fn spawn(mut cmd: Command, data: &Path, token: Option<&str>) -> Agent {
         cmd.env("FOOTHOLD_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());

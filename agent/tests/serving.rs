@@ -1,0 +1,167 @@
+//! The served process around the registry: HTTPS with a site certificate, /metrics, and fsck catching
+//! corruption on disk.
+
+mod support;
+
+use std::process::Command;
+
+use support::{agent_bin, layout, run, stdout, tool, Agent};
+
+#[test]
+fn serves_https_with_the_given_certificate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cert, key) = (tmp.path().join("cert.pem"), tmp.path().join("key.pem"));
+    run(Command::new(tool("openssl"))
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+        ])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert));
+    let data = tmp.path().join("data");
+    let mut cmd = Command::new(agent_bin());
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&data)
+        .arg("--tls-cert")
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key);
+    let agent = Agent::spawn(cmd, &data, None);
+    // Verified against the certificate: TLS is really on, with the key we gave it.
+    let body = stdout(
+        Command::new(tool("curl"))
+            .args(["-sSf", "--cacert"])
+            .arg(&cert)
+            .arg(format!("https://{}/v2/", agent.host())),
+    );
+    assert_eq!(body, "{}");
+    // And a real client pushes over it.
+    let src = tmp.path().join("src");
+    let image = layout::write_image(&src, 21, &[10_000], "v1");
+    let certs_dir = tmp.path().join("certs.d");
+    std::fs::create_dir_all(&certs_dir).unwrap();
+    std::fs::copy(&cert, certs_dir.join("ca.crt")).unwrap();
+    run(Command::new(tool("skopeo"))
+        .args(["--insecure-policy", "copy", "--dest-cert-dir"])
+        .arg(&certs_dir)
+        .arg(format!("oci:{}:v1", src.display()))
+        .arg(format!("docker://{}/tls/img:v1", agent.host())));
+    let raw = run(Command::new(tool("skopeo"))
+        .args(["inspect", "--raw", "--cert-dir"])
+        .arg(&certs_dir)
+        .arg(format!("docker://{}/tls/img:v1", agent.host())))
+    .stdout;
+    assert_eq!(
+        format!(
+            "sha256:{}",
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&raw))
+        ),
+        image.manifest_digest
+    );
+    // Plain HTTP is not answered on the TLS port.
+    let plain = Command::new(tool("curl"))
+        .args(["-sf", "--max-time", "5"])
+        .arg(format!("http://{}/v2/", agent.host()))
+        .output()
+        .unwrap();
+    assert!(!plain.status.success());
+}
+
+#[test]
+fn metrics_count_requests_bytes_and_open_uploads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = Agent::start(&tmp.path().join("data"), None);
+    let http = support::http();
+    let blob = vec![7u8; 123_456];
+    let digest = format!(
+        "sha256:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&blob))
+    );
+    let r = http
+        .post(&agent.url(&format!("/v2/m/blobs/uploads/?digest={digest}")))
+        .send(&blob[..])
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let r = http
+        .post(&agent.url("/v2/m/blobs/uploads/"))
+        .send_empty()
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    for _ in 0..2 {
+        let mut r = http
+            .get(&agent.url(&format!("/v2/m/blobs/{digest}")))
+            .call()
+            .unwrap();
+        assert_eq!(r.body_mut().read_to_vec().unwrap().len(), blob.len());
+    }
+    let metrics = http
+        .get(&agent.url("/metrics"))
+        .call()
+        .unwrap()
+        .into_body()
+        .read_to_string()
+        .unwrap();
+    for line in [
+        "foothold_http_requests_total{route=\"blob\",method=\"GET\",status=\"200\"} 2",
+        "foothold_http_requests_total{route=\"upload\",method=\"POST\",status=\"201\"} 1",
+        "foothold_http_requests_total{route=\"upload\",method=\"POST\",status=\"202\"} 1",
+        "foothold_bytes_served_total 246912",
+        "foothold_upload_sessions_open 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line:?} in\n{metrics}"
+        );
+    }
+}
+
+#[test]
+fn fsck_names_corrupt_and_missing_blobs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let src = tmp.path().join("src");
+    let image = layout::write_image(&src, 22, &[40_000, 40_000], "example.com/fsck:v1");
+    run(Command::new(agent_bin())
+        .arg("import")
+        .arg(&src)
+        .arg("--data")
+        .arg(&data));
+    support::assert_fsck_clean(&data);
+
+    let blobs = data.join("blobs/sha256");
+    let corrupt = blobs.join(&image.layer_digests[0][7..]);
+    let mut bytes = std::fs::read(&corrupt).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&corrupt, bytes).unwrap();
+    std::fs::remove_file(blobs.join(&image.layer_digests[1][7..])).unwrap();
+    let out = Command::new(agent_bin())
+        .args(["fsck", "--data"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains(&format!("blob {} is corrupt", image.layer_digests[0])),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!(
+            "{} is recorded but its file is missing",
+            image.layer_digests[1]
+        )),
+        "{report}"
+    );
+    assert!(report.contains("2 problems"), "{report}");
+}
