@@ -85,6 +85,34 @@ fn skopeo_pushes_and_pulls_between_oci_layouts_and_the_registry() {
         let b = std::fs::read(dst.join("blobs/sha256").join(&d[7..])).unwrap();
         assert!(a == b, "blob {d} differs after the round trip");
     }
+
+    // The same image as a Docker schema 2 manifest: stored and served with its own media type.
+    let mut c = skopeo();
+    c.args([
+        "copy",
+        "--format",
+        "v2s2",
+        "--dest-tls-verify=false",
+        "--dest-creds",
+        &agent.creds().unwrap(),
+    ]);
+    run(c
+        .arg(format!("oci:{}:v1", src.display()))
+        .arg(format!("docker://{}/test/skopeo:docker", agent.host())));
+    let docker = "application/vnd.docker.distribution.manifest.v2+json";
+    let resp = support::http()
+        .get(&agent.url("/v2/test/skopeo/manifests/docker"))
+        .header("accept", docker)
+        .call()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers().get("content-type").unwrap(), docker);
+    let v2s2 = remote_digest(&agent, "test/skopeo:docker");
+    assert_ne!(v2s2, image.manifest_digest);
+    assert_eq!(
+        resp.headers().get("docker-content-digest").unwrap(),
+        v2s2.as_str()
+    );
     assert_fsck_clean(&agent.data);
 }
 
