@@ -1,10 +1,11 @@
-//! Foothold's site agent: the OCI registry that compute nodes use as a mirror, its content store, and the
-//! tools around them (import, fsck, mirror configuration).
+//! Foothold's site agent: the OCI registry that compute nodes use as a mirror, the BPA image upload API and
+//! file server, their shared content store, and the tools around them (import, fsck, mirror configuration).
 #![forbid(unsafe_code)]
 
 pub mod auth;
 pub mod digest;
 pub mod fsck;
+pub mod images;
 pub mod import;
 pub mod manifest;
 pub mod metrics;
@@ -12,5 +13,6 @@ pub mod mirror_config;
 pub mod names;
 pub mod range;
 pub mod registry;
+pub mod rest;
 pub mod server;
 pub mod store;

@@ -66,6 +66,9 @@ enum Command {
         /// PEM private key for HTTPS.
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<PathBuf>,
+        /// Largest image accepted by the BPA upload API, in bytes.
+        #[arg(long, default_value_t = server::DEFAULT_MAX_IMAGE_LENGTH)]
+        max_image_size: u64,
     },
     /// Import an OCI image layout directory (skopeo `oci:`, buildah, foothold-build) into the data directory.
     Import {
@@ -129,9 +132,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             token_file,
             tls_cert,
             tls_key,
+            max_image_size,
         } => {
             let cfg = server::ServeConfig {
                 listen,
+                max_image_length: max_image_size,
                 data: data.dir(),
                 token_file,
                 tls: tls_cert.zip(tls_key),

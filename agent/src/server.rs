@@ -21,7 +21,23 @@ pub struct AppState {
     pub store: Arc<Store>,
     pub auth: Auth,
     pub metrics: Arc<Metrics>,
+    /// Largest BPA image accepted, in bytes.
+    pub max_image_length: u64,
 }
+
+impl AppState {
+    pub fn new(store: Store, auth: Auth) -> Self {
+        AppState {
+            store: Arc::new(store),
+            auth,
+            metrics: Arc::default(),
+            max_image_length: DEFAULT_MAX_IMAGE_LENGTH,
+        }
+    }
+}
+
+/// 64 GiB: OS images are 1-20 GiB.
+pub const DEFAULT_MAX_IMAGE_LENGTH: u64 = 64 << 30;
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -31,6 +47,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ok\n" }))
+        .merge(crate::rest::routes())
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
@@ -53,6 +70,8 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
     let route = match path.as_str() {
         "/metrics" => "metrics",
         "/healthz" | "/readyz" => "health",
+        p if p.starts_with("/v1/") => "rest",
+        p if p.starts_with("/files/") => "files",
         p => routes::parse(p).map(|r| r.label()).unwrap_or("other"),
     };
     let resp = next.run(req).await;
@@ -64,6 +83,7 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
 
 pub struct ServeConfig {
     pub listen: SocketAddr,
+    pub max_image_length: u64,
     pub data: PathBuf,
     pub token_file: Option<PathBuf>,
     pub tls: Option<(PathBuf, PathBuf)>,
@@ -79,9 +99,8 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         .await?
         .with_context(|| format!("opening the data directory {}", cfg.data.display()))?;
     let state = Arc::new(AppState {
-        store: Arc::new(store),
-        auth,
-        metrics: Arc::default(),
+        max_image_length: cfg.max_image_length,
+        ..AppState::new(store, auth)
     });
     let app = router(state);
     let handle = axum_server::Handle::new();

@@ -38,6 +38,14 @@ CREATE TABLE IF NOT EXISTS tags(
     repo TEXT NOT NULL, tag TEXT NOT NULL, digest TEXT NOT NULL,
     PRIMARY KEY(repo, tag),
     FOREIGN KEY(repo, digest) REFERENCES manifests(repo, digest) ON DELETE CASCADE);
+-- BPA REST images (binary, OS and container images uploaded for a cluster). Content is a blob in
+-- blobs/sha256 once the upload completes (digest set); until then upload_id names the upload session.
+CREATE TABLE IF NOT EXISTS images(
+    owner TEXT NOT NULL, cluster TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,
+    length INTEGER NOT NULL, sha256 TEXT, description TEXT, upload_id TEXT, digest TEXT,
+    updated INTEGER NOT NULL,
+    PRIMARY KEY(owner, cluster, kind, name));
+CREATE INDEX IF NOT EXISTS images_digest ON images(digest);
 CREATE TABLE IF NOT EXISTS uploads(
     id TEXT PRIMARY KEY, repo TEXT NOT NULL, created INTEGER NOT NULL);
 "#;
@@ -495,6 +503,148 @@ impl Meta {
     }
 }
 
+/// One BPA image record as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageRow {
+    pub name: String,
+    pub length: u64,
+    pub sha256: Option<String>,
+    pub description: Option<String>,
+    pub upload_id: Option<String>,
+    pub digest: Option<Digest>,
+    pub updated: i64,
+}
+
+/// (owner, cluster, kind, name)
+pub type ImageKey<'a> = (&'a str, &'a str, &'a str, &'a str);
+
+const IMAGE_COLUMNS: &str = "name, length, sha256, description, upload_id, digest, updated";
+
+fn image_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ImageRow> {
+    let digest: Option<String> = r.get(5)?;
+    Ok(ImageRow {
+        name: r.get(0)?,
+        length: r.get::<_, i64>(1)? as u64,
+        sha256: r.get(2)?,
+        description: r.get(3)?,
+        upload_id: r.get(4)?,
+        digest: digest.map(digest_col).transpose()?,
+        updated: r.get(6)?,
+    })
+}
+
+impl Meta {
+    /// Creates a record; false when one with this key exists already.
+    pub fn create_image(&mut self, k: ImageKey<'_>, row: &ImageRow) -> Result<bool, MetaError> {
+        let n = self.conn.execute(
+            "INSERT OR IGNORE INTO images(owner, cluster, kind, name, length, sha256, description, upload_id, updated)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            params![k.0, k.1, k.2, k.3, row.length as i64, row.sha256, row.description, row.upload_id, row.updated],
+        )?;
+        Ok(n == 1)
+    }
+
+    pub fn image(&self, k: ImageKey<'_>) -> Result<Option<ImageRow>, MetaError> {
+        let sql = format!("SELECT {IMAGE_COLUMNS} FROM images WHERE owner = ?1 AND cluster = ?2 AND kind = ?3 AND name = ?4");
+        Ok(self
+            .conn
+            .query_row(&sql, params![k.0, k.1, k.2, k.3], image_row)
+            .optional()?)
+    }
+
+    /// Records of one cluster, by kind (all kinds when None), ordered by kind and name.
+    pub fn images(
+        &self,
+        owner: &str,
+        cluster: &str,
+        kind: Option<&str>,
+    ) -> Result<Vec<(String, ImageRow)>, MetaError> {
+        let sql = format!(
+            "SELECT kind, {IMAGE_COLUMNS} FROM images WHERE owner = ?1 AND cluster = ?2 AND (?3 IS NULL OR kind = ?3) ORDER BY kind, name"
+        );
+        let mut stmt = self.conn.prepare(&sql)?;
+        let rows = stmt.query_map(params![owner, cluster, kind], |r| {
+            let kind: String = r.get(0)?;
+            let digest: Option<String> = r.get(6)?;
+            Ok((
+                kind,
+                ImageRow {
+                    name: r.get(1)?,
+                    length: r.get::<_, i64>(2)? as u64,
+                    sha256: r.get(3)?,
+                    description: r.get(4)?,
+                    upload_id: r.get(5)?,
+                    digest: digest.map(digest_col).transpose()?,
+                    updated: r.get(7)?,
+                },
+            ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn set_image_description(
+        &mut self,
+        k: ImageKey<'_>,
+        description: Option<&str>,
+        now: i64,
+    ) -> Result<bool, MetaError> {
+        Ok(self.conn.execute(
+            "UPDATE images SET description = ?5, updated = ?6 WHERE owner = ?1 AND cluster = ?2 AND kind = ?3 AND name = ?4",
+            params![k.0, k.1, k.2, k.3, description, now],
+        )? == 1)
+    }
+
+    /// Marks the upload complete with its content digest; the upload session is gone.
+    pub fn complete_image(
+        &mut self,
+        k: ImageKey<'_>,
+        digest: &Digest,
+        now: i64,
+    ) -> Result<(), MetaError> {
+        self.conn.execute(
+            "UPDATE images SET digest = ?5, upload_id = NULL, updated = ?6 WHERE owner = ?1 AND cluster = ?2 AND kind = ?3 AND name = ?4",
+            params![k.0, k.1, k.2, k.3, digest.to_string(), now],
+        )?;
+        Ok(())
+    }
+
+    /// After a verification failure: the record starts over with a new upload session.
+    pub fn replace_image_upload(
+        &mut self,
+        k: ImageKey<'_>,
+        upload_id: &str,
+        now: i64,
+    ) -> Result<(), MetaError> {
+        self.conn.execute(
+            "UPDATE images SET upload_id = ?5, digest = NULL, updated = ?6 WHERE owner = ?1 AND cluster = ?2 AND kind = ?3 AND name = ?4",
+            params![k.0, k.1, k.2, k.3, upload_id, now],
+        )?;
+        Ok(())
+    }
+
+    /// Removes a record. Returns it, and whether its content is now unreferenced everywhere.
+    pub fn delete_image(&mut self, k: ImageKey<'_>) -> Result<Option<(ImageRow, bool)>, MetaError> {
+        let tx = self.conn.transaction()?;
+        let sql = format!("SELECT {IMAGE_COLUMNS} FROM images WHERE owner = ?1 AND cluster = ?2 AND kind = ?3 AND name = ?4");
+        let Some(row) = tx
+            .query_row(&sql, params![k.0, k.1, k.2, k.3], image_row)
+            .optional()?
+        else {
+            return Ok(None);
+        };
+        tx.execute(
+            "DELETE FROM images WHERE owner = ?1 AND cluster = ?2 AND kind = ?3 AND name = ?4",
+            params![k.0, k.1, k.2, k.3],
+        )?;
+        let orphan = match &row.digest {
+            Some(d) => unreferenced(&tx, d)?,
+            None => false,
+        };
+        tx.commit()?;
+        Ok(Some((row, orphan)))
+    }
+}
+
 fn manifest_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ManifestRow> {
     let annotations: Option<String> = r.get(4)?;
     Ok(ManifestRow {
@@ -510,7 +660,8 @@ fn unreferenced(tx: &Transaction<'_>, digest: &Digest) -> rusqlite::Result<bool>
     let d = digest.to_string();
     let used = tx
         .query_row(
-            "SELECT 1 FROM repo_blobs WHERE digest = ?1 UNION ALL SELECT 1 FROM manifests WHERE digest = ?1 LIMIT 1",
+            "SELECT 1 FROM repo_blobs WHERE digest = ?1 UNION ALL SELECT 1 FROM manifests WHERE digest = ?1
+             UNION ALL SELECT 1 FROM images WHERE digest = ?1 LIMIT 1",
             params![d],
             |_| Ok(()),
         )

@@ -19,7 +19,7 @@ use sha2::{Digest as _, Sha256};
 use crate::digest::Digest;
 use crate::manifest::{self, ManifestError};
 pub use blobs::BlobFiles;
-pub use meta::{ManifestRow, Meta, MetaError};
+pub use meta::{ImageRow, ManifestRow, Meta, MetaError};
 
 /// Writes are batched to this size before they go to the blocking pool.
 const WRITE_BATCH: usize = 1024 * 1024;
@@ -161,7 +161,7 @@ impl Store {
     }
 
     /// Runs `f` with the metadata (and file commits) on the blocking pool.
-    async fn with_meta<T: Send + 'static>(
+    pub(crate) async fn with_meta<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Meta, &BlobFiles) -> Result<T> + Send + 'static,
     ) -> Result<T> {
@@ -353,10 +353,18 @@ impl Store {
             .clone())
     }
 
+    /// The session's offset. While a chunk is being written (the session is locked) this is what has reached
+    /// the file so far, which is also what a restarted agent would report: status never waits for a chunk.
     pub async fn upload_offset(&self, repo: &str, id: &str) -> Result<u64> {
         let s = self.session(repo, id).await?;
-        let offset = s.lock().await.offset;
-        Ok(offset)
+        if let Ok(held) = s.try_lock() {
+            return Ok(held.offset);
+        }
+        let path = self.files.upload_path(id);
+        Ok(tokio::task::spawn_blocking(move || fs::metadata(path))
+            .await
+            .expect("stat task")?
+            .len())
     }
 
     /// Appends a chunk. `start`, when the client says where the chunk begins, must equal the current offset.
@@ -415,7 +423,26 @@ impl Store {
         E: Display,
     {
         self.append_upload(repo, id, None, body).await?;
-        let session = self.session(repo, id).await?;
+        let link = repo.to_owned();
+        let (_, size) = self
+            .complete_upload(repo, id, Some(expected.clone()), move |m, digest, size| {
+                Ok(m.link_blob(&link, digest, size)?)
+            })
+            .await?;
+        Ok(size)
+    }
+
+    /// Ends an upload session: hashes what it holds, checks it against `expected` (if any), moves it into the
+    /// blob store and lets `record` write what now references the blob — all under the metadata lock, so the
+    /// blob is never visible unreferenced. The session is gone afterwards, whatever the outcome.
+    pub async fn complete_upload(
+        &self,
+        owner: &str,
+        id: &str,
+        expected: Option<Digest>,
+        record: impl FnOnce(&mut Meta, &Digest, u64) -> Result<()> + Send + 'static,
+    ) -> Result<(Digest, u64)> {
+        let session = self.session(owner, id).await?;
         let mut s = session.lock().await;
         let path = self.files.upload_path(id);
         let size = s.offset;
@@ -429,18 +456,18 @@ impl Store {
                     .0
             }
         };
-        let (repo, id, expected) = (repo.to_owned(), id.to_owned(), expected.clone());
+        let id = id.to_owned();
         self.sessions.lock().expect("sessions lock").remove(&id);
         drop(s);
         self.with_meta(move |m, files| {
             m.delete_upload(&id)?;
-            if actual != expected {
+            if let Some(expected) = expected.filter(|e| *e != actual) {
                 let _ = fs::remove_file(&path);
                 return Err(StoreError::DigestMismatch { expected, actual });
             }
-            files.commit(&path, &expected)?;
-            m.link_blob(&repo, &expected, size)?;
-            Ok(size)
+            files.commit(&path, &actual)?;
+            record(m, &actual, size)?;
+            Ok((actual, size))
         })
         .await
     }

@@ -1,0 +1,391 @@
+//! The BPA REST API (`/v1/baremetalcluster/...`, paths and field names of Akraino ICN's BPA REST agent) and the
+//! file server nodes and Ironic download from (`/files/...`). Handlers translate HTTP to `images` calls and
+//! back; errors become JSON bodies here and nowhere else.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use futures_util::StreamExt;
+use serde_json::json;
+
+use crate::images::{ImageError, Images, Key, Kind, NewImage};
+use crate::range::{self, ByteRange};
+use crate::server::AppState;
+use crate::store::StoreError;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/baremetalcluster/{owner}/{cluster}/status", get(status))
+        .route(
+            "/v1/baremetalcluster/{owner}/{cluster}/{kind}",
+            get(list).post(create),
+        )
+        .route(
+            "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{name}",
+            get(read)
+                .head(read)
+                .put(update)
+                .patch(append)
+                .delete(remove),
+        )
+        .route(
+            "/files/{owner}/{cluster}/{kind}/{name}",
+            get(download).head(download),
+        )
+}
+
+/// A REST error: status plus `{"error": {"code", "message"}}`.
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    offset: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            offset: None,
+        }
+    }
+}
+
+impl From<ImageError> for ApiError {
+    fn from(e: ImageError) -> Self {
+        use StatusCode as S;
+        let message = e.to_string();
+        let (status, code) = match &e {
+            ImageError::InvalidName { .. } => (S::BAD_REQUEST, "INVALID_NAME"),
+            ImageError::InvalidRequest(_) => (S::BAD_REQUEST, "INVALID_REQUEST"),
+            ImageError::NotFound(_) => (S::NOT_FOUND, "NOT_FOUND"),
+            ImageError::Exists(_) => (S::CONFLICT, "EXISTS"),
+            ImageError::OffsetMismatch { .. } => (S::CONFLICT, "OFFSET_MISMATCH"),
+            ImageError::Complete(_) => (S::UNPROCESSABLE_ENTITY, "UPLOAD_COMPLETE"),
+            ImageError::Incomplete(_) => (S::NOT_FOUND, "UPLOAD_INCOMPLETE"),
+            ImageError::TooLarge(_) => (S::PAYLOAD_TOO_LARGE, "TOO_LARGE"),
+            ImageError::DigestMismatch { .. } => (S::UNPROCESSABLE_ENTITY, "DIGEST_MISMATCH"),
+            ImageError::Store(StoreError::StorageFull) => (S::INSUFFICIENT_STORAGE, "STORAGE_FULL"),
+            ImageError::Store(StoreError::BodyInterrupted(_)) => {
+                (S::BAD_REQUEST, "BODY_INTERRUPTED")
+            }
+            ImageError::Store(_) => (S::INTERNAL_SERVER_ERROR, "INTERNAL"),
+        };
+        if status == S::INTERNAL_SERVER_ERROR {
+            tracing::error!(error = %message, "REST request failed");
+        }
+        let offset = match e {
+            ImageError::OffsetMismatch { expected, .. } => Some(expected),
+            _ => None,
+        };
+        ApiError {
+            status,
+            code,
+            message,
+            offset,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (
+            self.status,
+            Json(json!({"error": {"code": self.code, "message": self.message}})),
+        )
+            .into_response();
+        if let Some(o) = self.offset {
+            r.headers_mut()
+                .insert("upload-offset", HeaderValue::from(o));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(r#"Basic realm="foothold""#),
+            );
+        }
+        r
+    }
+}
+
+type ApiResult<T = Response> = Result<T, ApiError>;
+
+fn images(state: &AppState) -> Images<'_> {
+    Images::new(&state.store, state.max_image_length)
+}
+
+fn require_write(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
+    if state.auth.permits_write(headers) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "UNAUTHORIZED",
+            "this request needs the write token",
+        ))
+    }
+}
+
+async fn status(
+    State(state): State<Arc<AppState>>,
+    Path((owner, cluster)): Path<(String, String)>,
+) -> ApiResult {
+    let records = images(&state).list(&owner, &cluster, None).await?;
+    let mut by_kind = serde_json::Map::new();
+    for kind in [Kind::Binary, Kind::Os, Kind::Container] {
+        let of_kind: Vec<_> = records
+            .iter()
+            .filter(|r| r.image_type == kind.as_str())
+            .collect();
+        by_kind.insert(kind.as_str().to_owned(), json!(of_kind));
+    }
+    Ok(Json(json!({"owner": owner, "cluster": cluster, "images": by_kind})).into_response())
+}
+
+async fn list(
+    State(state): State<Arc<AppState>>,
+    Path((owner, cluster, kind)): Path<(String, String, String)>,
+) -> ApiResult {
+    let kind: Kind = kind.parse()?;
+    Ok(Json(images(&state).list(&owner, &cluster, Some(kind)).await?).into_response())
+}
+
+async fn create(
+    State(state): State<Arc<AppState>>,
+    Path((owner, cluster, kind)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    require_write(&state, &headers)?;
+    let body = metadata_body(body).await?;
+    let new: NewImage = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+            format!("image metadata: {e}"),
+        )
+    })?;
+    let record = images(&state).create(&owner, &cluster, &kind, new).await?;
+    let location = format!(
+        "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{}",
+        record.image_name
+    );
+    let mut r = (StatusCode::CREATED, Json(record)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(r)
+}
+
+/// Metadata is JSON of a few KiB; anything past 1 MiB is refused rather than buffered.
+async fn metadata_body(body: Body) -> ApiResult<axum::body::Bytes> {
+    axum::body::to_bytes(body, 1 << 20).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "TOO_LARGE",
+            "image metadata is limited to 1 MiB",
+        )
+    })
+}
+
+fn key(owner: &str, cluster: &str, kind: &str, name: &str) -> ApiResult<Key> {
+    Ok(Key::new(owner, cluster, kind, name)?)
+}
+
+async fn read(
+    State(state): State<Arc<AppState>>,
+    method: Method,
+    Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
+) -> ApiResult {
+    let record = images(&state)
+        .get(&key(&owner, &cluster, &kind, &name)?)
+        .await?;
+    let offset = record.image_offset;
+    let mut r = if method == Method::HEAD {
+        StatusCode::OK.into_response()
+    } else {
+        Json(record).into_response()
+    };
+    r.headers_mut()
+        .insert("upload-offset", HeaderValue::from(offset));
+    Ok(r)
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Update {
+    #[serde(default)]
+    description: Option<serde_json::Value>,
+}
+
+async fn update(
+    State(state): State<Arc<AppState>>,
+    Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    require_write(&state, &headers)?;
+    let body = metadata_body(body).await?;
+    let update: Update = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+            format!("only description can change: {e}"),
+        )
+    })?;
+    Ok(Json(
+        images(&state)
+            .update(&key(&owner, &cluster, &kind, &name)?, update.description)
+            .await?,
+    )
+    .into_response())
+}
+
+async fn append(
+    State(state): State<Arc<AppState>>,
+    Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    require_write(&state, &headers)?;
+    let key = key(&owner, &cluster, &kind, &name)?;
+    let offset = headers
+        .get("upload-offset")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "INVALID_REQUEST",
+                "PATCH needs an Upload-Offset header",
+            )
+        })?;
+    let length = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    let record = images(&state)
+        .append(&key, offset, length, body.into_data_stream())
+        .await?;
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    r.headers_mut()
+        .insert("upload-offset", HeaderValue::from(record.image_offset));
+    Ok(r)
+}
+
+async fn remove(
+    State(state): State<Arc<AppState>>,
+    Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
+    headers: HeaderMap,
+) -> ApiResult {
+    require_write(&state, &headers)?;
+    images(&state)
+        .delete(&key(&owner, &cluster, &kind, &name)?)
+        .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Files for nodes and Ironic: the content with Range and ETag, or `<name>.sha256sum` in `sha256sum` format
+/// (what a BareMetalHost's `image.checksum` URL points at).
+async fn download(
+    State(state): State<Arc<AppState>>,
+    method: Method,
+    Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
+    headers: HeaderMap,
+) -> ApiResult {
+    if kind == Kind::Container.as_str() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            "container images are served by the registry, not /files",
+        ));
+    }
+    let images = images(&state);
+    let head = method == Method::HEAD;
+    if let Some(base) = name.strip_suffix(".sha256sum") {
+        let record = images.get(&key(&owner, &cluster, &kind, base)?).await?;
+        if !record.upload_complete {
+            return Err(ImageError::Incomplete(base.to_owned()).into());
+        }
+        let line = format!("{}  {}\n", record.sha256.unwrap_or_default(), base);
+        let mut r = if head {
+            Body::empty().into_response()
+        } else {
+            line.clone().into_response()
+        };
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        r.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(line.len()));
+        return Ok(r);
+    }
+    let (file, size, digest, updated) = images
+        .content(&key(&owner, &cluster, &kind, &name)?)
+        .await?;
+    let etag = format!("\"{digest}\"");
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
+    {
+        return Ok(StatusCode::NOT_MODIFIED.into_response());
+    }
+    let (status, start, len) = match range::parse(
+        headers.get(header::RANGE).and_then(|v| v.to_str().ok()),
+        size,
+    ) {
+        ByteRange::Full => (StatusCode::OK, 0, size),
+        ByteRange::Partial { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
+        ByteRange::Unsatisfiable => {
+            let mut r = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
+            r.headers_mut().insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&format!("bytes */{size}")).expect("ascii"),
+            );
+            return Ok(r);
+        }
+    };
+    let body = if head {
+        Body::empty()
+    } else {
+        let metrics = state.metrics.clone();
+        Body::from_stream(
+            crate::store::blobs::read_range(file, start, len).inspect(move |c| {
+                if let Ok(c) = c {
+                    metrics.served(c.len() as u64);
+                }
+            }),
+        )
+    };
+    let mut r = (status, body).into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    h.insert(header::ETAG, HeaderValue::from_str(&etag).expect("ascii"));
+    let modified = std::time::UNIX_EPOCH + std::time::Duration::from_secs(updated.max(0) as u64);
+    h.insert(
+        header::LAST_MODIFIED,
+        HeaderValue::from_str(&httpdate::fmt_http_date(modified)).expect("ascii"),
+    );
+    if status == StatusCode::PARTIAL_CONTENT {
+        h.insert(
+            header::CONTENT_RANGE,
+            HeaderValue::from_str(&format!("bytes {start}-{}/{size}", start + len - 1))
+                .expect("ascii"),
+        );
+    }
+    Ok(r)
+}
