@@ -164,14 +164,7 @@ async fn create(
     body: Body,
 ) -> ApiResult {
     require_write(&state, &headers)?;
-    let body = metadata_body(body).await?;
-    let new: NewImage = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            format!("image metadata: {e}"),
-        )
-    })?;
+    let new: NewImage = json_body(body, "image metadata").await?;
     let record = images(&state).create(&owner, &cluster, &kind, new).await?;
     let location = format!(
         "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{}",
@@ -184,13 +177,21 @@ async fn create(
     Ok(r)
 }
 
-/// Metadata is JSON of a few KiB; anything past 1 MiB is refused rather than buffered.
-async fn metadata_body(body: Body) -> ApiResult<axum::body::Bytes> {
-    axum::body::to_bytes(body, 1 << 20).await.map_err(|_| {
+/// Metadata is JSON of a few KiB: anything past 1 MiB is refused rather than buffered; `what` prefixes the
+/// parse error.
+async fn json_body<T: serde::de::DeserializeOwned>(body: Body, what: &str) -> ApiResult<T> {
+    let bytes = axum::body::to_bytes(body, 1 << 20).await.map_err(|_| {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "TOO_LARGE",
             "image metadata is limited to 1 MiB",
+        )
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+            format!("{what}: {e}"),
         )
     })
 }
@@ -232,14 +233,7 @@ async fn update(
     body: Body,
 ) -> ApiResult {
     require_write(&state, &headers)?;
-    let body = metadata_body(body).await?;
-    let update: Update = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            format!("only description can change: {e}"),
-        )
-    })?;
+    let update: Update = json_body(body, "only description can change").await?;
     Ok(Json(
         images(&state)
             .update(&key(&owner, &cluster, &kind, &name)?, update.description)

@@ -29,13 +29,9 @@ fn push(agent: &Agent, layout_dir: &Path, tag: &str, dest: &str) {
 }
 
 fn remote_digest(agent: &Agent, reference: &str) -> String {
-    let raw = run(skopeo()
-        .args(["inspect", "--raw", "--tls-verify=false"])
-        .arg(format!("docker://{}/{reference}", agent.host())))
-    .stdout;
-    format!(
-        "sha256:{}",
-        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&raw))
+    support::remote_manifest_digest(
+        &["--tls-verify=false"],
+        &format!("{}/{reference}", agent.host()),
     )
 }
 
@@ -255,14 +251,9 @@ impl Drop for ChildGuard {
 }
 
 fn metric(agent: &Agent, line_prefix: &str) -> u64 {
-    let body = support::http()
-        .get(&agent.url("/metrics"))
-        .call()
-        .unwrap()
-        .into_body()
-        .read_to_string()
-        .unwrap();
-    body.lines()
+    agent
+        .metrics()
+        .lines()
         .filter(|l| l.starts_with(line_prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()

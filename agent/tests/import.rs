@@ -71,18 +71,11 @@ fn imported_layouts_are_served_under_their_names() {
         ("quay.io/metal3-io/ironic:v26", &a.manifest_digest),
         ("docker.io/library/tool:2.0", &b.manifest_digest),
     ] {
-        let raw = run(Command::new(tool("skopeo"))
-            .args(["inspect", "--raw", "--tls-verify=false"])
-            .arg(format!("docker://{}/{reference}", agent.host())))
-        .stdout;
-        assert_eq!(
-            &format!(
-                "sha256:{}",
-                hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&raw))
-            ),
-            digest,
-            "{reference}"
+        let remote = support::remote_manifest_digest(
+            &["--tls-verify=false"],
+            &format!("{}/{reference}", agent.host()),
         );
+        assert_eq!(&remote, digest, "{reference}");
     }
     let catalog = stdout(Command::new("curl").args(["-sf", &agent.url("/v2/_catalog")]));
     assert_eq!(

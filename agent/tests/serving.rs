@@ -57,18 +57,12 @@ fn serves_https_with_the_given_certificate() {
         .arg(&certs_dir)
         .arg(format!("oci:{}:v1", src.display()))
         .arg(format!("docker://{}/tls/img:v1", agent.host())));
-    let raw = run(Command::new(tool("skopeo"))
-        .args(["inspect", "--raw", "--cert-dir"])
-        .arg(&certs_dir)
-        .arg(format!("docker://{}/tls/img:v1", agent.host())))
-    .stdout;
-    assert_eq!(
-        format!(
-            "sha256:{}",
-            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&raw))
-        ),
-        image.manifest_digest
+    let cert_dir = certs_dir.to_str().unwrap();
+    let remote = support::remote_manifest_digest(
+        &["--cert-dir", cert_dir],
+        &format!("{}/tls/img:v1", agent.host()),
     );
+    assert_eq!(remote, image.manifest_digest);
     // Plain HTTP is not answered on the TLS port.
     let plain = Command::new(tool("curl"))
         .args(["-sf", "--max-time", "5"])
@@ -84,10 +78,7 @@ fn metrics_count_requests_bytes_and_open_uploads() {
     let agent = Agent::start(&tmp.path().join("data"), None);
     let http = support::http();
     let blob = vec![7u8; 123_456];
-    let digest = format!(
-        "sha256:{}",
-        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&blob))
-    );
+    let digest = support::sha256_digest(&blob);
     let r = http
         .post(&agent.url(&format!("/v2/m/blobs/uploads/?digest={digest}")))
         .send(&blob[..])
@@ -105,13 +96,7 @@ fn metrics_count_requests_bytes_and_open_uploads() {
             .unwrap();
         assert_eq!(r.body_mut().read_to_vec().unwrap().len(), blob.len());
     }
-    let metrics = http
-        .get(&agent.url("/metrics"))
-        .call()
-        .unwrap()
-        .into_body()
-        .read_to_string()
-        .unwrap();
+    let metrics = agent.metrics();
     for line in [
         "foothold_http_requests_total{route=\"blob\",method=\"GET\",status=\"200\"} 2",
         "foothold_http_requests_total{route=\"upload\",method=\"POST\",status=\"201\"} 1",

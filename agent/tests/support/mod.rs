@@ -154,6 +154,17 @@ impl Agent {
         let _ = self.child.wait();
     }
 
+    /// The Prometheus text of `/metrics`.
+    pub fn metrics(&self) -> String {
+        http()
+            .get(&self.url("/metrics"))
+            .call()
+            .unwrap()
+            .into_body()
+            .read_to_string()
+            .unwrap()
+    }
+
     /// `skopeo --dest-creds` value when a token is set.
     pub fn creds(&self) -> Option<String> {
         self.token.as_ref().map(|t| format!("foothold:{t}"))
@@ -164,6 +175,24 @@ impl Drop for Agent {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// `sha256:<hex>` of some bytes (a manifest's digest from its raw bytes).
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    format!(
+        "sha256:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes))
+    )
+}
+
+/// The digest of the manifest `skopeo inspect --raw` fetches for `reference` (extra args before it).
+pub fn remote_manifest_digest(extra: &[&str], reference: &str) -> String {
+    let raw = run(Command::new(tool("skopeo"))
+        .args(["inspect", "--raw"])
+        .args(extra)
+        .arg(format!("docker://{reference}")))
+    .stdout;
+    sha256_digest(&raw)
 }
 
 /// `foothold-agent fsck` on a data directory; panics with its report unless clean.
