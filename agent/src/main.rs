@@ -69,6 +69,9 @@ enum Command {
         /// Largest image accepted by the BPA upload API, in bytes.
         #[arg(long, default_value_t = server::DEFAULT_MAX_IMAGE_LENGTH)]
         max_image_size: u64,
+        /// Require the token for reading BPA image records and downloading /files too (default: anonymous).
+        #[arg(long, requires = "token_file")]
+        files_require_token: bool,
     },
     /// Import an OCI image layout directory (skopeo `oci:`, buildah, foothold-build) into the data directory.
     Import {
@@ -133,10 +136,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tls_cert,
             tls_key,
             max_image_size,
+            files_require_token,
         } => {
             let cfg = server::ServeConfig {
                 listen,
                 max_image_length: max_image_size,
+                files_need_token: files_require_token,
                 data: data.dir(),
                 token_file,
                 tls: tls_cert.zip(tls_key),

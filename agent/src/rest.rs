@@ -121,6 +121,14 @@ fn images(state: &AppState) -> Images<'_> {
     Images::new(&state.store, state.max_image_length)
 }
 
+fn require_read(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
+    if state.files_need_token {
+        require_write(state, headers)
+    } else {
+        Ok(())
+    }
+}
+
 fn require_write(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
     if state.auth.permits_write(headers) {
         Ok(())
@@ -136,7 +144,9 @@ fn require_write(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
 async fn status(
     State(state): State<Arc<AppState>>,
     Path((owner, cluster)): Path<(String, String)>,
+    headers: HeaderMap,
 ) -> ApiResult {
+    require_read(&state, &headers)?;
     let records = images(&state).list(&owner, &cluster, None).await?;
     let mut by_kind = serde_json::Map::new();
     for kind in [Kind::Binary, Kind::Os, Kind::Container] {
@@ -152,7 +162,9 @@ async fn status(
 async fn list(
     State(state): State<Arc<AppState>>,
     Path((owner, cluster, kind)): Path<(String, String, String)>,
+    headers: HeaderMap,
 ) -> ApiResult {
+    require_read(&state, &headers)?;
     let kind: Kind = kind.parse()?;
     Ok(Json(images(&state).list(&owner, &cluster, Some(kind)).await?).into_response())
 }
@@ -164,7 +176,15 @@ async fn create(
     body: Body,
 ) -> ApiResult {
     require_write(&state, &headers)?;
-    let new: NewImage = json_body(body, "image metadata").await?;
+    let multipart = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.trim_start().starts_with("multipart/form-data"));
+    let new: NewImage = if multipart {
+        metadata_part(&headers, body).await?
+    } else {
+        json_body(body, "image metadata").await?
+    };
     let record = images(&state).create(&owner, &cluster, &kind, new).await?;
     let location = format!(
         "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{}",
@@ -196,6 +216,32 @@ async fn json_body<T: serde::de::DeserializeOwned>(body: Body, what: &str) -> Ap
     })
 }
 
+/// ICN's original client sent a multipart form whose `metadata` part holds the JSON; other parts are ignored.
+async fn metadata_part(headers: &HeaderMap, body: Body) -> ApiResult<NewImage> {
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
+    let boundary = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|t| multer::parse_boundary(t).ok())
+        .ok_or_else(|| bad("multipart body without a boundary".into()))?;
+    let limited = http_body_util::Limited::new(body, 1 << 20);
+    let mut form = multer::Multipart::new(http_body_util::BodyDataStream::new(limited), boundary);
+    while let Some(field) = form
+        .next_field()
+        .await
+        .map_err(|e| bad(format!("multipart form: {e}")))?
+    {
+        if field.name() == Some("metadata") {
+            let bytes = field
+                .bytes()
+                .await
+                .map_err(|e| bad(format!("metadata part: {e}")))?;
+            return serde_json::from_slice(&bytes).map_err(|e| bad(format!("image metadata: {e}")));
+        }
+    }
+    Err(bad("multipart form has no metadata part".into()))
+}
+
 fn key(owner: &str, cluster: &str, kind: &str, name: &str) -> ApiResult<Key> {
     Ok(Key::new(owner, cluster, kind, name)?)
 }
@@ -204,7 +250,9 @@ async fn read(
     State(state): State<Arc<AppState>>,
     method: Method,
     Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
+    headers: HeaderMap,
 ) -> ApiResult {
+    require_read(&state, &headers)?;
     let record = images(&state)
         .get(&key(&owner, &cluster, &kind, &name)?)
         .await?;
@@ -294,6 +342,7 @@ async fn download(
     Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
     headers: HeaderMap,
 ) -> ApiResult {
+    require_read(&state, &headers)?;
     if kind == Kind::Container.as_str() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,

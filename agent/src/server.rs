@@ -23,6 +23,9 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Largest BPA image accepted, in bytes.
     pub max_image_length: u64,
+    /// Whether reading BPA records and /files needs the token too (anonymous by default: nodes and Ironic
+    /// download without credentials on the provisioning network).
+    pub files_need_token: bool,
 }
 
 impl AppState {
@@ -32,6 +35,7 @@ impl AppState {
             auth,
             metrics: Arc::default(),
             max_image_length: DEFAULT_MAX_IMAGE_LENGTH,
+            files_need_token: false,
         }
     }
 }
@@ -84,6 +88,7 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
 pub struct ServeConfig {
     pub listen: SocketAddr,
     pub max_image_length: u64,
+    pub files_need_token: bool,
     pub data: PathBuf,
     pub token_file: Option<PathBuf>,
     pub tls: Option<(PathBuf, PathBuf)>,
@@ -100,6 +105,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         .with_context(|| format!("opening the data directory {}", cfg.data.display()))?;
     let state = Arc::new(AppState {
         max_image_length: cfg.max_image_length,
+        files_need_token: cfg.files_need_token,
         ..AppState::new(store, auth)
     });
     let app = router(state);

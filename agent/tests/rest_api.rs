@@ -574,3 +574,97 @@ async fn bad_requests_get_their_status_and_store_nothing() {
     );
     assert_fsck_clean(tmp.path());
 }
+
+#[tokio::test]
+async fn create_accepts_the_original_multipart_form() {
+    let tmp = tempfile::tempdir().unwrap();
+    let app = app(tmp.path());
+    let body = "--XyZ\r\nContent-Disposition: form-data; name=\"metadata\"\r\nContent-Type: application/json\r\n\r\n\
+                {\"image_name\": \"fw.bin\", \"image_length\": 3}\r\n\
+                --XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"fw.bin\"\r\n\r\nignored\r\n--XyZ--\r\n";
+    let ct = [("content-type", "multipart/form-data; boundary=XyZ")];
+    let r = call(
+        &app,
+        Method::POST,
+        &format!("{BASE}/binary_images"),
+        &ct,
+        body.as_bytes().to_vec(),
+        true,
+    )
+    .await;
+    assert_eq!(
+        r.status,
+        StatusCode::CREATED,
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    assert_eq!(
+        (
+            r.json()["image_name"].clone(),
+            r.json()["image_length"].clone()
+        ),
+        (json!("fw.bin"), json!(3))
+    );
+    let without = "--XyZ\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\nx\r\n--XyZ--\r\n";
+    let r = call(
+        &app,
+        Method::POST,
+        &format!("{BASE}/binary_images"),
+        &ct,
+        without.as_bytes().to_vec(),
+        true,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no metadata part"));
+}
+
+#[tokio::test]
+async fn downloads_can_require_the_token() {
+    use foothold_agent::{auth::Auth, server, store::Store};
+    let tmp = tempfile::tempdir().unwrap();
+    let state = server::AppState {
+        files_need_token: true,
+        ..server::AppState::new(
+            Store::open(tmp.path()).unwrap(),
+            Auth::from_token(support::inproc::TOKEN),
+        )
+    };
+    let app = server::router(std::sync::Arc::new(state));
+    assert_eq!(
+        create(
+            &app,
+            &format!("{BASE}/binary_images"),
+            json!({"image_name": "t", "image_length": 2})
+        )
+        .await
+        .status,
+        StatusCode::CREATED
+    );
+    let r = call(
+        &app,
+        Method::PATCH,
+        &format!("{BASE}/binary_images/t"),
+        &[("upload-offset", "0")],
+        b"ok".to_vec(),
+        true,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    for path in [
+        "/files/acme/edge1/binary_images/t",
+        "/files/acme/edge1/binary_images/t.sha256sum",
+        &format!("{BASE}/binary_images/t"),
+        &format!("{BASE}/binary_images"),
+        &format!("{BASE}/status"),
+    ] {
+        let r = call(&app, Method::GET, path, &[], Body::empty(), false).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{path}");
+        assert!(r.header("www-authenticate").starts_with("Basic"), "{path}");
+        let r = call(&app, Method::GET, path, &[], Body::empty(), true).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}");
+    }
+}
