@@ -369,7 +369,15 @@ impl<'a> Images<'a> {
                 row.length
             )));
         }
-        let new_offset = appended?;
+        let new_offset = match appended {
+            Ok(o) => o,
+            // Lost a race with another PATCH of the same record, or the record was deleted meanwhile.
+            Err(StoreError::OutOfOrder { expected, got }) => {
+                return Err(ImageError::OffsetMismatch { expected, got })
+            }
+            Err(StoreError::UploadUnknown(_)) => return Err(ImageError::NotFound(key.to_string())),
+            Err(e) => return Err(e.into()),
+        };
         if new_offset == row.length {
             self.complete(key, &id, &row.sha256).await?;
         }

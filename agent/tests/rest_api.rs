@@ -668,3 +668,65 @@ async fn downloads_can_require_the_token() {
         assert_eq!(r.status, StatusCode::OK, "{path}");
     }
 }
+
+#[tokio::test]
+async fn concurrent_patches_at_one_offset_let_exactly_one_win() {
+    let tmp = tempfile::tempdir().unwrap();
+    let app = app(tmp.path());
+    let data = content(4_000_000);
+    let item = format!("{BASE}/os_images/race.img");
+    assert_eq!(
+        create(
+            &app,
+            &format!("{BASE}/os_images"),
+            json!({"image_name": "race.img", "image_length": data.len()})
+        )
+        .await
+        .status,
+        StatusCode::CREATED
+    );
+    let patch = |bytes: Vec<u8>| {
+        let (app, item) = (app.clone(), item.clone());
+        tokio::spawn(async move {
+            call(
+                &app,
+                Method::PATCH,
+                &item,
+                &[("upload-offset", "0")],
+                bytes,
+                true,
+            )
+            .await
+        })
+    };
+    let (a, b) = (
+        patch(data[..2_000_000].to_vec()),
+        patch(data[..2_000_000].to_vec()),
+    );
+    let mut statuses = vec![
+        a.await.unwrap().status.as_u16(),
+        b.await.unwrap().status.as_u16(),
+    ];
+    statuses.sort();
+    assert_eq!(statuses, vec![204, 409]);
+    let r = call(
+        &app,
+        Method::PATCH,
+        &item,
+        &[("upload-offset", "2000000")],
+        data[2_000_000..].to_vec(),
+        true,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    let r = call(
+        &app,
+        Method::GET,
+        "/files/acme/edge1/os_images/race.img",
+        &[],
+        Body::empty(),
+        false,
+    )
+    .await;
+    assert!(r.body == data);
+}
