@@ -14,5 +14,6 @@ pub mod names;
 pub mod range;
 pub mod registry;
 pub mod rest;
+pub mod serve_file;
 pub mod server;
 pub mod store;

@@ -10,11 +10,10 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use futures_util::StreamExt;
 use serde_json::json;
 
 use crate::images::{ImageError, Images, Key, Kind, NewImage};
-use crate::range::{self, ByteRange};
+use crate::serve_file::ascii;
 use crate::server::AppState;
 use crate::store::StoreError;
 
@@ -382,52 +381,15 @@ async fn download(
     {
         return Ok(StatusCode::NOT_MODIFIED.into_response());
     }
-    let (status, start, len) = match range::parse(
-        headers.get(header::RANGE).and_then(|v| v.to_str().ok()),
-        size,
-    ) {
-        ByteRange::Full => (StatusCode::OK, 0, size),
-        ByteRange::Partial { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
-        ByteRange::Unsatisfiable => {
-            let mut r = StatusCode::RANGE_NOT_SATISFIABLE.into_response();
-            r.headers_mut().insert(
-                header::CONTENT_RANGE,
-                HeaderValue::from_str(&format!("bytes */{size}")).expect("ascii"),
-            );
-            return Ok(r);
-        }
-    };
-    let body = if head {
-        Body::empty()
-    } else {
-        let metrics = state.metrics.clone();
-        Body::from_stream(
-            crate::store::blobs::read_range(file, start, len).inspect(move |c| {
-                if let Ok(c) = c {
-                    metrics.served(c.len() as u64);
-                }
-            }),
-        )
-    };
-    let mut r = (status, body).into_response();
-    let h = r.headers_mut();
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
-    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-    h.insert(header::ETAG, HeaderValue::from_str(&etag).expect("ascii"));
-    let modified = std::time::UNIX_EPOCH + std::time::Duration::from_secs(updated.max(0) as u64);
-    h.insert(
-        header::LAST_MODIFIED,
-        HeaderValue::from_str(&httpdate::fmt_http_date(modified)).expect("ascii"),
-    );
-    if status == StatusCode::PARTIAL_CONTENT {
+    let mut r = crate::serve_file::respond(file, size, &headers, head, &state.metrics);
+    if r.status() != StatusCode::RANGE_NOT_SATISFIABLE {
+        let modified =
+            std::time::UNIX_EPOCH + std::time::Duration::from_secs(updated.max(0) as u64);
+        let h = r.headers_mut();
+        h.insert(header::ETAG, ascii(etag));
         h.insert(
-            header::CONTENT_RANGE,
-            HeaderValue::from_str(&format!("bytes {start}-{}/{size}", start + len - 1))
-                .expect("ascii"),
+            header::LAST_MODIFIED,
+            ascii(httpdate::fmt_http_date(modified)),
         );
     }
     Ok(r)

@@ -11,13 +11,11 @@ use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use futures_util::StreamExt;
 use serde_json::json;
 
 use crate::digest::{Digest, DigestError};
 use crate::manifest;
 use crate::names;
-use crate::range::{self, ByteRange};
 use crate::server::AppState;
 use crate::store::Reference;
 pub use error::RegistryError;
@@ -434,43 +432,11 @@ async fn serve_blob(
     headers: &HeaderMap,
 ) -> Result<Response> {
     let (file, size) = state.store.open_blob(repo, digest).await?;
-    let range_header = headers.get(header::RANGE).and_then(|v| v.to_str().ok());
-    let (status, start, len) = match range::parse(range_header, size) {
-        ByteRange::Full => (StatusCode::OK, 0, size),
-        ByteRange::Partial { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
-        ByteRange::Unsatisfiable => {
-            let mut r = empty(StatusCode::RANGE_NOT_SATISFIABLE, &[]);
-            r.headers_mut()
-                .insert(header::CONTENT_RANGE, hv(&format!("bytes */{size}")));
-            return Ok(r);
-        }
-    };
-    let body = if head {
-        Body::empty()
-    } else {
-        let metrics = state.metrics.clone();
-        let stream = crate::store::blobs::read_range(file, start, len).inspect(move |chunk| {
-            if let Ok(c) = chunk {
-                metrics.served(c.len() as u64);
-            }
-        });
-        Body::from_stream(stream)
-    };
-    let mut resp = (status, body).into_response();
-    let h = resp.headers_mut();
-    h.insert(header::CONTENT_LENGTH, hv(&len.to_string()));
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
-    h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
-    h.insert(DIGEST_HEADER, hv(&digest.to_string()));
-    h.insert(header::ETAG, hv(&format!("\"{digest}\"")));
-    if status == StatusCode::PARTIAL_CONTENT {
-        h.insert(
-            header::CONTENT_RANGE,
-            hv(&format!("bytes {start}-{}/{size}", start + len - 1)),
-        );
+    let mut resp = crate::serve_file::respond(file, size, headers, head, &state.metrics);
+    if resp.status() != StatusCode::RANGE_NOT_SATISFIABLE {
+        let h = resp.headers_mut();
+        h.insert(DIGEST_HEADER, hv(&digest.to_string()));
+        h.insert(header::ETAG, hv(&format!("\"{digest}\"")));
     }
     Ok(resp)
 }
