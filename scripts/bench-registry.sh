@@ -10,24 +10,9 @@ BLOB_MIB=${BLOB_MIB:-200}
 IMAGE_MIB=${IMAGE_MIB:-1024}
 CONCURRENCY=${CONCURRENCY:-64}
 
-for t in skopeo curl nginx docker-registry; do
-  command -v "$t" >/dev/null 2>&1 || missing="${missing:-} $t"
-done
-if [ -n "${missing:-}" ]; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends skopeo curl nginx docker-registry >/dev/null
-fi
-cargo build --release --bin foothold-agent -q
-AGENT=$(pwd)/target/release/foothold-agent
+. scripts/bench-common.sh
+bench_setup skopeo curl nginx docker-registry
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/foothold-bench.XXXXXX")
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { for _ in $(seq 1 200); do curl -sf -o /dev/null "$1" && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 # skopeo remembers where blobs live and would mount instead of uploading on later runs.
 forget_blob_locations() { rm -f /var/lib/containers/cache/blob-info-cache-v1.* "$HOME"/.local/share/containers/cache/blob-info-cache-v1.* 2>/dev/null || true; }
 
@@ -92,16 +77,7 @@ upload_blob() {  # $1 base URL: two-step upload of the blob file
   curl -sf -X PUT -H 'Content-Type: application/octet-stream' --data-binary @"$work/files/blob" "$loc${sep}digest=$digest" -o /dev/null
 }
 
-NGINX_PORT=$(free_port)
-mkdir -p "$work/nginx"
-cat > "$work/nginx/nginx.conf" <<CONF
-user root; daemon off; worker_processes 2; pid $work/nginx/pid; error_log $work/nginx/error.log;
-events { worker_connections 4096; }
-http { sendfile on; tcp_nopush on; access_log off; client_body_temp_path $work/nginx/body; proxy_temp_path $work/nginx/proxy;
-  fastcgi_temp_path $work/nginx/fcgi; uwsgi_temp_path $work/nginx/uwsgi; scgi_temp_path $work/nginx/scgi;
-  server { listen 127.0.0.1:$NGINX_PORT; root $work/files; } }
-CONF
-nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" & pids+=("$!")
+start_nginx "$work/files"
 wait_http "http://127.0.0.1:$NGINX_PORT/blob"
 start_agent; start_dist
 upload_blob "http://127.0.0.1:$AGENT_PORT"; upload_blob "http://127.0.0.1:$DIST_PORT"
@@ -160,7 +136,6 @@ done
 rm -rf "$work/pulled"
 fi
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a/b}'; }
 echo
 echo "cores: $(nproc); runs: $RUNS"
 printf '%-34s %10s %10s %10s   %s\n' "measure (MiB/s)" foothold distrib nginx "ratios (target)"

@@ -7,20 +7,8 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 FILE_MIB=${FILE_MIB:-2048}
 CHUNK_MIB=${CHUNK_MIB:-64}
-for t in curl nginx; do command -v "$t" >/dev/null 2>&1 || missing="${missing:-} $t"; done
-if [ -n "${missing:-}" ]; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends curl nginx >/dev/null
-fi
-cargo build --release --bin foothold-agent -q
-AGENT=$(pwd)/target/release/foothold-agent
-work=$(mktemp -d "${TMPDIR:-/tmp}/foothold-bench-upload.XXXXXX")
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { for _ in $(seq 1 200); do curl -sf -o /dev/null "$1" && return 0; sleep 0.05; done; echo "no answer from $1" >&2; exit 1; }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+. scripts/bench-common.sh
+bench_setup curl nginx
 now() { date +%s.%N; }
 rate() { awk -v m="$FILE_MIB" -v a="$1" -v b="$2" 'BEGIN {printf "%.0f\n", m/(b-a)}'; }
 
@@ -56,16 +44,8 @@ done
 upload=$(printf '%s\n' "${uploads[@]}" | median)
 echo "  $upload"
 
-nport=$(free_port)
-mkdir -p "$work/nginx"
-cat > "$work/nginx/nginx.conf" <<CONF
-user root; daemon off; worker_processes 2; pid $work/nginx/pid; error_log $work/nginx/error.log;
-events { worker_connections 1024; }
-http { sendfile on; tcp_nopush on; access_log off; client_body_temp_path $work/nginx/body; proxy_temp_path $work/nginx/proxy;
-  fastcgi_temp_path $work/nginx/fcgi; uwsgi_temp_path $work/nginx/uwsgi; scgi_temp_path $work/nginx/scgi;
-  server { listen 127.0.0.1:$nport; root $work/files; } }
-CONF
-nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" & pids+=("$!")
+start_nginx "$work/files"
+nport=$NGINX_PORT
 wait_http "http://127.0.0.1:$nport/node.img"
 echo "# download, median of $RUNS (MiB/s)"
 speed() { curl -sf -o /dev/null -w '%{speed_download}\n' "$1"; }
@@ -77,7 +57,6 @@ for name in nginx agent; do
   echo "  $name ${down[$name]}"
 done
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a/b}'; }
 echo
 echo "cores: $(nproc); runs: $RUNS; file: ${FILE_MIB} MiB; chunks: ${CHUNK_MIB} MiB"
 printf '%-40s %8s   %s\n' "measure (MiB/s)" value "ratio (target)"
