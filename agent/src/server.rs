@@ -52,6 +52,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ok\n" }))
         .merge(crate::rest::routes())
+        .layer(middleware::from_fn(read_small_bodies))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
@@ -64,6 +65,36 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         state.metrics.render(open),
     )
         .into_response()
+}
+
+/// Bodies up to this size (by Content-Length) are read before the handler runs.
+const SMALL_BODY: u64 = 1024 * 1024;
+
+/// A request answered before its body was read (401, a bad name or digest...) makes hyper close the
+/// connection, and a client that already reused it from its pool sees EOF. Reading small bodies up front keeps
+/// every refusal connection-safe whatever the handler does; large bodies stay streamed (and a refused one is
+/// cut off with its connection, as it should be).
+async fn read_small_bodies(req: Request, next: Next) -> Response {
+    let small = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .is_some_and(|n| n > 0 && n <= SMALL_BODY);
+    if !small {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, SMALL_BODY as usize).await {
+        Ok(bytes) => {
+            next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+                .await
+        }
+        Err(e) => (
+            axum::http::StatusCode::BAD_REQUEST,
+            format!("reading the request body: {e}\n"),
+        )
+            .into_response(),
+    }
 }
 
 /// One structured log line and one counter per request.

@@ -56,3 +56,29 @@ fn a_refused_write_keeps_the_connection_usable() {
         (200, r#"{"repositories":[]}"#)
     );
 }
+
+#[test]
+fn a_refused_rest_upload_keeps_the_connection_usable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = Agent::start(&tmp.path().join("data"), Some("tok"));
+    let stream = TcpStream::connect(agent.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut w = stream.try_clone().unwrap();
+    let mut r = BufReader::new(stream);
+    let body = vec![7u8; 256 * 1024];
+    write!(w, "PATCH /v1/baremetalcluster/a/b/os_images/x HTTP/1.1\r\nHost: x\r\nUpload-Offset: 0\r\nContent-Length: {}\r\n\r\n", body.len()).unwrap();
+    w.write_all(&body).unwrap();
+    assert_eq!(read_response(&mut r).0, 401);
+    write!(
+        w,
+        "GET /v1/baremetalcluster/a/b/os_images HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    .unwrap();
+    let (code, body) = read_response(&mut r);
+    assert_eq!(
+        (code, String::from_utf8(body).unwrap().as_str()),
+        (200, "[]")
+    );
+}

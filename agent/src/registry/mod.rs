@@ -25,8 +25,6 @@ type Result<T, E = RegistryError> = std::result::Result<T, E>;
 
 const API_VERSION: (&str, &str) = ("docker-distribution-api-version", "registry/2.0");
 const DIGEST_HEADER: &str = "docker-content-digest";
-/// Bodies up to this size are read to the end even when the request is refused (see `handle`).
-const DRAIN_LIMIT: usize = 4 * 1024 * 1024;
 
 /// Entry point for every `/v2` request.
 pub async fn handle(
@@ -36,20 +34,10 @@ pub async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut body = Some(body);
-    let mut resp = match dispatch(&state, &method, &uri, &headers, &mut body).await {
+    let mut resp = match dispatch(&state, &method, &uri, &headers, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
-    // A request answered before its body was read (401, bad name, bad digest...) would make hyper close the
-    // connection, and a client that already reused it from its pool sees EOF. Read small bodies to the end
-    // so the connection stays usable; a large one is cut off with the connection, as it should be.
-    if let Some(unread) = body {
-        if content_length(&headers).is_some_and(|n| n <= DRAIN_LIMIT as u64) {
-            let drain = axum::body::to_bytes(unread, DRAIN_LIMIT);
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), drain).await;
-        }
-    }
     resp.headers_mut()
         .insert(API_VERSION.0, HeaderValue::from_static(API_VERSION.1));
     resp
@@ -102,17 +90,12 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-/// Takes the request body out of `slot`; whatever is left there afterwards was never read.
-fn take(slot: &mut Option<Body>) -> Body {
-    slot.take().unwrap_or_default()
-}
-
 async fn dispatch(
     state: &AppState,
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
-    body: &mut Option<Body>,
+    body: Body,
 ) -> Result<Response> {
     let route = routes::parse(uri.path()).ok_or_else(|| {
         RegistryError::NameUnknown(format!("no registry route at {}", uri.path()))
@@ -193,7 +176,7 @@ async fn dispatch(
         }
         (Route::Manifest { reference, .. }, Method::PUT) => {
             let reference = parse_reference(reference, true)?;
-            let bytes = axum::body::to_bytes(take(body), manifest::MAX_MANIFEST_SIZE)
+            let bytes = axum::body::to_bytes(body, manifest::MAX_MANIFEST_SIZE)
                 .await
                 .map_err(|_| RegistryError::ManifestTooLarge)?;
             let ct = headers
@@ -249,7 +232,7 @@ async fn dispatch(
                     .put_blob(
                         &repo,
                         &digest,
-                        take(body).into_data_stream(),
+                        body.into_data_stream(),
                         content_length(headers),
                     )
                     .await?;
@@ -278,7 +261,7 @@ async fn dispatch(
             let location = format!("/v2/{path_name}/blobs/uploads/{id}");
             let offset = state
                 .store
-                .append_upload(&repo, id, start, take(body).into_data_stream())
+                .append_upload(&repo, id, start, body.into_data_stream())
                 .await
                 .map_err(|e| match RegistryError::from(e) {
                     RegistryError::RangeInvalid { offset, .. } => RegistryError::RangeInvalid {
@@ -302,7 +285,7 @@ async fn dispatch(
             )?;
             state
                 .store
-                .finish_upload(&repo, id, &digest, take(body).into_data_stream())
+                .finish_upload(&repo, id, &digest, body.into_data_stream())
                 .await?;
             tracing::info!(repo, %digest, "blob upload finished");
             Ok(blob_created(&path_name, &digest))
