@@ -150,3 +150,32 @@ fn fsck_names_corrupt_and_missing_blobs() {
     );
     assert!(report.contains("2 problems"), "{report}");
 }
+
+/// `--data` defaults to ./foothold-data, or /var/lib/foothold when systemd runs the agent (INVOCATION_ID).
+#[test]
+fn the_data_directory_default_follows_how_the_agent_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fsck = |systemd: bool| {
+        let mut c = Command::new(agent_bin());
+        c.arg("fsck")
+            .current_dir(tmp.path())
+            .env_remove("FOOTHOLD_DATA")
+            .env_remove("INVOCATION_ID");
+        if systemd {
+            c.env("INVOCATION_ID", "0123456789abcdef");
+        }
+        let out = c.output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(
+        fsck(false).contains("foothold-data has no foothold.db"),
+        "{}",
+        fsck(false)
+    );
+    assert!(
+        fsck(true).contains("/var/lib/foothold has no foothold.db"),
+        "{}",
+        fsck(true)
+    );
+}
