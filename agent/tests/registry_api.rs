@@ -4,14 +4,12 @@
 
 mod support;
 
-use std::path::Path;
-
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
 use axum::Router;
 use serde_json::{json, Value};
 
-use support::inproc::{app, call, digest};
+use support::inproc::{app, assert_fsck_clean, call, digest, get, stored_blobs};
 
 async fn push_blob(app: &Router, repo: &str, bytes: &[u8]) -> String {
     let d = digest(bytes);
@@ -64,11 +62,6 @@ async fn push_image(app: &Router, repo: &str, tag: &str, seed: u8) -> (String, V
         String::from_utf8_lossy(&r.body)
     );
     (digest(&m), m)
-}
-
-fn assert_fsck_clean(dir: &Path) {
-    let report = foothold_agent::fsck::check(dir).unwrap();
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
 #[tokio::test]
@@ -355,7 +348,7 @@ async fn bad_input_gets_its_spec_error_and_stores_nothing() {
         (r.status.as_u16(), r.code().as_str()),
         (400, "DIGEST_INVALID")
     );
-    let r = call(&app, Method::GET, &loc, &[], Body::empty(), false).await;
+    let r = get(&app, &loc).await;
     assert_eq!(
         (r.status.as_u16(), r.code().as_str()),
         (404, "BLOB_UPLOAD_UNKNOWN")
@@ -401,14 +394,9 @@ async fn bad_input_gets_its_spec_error_and_stores_nothing() {
     assert_eq!(r.status, StatusCode::NO_CONTENT);
 
     // Nothing stored anywhere.
-    let r = call(&app, Method::GET, "/v2/_catalog", &[], Body::empty(), false).await;
+    let r = get(&app, "/v2/_catalog").await;
     assert_eq!(r.json(), json!({"repositories": []}));
-    assert_eq!(
-        std::fs::read_dir(tmp.path().join("blobs/sha256"))
-            .unwrap()
-            .count(),
-        0
-    );
+    assert_eq!(stored_blobs(tmp.path()), 0);
     assert_eq!(
         std::fs::read_dir(tmp.path().join("uploads"))
             .unwrap()
@@ -448,7 +436,7 @@ async fn chunked_upload_resumes_after_a_restart() {
     };
     // A new process on the same data directory: the session survives; its offset is what was acknowledged.
     let app = app(tmp.path());
-    let r = call(&app, Method::GET, &loc, &[], Body::empty(), false).await;
+    let r = get(&app, &loc).await;
     assert_eq!(
         (r.status, r.header("range")),
         (StatusCode::NO_CONTENT, "0-999999".to_owned())
@@ -480,15 +468,7 @@ async fn chunked_upload_resumes_after_a_restart() {
         String::from_utf8_lossy(&r.body)
     );
     assert_eq!(r.header("docker-content-digest"), d);
-    let r = call(
-        &app,
-        Method::GET,
-        &format!("/v2/r/blobs/{d}"),
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, &format!("/v2/r/blobs/{d}")).await;
     assert!(r.body == blob);
     // Ranges: 206 with Content-Range, suffix ranges, 416 past the end.
     let r = call(
@@ -532,28 +512,12 @@ async fn mirror_requests_use_the_upstream_name() {
     let app = app(tmp.path());
     let (d, m) = push_image(&app, "docker.io/library/nginx", "1.25", 1).await;
     // containerd as a mirror client: /v2/library/nginx/...?ns=docker.io
-    let r = call(
-        &app,
-        Method::GET,
-        "/v2/library/nginx/manifests/1.25?ns=docker.io",
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, "/v2/library/nginx/manifests/1.25?ns=docker.io").await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.header("docker-content-digest"), d);
     assert_eq!(r.body, m);
     // Without ns it is a different repository.
-    let r = call(
-        &app,
-        Method::GET,
-        "/v2/library/nginx/manifests/1.25",
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, "/v2/library/nginx/manifests/1.25").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
 
@@ -574,41 +538,17 @@ async fn tags_and_catalog_paginate_with_link_headers() {
         .await;
         assert_eq!(r.header("docker-content-digest"), d);
     }
-    let r = call(
-        &app,
-        Method::GET,
-        "/v2/p/q/tags/list?n=2",
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, "/v2/p/q/tags/list?n=2").await;
     assert_eq!(r.json(), json!({"name": "p/q", "tags": ["a", "b"]}));
     assert_eq!(
         r.header("link"),
         "</v2/p/q/tags/list?n=2&last=b>; rel=\"next\""
     );
-    let r = call(
-        &app,
-        Method::GET,
-        "/v2/p/q/tags/list?n=2&last=d",
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, "/v2/p/q/tags/list?n=2&last=d").await;
     assert_eq!(r.json()["tags"], json!(["e"]));
     assert_eq!(r.header("link"), "");
     push_image(&app, "p/r", "x", 2).await;
-    let r = call(
-        &app,
-        Method::GET,
-        "/v2/_catalog?n=1",
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, "/v2/_catalog?n=1").await;
     assert_eq!(r.json(), json!({"repositories": ["p/q"]}));
     assert_eq!(
         r.header("link"),
@@ -635,15 +575,7 @@ async fn deletes_keep_every_tag_pullable() {
     )
     .await;
     assert_eq!(r.status, StatusCode::ACCEPTED);
-    let r = call(
-        &app,
-        Method::GET,
-        &format!("/v2/del/me/blobs/{layer}"),
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, &format!("/v2/del/me/blobs/{layer}")).await;
     assert_eq!(r.status, StatusCode::OK);
     assert_fsck_clean(tmp.path());
 
@@ -707,25 +639,9 @@ async fn deletes_keep_every_tag_pullable() {
     )
     .await;
     assert_eq!(r.status, StatusCode::ACCEPTED);
-    let r = call(
-        &app,
-        Method::GET,
-        "/v2/del/me/manifests/v1",
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, "/v2/del/me/manifests/v1").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
-    let r = call(
-        &app,
-        Method::GET,
-        &format!("/v2/del/me/blobs/{layer}"),
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, &format!("/v2/del/me/blobs/{layer}")).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert!(
         !tmp.path().join("blobs/sha256").join(&layer[7..]).exists(),

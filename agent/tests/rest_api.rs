@@ -3,12 +3,10 @@
 
 mod support;
 
-use std::path::Path;
-
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
-use support::inproc::{app, call, digest};
+use support::inproc::{app, assert_fsck_clean, call, digest, get, stored_blobs};
 
 const BASE: &str = "/v1/baremetalcluster/acme/edge1";
 
@@ -32,11 +30,6 @@ async fn create(app: &axum::Router, path: &str, meta: Value) -> support::inproc:
         true,
     )
     .await
-}
-
-fn assert_fsck_clean(dir: &Path) {
-    let report = foothold_agent::fsck::check(dir).unwrap();
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
 
 #[tokio::test]
@@ -89,15 +82,7 @@ async fn resumable_upload_then_download_with_ranges_and_checksum() {
     let app = app(tmp.path());
     let r = call(&app, Method::HEAD, &item, &[], Body::empty(), false).await;
     assert_eq!(r.header("upload-offset"), "1000000");
-    let r = call(
-        &app,
-        Method::GET,
-        "/files/acme/edge1/os_images/ubuntu.img",
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, "/files/acme/edge1/os_images/ubuntu.img").await;
     assert_eq!(
         r.status,
         StatusCode::NOT_FOUND,
@@ -118,7 +103,7 @@ async fn resumable_upload_then_download_with_ranges_and_checksum() {
             (StatusCode::NO_CONTENT, to.to_string())
         );
     }
-    let r = call(&app, Method::GET, &item, &[], Body::empty(), false).await;
+    let r = get(&app, &item).await;
     let rec = r.json();
     assert_eq!(
         (
@@ -144,7 +129,7 @@ async fn resumable_upload_then_download_with_ranges_and_checksum() {
     );
 
     let file = "/files/acme/edge1/os_images/ubuntu.img";
-    let r = call(&app, Method::GET, file, &[], Body::empty(), false).await;
+    let r = get(&app, file).await;
     assert_eq!(r.status, StatusCode::OK);
     assert!(r.body == data);
     let etag = r.header("etag");
@@ -177,29 +162,13 @@ async fn resumable_upload_then_download_with_ranges_and_checksum() {
     )
     .await;
     assert_eq!(r.status, StatusCode::NOT_MODIFIED);
-    let r = call(
-        &app,
-        Method::GET,
-        &format!("{file}.sha256sum"),
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, &format!("{file}.sha256sum")).await;
     assert_eq!(
         String::from_utf8(r.body).unwrap(),
         format!("{sha}  ubuntu.img\n")
     );
 
-    let r = call(
-        &app,
-        Method::GET,
-        &format!("{BASE}/status"),
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, &format!("{BASE}/status")).await;
     assert_eq!(
         r.json()["images"]["os_images"][0]["image_name"],
         "ubuntu.img"
@@ -218,12 +187,7 @@ async fn resumable_upload_then_download_with_ranges_and_checksum() {
     assert_fsck_clean(tmp.path());
     let r = call(&app, Method::DELETE, &item, &[], Body::empty(), true).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
-    assert_eq!(
-        call(&app, Method::GET, &item, &[], Body::empty(), false)
-            .await
-            .status,
-        StatusCode::NOT_FOUND
-    );
+    assert_eq!(get(&app, &item).await.status, StatusCode::NOT_FOUND);
     assert!(
         !tmp.path().join("blobs/sha256").join(&sha).exists(),
         "deleted content must go"
@@ -262,25 +226,9 @@ async fn keys_include_owner_and_cluster() {
         .await;
         assert_eq!(r.status, StatusCode::NO_CONTENT);
     }
-    let r = call(
-        &app,
-        Method::GET,
-        "/files/acme/edge2/binary_images/tool",
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, "/files/acme/edge2/binary_images/tool").await;
     assert_eq!(r.body, b"two!");
-    let r = call(
-        &app,
-        Method::GET,
-        "/v1/baremetalcluster/other/edge1/binary_images",
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, "/v1/baremetalcluster/other/edge1/binary_images").await;
     assert_eq!(r.json().as_array().unwrap().len(), 1);
     assert_eq!(r.json()[0]["sha256"], hex_of(b"three"));
 }
@@ -315,15 +263,7 @@ async fn a_sha256_mismatch_discards_the_upload() {
         message.contains(&claimed) && message.contains(&hex_of(b"other")),
         "{message}"
     );
-    let r = call(
-        &app,
-        Method::GET,
-        &format!("{BASE}/binary_images/bin"),
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, &format!("{BASE}/binary_images/bin")).await;
     assert_eq!(
         (
             r.json()["image_offset"].clone(),
@@ -331,12 +271,7 @@ async fn a_sha256_mismatch_discards_the_upload() {
         ),
         (json!(0), json!(false))
     );
-    assert_eq!(
-        std::fs::read_dir(tmp.path().join("blobs/sha256"))
-            .unwrap()
-            .count(),
-        0
-    );
+    assert_eq!(stored_blobs(tmp.path()), 0);
     assert_fsck_clean(tmp.path());
 }
 
@@ -555,23 +490,10 @@ async fn bad_requests_get_their_status_and_store_nothing() {
         }
     }
     // Still exactly the one good record, at offset 0, and nothing stored.
-    let r = call(
-        &app,
-        Method::GET,
-        &format!("{BASE}/os_images"),
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, &format!("{BASE}/os_images")).await;
     assert_eq!(r.json().as_array().unwrap().len(), 1);
     assert_eq!(r.json()[0]["image_offset"], 0);
-    assert_eq!(
-        std::fs::read_dir(tmp.path().join("blobs/sha256"))
-            .unwrap()
-            .count(),
-        0
-    );
+    assert_eq!(stored_blobs(tmp.path()), 0);
     assert_fsck_clean(tmp.path());
 }
 
@@ -661,7 +583,7 @@ async fn downloads_can_require_the_token() {
         &format!("{BASE}/binary_images"),
         &format!("{BASE}/status"),
     ] {
-        let r = call(&app, Method::GET, path, &[], Body::empty(), false).await;
+        let r = get(&app, path).await;
         assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{path}");
         assert!(r.header("www-authenticate").starts_with("Basic"), "{path}");
         let r = call(&app, Method::GET, path, &[], Body::empty(), true).await;
@@ -719,14 +641,6 @@ async fn concurrent_patches_at_one_offset_let_exactly_one_win() {
     )
     .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
-    let r = call(
-        &app,
-        Method::GET,
-        "/files/acme/edge1/os_images/race.img",
-        &[],
-        Body::empty(),
-        false,
-    )
-    .await;
+    let r = get(&app, "/files/acme/edge1/os_images/race.img").await;
     assert!(r.body == data);
 }

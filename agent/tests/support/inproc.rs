@@ -85,3 +85,19 @@ pub async fn call(
 pub fn digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
+
+/// An anonymous GET without a body.
+pub async fn get(app: &Router, uri: &str) -> Resp {
+    call(app, Method::GET, uri, &[], Body::empty(), false).await
+}
+
+/// The store at `dir` passes fsck (run in-process).
+pub fn assert_fsck_clean(dir: &Path) {
+    let report = foothold_agent::fsck::check(dir).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+/// How many blob files the store at `dir` holds.
+pub fn stored_blobs(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("blobs/sha256")).unwrap().count()
+}
