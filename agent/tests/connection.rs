@@ -33,16 +33,20 @@ fn read_response(r: &mut BufReader<TcpStream>) -> (u16, Vec<u8>) {
     (code, body)
 }
 
-#[test]
-fn a_refused_write_keeps_the_connection_usable() {
-    let tmp = tempfile::tempdir().unwrap();
-    let agent = Agent::start(&tmp.path().join("data"), Some("tok"));
+/// One keep-alive connection to the agent: a writer and a buffered reader.
+fn connect(agent: &Agent) -> (TcpStream, BufReader<TcpStream>) {
     let stream = TcpStream::connect(agent.addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let mut w = stream.try_clone().unwrap();
-    let mut r = BufReader::new(stream);
+    (stream.try_clone().unwrap(), BufReader::new(stream))
+}
+
+#[test]
+fn a_refused_write_keeps_the_connection_usable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = Agent::start(&tmp.path().join("data"), Some("tok"));
+    let (mut w, mut r) = connect(&agent);
     let body = vec![b'{'; 64 * 1024];
     write!(w, "PUT /v2/a/manifests/v1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\nContent-Length: {}\r\n\r\n", body.len()).unwrap();
     w.write_all(&body).unwrap();
@@ -61,12 +65,7 @@ fn a_refused_write_keeps_the_connection_usable() {
 fn a_refused_rest_upload_keeps_the_connection_usable() {
     let tmp = tempfile::tempdir().unwrap();
     let agent = Agent::start(&tmp.path().join("data"), Some("tok"));
-    let stream = TcpStream::connect(agent.addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut w = stream.try_clone().unwrap();
-    let mut r = BufReader::new(stream);
+    let (mut w, mut r) = connect(&agent);
     let body = vec![7u8; 256 * 1024];
     write!(w, "PATCH /v1/baremetalcluster/a/b/os_images/x HTTP/1.1\r\nHost: x\r\nUpload-Offset: 0\r\nContent-Length: {}\r\n\r\n", body.len()).unwrap();
     w.write_all(&body).unwrap();
