@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs every tool the test suite needs on a fresh Debian machine (root): registry clients from Debian,
-# oras from PyPI, and Go-built test tools (crane, the OCI conformance suite) cached under target/tools.
+# oras and tuspy from PyPI, and Go-built test tools (crane, the OCI conformance suite) cached under target/tools.
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,9 +18,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
-if ! python3 -c 'import oras.provider' 2>/dev/null; then
-  echo "install-test-tools: pip install oras"
-  python3 -m pip install -q --disable-pip-version-check 'oras==0.2.43'
+# Python clients: oras (OCI artifacts) and tuspy (tus uploads), pinned.
+if ! python3 -c 'import oras.provider, tusclient' 2>/dev/null; then
+  echo "install-test-tools: pip install oras tuspy"
+  python3 -m pip install -q --disable-pip-version-check 'oras==0.2.43' 'tuspy==1.1.0'
 fi
 
 if command -v rustup >/dev/null 2>&1; then

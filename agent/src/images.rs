@@ -5,12 +5,15 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 
+use crate::archive::{self, ArchiveError};
 use crate::digest::Digest;
+use crate::import::Imported;
 use crate::store::{ImageRow, Store, StoreError};
 
 pub const MAX_NAME_LEN: usize = 255;
@@ -141,6 +144,14 @@ pub enum ImageError {
     TooLarge(String),
     #[error("upload does not match: expected sha256 {expected}, received content hashes to {actual}; the upload was discarded")]
     DigestMismatch { expected: String, actual: String },
+    #[error("image {image}: {reason}; the upload was discarded and nothing was imported")]
+    Archive { image: String, reason: String },
+    #[error("{0}")]
+    TusUnknown(String),
+    #[error("{0}")]
+    TusIncomplete(String),
+    #[error("{0}")]
+    Mismatch(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -150,11 +161,16 @@ pub enum ImageError {
 #[serde(deny_unknown_fields)]
 pub struct NewImage {
     pub image_name: String,
-    pub image_length: u64,
+    /// Required, except when binding a tus upload (which knows its length).
+    #[serde(default)]
+    pub image_length: Option<u64>,
     #[serde(default)]
     pub sha256: Option<String>,
     #[serde(default)]
     pub description: Option<serde_json::Value>,
+    /// A finished tus upload (its id, or its `/v1/uploads/<id>` URL) that becomes this record's content.
+    #[serde(default)]
+    pub tus_upload: Option<String>,
 }
 
 /// A record as the API returns it.
@@ -170,6 +186,9 @@ pub struct Record {
     pub sha256: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<serde_json::Value>,
+    /// container_images: the references and digests the archive was imported under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub imported: Option<Vec<Imported>>,
 }
 
 fn now() -> i64 {
@@ -185,13 +204,13 @@ fn expected_digest(sha: &Option<String>) -> Option<Digest> {
 }
 
 pub struct Images<'a> {
-    store: &'a Store,
+    store: &'a Arc<Store>,
     /// Largest image accepted, in bytes.
     pub max_length: u64,
 }
 
 impl<'a> Images<'a> {
-    pub fn new(store: &'a Store, max_length: u64) -> Self {
+    pub fn new(store: &'a Arc<Store>, max_length: u64) -> Self {
         Images { store, max_length }
     }
 
@@ -209,14 +228,21 @@ impl<'a> Images<'a> {
             (None, Some(id)) => self.store.upload_offset(&key.session_owner(), id).await?,
             (None, None) => 0,
         };
+        let imported: Option<Vec<Imported>> = row
+            .imported
+            .as_deref()
+            .and_then(|i| serde_json::from_str(i).ok());
+        // A container archive is complete once its import finished, not when its last byte arrived.
+        let complete = row.digest.is_some() && (key.kind != Kind::Container || imported.is_some());
         Ok(Record {
             image_name: row.name,
             image_type: key.kind.as_str().to_owned(),
             image_length: row.length,
             image_offset: offset,
-            upload_complete: row.digest.is_some(),
+            upload_complete: complete,
             sha256: row.digest.map(|d| d.hex().to_owned()).or(row.sha256),
             description: row.description.and_then(|d| serde_json::from_str(&d).ok()),
+            imported,
         })
     }
 
@@ -228,12 +254,6 @@ impl<'a> Images<'a> {
         new: NewImage,
     ) -> Result<Record, ImageError> {
         let key = Key::new(owner, cluster, kind, &new.image_name)?;
-        if new.image_length > self.max_length {
-            return Err(ImageError::TooLarge(format!(
-                "image_length {} exceeds the limit of {} bytes",
-                new.image_length, self.max_length
-            )));
-        }
         let sha256 = match new.sha256 {
             Some(s) if format!("sha256:{s}").parse::<Digest>().is_err() => {
                 return Err(ImageError::InvalidRequest(format!(
@@ -242,15 +262,33 @@ impl<'a> Images<'a> {
             }
             s => s,
         };
+        if let Some(tus) = &new.tus_upload {
+            let id = tus.rsplit('/').next().unwrap_or(tus).to_owned();
+            return self
+                .bind(&key, &id, new.image_length, sha256, new.description)
+                .await;
+        }
+        let image_length = new.image_length.ok_or_else(|| {
+            ImageError::InvalidRequest(
+                "image_length is required (unless tus_upload is given)".into(),
+            )
+        })?;
+        if image_length > self.max_length {
+            return Err(ImageError::TooLarge(format!(
+                "image_length {image_length} exceeds the limit of {} bytes",
+                self.max_length
+            )));
+        }
         let id = self.store.start_upload(&key.session_owner()).await?;
         let row = ImageRow {
             name: key.name.clone(),
-            length: new.image_length,
+            length: image_length,
             sha256,
             description: new.description.map(|d| d.to_string()),
             upload_id: Some(id.clone()),
             digest: None,
             updated: now(),
+            imported: None,
         };
         let (k, r) = (key.clone(), row.clone());
         let created = self
@@ -261,8 +299,8 @@ impl<'a> Images<'a> {
             self.store.cancel_upload(&key.session_owner(), &id).await?;
             return Err(ImageError::Exists(key.to_string()));
         }
-        tracing::info!(image = %key, length = new.image_length, "image record created");
-        if new.image_length == 0 {
+        tracing::info!(image = %key, length = image_length, "image record created");
+        if image_length == 0 {
             self.complete(&key, &id, &row.sha256).await?;
         }
         self.get(&key).await
@@ -345,20 +383,7 @@ impl<'a> Images<'a> {
             )));
         }
         // A chunked body that runs past image_length stops there with an error; what fit is kept.
-        let overflow = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = overflow.clone();
-        let mut left = remaining;
-        let limited = body.map(move |chunk| match chunk {
-            Ok(c) if (c.len() as u64) <= left => {
-                left -= c.len() as u64;
-                Ok(c)
-            }
-            Ok(_) => {
-                flag.store(true, std::sync::atomic::Ordering::Relaxed);
-                Err("the body runs past image_length".to_owned())
-            }
-            Err(e) => Err(e.to_string()),
-        });
+        let (limited, overflow) = capped(body, remaining);
         let appended = self
             .store
             .append_upload(&key.session_owner(), &id, Some(offset), Box::pin(limited))
@@ -403,19 +428,16 @@ impl<'a> Images<'a> {
         match done {
             Ok((digest, size)) => {
                 tracing::info!(image = %key, %digest, size, "image upload complete");
+                if key.kind == Kind::Container {
+                    if let Err(e) = self.import(key, &digest).await {
+                        self.restart_upload(key).await?;
+                        return Err(e);
+                    }
+                }
                 Ok(())
             }
             Err(StoreError::DigestMismatch { expected, actual }) => {
-                // The upload is discarded; the record stays, with a fresh session at offset 0, so the client
-                // can upload again without re-creating it.
-                let new_id = self.store.start_upload(&key.session_owner()).await?;
-                let k = key.clone();
-                self.store
-                    .with_meta(move |m, _| {
-                        m.replace_image_upload(k.tuple(), &new_id, now())?;
-                        Ok(())
-                    })
-                    .await?;
+                self.restart_upload(key).await?;
                 tracing::warn!(image = %key, %expected, %actual, "image upload discarded: sha256 mismatch");
                 Err(ImageError::DigestMismatch {
                     expected: expected.hex().to_owned(),
@@ -424,6 +446,151 @@ impl<'a> Images<'a> {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Discards a record's content: it starts over with a fresh session at offset 0, so the client can
+    /// upload again without re-creating it.
+    async fn restart_upload(&self, key: &Key) -> Result<(), ImageError> {
+        let new_id = self.store.start_upload(&key.session_owner()).await?;
+        let k = key.clone();
+        self.store
+            .with_meta(move |m, files| {
+                let old = m.image(k.tuple())?.and_then(|r| r.digest);
+                m.replace_image_upload(k.tuple(), &new_id, now())?;
+                if let Some(d) = old.filter(|d| m.blob_unreferenced(d).unwrap_or(false)) {
+                    files.remove(&d)?;
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Imports a container archive blob into the registry; returns what became visible.
+    async fn import_archive(
+        &self,
+        key: &Key,
+        digest: &Digest,
+    ) -> Result<Vec<Imported>, ImageError> {
+        let store = self.store.clone();
+        let path = self.store.blob_path(digest);
+        let out = tokio::task::spawn_blocking(move || archive::import_archive(&store, &path))
+            .await
+            .expect("import task");
+        match out {
+            Ok(imported) => {
+                for i in &imported {
+                    tracing::info!(image = %key, repo = i.repo, tag = i.tag, digest = %i.digest, "archive image imported");
+                }
+                Ok(imported)
+            }
+            Err(ArchiveError::Invalid(reason)) => {
+                tracing::warn!(image = %key, %reason, "container archive refused");
+                Err(ImageError::Archive {
+                    image: key.to_string(),
+                    reason,
+                })
+            }
+            Err(ArchiveError::Store(e)) => Err(e.into()),
+        }
+    }
+
+    /// Imports the record's archive and records what it made visible.
+    async fn import(&self, key: &Key, digest: &Digest) -> Result<(), ImageError> {
+        let imported = self.import_archive(key, digest).await?;
+        let json = serde_json::to_string(&imported).expect("imports serialise");
+        let k = key.clone();
+        self.store
+            .with_meta(move |m, _| Ok(m.set_image_imported(k.tuple(), &json, now())?))
+            .await?;
+        Ok(())
+    }
+
+    /// Finishes imports the agent was stopped in the middle of (content arrived, import not recorded).
+    pub async fn resume_imports(&self) -> Result<(), ImageError> {
+        let pending = self
+            .store
+            .with_meta(|m, _| Ok(m.pending_imports()?))
+            .await?;
+        for (owner, cluster, name) in pending {
+            let key = Key::new(&owner, &cluster, Kind::Container.as_str(), &name)?;
+            let row = self.row(&key).await?;
+            let digest = row.digest.expect("pending imports have content");
+            tracing::info!(image = %key, "resuming an interrupted archive import");
+            if let Err(e) = self.import(&key, &digest).await {
+                tracing::warn!(image = %key, error = %e, "interrupted archive import failed; the upload starts over");
+                self.restart_upload(&key).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates a complete record whose content is a finished tus upload; the upload is consumed. A container
+    /// archive is imported first: if that fails, the tus upload stays as it was.
+    async fn bind(
+        &self,
+        key: &Key,
+        id: &str,
+        length: Option<u64>,
+        sha256: Option<String>,
+        description: Option<serde_json::Value>,
+    ) -> Result<Record, ImageError> {
+        let tus_id = id.to_owned();
+        let tus = self
+            .store
+            .with_meta(move |m, _| Ok(m.tus(&tus_id)?))
+            .await?
+            .ok_or_else(|| ImageError::TusUnknown(format!("tus upload {id:?} does not exist")))?;
+        let digest = tus.digest.clone().ok_or_else(|| {
+            ImageError::TusIncomplete(format!("tus upload {id} is not finished yet"))
+        })?;
+        if let Some(l) = length.filter(|&l| l != tus.length) {
+            return Err(ImageError::Mismatch(format!(
+                "image_length {l} differs from tus upload {id}'s length {}",
+                tus.length
+            )));
+        }
+        if let Some(s) = sha256.as_deref().filter(|s| *s != digest.hex()) {
+            return Err(ImageError::Mismatch(format!(
+                "expected sha256 {s}, tus upload {id} hashes to {}",
+                digest.hex()
+            )));
+        }
+        let k = key.clone();
+        if self
+            .store
+            .with_meta(move |m, _| Ok(m.image(k.tuple())?))
+            .await?
+            .is_some()
+        {
+            return Err(ImageError::Exists(key.to_string()));
+        }
+        let imported = if key.kind == Kind::Container {
+            let list = self.import_archive(key, &digest).await?;
+            Some(serde_json::to_string(&list).expect("imports serialise"))
+        } else {
+            None
+        };
+        let row = ImageRow {
+            name: key.name.clone(),
+            length: tus.length,
+            sha256: Some(digest.hex().to_owned()),
+            description: description.map(|d| d.to_string()),
+            upload_id: None,
+            digest: Some(digest),
+            updated: now(),
+            imported,
+        };
+        let (k, tus_id) = (key.clone(), id.to_owned());
+        let bound = self
+            .store
+            .with_meta(move |m, _| Ok(m.bind_tus(&tus_id, k.tuple(), &row)?))
+            .await?;
+        if !bound {
+            return Err(ImageError::Exists(key.to_string()));
+        }
+        tracing::info!(image = %key, tus = id, "tus upload bound to image record");
+        self.get(key).await
     }
 
     /// Deletes the record, its upload session, and its content unless something else references it.
@@ -468,6 +635,35 @@ impl<'a> Images<'a> {
             .map_err(StoreError::from)?;
         Ok((file, row.length, digest, row.updated))
     }
+}
+
+/// A body stream that ends with an error once it would pass `limit` bytes; the flag tells that it did.
+pub(crate) fn capped<S, E>(
+    body: S,
+    limit: u64,
+) -> (
+    impl Stream<Item = Result<Bytes, String>>,
+    Arc<std::sync::atomic::AtomicBool>,
+)
+where
+    S: Stream<Item = Result<Bytes, E>>,
+    E: fmt::Display,
+{
+    let overflow = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = overflow.clone();
+    let mut left = limit;
+    let limited = body.map(move |chunk| match chunk {
+        Ok(c) if (c.len() as u64) <= left => {
+            left -= c.len() as u64;
+            Ok(c)
+        }
+        Ok(_) => {
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+            Err("the body runs past the declared length".to_owned())
+        }
+        Err(e) => Err(e.to_string()),
+    });
+    (limited, overflow)
 }
 
 #[cfg(test)]

@@ -1,19 +1,22 @@
-//! Importing an OCI image layout (as written by `skopeo copy ... oci:DIR:TAG`, `buildah push oci:` or our image
-//! builder) into the store. Every blob is re-hashed on the way in; a layout that lies about a digest imports
-//! nothing under that digest.
+//! Importing images into the registry from an OCI image layout (as written by `skopeo copy ... oci:DIR:TAG`,
+//! `buildah push oci:` or our image builder) or from blobs an archive upload already put in the store
+//! (`archive`). Two phases: `plan` reads and checks every manifest and that every blob it needs is present,
+//! then `commit` links blobs and writes manifests and tags. A source that is wrong anywhere imports nothing.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::digest::Digest;
-use crate::manifest::{self, RefKind};
+use crate::manifest::{self, ParsedManifest, RefKind};
 use crate::names;
 use crate::store::Store;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One name an import made visible.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Imported {
     pub repo: String,
     pub tag: Option<String>,
@@ -22,34 +25,206 @@ pub struct Imported {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Index {
-    manifests: Vec<Entry>,
+pub(crate) struct Index {
+    pub manifests: Vec<Entry>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Entry {
-    media_type: Option<String>,
-    digest: String,
+pub(crate) struct Entry {
+    pub media_type: Option<String>,
+    pub digest: String,
     #[serde(default)]
-    annotations: std::collections::BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
 }
 
-/// Splits a full reference `repo[:tag][@digest]` into repository and tag.
-pub fn split_reference(r: &str) -> (String, Option<String>) {
-    let r = r.split('@').next().unwrap_or(r);
-    let slash = r.rfind('/').map(|i| i + 1).unwrap_or(0);
-    match r[slash..].rfind(':') {
-        Some(i) => (
-            r[..slash + i].to_owned(),
-            Some(r[slash + i + 1..].to_owned()),
-        ),
-        None => (r.to_owned(), None),
+/// Where blobs come from.
+pub(crate) trait BlobSource {
+    /// Where the source says this blob is (for messages).
+    fn describe(&self, digest: &Digest) -> String;
+    /// Its size, None when the source lacks it.
+    fn size(&self, digest: &Digest) -> Option<u64>;
+    /// Its content, at most `manifest::MAX_MANIFEST_SIZE` bytes, verified against the digest.
+    fn read_small(&self, digest: &Digest) -> anyhow::Result<Vec<u8>> {
+        let size = self
+            .size(digest)
+            .with_context(|| format!("{} is missing", self.describe(digest)))?;
+        if size > manifest::MAX_MANIFEST_SIZE as u64 {
+            bail!(
+                "{} is {size} bytes, more than a manifest may be",
+                self.describe(digest)
+            );
+        }
+        let bytes = self.read(digest)?;
+        let actual = Digest::of_bytes(&bytes);
+        if &actual != digest {
+            bail!("{} hashes to {actual}", self.describe(digest));
+        }
+        Ok(bytes)
+    }
+    fn read(&self, digest: &Digest) -> anyhow::Result<Vec<u8>>;
+    /// Puts the blob into the store's files (verified); returns its size.
+    fn put(&self, store: &Store, digest: &Digest) -> anyhow::Result<u64>;
+}
+
+/// An OCI image layout directory.
+pub(crate) struct Layout<'a>(pub &'a Path);
+
+impl Layout<'_> {
+    fn path(&self, digest: &Digest) -> PathBuf {
+        self.0.join("blobs/sha256").join(digest.hex())
     }
 }
 
-/// Imports every manifest in `layout/index.json`. Names come from `io.containerd.image.name` or
-/// `org.opencontainers.image.ref.name` (a full reference, or a bare tag when `repo` is given).
+impl BlobSource for Layout<'_> {
+    fn describe(&self, digest: &Digest) -> String {
+        self.path(digest).display().to_string()
+    }
+    fn size(&self, digest: &Digest) -> Option<u64> {
+        fs::metadata(self.path(digest)).ok().map(|m| m.len())
+    }
+    fn read(&self, digest: &Digest) -> anyhow::Result<Vec<u8>> {
+        fs::read(self.path(digest)).with_context(|| format!("reading {}", self.describe(digest)))
+    }
+    fn put(&self, store: &Store, digest: &Digest) -> anyhow::Result<u64> {
+        let path = self.path(digest);
+        let file = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        store
+            .files()
+            .put_reader(file, digest)
+            .with_context(|| format!("copying {}", path.display()))
+    }
+}
+
+/// What one top-level manifest needs, children first.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub repo: String,
+    pub tag: Option<String>,
+    pub digest: Digest,
+    /// Blobs to link, in order.
+    blobs: Vec<Digest>,
+    /// Manifests to write, children before parents: (digest, bytes, parsed).
+    manifests: Vec<(Digest, Vec<u8>, ParsedManifest)>,
+}
+
+/// Reads a manifest (and for an index its children) and checks that every blob it needs is in `src`.
+pub(crate) fn plan(
+    src: &dyn BlobSource,
+    repo: String,
+    tag: Option<String>,
+    digest: &Digest,
+    media_type: Option<&str>,
+) -> anyhow::Result<Plan> {
+    let mut p = Plan {
+        repo,
+        tag,
+        digest: digest.clone(),
+        blobs: Vec::new(),
+        manifests: Vec::new(),
+    };
+    plan_manifest(src, &mut p, digest, media_type, 0)?;
+    Ok(p)
+}
+
+fn plan_manifest(
+    src: &dyn BlobSource,
+    p: &mut Plan,
+    digest: &Digest,
+    media_type: Option<&str>,
+    depth: usize,
+) -> anyhow::Result<()> {
+    if depth > 4 {
+        bail!("manifest {digest}: indexes nest more than 4 deep");
+    }
+    let bytes = src.read_small(digest)?;
+    let parsed = manifest::parse(media_type, &bytes)
+        .with_context(|| format!("parsing manifest {}", src.describe(digest)))?;
+    for (child, kind) in &parsed.references {
+        match kind {
+            RefKind::Blob if src.size(child).is_none() => bail!(
+                "manifest {digest} references blob {child}, which is missing ({})",
+                src.describe(child)
+            ),
+            RefKind::Blob => p.blobs.push(child.clone()),
+            // Indexes may list platforms the source does not carry (skopeo copies one unless --all).
+            RefKind::Manifest if src.size(child).is_none() => {
+                bail!("index {digest} lists manifest {child}, which is missing (copy with --all)")
+            }
+            RefKind::Manifest => plan_manifest(src, p, child, None, depth + 1)?,
+        }
+    }
+    p.manifests.push((digest.clone(), bytes, parsed));
+    Ok(())
+}
+
+/// Links the plan's blobs and writes its manifests, the top one under its tag.
+pub(crate) fn commit(src: &dyn BlobSource, store: &Store, p: &Plan) -> anyhow::Result<Imported> {
+    for blob in &p.blobs {
+        let size = src.put(store, blob)?;
+        store.meta_blocking(|m| m.link_blob(&p.repo, blob, size))?;
+    }
+    for (digest, bytes, parsed) in &p.manifests {
+        store.files().put_bytes(bytes)?;
+        let tag = (digest == &p.digest).then_some(p.tag.as_deref()).flatten();
+        store
+            .meta_blocking(|m| m.put_manifest(&p.repo, digest, bytes.len() as u64, parsed, tag))?;
+    }
+    tracing::info!(repo = p.repo, tag = p.tag, digest = %p.digest, "imported");
+    Ok(Imported {
+        repo: p.repo.clone(),
+        tag: p.tag.clone(),
+        digest: p.digest.clone(),
+    })
+}
+
+/// Plans every manifest of an index; `repo` overrides the repository, otherwise names come from
+/// `io.containerd.image.name` or a full `org.opencontainers.image.ref.name`, normalised as container runtimes
+/// do (`busybox:1` is `docker.io/library/busybox:1`). `hint` ends the error for an unnamed manifest.
+pub(crate) fn plan_index(
+    src: &dyn BlobSource,
+    index: &Index,
+    repo: Option<&str>,
+    what: &str,
+    hint: &str,
+) -> anyhow::Result<Vec<Plan>> {
+    let mut plans = Vec::new();
+    for (i, entry) in index.manifests.iter().enumerate() {
+        let digest: Digest = entry
+            .digest
+            .parse()
+            .with_context(|| format!("{what}: manifests[{i}].digest"))?;
+        let full = entry.annotations.get("io.containerd.image.name");
+        let short = entry.annotations.get("org.opencontainers.image.ref.name");
+        let (target_repo, tag) = match (repo, full, short) {
+            (Some(r), _, Some(s)) if names::validate_tag(s).is_ok() => {
+                (r.to_owned(), Some(s.clone()))
+            }
+            (Some(r), Some(f), _) => (r.to_owned(), names::split_reference(f).1),
+            (Some(r), None, Some(s)) => (r.to_owned(), names::split_reference(s).1),
+            (Some(r), None, None) => (r.to_owned(), None),
+            (None, Some(f), _) => names::normalize_reference(f)
+                .with_context(|| format!("{what}: manifests[{i}] name {f:?}"))?,
+            (None, None, Some(s)) if s.contains(['/', ':']) => names::normalize_reference(s)
+                .with_context(|| format!("{what}: manifests[{i}] name {s:?}"))?,
+            (None, _, _) => bail!(
+                "{what}: manifests[{i}] ({digest}) carries no repository name (ref.name is {short:?}); {hint}"
+            ),
+        };
+        names::validate_name(&target_repo)
+            .with_context(|| format!("{what}: manifests[{i}] repository {target_repo:?}"))?;
+        if let Some(t) = &tag {
+            names::validate_tag(t).with_context(|| format!("{what}: manifests[{i}] tag {t:?}"))?;
+        }
+        plans.push(
+            plan(src, target_repo, tag, &digest, entry.media_type.as_deref())
+                .with_context(|| format!("{what}: manifests[{i}]"))?,
+        );
+    }
+    Ok(plans)
+}
+
+/// Imports every manifest in `layout/index.json`, or nothing if any of them is wrong.
 pub fn import_layout(
     store: &Store,
     layout: &Path,
@@ -70,121 +245,13 @@ pub fn import_layout(
     if let Some(r) = repo {
         names::validate_name(r).with_context(|| format!("--repo {r:?}"))?;
     }
-    let mut out = Vec::new();
-    for (i, entry) in index.manifests.iter().enumerate() {
-        let digest: Digest = entry
-            .digest
-            .parse()
-            .with_context(|| format!("{}: manifests[{i}].digest", index_path.display()))?;
-        let full = entry.annotations.get("io.containerd.image.name");
-        let short = entry.annotations.get("org.opencontainers.image.ref.name");
-        let (target_repo, tag) = match (repo, full, short) {
-            (Some(r), _, Some(s)) if names::validate_tag(s).is_ok() => (r.to_owned(), Some(s.clone())),
-            (Some(r), Some(f), _) => (r.to_owned(), split_reference(f).1),
-            (Some(r), None, Some(s)) => (r.to_owned(), split_reference(s).1),
-            (Some(r), None, None) => (r.to_owned(), None),
-            (None, Some(f), _) => split_reference(f),
-            (None, None, Some(s)) if s.contains('/') => split_reference(s),
-            (None, _, _) => bail!(
-                "{}: manifests[{i}] ({digest}) carries no repository name (ref.name is {:?}); pass --repo",
-                index_path.display(),
-                short
-            ),
-        };
-        names::validate_name(&target_repo).with_context(|| {
-            format!(
-                "{}: manifests[{i}] repository {target_repo:?}",
-                index_path.display()
-            )
-        })?;
-        if let Some(t) = &tag {
-            names::validate_tag(t)
-                .with_context(|| format!("{}: manifests[{i}] tag {t:?}", index_path.display()))?;
-        }
-        import_manifest(
-            store,
-            layout,
-            &target_repo,
-            &digest,
-            entry.media_type.as_deref(),
-            tag.as_deref(),
-        )
-        .with_context(|| format!("importing {target_repo}@{digest}"))?;
-        tracing::info!(repo = target_repo, tag, %digest, "imported");
-        out.push(Imported {
-            repo: target_repo,
-            tag,
-            digest,
-        });
-    }
-    Ok(out)
-}
-
-fn layout_blob(layout: &Path, digest: &Digest) -> std::path::PathBuf {
-    layout.join("blobs/sha256").join(digest.hex())
-}
-
-fn copy_blob(store: &Store, layout: &Path, repo: &str, digest: &Digest) -> anyhow::Result<u64> {
-    let path = layout_blob(layout, digest);
-    let file = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    let size = store
-        .files()
-        .put_reader(file, digest)
-        .with_context(|| format!("copying {}", path.display()))?;
-    store.meta_blocking(|m| m.link_blob(repo, digest, size))?;
-    Ok(size)
-}
-
-fn import_manifest(
-    store: &Store,
-    layout: &Path,
-    repo: &str,
-    digest: &Digest,
-    media_type: Option<&str>,
-    tag: Option<&str>,
-) -> anyhow::Result<()> {
-    let path = layout_blob(layout, digest);
-    let bytes = fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-    let actual = Digest::of_bytes(&bytes);
-    if &actual != digest {
-        bail!("{} hashes to {actual}", path.display());
-    }
-    let parsed = manifest::parse(media_type, &bytes)
-        .with_context(|| format!("parsing manifest {}", path.display()))?;
-    for (child, kind) in &parsed.references {
-        match kind {
-            RefKind::Blob => {
-                copy_blob(store, layout, repo, child)?;
-            }
-            // Indexes may list platforms the layout does not carry (skopeo copies one unless --all).
-            RefKind::Manifest if !layout_blob(layout, child).exists() => {
-                bail!("index {digest} lists manifest {child}, which the layout does not contain (copy with --all)")
-            }
-            RefKind::Manifest => import_manifest(store, layout, repo, child, None, None)?,
-        }
-    }
-    store.files().put_bytes(&bytes)?;
-    store.meta_blocking(|m| m.put_manifest(repo, digest, bytes.len() as u64, &parsed, tag))?;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::split_reference;
-
-    #[test]
-    fn references() {
-        assert_eq!(
-            split_reference("docker.io/library/nginx:1.25"),
-            ("docker.io/library/nginx".into(), Some("1.25".into()))
-        );
-        assert_eq!(
-            split_reference("localhost:5000/a/b"),
-            ("localhost:5000/a/b".into(), None)
-        );
-        assert_eq!(
-            split_reference("quay.io/x/y:v1@sha256:00"),
-            ("quay.io/x/y".into(), Some("v1".into()))
-        );
-    }
+    let src = Layout(layout);
+    let what = index_path.display().to_string();
+    let plans = plan_index(&src, &index, repo, &what, "pass --repo")?;
+    plans
+        .iter()
+        .map(|p| {
+            commit(&src, store, p).with_context(|| format!("importing {}@{}", p.repo, p.digest))
+        })
+        .collect()
 }

@@ -2,6 +2,7 @@
 //! file server, their shared content store, and the tools around them (import, fsck, mirror configuration).
 #![forbid(unsafe_code)]
 
+pub mod archive;
 pub mod auth;
 pub mod digest;
 pub mod fsck;
@@ -17,3 +18,4 @@ pub mod rest;
 pub mod serve_file;
 pub mod server;
 pub mod store;
+pub mod tus;

@@ -91,6 +91,42 @@ pub fn mirrored_name(ns: &str, name: &str) -> Result<String, NameError> {
     Ok(full)
 }
 
+/// Splits a reference `repo[:tag][@digest]` into repository and tag (the digest is dropped).
+pub fn split_reference(r: &str) -> (String, Option<String>) {
+    let r = r.split('@').next().unwrap_or(r);
+    let slash = r.rfind('/').map(|i| i + 1).unwrap_or(0);
+    match r[slash..].rfind(':') {
+        Some(i) => (
+            r[..slash + i].to_owned(),
+            Some(r[slash + i + 1..].to_owned()),
+        ),
+        None => (r.to_owned(), None),
+    }
+}
+
+/// The full name a container runtime gives a reference, as the registry stores it (the upstream host is the
+/// first component, as `mirrored_name` makes it): `busybox:1` → (`docker.io/library/busybox`, `1`),
+/// `quay.io/a/b` → (`quay.io/a/b`, None). Docker's rules: a first component with a `.` or `:`, or
+/// `localhost`, is a host; otherwise the host is docker.io, and a single component lives in `library/`.
+pub fn normalize_reference(r: &str) -> Result<(String, Option<String>), NameError> {
+    let (repo, tag) = split_reference(r);
+    let (host, path) = match repo.split_once('/') {
+        Some((h, p)) if h.contains(['.', ':']) || h == "localhost" => (h, p.to_owned()),
+        Some(_) => ("docker.io", repo.clone()),
+        None => ("docker.io", format!("library/{repo}")),
+    };
+    let host = if host == "index.docker.io" {
+        "docker.io"
+    } else {
+        host
+    };
+    let full = mirrored_name(host, &path)?;
+    if let Some(t) = &tag {
+        validate_tag(t)?;
+    }
+    Ok((full, tag))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +176,42 @@ mod tests {
         assert!(mirrored_name("Docker.IO", "x").is_err());
         assert!(mirrored_name("host:5000", "x").is_err());
         assert!(mirrored_name("", "x").is_err());
+    }
+
+    #[test]
+    fn references_split_and_normalize() {
+        assert_eq!(
+            split_reference("localhost:5000/a/b"),
+            ("localhost:5000/a/b".into(), None)
+        );
+        assert_eq!(
+            split_reference("quay.io/x/y:v1@sha256:00"),
+            ("quay.io/x/y".into(), Some("v1".into()))
+        );
+        let n = |r: &str| normalize_reference(r).map(|(a, b)| (a, b.unwrap_or_default()));
+        assert_eq!(
+            n("busybox:1.36"),
+            Ok(("docker.io/library/busybox".into(), "1.36".into()))
+        );
+        assert_eq!(
+            n("foothold/app:v1"),
+            Ok(("docker.io/foothold/app".into(), "v1".into()))
+        );
+        assert_eq!(
+            n("docker.io/foothold/app:v1"),
+            Ok(("docker.io/foothold/app".into(), "v1".into()))
+        );
+        assert_eq!(
+            n("index.docker.io/library/nginx"),
+            Ok(("docker.io/library/nginx".into(), String::new()))
+        );
+        assert_eq!(
+            n("registry.k8s.io/pause:3.9"),
+            Ok(("registry.k8s.io/pause".into(), "3.9".into()))
+        );
+        assert_eq!(n("localhost/x:y"), Ok(("localhost/x".into(), "y".into())));
+        for bad in ["Busybox:1", "host:5000/a:b", "a:b:c", "a:-x", "../x:1", ""] {
+            assert!(normalize_reference(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -43,11 +43,12 @@ pub struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
-    offset: Option<u64>,
+    /// Sent as Upload-Offset (offset conflicts tell the client where to resume).
+    pub(crate) offset: Option<u64>,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -71,6 +72,10 @@ impl From<ImageError> for ApiError {
             ImageError::Incomplete(_) => (S::NOT_FOUND, "UPLOAD_INCOMPLETE"),
             ImageError::TooLarge(_) => (S::PAYLOAD_TOO_LARGE, "TOO_LARGE"),
             ImageError::DigestMismatch { .. } => (S::UNPROCESSABLE_ENTITY, "DIGEST_MISMATCH"),
+            ImageError::Archive { .. } => (S::UNPROCESSABLE_ENTITY, "ARCHIVE_INVALID"),
+            ImageError::Mismatch(_) => (S::UNPROCESSABLE_ENTITY, "MISMATCH"),
+            ImageError::TusUnknown(_) => (S::NOT_FOUND, "TUS_UPLOAD_UNKNOWN"),
+            ImageError::TusIncomplete(_) => (S::CONFLICT, "TUS_UPLOAD_INCOMPLETE"),
             ImageError::Store(StoreError::StorageFull) => (S::INSUFFICIENT_STORAGE, "STORAGE_FULL"),
             ImageError::Store(StoreError::BodyInterrupted(_)) => {
                 (S::BAD_REQUEST, "BODY_INTERRUPTED")

@@ -52,6 +52,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ok\n" }))
         .merge(crate::rest::routes())
+        .merge(crate::tus::routes())
         .layer(middleware::from_fn(read_small_bodies))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::disable())
@@ -138,6 +139,13 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         max_image_length: cfg.max_image_length,
         files_need_token: cfg.files_need_token,
         ..AppState::new(store, auth)
+    });
+    let resume = state.clone();
+    tokio::spawn(async move {
+        let images = crate::images::Images::new(&resume.store, resume.max_image_length);
+        if let Err(e) = images.resume_imports().await {
+            tracing::error!(error = %e, "resuming interrupted archive imports");
+        }
     });
     let app = router(state);
     let handle = axum_server::Handle::new();

@@ -115,7 +115,10 @@ impl From<StoreError> for RegistryError {
             e @ StoreError::InUse { .. } => R::Denied(e.to_string()),
             e @ StoreError::BodyInterrupted(_) => R::BlobUploadInvalid(e.to_string()),
             StoreError::StorageFull => R::StorageFull,
-            e @ (StoreError::Io(_) | StoreError::Meta(_)) => R::Internal(e.to_string()),
+            e @ (StoreError::Io(_)
+            | StoreError::Meta(_)
+            | StoreError::Import(_)
+            | StoreError::ChunkRejected) => R::Internal(e.to_string()),
         }
     }
 }

@@ -144,6 +144,32 @@ impl BlobFiles {
     }
 }
 
+impl BlobFiles {
+    /// Copies a reader into the store under whatever its content hashes to. Returns the digest, the size and
+    /// whether this call created the blob (false: it was there already). Used by archive import, which learns
+    /// digests by reading; a blob stored this way stays invisible until metadata references it.
+    pub fn put_hashing(&self, reader: impl Read) -> io::Result<(Digest, u64, bool)> {
+        let tmp = self.temp_path();
+        let result = (|| {
+            let mut f = File::create(&tmp)?;
+            let (digest, size) = copy_hashing(reader, &mut f)?;
+            f.sync_all()?;
+            Ok::<_, io::Error>((digest, size))
+        })();
+        match result {
+            Ok((digest, size)) => {
+                let created = !self.path(&digest).exists();
+                self.commit(&tmp, &digest)?;
+                Ok((digest, size, created))
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                Err(e)
+            }
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum PutError {
     #[error("content hashes to {actual}, expected {expected}")]

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::digest::Digest;
 use crate::manifest::{ParsedManifest, RefKind};
@@ -44,10 +44,17 @@ CREATE TABLE IF NOT EXISTS images(
     owner TEXT NOT NULL, cluster TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,
     length INTEGER NOT NULL, sha256 TEXT, description TEXT, upload_id TEXT, digest TEXT,
     updated INTEGER NOT NULL,
+    -- container_images: JSON list of what the archive import made visible; NULL while it has not finished.
+    imported TEXT,
     PRIMARY KEY(owner, cluster, kind, name));
 CREATE INDEX IF NOT EXISTS images_digest ON images(digest);
 CREATE TABLE IF NOT EXISTS uploads(
     id TEXT PRIMARY KEY, repo TEXT NOT NULL, created INTEGER NOT NULL);
+-- tus 1.0 uploads (/v1/uploads). The id is the store upload session's id while bytes arrive; once the last
+-- byte is in, digest names the blob, which stays until the upload is deleted or bound to an image record.
+CREATE TABLE IF NOT EXISTS tus_uploads(
+    id TEXT PRIMARY KEY, length INTEGER NOT NULL, metadata TEXT, digest TEXT, created INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS tus_uploads_digest ON tus_uploads(digest);
 "#;
 
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +102,12 @@ impl Meta {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
         conn.execute_batch(SCHEMA)?;
+        let has_imported = conn
+            .prepare("SELECT 1 FROM pragma_table_info('images') WHERE name = 'imported'")?
+            .exists([])?;
+        if !has_imported {
+            conn.execute_batch("ALTER TABLE images ADD COLUMN imported TEXT")?;
+        }
         Ok(Meta { conn })
     }
 
@@ -441,7 +454,10 @@ impl Meta {
     pub fn all_references(&self) -> Result<Vec<(String, Digest, String)>, MetaError> {
         let mut out = Vec::new();
         let mut stmt = self.conn.prepare(
-            "SELECT repo, digest FROM repo_blobs UNION ALL SELECT repo, digest FROM manifests",
+            "SELECT repo, digest FROM repo_blobs UNION ALL SELECT repo, digest FROM manifests
+             UNION ALL SELECT 'image ' || owner || '/' || cluster || '/' || kind || '/' || name, digest
+               FROM images WHERE digest IS NOT NULL
+             UNION ALL SELECT 'tus upload ' || id, digest FROM tus_uploads WHERE digest IS NOT NULL",
         )?;
         for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, digest_col(r.get(1)?)?)))? {
             let (repo, digest) = row?;
@@ -513,23 +529,32 @@ pub struct ImageRow {
     pub upload_id: Option<String>,
     pub digest: Option<Digest>,
     pub updated: i64,
+    /// container_images: what the archive import made visible (JSON), once it finished.
+    pub imported: Option<String>,
 }
 
 /// (owner, cluster, kind, name)
 pub type ImageKey<'a> = (&'a str, &'a str, &'a str, &'a str);
 
-const IMAGE_COLUMNS: &str = "name, length, sha256, description, upload_id, digest, updated";
+const IMAGE_COLUMNS: &str =
+    "name, length, sha256, description, upload_id, digest, updated, imported";
 
 fn image_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ImageRow> {
-    let digest: Option<String> = r.get(5)?;
+    image_row_at(r, 0)
+}
+
+/// An ImageRow from IMAGE_COLUMNS starting at column `at`.
+fn image_row_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<ImageRow> {
+    let digest: Option<String> = r.get(at + 5)?;
     Ok(ImageRow {
-        name: r.get(0)?,
-        length: r.get::<_, i64>(1)? as u64,
-        sha256: r.get(2)?,
-        description: r.get(3)?,
-        upload_id: r.get(4)?,
+        name: r.get(at)?,
+        length: r.get::<_, i64>(at + 1)? as u64,
+        sha256: r.get(at + 2)?,
+        description: r.get(at + 3)?,
+        upload_id: r.get(at + 4)?,
         digest: digest.map(digest_col).transpose()?,
-        updated: r.get(6)?,
+        updated: r.get(at + 6)?,
+        imported: r.get(at + 7)?,
     })
 }
 
@@ -564,20 +589,7 @@ impl Meta {
         );
         let mut stmt = self.conn.prepare(&sql)?;
         let rows = stmt.query_map(params![owner, cluster, kind], |r| {
-            let kind: String = r.get(0)?;
-            let digest: Option<String> = r.get(6)?;
-            Ok((
-                kind,
-                ImageRow {
-                    name: r.get(1)?,
-                    length: r.get::<_, i64>(2)? as u64,
-                    sha256: r.get(3)?,
-                    description: r.get(4)?,
-                    upload_id: r.get(5)?,
-                    digest: digest.map(digest_col).transpose()?,
-                    updated: r.get(7)?,
-                },
-            ))
+            Ok((r.get::<_, String>(0)?, image_row_at(r, 1)?))
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
@@ -608,6 +620,30 @@ impl Meta {
         Ok(())
     }
 
+    /// Records what a container archive's import made visible.
+    pub fn set_image_imported(
+        &mut self,
+        k: ImageKey<'_>,
+        imported: &str,
+        now: i64,
+    ) -> Result<(), MetaError> {
+        self.conn.execute(
+            "UPDATE images SET imported = ?5, updated = ?6 WHERE owner = ?1 AND cluster = ?2 AND kind = ?3 AND name = ?4",
+            params![k.0, k.1, k.2, k.3, imported, now],
+        )?;
+        Ok(())
+    }
+
+    /// container_images records whose content arrived but whose import has not finished (the agent stopped
+    /// in between): (owner, cluster, name).
+    pub fn pending_imports(&self) -> Result<Vec<(String, String, String)>, MetaError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT owner, cluster, name FROM images WHERE kind = 'container_images' AND digest IS NOT NULL AND imported IS NULL",
+        )?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// After a verification failure: the record starts over with a new upload session.
     pub fn replace_image_upload(
         &mut self,
@@ -616,7 +652,7 @@ impl Meta {
         now: i64,
     ) -> Result<(), MetaError> {
         self.conn.execute(
-            "UPDATE images SET upload_id = ?5, digest = NULL, updated = ?6 WHERE owner = ?1 AND cluster = ?2 AND kind = ?3 AND name = ?4",
+            "UPDATE images SET upload_id = ?5, digest = NULL, imported = NULL, updated = ?6 WHERE owner = ?1 AND cluster = ?2 AND kind = ?3 AND name = ?4",
             params![k.0, k.1, k.2, k.3, upload_id, now],
         )?;
         Ok(())
@@ -656,15 +692,114 @@ fn manifest_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ManifestRow> {
     })
 }
 
-fn unreferenced(tx: &Transaction<'_>, digest: &Digest) -> rusqlite::Result<bool> {
+fn unreferenced(tx: &Connection, digest: &Digest) -> rusqlite::Result<bool> {
     let d = digest.to_string();
     let used = tx
         .query_row(
             "SELECT 1 FROM repo_blobs WHERE digest = ?1 UNION ALL SELECT 1 FROM manifests WHERE digest = ?1
-             UNION ALL SELECT 1 FROM images WHERE digest = ?1 LIMIT 1",
+             UNION ALL SELECT 1 FROM images WHERE digest = ?1 UNION ALL SELECT 1 FROM tus_uploads WHERE digest = ?1
+             LIMIT 1",
             params![d],
             |_| Ok(()),
         )
         .optional()?;
     Ok(used.is_none())
+}
+
+impl Meta {
+    /// Whether nothing (repository link, manifest, image record, tus upload) references the blob.
+    pub fn blob_unreferenced(&self, digest: &Digest) -> Result<bool, MetaError> {
+        Ok(unreferenced(&self.conn, digest)?)
+    }
+}
+
+/// A tus upload as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TusRow {
+    pub id: String,
+    pub length: u64,
+    pub metadata: Option<String>,
+    /// Set once the last byte arrived: the content is this blob.
+    pub digest: Option<Digest>,
+}
+
+impl Meta {
+    pub fn create_tus(
+        &mut self,
+        id: &str,
+        length: u64,
+        metadata: Option<&str>,
+        now: i64,
+    ) -> Result<(), MetaError> {
+        self.conn.execute(
+            "INSERT INTO tus_uploads(id, length, metadata, created) VALUES (?1, ?2, ?3, ?4)",
+            params![id, length as i64, metadata, now],
+        )?;
+        Ok(())
+    }
+
+    pub fn tus(&self, id: &str) -> Result<Option<TusRow>, MetaError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT id, length, metadata, digest FROM tus_uploads WHERE id = ?1",
+                params![id],
+                |r| {
+                    let digest: Option<String> = r.get(3)?;
+                    Ok(TusRow {
+                        id: r.get(0)?,
+                        length: r.get::<_, i64>(1)? as u64,
+                        metadata: r.get(2)?,
+                        digest: digest.map(digest_col).transpose()?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    pub fn complete_tus(&mut self, id: &str, digest: &Digest) -> Result<(), MetaError> {
+        self.conn.execute(
+            "UPDATE tus_uploads SET digest = ?2 WHERE id = ?1",
+            params![id, digest.to_string()],
+        )?;
+        Ok(())
+    }
+
+    /// Removes a tus upload. Returns it, and whether its content is now unreferenced everywhere.
+    pub fn delete_tus(&mut self, id: &str) -> Result<Option<(TusRow, bool)>, MetaError> {
+        let Some(row) = self.tus(id)? else {
+            return Ok(None);
+        };
+        let tx = self.conn.transaction()?;
+        tx.execute("DELETE FROM tus_uploads WHERE id = ?1", params![id])?;
+        let orphan = match &row.digest {
+            Some(d) => unreferenced(&tx, d)?,
+            None => false,
+        };
+        tx.commit()?;
+        Ok(Some((row, orphan)))
+    }
+
+    /// Binds a finished tus upload to a new, complete image record in one transaction: the upload is gone
+    /// and the record owns its content. False when a record with this key exists already.
+    pub fn bind_tus(
+        &mut self,
+        id: &str,
+        k: ImageKey<'_>,
+        row: &ImageRow,
+    ) -> Result<bool, MetaError> {
+        let tx = self.conn.transaction()?;
+        let n = tx.execute(
+            "INSERT OR IGNORE INTO images(owner, cluster, kind, name, length, sha256, description, upload_id, digest, updated, imported)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL, ?8, ?9, ?10)",
+            params![k.0, k.1, k.2, k.3, row.length as i64, row.sha256, row.description,
+                    row.digest.as_ref().map(|d| d.to_string()), row.updated, row.imported],
+        )?;
+        if n != 1 {
+            return Ok(false);
+        }
+        tx.execute("DELETE FROM tus_uploads WHERE id = ?1", params![id])?;
+        tx.commit()?;
+        Ok(true)
+    }
 }

@@ -19,7 +19,7 @@ use sha2::{Digest as _, Sha256};
 use crate::digest::Digest;
 use crate::manifest::{self, ManifestError};
 pub use blobs::BlobFiles;
-pub use meta::{ImageRow, ManifestRow, Meta, MetaError};
+pub use meta::{ImageRow, ManifestRow, Meta, MetaError, TusRow};
 
 /// Writes are batched to this size before they go to the blocking pool.
 const WRITE_BATCH: usize = 1024 * 1024;
@@ -48,6 +48,10 @@ pub enum StoreError {
     InUse { target: Digest, by: Digest },
     #[error("the request body was cut off: {0}")]
     BodyInterrupted(String),
+    #[error("the chunk was rejected and discarded")]
+    ChunkRejected,
+    #[error("{0}")]
+    Import(String),
     #[error("storage is full")]
     StorageFull,
     #[error("storage I/O: {0}")]
@@ -380,6 +384,25 @@ impl Store {
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: Display,
     {
+        self.append_upload_checked(repo, id, start, body, || true)
+            .await
+    }
+
+    /// Like `append_upload`, but once the whole body is written `accept` decides (under the session lock)
+    /// whether the chunk stays: when it says no, the upload is cut back to where the chunk began and
+    /// `ChunkRejected` is returned. tus's checksum extension verifies each chunk this way.
+    pub async fn append_upload_checked<S, E>(
+        &self,
+        repo: &str,
+        id: &str,
+        start: Option<u64>,
+        body: S,
+        accept: impl FnOnce() -> bool,
+    ) -> Result<u64>
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+        E: Display,
+    {
         let session = self.session(repo, id).await?;
         let mut s = session.lock().await;
         if let Some(start) = start.filter(|&st| st != s.offset) {
@@ -393,9 +416,22 @@ impl Store {
         file.set_len(s.offset)?; // drop bytes past the acknowledged offset (possible only after a crash)
         io::Seek::seek(&mut file, io::SeekFrom::Start(s.offset))?;
         let incremental = s.hasher.take();
+        let before = incremental.clone();
         let tracking = incremental.is_some();
         let (file, hasher, written, outcome) =
             write_stream(file, incremental.unwrap_or_default(), body).await;
+        if outcome.is_ok() && !accept() {
+            let begin = s.offset;
+            let cut = tokio::task::spawn_blocking(move || {
+                file.set_len(begin)?;
+                file.sync_all()
+            })
+            .await
+            .expect("truncate task");
+            s.hasher = before;
+            cut?;
+            return Err(StoreError::ChunkRejected);
+        }
         let synced = tokio::task::spawn_blocking(move || file.sync_all())
             .await
             .expect("fsync task");

@@ -1,0 +1,462 @@
+//! tus 1.0 resumable uploads at `/v1/uploads` (core, creation, termination, checksum with sha256), so stock
+//! resumable-upload clients work unmodified. Bytes go to a store upload session; when the last one arrives
+//! the content is hashed into a blob, which stays until the upload is deleted or bound to an image record
+//! (`"tus_upload": "<id>"` when creating the record, see `images`). A checksummed chunk that does not match
+//! is cut off again (460), so what the server acknowledges is always what the client meant.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use base64::Engine as _;
+use sha2::{Digest as _, Sha256};
+
+use crate::images::capped;
+use crate::rest::ApiError;
+use crate::server::AppState;
+use crate::store::StoreError;
+
+pub const VERSION: &str = "1.0.0";
+pub const EXTENSIONS: &str = "creation,termination,checksum";
+/// The session owner of tus uploads: not a repository name, so registry sessions never meet them.
+const OWNER: &str = "tus:";
+/// Upload-Metadata is a few file names and types; more is refused rather than stored.
+const MAX_METADATA: usize = 4096;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/uploads", post(create).options(options))
+        .route(
+            "/v1/uploads/{id}",
+            axum::routing::head(info)
+                .patch(append)
+                .delete(terminate)
+                .options(options),
+        )
+        .layer(middleware::from_fn(protocol))
+}
+
+/// Every answer carries Tus-Resumable; every request but OPTIONS must speak 1.0.0 (412 otherwise).
+async fn protocol(req: Request, next: Next) -> Response {
+    let speaks = req
+        .headers()
+        .get("tus-resumable")
+        .is_some_and(|v| v.as_bytes() == VERSION.as_bytes());
+    let mut r = if speaks || req.method() == axum::http::Method::OPTIONS {
+        next.run(req).await
+    } else {
+        let mut r = error(
+            StatusCode::PRECONDITION_FAILED,
+            "TUS_VERSION",
+            "this server speaks tus 1.0.0: send Tus-Resumable: 1.0.0",
+        )
+        .into_response();
+        r.headers_mut()
+            .insert("tus-version", HeaderValue::from_static(VERSION));
+        r
+    };
+    r.headers_mut()
+        .insert("tus-resumable", HeaderValue::from_static(VERSION));
+    r
+}
+
+fn error(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::new(status, code, message)
+}
+
+fn store_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::UploadUnknown(id) => error(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("upload {id} does not exist"),
+        ),
+        StoreError::OutOfOrder { expected, got } => conflict(expected, got),
+        StoreError::StorageFull => error(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "STORAGE_FULL",
+            "storage is full",
+        ),
+        e @ StoreError::BodyInterrupted(_) => {
+            error(StatusCode::BAD_REQUEST, "BODY_INTERRUPTED", e.to_string())
+        }
+        e => {
+            tracing::error!(error = %e, "tus request failed");
+            error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e.to_string())
+        }
+    }
+}
+
+fn conflict(expected: u64, got: u64) -> ApiError {
+    let mut e = error(
+        StatusCode::CONFLICT,
+        "OFFSET_MISMATCH",
+        format!("Upload-Offset {got} does not match the upload's offset {expected}"),
+    );
+    e.offset = Some(expected);
+    e
+}
+
+type TusResult = Result<Response, ApiError>;
+
+fn require_write(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    if state.auth.permits_write(headers) {
+        Ok(())
+    } else {
+        Err(error(
+            StatusCode::UNAUTHORIZED,
+            "UNAUTHORIZED",
+            "this request needs the write token",
+        ))
+    }
+}
+
+fn header_u64(headers: &HeaderMap, name: &str) -> Result<Option<u64>, ApiError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Some)
+            .ok_or_else(|| {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    "INVALID_REQUEST",
+                    format!("{name} must be a non-negative integer"),
+                )
+            }),
+    }
+}
+
+/// Upload-Metadata: comma-separated `key` or `key base64(value)` pairs, keys unique.
+fn parse_metadata(raw: &str) -> Result<(), String> {
+    if raw.len() > MAX_METADATA {
+        return Err(format!(
+            "Upload-Metadata is longer than {MAX_METADATA} bytes"
+        ));
+    }
+    let mut keys = std::collections::HashSet::new();
+    for pair in raw.split(',') {
+        let mut parts = pair.trim().split(' ');
+        let key = parts.next().unwrap_or_default();
+        if key.is_empty() || !key.is_ascii() {
+            return Err(format!("Upload-Metadata pair {pair:?} has no ASCII key"));
+        }
+        if let Some(value) = parts.next() {
+            base64::engine::general_purpose::STANDARD
+                .decode(value)
+                .map_err(|_| format!("Upload-Metadata value of {key:?} is not base64"))?;
+        }
+        if parts.next().is_some() {
+            return Err(format!(
+                "Upload-Metadata pair {pair:?} has more than key and value"
+            ));
+        }
+        if !keys.insert(key) {
+            return Err(format!("Upload-Metadata repeats the key {key:?}"));
+        }
+    }
+    Ok(())
+}
+
+async fn options(State(state): State<Arc<AppState>>) -> Response {
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    let h = r.headers_mut();
+    h.insert("tus-version", HeaderValue::from_static(VERSION));
+    h.insert("tus-extension", HeaderValue::from_static(EXTENSIONS));
+    h.insert("tus-max-size", HeaderValue::from(state.max_image_length));
+    h.insert("tus-checksum-algorithm", HeaderValue::from_static("sha256"));
+    r
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap) -> TusResult {
+    require_write(&state, &headers)?;
+    if headers.contains_key("upload-defer-length") {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+            "deferred lengths (creation-defer-length) are not supported: send Upload-Length",
+        ));
+    }
+    let length = header_u64(&headers, "upload-length")?.ok_or_else(|| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+            "creating an upload needs an Upload-Length header",
+        )
+    })?;
+    if length > state.max_image_length {
+        return Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "TOO_LARGE",
+            format!(
+                "Upload-Length {length} exceeds the limit of {} bytes",
+                state.max_image_length
+            ),
+        ));
+    }
+    let metadata = match headers.get("upload-metadata") {
+        None => None,
+        Some(v) => {
+            let raw = v.to_str().map_err(|_| {
+                error(
+                    StatusCode::BAD_REQUEST,
+                    "INVALID_REQUEST",
+                    "Upload-Metadata is not ASCII",
+                )
+            })?;
+            parse_metadata(raw)
+                .map_err(|m| error(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m))?;
+            Some(raw.to_owned())
+        }
+    };
+    let store = &state.store;
+    let id = store.start_upload(OWNER).await.map_err(store_error)?;
+    let i = id.clone();
+    store
+        .with_meta(move |m, _| Ok(m.create_tus(&i, length, metadata.as_deref(), now())?))
+        .await
+        .map_err(store_error)?;
+    if length == 0 {
+        finish(&state, &id).await?;
+    }
+    tracing::info!(upload = id, length, "tus upload created");
+    let mut r = StatusCode::CREATED.into_response();
+    r.headers_mut().insert(
+        header::LOCATION,
+        HeaderValue::from_str(&format!("/v1/uploads/{id}")).expect("uuid is ASCII"),
+    );
+    Ok(r)
+}
+
+async fn row(state: &AppState, id: &str) -> Result<crate::store::TusRow, ApiError> {
+    let i = id.to_owned();
+    state
+        .store
+        .with_meta(move |m, _| Ok(m.tus(&i)?))
+        .await
+        .map_err(store_error)?
+        .ok_or_else(|| {
+            error(
+                StatusCode::NOT_FOUND,
+                "NOT_FOUND",
+                format!("upload {id} does not exist"),
+            )
+        })
+}
+
+async fn offset(state: &AppState, t: &crate::store::TusRow) -> Result<u64, ApiError> {
+    if t.digest.is_some() {
+        return Ok(t.length);
+    }
+    state
+        .store
+        .upload_offset(OWNER, &t.id)
+        .await
+        .map_err(store_error)
+}
+
+async fn info(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> TusResult {
+    require_write(&state, &headers)?;
+    let t = row(&state, &id).await?;
+    let offset = offset(&state, &t).await?;
+    let mut r = StatusCode::OK.into_response();
+    let h = r.headers_mut();
+    h.insert("upload-offset", HeaderValue::from(offset));
+    h.insert("upload-length", HeaderValue::from(t.length));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Some(m) = t.metadata.and_then(|m| HeaderValue::from_str(&m).ok()) {
+        h.insert("upload-metadata", m);
+    }
+    Ok(r)
+}
+
+/// `Upload-Checksum: sha256 <base64>`: the digest the chunk must have.
+fn chunk_checksum(headers: &HeaderMap) -> Result<Option<Vec<u8>>, ApiError> {
+    let Some(v) = headers.get("upload-checksum") else {
+        return Ok(None);
+    };
+    let bad = |m: &str| error(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
+    let v = v
+        .to_str()
+        .map_err(|_| bad("Upload-Checksum is not ASCII"))?;
+    let (alg, value) = v
+        .trim()
+        .split_once(' ')
+        .ok_or_else(|| bad("Upload-Checksum must be `<algorithm> <base64 digest>`"))?;
+    if alg != "sha256" {
+        return Err(bad("Upload-Checksum algorithm must be sha256"));
+    }
+    let digest = base64::engine::general_purpose::STANDARD
+        .decode(value.trim())
+        .ok()
+        .filter(|d| d.len() == 32)
+        .ok_or_else(|| bad("Upload-Checksum value is not a base64 sha256 digest"))?;
+    Ok(Some(digest))
+}
+
+async fn append(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> TusResult {
+    require_write(&state, &headers)?;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    if content_type != Some("application/offset+octet-stream") {
+        return Err(error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UNSUPPORTED_MEDIA_TYPE",
+            "PATCH bodies must be Content-Type: application/offset+octet-stream",
+        ));
+    }
+    let start = header_u64(&headers, "upload-offset")?.ok_or_else(|| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "INVALID_REQUEST",
+            "PATCH needs an Upload-Offset header",
+        )
+    })?;
+    let checksum = chunk_checksum(&headers)?;
+    let t = row(&state, &id).await?;
+    let current = offset(&state, &t).await?;
+    if start != current {
+        return Err(conflict(current, start));
+    }
+    if t.digest.is_some() {
+        // Finished: an empty PATCH at the end is a harmless repeat.
+        return Ok(no_content(current));
+    }
+    let (limited, overflow) = capped(body.into_data_stream(), t.length - current);
+    let hasher = Arc::new(std::sync::Mutex::new(Sha256::new()));
+    let chunk_hash = hasher.clone();
+    let hash_chunks = checksum.is_some();
+    let hashing = futures_util::StreamExt::map(limited, move |c| {
+        if let (true, Ok(bytes)) = (hash_chunks, &c) {
+            chunk_hash.lock().expect("hasher").update(bytes);
+        }
+        c
+    });
+    let verify = || match &checksum {
+        None => true,
+        Some(want) => {
+            let got = std::mem::take(&mut *hasher.lock().expect("hasher")).finalize();
+            got.as_slice() == want.as_slice()
+        }
+    };
+    let appended = state
+        .store
+        .append_upload_checked(OWNER, &id, Some(start), Box::pin(hashing), verify)
+        .await;
+    if overflow.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "TOO_LARGE",
+            format!(
+                "the body at offset {start} runs past Upload-Length {}",
+                t.length
+            ),
+        ));
+    }
+    let new_offset = match appended {
+        Ok(o) => o,
+        Err(StoreError::ChunkRejected) => {
+            return Err(error(
+                StatusCode::from_u16(460).expect("460 is a status"),
+                "CHECKSUM_MISMATCH",
+                "the chunk does not match Upload-Checksum; it was discarded",
+            ))
+        }
+        Err(e) => return Err(store_error(e)),
+    };
+    if new_offset == t.length {
+        finish(&state, &id).await?;
+    }
+    Ok(no_content(new_offset))
+}
+
+fn no_content(offset: u64) -> Response {
+    let mut r = StatusCode::NO_CONTENT.into_response();
+    r.headers_mut()
+        .insert("upload-offset", HeaderValue::from(offset));
+    r
+}
+
+/// The last byte arrived: hash the content into a blob the tus row references.
+async fn finish(state: &AppState, id: &str) -> Result<(), ApiError> {
+    let i = id.to_owned();
+    let (digest, size) = state
+        .store
+        .complete_upload(OWNER, id, None, move |m, digest, _| {
+            Ok(m.complete_tus(&i, digest)?)
+        })
+        .await
+        .map_err(store_error)?;
+    tracing::info!(upload = id, %digest, size, "tus upload finished");
+    Ok(())
+}
+
+async fn terminate(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> TusResult {
+    require_write(&state, &headers)?;
+    let t = row(&state, &id).await?;
+    if t.digest.is_none() {
+        match state.store.cancel_upload(OWNER, &id).await {
+            Ok(()) | Err(StoreError::UploadUnknown(_)) => {}
+            Err(e) => return Err(store_error(e)),
+        }
+    }
+    let i = id.clone();
+    state
+        .store
+        .with_meta(move |m, files| {
+            if let Some((row, true)) = m.delete_tus(&i)? {
+                files.remove(row.digest.as_ref().expect("orphan has a digest"))?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(store_error)?;
+    tracing::info!(upload = id, "tus upload terminated");
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_metadata;
+
+    #[test]
+    fn metadata() {
+        assert!(
+            parse_metadata("filename d29ybGRfZG9taW5hdGlvbl9wbGFuLnBkZg==,is_confidential").is_ok()
+        );
+        assert!(parse_metadata("a YQ==, b Yg==").is_ok());
+        assert!(parse_metadata("").is_err());
+        assert!(parse_metadata("a not*base64").is_err());
+        assert!(parse_metadata("a YQ==,a Yg==").is_err());
+        assert!(parse_metadata("a YQ== extra").is_err());
+        assert!(parse_metadata(&"k".repeat(5000)).is_err());
+    }
+}
