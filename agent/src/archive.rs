@@ -174,7 +174,8 @@ fn scan(store: &Store, path: &Path, created: &mut Vec<Digest>) -> Result<Scan, A
                 "the archive has more than {MAX_ENTRIES} entries"
             )));
         }
-        let mut entry = entry.map_err(|e| invalid(format!("reading the archive: {e}")))?;
+        let mut entry =
+            entry.map_err(|e| invalid(format!("the archive is not a valid tar file: {e}")))?;
         let raw = entry.path_bytes().into_owned();
         let shown = String::from_utf8_lossy(&raw).into_owned();
         let bad = |why: String| invalid(format!("archive entry {shown:?} {why}"));

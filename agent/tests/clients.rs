@@ -5,9 +5,9 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
-use support::{assert_fsck_clean, layout, run, stdout, tool, wait_for, Agent};
+use support::containerd::{self, Containerd};
+use support::{assert_fsck_clean, layout, run, stdout, tool, Agent};
 
 const TOKEN: &str = "test-write-token";
 
@@ -161,63 +161,14 @@ fn containerd_pulls_by_original_name_through_generated_mirror_config() {
     let image = layout::write_image(&src, 3, &[200_000, 300_000], "1.0");
     push(&agent, &src, "1.0", "docker.io/library/fh-test:1.0");
 
-    let hosts = tmp.path().join("certs.d");
-    run(Command::new(support::agent_bin())
-        .args([
-            "mirror-config",
-            "--for",
-            "containerd",
-            "--registries",
-            "docker.io,quay.io",
-            "--endpoint",
-        ])
-        .arg(agent.url(""))
-        .arg("--out")
-        .arg(&hosts));
+    let hosts = containerd::mirror_hosts(&agent, "docker.io,quay.io", tmp.path());
     let toml = std::fs::read_to_string(hosts.join("docker.io/hosts.toml")).unwrap();
     assert!(
         toml.contains(&format!("[host.\"http://{}\"]", agent.host())),
         "{toml}"
     );
-
-    let ctd = tmp.path().join("containerd");
-    std::fs::create_dir_all(&ctd).unwrap();
-    let sock = ctd.join("containerd.sock");
-    let config = ctd.join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
-             [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n[debug]\n  address = \"{sock}.debug\"\n",
-            root = ctd.join("root").display(),
-            state = ctd.join("state").display(),
-            sock = sock.display()
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(ctd.join("containerd.log")).unwrap();
-    let mut containerd = ChildGuard(
-        Command::new(tool("containerd"))
-            .arg("--config")
-            .arg(&config)
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
-    let ctr = |args: &[&str]| {
-        let mut c = Command::new(tool("ctr"));
-        c.arg("--address")
-            .arg(&sock)
-            .args(["--namespace", "foothold-test"])
-            .args(args);
-        c
-    };
-    wait_for("containerd to answer", Duration::from_secs(30), || {
-        ctr(&["version"])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-    });
+    let ctd = Containerd::start(&tmp.path().join("containerd"));
+    let ctr = |args: &[&str]| ctd.ctr(args);
     let hosts_dir = hosts.to_str().unwrap();
     run(&mut ctr(&[
         "images",
@@ -238,16 +189,6 @@ fn containerd_pulls_by_original_name_through_generated_mirror_config() {
         agent_log.contains("/v2/library/fh-test/manifests/1.0"),
         "containerd did not go through the mirror"
     );
-    containerd.0.kill().ok();
-}
-
-struct ChildGuard(std::process::Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn metric(agent: &Agent, line_prefix: &str) -> u64 {

@@ -1,6 +1,7 @@
 //! Shared test support: the real agent binary on 127.0.0.1, seeded OCI image layouts, external tools.
 #![allow(dead_code)]
 
+pub mod containerd;
 pub mod inproc;
 pub mod layout;
 
