@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs every tool the test suite needs on a fresh Debian machine (root): registry clients from Debian,
-# oras and tuspy from PyPI, and Go-built test tools (crane, the OCI conformance suite) cached under target/tools.
+# oras, tuspy and schemathesis from PyPI, and Go-built test tools (crane, the OCI conformance suite) cached under target/tools.
 # Idempotent: a second run only checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,11 +18,13 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
-# Python clients: oras (OCI artifacts) and tuspy (tus uploads), pinned.
-if ! python3 -c 'import oras.provider, tusclient' 2>/dev/null; then
-  echo "install-test-tools: pip install oras tuspy"
-  python3 -m pip install -q --disable-pip-version-check 'oras==0.2.43' 'tuspy==1.1.0'
+# Python tools, pinned: oras (OCI artifacts), tuspy (tus uploads), schemathesis (OpenAPI fuzzing; its `st`
+# is linked into target/tools/bin so tests find it whatever the Python installation's PATH).
+if ! python3 -c 'import oras.provider, tusclient, schemathesis' 2>/dev/null; then
+  echo "install-test-tools: pip install oras tuspy schemathesis"
+  python3 -m pip install -q --disable-pip-version-check 'oras==0.2.43' 'tuspy==1.1.0' 'schemathesis==4.32.5'
 fi
+ln -sf "$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/st" "$tools/st"
 
 if command -v rustup >/dev/null 2>&1; then
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt

@@ -157,7 +157,7 @@ pub enum ImageError {
 }
 
 /// What clients send to create a record (ICN's field names).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewImage {
     pub image_name: String,
@@ -167,6 +167,7 @@ pub struct NewImage {
     #[serde(default)]
     pub sha256: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub description: Option<serde_json::Value>,
     /// A finished tus upload (its id, or its `/v1/uploads/<id>` URL) that becomes this record's content.
     #[serde(default)]
@@ -174,7 +175,7 @@ pub struct NewImage {
 }
 
 /// A record as the API returns it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Record {
     pub image_name: String,
     pub image_type: String,
@@ -185,6 +186,7 @@ pub struct Record {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub description: Option<serde_json::Value>,
     /// container_images: the references and digests the archive was imported under.
     #[serde(skip_serializing_if = "Option::is_none")]

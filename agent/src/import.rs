@@ -16,10 +16,11 @@ use crate::names;
 use crate::store::Store;
 
 /// One name an import made visible.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Imported {
     pub repo: String,
     pub tag: Option<String>,
+    #[schema(value_type = String, example = "sha256:…")]
     pub digest: Digest,
 }
 

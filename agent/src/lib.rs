@@ -12,6 +12,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod mirror_config;
 pub mod names;
+pub mod openapi;
 pub mod range;
 pub mod registry;
 pub mod rest;

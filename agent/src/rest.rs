@@ -12,7 +12,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::images::{ImageError, Images, Key, Kind, NewImage};
+use crate::images::{ImageError, Images, Key, Kind, NewImage, Record};
+use crate::openapi::{ClusterStatus, ErrorBody, FileKindDoc, ImageKindDoc, MultipartMetadata};
 use crate::serve_file::ascii;
 use crate::server::AppState;
 use crate::store::StoreError;
@@ -145,6 +146,17 @@ fn require_write(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
     }
 }
 
+#[utoipa::path(get, path = "/v1/baremetalcluster/{owner}/{cluster}/status", tag = "images",
+    params(
+        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+    ),
+    responses(
+        (status = 200, description = "The cluster's images by type", body = ClusterStatus),
+        (status = 400, description = "Invalid owner or cluster name", body = ErrorBody),
+        (status = 401, description = "The token is required (--files-require-token)", body = ErrorBody),
+    ),
+    security((), ("token" = [])))]
 async fn status(
     State(state): State<Arc<AppState>>,
     Path((owner, cluster)): Path<(String, String)>,
@@ -163,6 +175,18 @@ async fn status(
     Ok(Json(json!({"owner": owner, "cluster": cluster, "images": by_kind})).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}", tag = "images",
+    params(
+        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("kind" = ImageKindDoc, Path, description = "Image type"),
+    ),
+    responses(
+        (status = 200, description = "The records of this type", body = Vec<Record>),
+        (status = 400, description = "Invalid name or image type", body = ErrorBody),
+        (status = 401, description = "The token is required (--files-require-token)", body = ErrorBody),
+    ),
+    security((), ("token" = [])))]
 async fn list(
     State(state): State<Arc<AppState>>,
     Path((owner, cluster, kind)): Path<(String, String, String)>,
@@ -173,6 +197,28 @@ async fn list(
     Ok(Json(images(&state).list(&owner, &cluster, Some(kind)).await?).into_response())
 }
 
+#[utoipa::path(post, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}", tag = "images",
+    params(
+        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("kind" = ImageKindDoc, Path, description = "Image type"),
+    ),
+    request_body(content(
+        (NewImage = "application/json"),
+        (MultipartMetadata = "multipart/form-data"),
+    )),
+    responses(
+        (status = 201, description = "Created; content follows by PATCH (or came from a tus upload)", body = Record,
+            headers(("location" = String, description = "The record's URL"))),
+        (status = 400, description = "Invalid name, type or metadata", body = ErrorBody),
+        (status = 401, description = "The write token is required", body = ErrorBody),
+        (status = 404, description = "The tus upload to bind does not exist", body = ErrorBody),
+        (status = 409, description = "The record exists already, or the tus upload is unfinished", body = ErrorBody),
+        (status = 413, description = "image_length is over the limit", body = ErrorBody),
+        (status = 422, description = "The tus upload does not match, or the container archive is invalid", body = ErrorBody),
+        (status = 507, description = "Storage is full", body = ErrorBody),
+    ),
+    security(("token" = [])))]
 async fn create(
     State(state): State<Arc<AppState>>,
     Path((owner, cluster, kind)): Path<(String, String, String)>,
@@ -250,6 +296,21 @@ fn key(owner: &str, cluster: &str, kind: &str, name: &str) -> ApiResult<Key> {
     Ok(Key::new(owner, cluster, kind, name)?)
 }
 
+#[utoipa::path(get, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{name}", tag = "images",
+    params(
+        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("kind" = ImageKindDoc, Path, description = "Image type"),
+        ("name" = String, Path, description = "image_name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+    ),
+    responses(
+        (status = 200, description = "The record (HEAD: headers only)", body = Record,
+            headers(("upload-offset" = u64, description = "image_offset"))),
+        (status = 400, description = "Invalid name or image type", body = ErrorBody),
+        (status = 401, description = "The token is required (--files-require-token)", body = ErrorBody),
+        (status = 404, description = "No such record", body = ErrorBody),
+    ),
+    security((), ("token" = [])))]
 async fn read(
     State(state): State<Arc<AppState>>,
     method: Method,
@@ -271,13 +332,31 @@ async fn read(
     Ok(r)
 }
 
-#[derive(serde::Deserialize)]
+/// The only mutable metadata: name, length and sha256 define the upload.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Update {
+pub(crate) struct Update {
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     description: Option<serde_json::Value>,
 }
 
+#[utoipa::path(put, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{name}", tag = "images",
+    params(
+        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("kind" = ImageKindDoc, Path, description = "Image type"),
+        ("name" = String, Path, description = "image_name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+    ),
+    request_body(content = Update, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The updated record", body = Record),
+        (status = 400, description = "Invalid name, type or body", body = ErrorBody),
+        (status = 401, description = "The write token is required", body = ErrorBody),
+        (status = 404, description = "No such record", body = ErrorBody),
+        (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
+    ),
+    security(("token" = [])))]
 async fn update(
     State(state): State<Arc<AppState>>,
     Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
@@ -294,6 +373,28 @@ async fn update(
     .into_response())
 }
 
+#[utoipa::path(patch, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{name}", tag = "images",
+    params(
+        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("kind" = ImageKindDoc, Path, description = "Image type"),
+        ("name" = String, Path, description = "image_name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("upload-offset" = u64, Header, description = "Where the body starts: the record's image_offset"),
+    ),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses(
+        (status = 204, description = "Appended (the last byte completes and verifies the upload)",
+            headers(("upload-offset" = u64, description = "The new image_offset"))),
+        (status = 400, description = "Invalid name or type, no Upload-Offset, or the body was cut off (what arrived is kept)", body = ErrorBody),
+        (status = 401, description = "The write token is required", body = ErrorBody),
+        (status = 404, description = "No such record", body = ErrorBody),
+        (status = 409, description = "Upload-Offset differs from image_offset", body = ErrorBody,
+            headers(("upload-offset" = u64, description = "The record's image_offset"))),
+        (status = 413, description = "The body runs past image_length", body = ErrorBody),
+        (status = 422, description = "Already complete, sha256 mismatch, or invalid container archive (the upload restarts at 0)", body = ErrorBody),
+        (status = 507, description = "Storage is full", body = ErrorBody),
+    ),
+    security(("token" = [])))]
 async fn append(
     State(state): State<Arc<AppState>>,
     Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
@@ -326,6 +427,20 @@ async fn append(
     Ok(r)
 }
 
+#[utoipa::path(delete, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{name}", tag = "images",
+    params(
+        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("kind" = ImageKindDoc, Path, description = "Image type"),
+        ("name" = String, Path, description = "image_name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+    ),
+    responses(
+        (status = 204, description = "Deleted, with its content unless something else references it"),
+        (status = 400, description = "Invalid name or image type", body = ErrorBody),
+        (status = 401, description = "The write token is required", body = ErrorBody),
+        (status = 404, description = "No such record", body = ErrorBody),
+    ),
+    security(("token" = [])))]
 async fn remove(
     State(state): State<Arc<AppState>>,
     Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
@@ -340,6 +455,27 @@ async fn remove(
 
 /// Files for nodes and Ironic: the content with Range and ETag, or `<name>.sha256sum` in `sha256sum` format
 /// (what a BareMetalHost's `image.checksum` URL points at).
+#[utoipa::path(get, path = "/files/{owner}/{cluster}/{kind}/{name}", tag = "files",
+    params(
+        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("kind" = FileKindDoc, Path, description = "Image type"),
+        ("name" = String, Path, description = "image_name, or image_name.sha256sum for its checksum line", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ("range" = Option<String>, Header, description = "bytes=first-last"),
+        ("if-none-match" = Option<String>, Header, description = "An ETag from an earlier answer"),
+    ),
+    responses(
+        (status = 200, description = "The content (or `<sha256>  <name>`)", content_type = "application/octet-stream",
+            headers(("etag" = String), ("last-modified" = String), ("accept-ranges" = String))),
+        (status = 206, description = "The requested range", content_type = "application/octet-stream",
+            headers(("content-range" = String))),
+        (status = 304, description = "Not modified"),
+        (status = 400, description = "Invalid name or image type", body = ErrorBody),
+        (status = 401, description = "The token is required (--files-require-token)", body = ErrorBody),
+        (status = 404, description = "No such record, or not completely uploaded", body = ErrorBody),
+        (status = 416, description = "The range is outside the content"),
+    ),
+    security((), ("token" = [])))]
 async fn download(
     State(state): State<Arc<AppState>>,
     method: Method,

@@ -51,6 +51,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(|| async { "ok\n" }))
+        .route(
+            "/openapi.json",
+            get(|| async {
+                (
+                    [("content-type", "application/json")],
+                    crate::openapi::json(),
+                )
+            }),
+        )
         .merge(crate::rest::routes())
         .merge(crate::tus::routes())
         .layer(middleware::from_fn(read_small_bodies))

@@ -17,6 +17,7 @@ use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 
 use crate::images::capped;
+use crate::openapi::{ErrorBody, TusVersionDoc};
 use crate::rest::ApiError;
 use crate::server::AppState;
 use crate::store::StoreError;
@@ -165,6 +166,10 @@ fn parse_metadata(raw: &str) -> Result<(), String> {
     Ok(())
 }
 
+#[utoipa::path(options, path = "/v1/uploads", tag = "tus",
+    responses((status = 204, description = "The server's tus capabilities",
+        headers(("tus-version" = String), ("tus-extension" = String), ("tus-max-size" = u64), ("tus-checksum-algorithm" = String)))),
+    security(()))]
 async fn options(State(state): State<Arc<AppState>>) -> Response {
     let mut r = StatusCode::NO_CONTENT.into_response();
     let h = r.headers_mut();
@@ -182,6 +187,21 @@ fn now() -> i64 {
         .unwrap_or(0)
 }
 
+#[utoipa::path(post, path = "/v1/uploads", tag = "tus",
+    params(
+        ("tus-resumable" = TusVersionDoc, Header, description = "The protocol version: 1.0.0"),
+        ("upload-length" = u64, Header, description = "The upload's size in bytes"),
+        ("upload-metadata" = Option<String>, Header, description = "Comma-separated `key base64(value)` pairs"),
+    ),
+    responses(
+        (status = 201, description = "Created", headers(("location" = String, description = "/v1/uploads/<id>"))),
+        (status = 400, description = "No or invalid Upload-Length, deferred length, or invalid Upload-Metadata", body = ErrorBody),
+        (status = 401, description = "The write token is required", body = ErrorBody),
+        (status = 412, description = "Tus-Resumable is not 1.0.0", body = ErrorBody),
+        (status = 413, description = "Upload-Length is over Tus-Max-Size", body = ErrorBody),
+        (status = 507, description = "Storage is full", body = ErrorBody),
+    ),
+    security(("token" = [])))]
 async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap) -> TusResult {
     require_write(&state, &headers)?;
     if headers.contains_key("upload-defer-length") {
@@ -269,6 +289,19 @@ async fn offset(state: &AppState, t: &crate::store::TusRow) -> Result<u64, ApiEr
         .map_err(store_error)
 }
 
+#[utoipa::path(head, path = "/v1/uploads/{id}", tag = "tus",
+    params(
+        ("id" = String, Path, description = "The upload's id (last segment of its Location)", pattern = "^[0-9a-f-]{36}$"),
+        ("tus-resumable" = TusVersionDoc, Header, description = "The protocol version: 1.0.0"),
+    ),
+    responses(
+        (status = 200, description = "The upload's offset",
+            headers(("upload-offset" = u64), ("upload-length" = u64), ("upload-metadata" = String), ("cache-control" = String))),
+        (status = 401, description = "The write token is required"),
+        (status = 404, description = "No such upload"),
+        (status = 412, description = "Tus-Resumable is not 1.0.0"),
+    ),
+    security(("token" = [])))]
 async fn info(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -312,6 +345,27 @@ fn chunk_checksum(headers: &HeaderMap) -> Result<Option<Vec<u8>>, ApiError> {
     Ok(Some(digest))
 }
 
+#[utoipa::path(patch, path = "/v1/uploads/{id}", tag = "tus",
+    params(
+        ("id" = String, Path, description = "The upload's id (last segment of its Location)", pattern = "^[0-9a-f-]{36}$"),
+        ("tus-resumable" = TusVersionDoc, Header, description = "The protocol version: 1.0.0"),
+        ("upload-offset" = u64, Header, description = "Where the body starts: the upload's offset"),
+        ("upload-checksum" = Option<String>, Header, description = "`sha256 <base64 digest>` of this body"),
+    ),
+    request_body(content = Vec<u8>, content_type = "application/offset+octet-stream"),
+    responses(
+        (status = 204, description = "Appended", headers(("upload-offset" = u64, description = "The new offset"))),
+        (status = 400, description = "Missing or invalid Upload-Offset or Upload-Checksum, or the body was cut off", body = ErrorBody),
+        (status = 401, description = "The write token is required", body = ErrorBody),
+        (status = 404, description = "No such upload", body = ErrorBody),
+        (status = 409, description = "Upload-Offset differs from the upload's offset", body = ErrorBody),
+        (status = 412, description = "Tus-Resumable is not 1.0.0", body = ErrorBody),
+        (status = 413, description = "The body runs past Upload-Length", body = ErrorBody),
+        (status = 415, description = "Content-Type is not application/offset+octet-stream", body = ErrorBody),
+        (status = 460, description = "The body does not match Upload-Checksum; it was discarded", body = ErrorBody),
+        (status = 507, description = "Storage is full", body = ErrorBody),
+    ),
+    security(("token" = [])))]
 async fn append(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
@@ -415,6 +469,18 @@ async fn finish(state: &AppState, id: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+#[utoipa::path(delete, path = "/v1/uploads/{id}", tag = "tus",
+    params(
+        ("id" = String, Path, description = "The upload's id (last segment of its Location)", pattern = "^[0-9a-f-]{36}$"),
+        ("tus-resumable" = TusVersionDoc, Header, description = "The protocol version: 1.0.0"),
+    ),
+    responses(
+        (status = 204, description = "Terminated: the upload and its content are gone"),
+        (status = 401, description = "The write token is required", body = ErrorBody),
+        (status = 404, description = "No such upload", body = ErrorBody),
+        (status = 412, description = "Tus-Resumable is not 1.0.0", body = ErrorBody),
+    ),
+    security(("token" = [])))]
 async fn terminate(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
