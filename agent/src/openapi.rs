@@ -3,7 +3,7 @@
 //! format; the handlers' own types carry the rest.
 
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -27,7 +27,7 @@ use utoipa::{Modify, OpenApi, ToSchema};
         crate::tus::append,
         crate::tus::terminate,
     ),
-    components(schemas(ImageKindDoc, FileKindDoc, TusVersionDoc)),
+    components(schemas(ImageKindDoc, FileKindDoc, TusVersionDoc, Name)),
     modifiers(&Token)
 )]
 pub struct ApiDoc;
@@ -114,4 +114,53 @@ pub struct StatusImages {
     pub binary_images: Vec<crate::images::Record>,
     pub os_images: Vec<crate::images::Record>,
     pub container_images: Vec<crate::images::Record>,
+}
+
+/// An owner, cluster or image name, as `validate_name` accepts it: no separators, no `.`/`..`, no control
+/// characters, at most 255 bytes.
+#[derive(ToSchema)]
+#[schema(pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$")]
+pub struct Name(pub String);
+
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ClusterPath {
+    /// Owner of the cluster
+    pub owner: Name,
+    /// Cluster name
+    pub cluster: Name,
+}
+
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct CollectionPath {
+    /// Owner of the cluster
+    pub owner: Name,
+    /// Cluster name
+    pub cluster: Name,
+    pub kind: ImageKindDoc,
+}
+
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct RecordPath {
+    /// Owner of the cluster
+    pub owner: Name,
+    /// Cluster name
+    pub cluster: Name,
+    pub kind: ImageKindDoc,
+    /// image_name
+    pub name: Name,
+}
+
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct FilePath {
+    /// Owner of the cluster
+    pub owner: Name,
+    /// Cluster name
+    pub cluster: Name,
+    pub kind: FileKindDoc,
+    /// image_name, or image_name.sha256sum for its checksum line
+    pub name: Name,
 }

@@ -13,7 +13,9 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use crate::images::{ImageError, Images, Key, Kind, NewImage, Record};
-use crate::openapi::{ClusterStatus, ErrorBody, FileKindDoc, ImageKindDoc, MultipartMetadata};
+use crate::openapi::{
+    ClusterPath, ClusterStatus, CollectionPath, ErrorBody, FilePath, MultipartMetadata, RecordPath,
+};
 use crate::serve_file::ascii;
 use crate::server::AppState;
 use crate::store::StoreError;
@@ -148,8 +150,7 @@ fn require_write(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
 
 #[utoipa::path(get, path = "/v1/baremetalcluster/{owner}/{cluster}/status", tag = "images",
     params(
-        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        ClusterPath,
     ),
     responses(
         (status = 200, description = "The cluster's images by type", body = ClusterStatus),
@@ -177,9 +178,7 @@ async fn status(
 
 #[utoipa::path(get, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}", tag = "images",
     params(
-        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("kind" = ImageKindDoc, Path, description = "Image type"),
+        CollectionPath,
     ),
     responses(
         (status = 200, description = "The records of this type", body = Vec<Record>),
@@ -199,9 +198,7 @@ async fn list(
 
 #[utoipa::path(post, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}", tag = "images",
     params(
-        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("kind" = ImageKindDoc, Path, description = "Image type"),
+        CollectionPath,
     ),
     request_body(content(
         (NewImage = "application/json"),
@@ -298,10 +295,7 @@ fn key(owner: &str, cluster: &str, kind: &str, name: &str) -> ApiResult<Key> {
 
 #[utoipa::path(get, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{name}", tag = "images",
     params(
-        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("kind" = ImageKindDoc, Path, description = "Image type"),
-        ("name" = String, Path, description = "image_name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        RecordPath,
     ),
     responses(
         (status = 200, description = "The record (HEAD: headers only)", body = Record,
@@ -343,10 +337,7 @@ pub(crate) struct Update {
 
 #[utoipa::path(put, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{name}", tag = "images",
     params(
-        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("kind" = ImageKindDoc, Path, description = "Image type"),
-        ("name" = String, Path, description = "image_name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        RecordPath,
     ),
     request_body(content = Update, content_type = "application/json"),
     responses(
@@ -375,10 +366,7 @@ async fn update(
 
 #[utoipa::path(patch, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{name}", tag = "images",
     params(
-        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("kind" = ImageKindDoc, Path, description = "Image type"),
-        ("name" = String, Path, description = "image_name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        RecordPath,
         ("upload-offset" = u64, Header, description = "Where the body starts: the record's image_offset"),
     ),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
@@ -429,10 +417,7 @@ async fn append(
 
 #[utoipa::path(delete, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{name}", tag = "images",
     params(
-        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("kind" = ImageKindDoc, Path, description = "Image type"),
-        ("name" = String, Path, description = "image_name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        RecordPath,
     ),
     responses(
         (status = 204, description = "Deleted, with its content unless something else references it"),
@@ -457,10 +442,7 @@ async fn remove(
 /// (what a BareMetalHost's `image.checksum` URL points at).
 #[utoipa::path(get, path = "/files/{owner}/{cluster}/{kind}/{name}", tag = "files",
     params(
-        ("owner" = String, Path, description = "Owner of the cluster", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("cluster" = String, Path, description = "Cluster name", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
-        ("kind" = FileKindDoc, Path, description = "Image type"),
-        ("name" = String, Path, description = "image_name, or image_name.sha256sum for its checksum line", pattern = r"^(?!\.\.?$)[^/\\\x00-\x1f\x7f-\x9f]{1,255}$"),
+        FilePath,
         ("range" = Option<String>, Header, description = "bytes=first-last"),
         ("if-none-match" = Option<String>, Header, description = "An ETag from an earlier answer"),
     ),

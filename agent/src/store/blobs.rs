@@ -118,13 +118,7 @@ impl BlobFiles {
             return Ok(size);
         }
         let tmp = self.temp_path();
-        let result = (|| {
-            let mut f = File::create(&tmp)?;
-            let (digest, size) = copy_hashing(reader, &mut f)?;
-            f.sync_all()?;
-            Ok::<_, io::Error>((digest, size))
-        })();
-        match result {
+        match self.write_temp(&tmp, reader) {
             Ok((digest, size)) if &digest == expected => {
                 self.commit(&tmp, expected)?;
                 Ok(size)
@@ -136,36 +130,38 @@ impl BlobFiles {
                     actual,
                 })
             }
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                Err(e.into())
-            }
+            Err(e) => Err(e.into()),
         }
     }
 }
 
 impl BlobFiles {
+    /// Copies a reader into the fsynced temp file `tmp`, hashing it; the file is removed on error.
+    fn write_temp(&self, tmp: &Path, reader: impl Read) -> io::Result<(Digest, u64)> {
+        let result = (|| {
+            let mut f = File::create(tmp)?;
+            let (digest, size) = copy_hashing(reader, &mut f)?;
+            f.sync_all()?;
+            Ok::<_, io::Error>((digest, size))
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(tmp);
+        }
+        result
+    }
+
     /// Copies a reader into the store under whatever its content hashes to. Returns the digest, the size and
     /// whether this call created the blob (false: it was there already). Used by archive import, which learns
     /// digests by reading; a blob stored this way stays invisible until metadata references it.
     pub fn put_hashing(&self, reader: impl Read) -> io::Result<(Digest, u64, bool)> {
         let tmp = self.temp_path();
-        let result = (|| {
-            let mut f = File::create(&tmp)?;
-            let (digest, size) = copy_hashing(reader, &mut f)?;
-            f.sync_all()?;
-            Ok::<_, io::Error>((digest, size))
-        })();
-        match result {
+        match self.write_temp(&tmp, reader) {
             Ok((digest, size)) => {
                 let created = !self.path(&digest).exists();
                 self.commit(&tmp, &digest)?;
                 Ok((digest, size, created))
             }
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                Err(e)
-            }
+            Err(e) => Err(e),
         }
     }
 }
