@@ -193,7 +193,7 @@ pub struct Record {
     pub imported: Option<Vec<Imported>>,
 }
 
-fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)

@@ -136,7 +136,7 @@ fn require_read(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
     }
 }
 
-fn require_write(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
+pub(crate) fn require_write(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
     if state.auth.permits_write(headers) {
         Ok(())
     } else {

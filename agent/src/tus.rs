@@ -16,9 +16,9 @@ use axum::Router;
 use base64::Engine as _;
 use sha2::{Digest as _, Sha256};
 
-use crate::images::capped;
+use crate::images::{capped, now, ImageError};
 use crate::openapi::{ErrorBody, TusVersionDoc};
-use crate::rest::ApiError;
+use crate::rest::{require_write, ApiError};
 use crate::server::AppState;
 use crate::store::StoreError;
 
@@ -70,6 +70,7 @@ fn error(status: StatusCode, code: &'static str, message: impl Into<String>) -> 
     ApiError::new(status, code, message)
 }
 
+/// The REST API's mapping, plus what only a tus session can run into.
 fn store_error(e: StoreError) -> ApiError {
     match e {
         StoreError::UploadUnknown(id) => error(
@@ -78,18 +79,7 @@ fn store_error(e: StoreError) -> ApiError {
             format!("upload {id} does not exist"),
         ),
         StoreError::OutOfOrder { expected, got } => conflict(expected, got),
-        StoreError::StorageFull => error(
-            StatusCode::INSUFFICIENT_STORAGE,
-            "STORAGE_FULL",
-            "storage is full",
-        ),
-        e @ StoreError::BodyInterrupted(_) => {
-            error(StatusCode::BAD_REQUEST, "BODY_INTERRUPTED", e.to_string())
-        }
-        e => {
-            tracing::error!(error = %e, "tus request failed");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", e.to_string())
-        }
+        e => ImageError::Store(e).into(),
     }
 }
 
@@ -104,18 +94,6 @@ fn conflict(expected: u64, got: u64) -> ApiError {
 }
 
 type TusResult = Result<Response, ApiError>;
-
-fn require_write(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    if state.auth.permits_write(headers) {
-        Ok(())
-    } else {
-        Err(error(
-            StatusCode::UNAUTHORIZED,
-            "UNAUTHORIZED",
-            "this request needs the write token",
-        ))
-    }
-}
 
 fn header_u64(headers: &HeaderMap, name: &str) -> Result<Option<u64>, ApiError> {
     match headers.get(name) {
@@ -178,13 +156,6 @@ async fn options(State(state): State<Arc<AppState>>) -> Response {
     h.insert("tus-max-size", HeaderValue::from(state.max_image_length));
     h.insert("tus-checksum-algorithm", HeaderValue::from_static("sha256"));
     r
-}
-
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }
 
 #[utoipa::path(post, path = "/v1/uploads", tag = "tus",
