@@ -88,6 +88,9 @@ enum Command {
         #[command(flatten)]
         data: DataArg,
     },
+    /// Print the CustomResourceDefinitions the agent's reconcilers serve (Provisioning, Software, SIPCluster,
+    /// Vino, IPPool) as YAML, for `kubectl apply -f -`. Metal3 installs BareMetalHost's.
+    Crds,
     /// Print (or write) the containerd or k3s configuration that makes a node pull through this agent.
     MirrorConfig {
         /// Which configuration format.
@@ -129,6 +132,10 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Crds => {
+            print!("{}", foothold_agent::crd::yaml());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Serve {
             listen,
             data,

@@ -6,10 +6,14 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use crate::store::blobs::ReadPath;
+
 #[derive(Default)]
 pub struct Metrics {
     requests: Mutex<BTreeMap<(&'static str, String, u16), u64>>,
-    bytes_served: AtomicU64,
+    /// Bytes sent from memory-mapped blob files and from `pread` buffers (see `store::blobs::ReadPath`).
+    bytes_mapped: AtomicU64,
+    bytes_copied: AtomicU64,
 }
 
 impl Metrics {
@@ -18,8 +22,12 @@ impl Metrics {
         *r.entry((route, method.to_owned(), status)).or_default() += 1;
     }
 
-    pub fn served(&self, bytes: u64) {
-        self.bytes_served.fetch_add(bytes, Ordering::Relaxed);
+    pub fn served(&self, path: ReadPath, bytes: u64) {
+        match path {
+            ReadPath::Mapped => &self.bytes_mapped,
+            ReadPath::Copied => &self.bytes_copied,
+        }
+        .fetch_add(bytes, Ordering::Relaxed);
     }
 
     pub fn render(&self, uploads_open: u64) -> String {
@@ -36,13 +44,18 @@ impl Metrics {
         {
             let _ = writeln!(out, "foothold_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}");
         }
-        out.push_str("# HELP foothold_bytes_served_total Blob and file bytes sent to clients.\n");
+        out.push_str("# HELP foothold_bytes_served_total Blob and file bytes sent to clients, by how they were read: \"mapped\" (memory-mapped, no copy in user space) or \"copied\" (pread).\n");
         out.push_str("# TYPE foothold_bytes_served_total counter\n");
-        let _ = writeln!(
-            out,
-            "foothold_bytes_served_total {}",
-            self.bytes_served.load(Ordering::Relaxed)
-        );
+        for (path, n) in [
+            ("mapped", &self.bytes_mapped),
+            ("copied", &self.bytes_copied),
+        ] {
+            let _ = writeln!(
+                out,
+                "foothold_bytes_served_total{{path=\"{path}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
         out.push_str("# HELP foothold_upload_sessions_open Registry upload sessions not yet finished or cancelled.\n");
         out.push_str("# TYPE foothold_upload_sessions_open gauge\n");
         let _ = writeln!(out, "foothold_upload_sessions_open {uploads_open}");

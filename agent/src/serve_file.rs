@@ -1,5 +1,5 @@
 //! Serving a stored file over HTTP, shared by registry blobs and `/files`: one byte range (206/416), a
-//! streamed body read with one copy per byte, byte counts into the metrics. Callers add identity headers
+//! streamed body from a memory map of the file (no copy in user space) or read with one copy per byte, byte counts into the metrics. Callers add identity headers
 //! (ETag, digests, Last-Modified).
 
 use std::sync::Arc;
@@ -40,9 +40,10 @@ pub fn respond(
         Body::empty()
     } else {
         let metrics = metrics.clone();
-        Body::from_stream(read_range(file, start, len).inspect(move |chunk| {
+        let (path, chunks) = read_range(file, start, len);
+        Body::from_stream(chunks.inspect(move |chunk| {
             if let Ok(c) = chunk {
-                metrics.served(c.len() as u64);
+                metrics.served(path, c.len() as u64);
             }
         }))
     };

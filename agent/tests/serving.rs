@@ -101,7 +101,9 @@ fn metrics_count_requests_bytes_and_open_uploads() {
         "foothold_http_requests_total{route=\"blob\",method=\"GET\",status=\"200\"} 2",
         "foothold_http_requests_total{route=\"upload\",method=\"POST\",status=\"201\"} 1",
         "foothold_http_requests_total{route=\"upload\",method=\"POST\",status=\"202\"} 1",
-        "foothold_bytes_served_total 246912",
+        // Blob files are memory-mapped, not read into buffers.
+        "foothold_bytes_served_total{path=\"mapped\"} 246912",
+        "foothold_bytes_served_total{path=\"copied\"} 0",
         "foothold_upload_sessions_open 1",
     ] {
         assert!(

@@ -3,6 +3,7 @@
 //! references are missing — and knows nothing of HTTP.
 
 pub mod blobs;
+mod mapped;
 pub mod meta;
 
 use std::collections::HashMap;

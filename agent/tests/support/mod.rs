@@ -3,6 +3,7 @@
 
 pub mod containerd;
 pub mod inproc;
+pub mod kube;
 pub mod layout;
 
 use std::io::{BufRead, BufReader};

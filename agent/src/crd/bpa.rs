@@ -1,0 +1,259 @@
+//! `Provisioning` and `Software` (bpa.akraino.org/v1alpha1), with the field names of Akraino ICN's BPA operator
+//! and a real status.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A MAC address, `:` or `-` separated, any case.
+pub const MAC_PATTERN: &str = r"^([0-9A-Fa-f]{2}[:-]){5}[0-9A-Fa-f]{2}$";
+/// A Kubernetes memory quantity (`4Gi`, `16384Mi`, `8G`, `1e9`).
+pub const QUANTITY_PATTERN: &str =
+    r"^[0-9]+(\.[0-9]+)?([eE][0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$";
+
+/// A workload cluster to install on matched BareMetalHosts. The cluster is named by the `cluster` label (ICN),
+/// or the object's name when the label is absent; the `owner` label names its owner in the REST API.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "bpa.akraino.org",
+    version = "v1alpha1",
+    kind = "Provisioning",
+    namespaced,
+    status = "ProvisioningStatus",
+    shortname = "prov",
+    doc = "A workload cluster installed on BareMetalHosts matched by MAC address and hardware",
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Hosts", type_ = "integer", json_path = ".status.hostCount"),
+    printcolumn(
+        name = "Kubeconfig",
+        type_ = "string",
+        json_path = ".status.kubeconfigSecretRef.name"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+pub struct ProvisioningSpec {
+    /// Control-plane hosts: each entry maps one host label to what the host must be.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub masters: Vec<OneHost<Master>>,
+    /// Worker hosts; when there are none, the masters are workers too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<OneHost<Worker>>,
+    /// KUD plugins the installer enables.
+    #[serde(rename = "KUDPlugins", default, skip_serializing_if = "Vec::is_empty")]
+    pub kud_plugins: Vec<String>,
+    /// The workload cluster's pod subnet (CIDR).
+    #[serde(rename = "PodSubnet", default, skip_serializing_if = "Option::is_none")]
+    pub pod_subnet: Option<String>,
+}
+
+/// What a control-plane host must be.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct Master {
+    #[serde(rename = "mac-address")]
+    #[schemars(regex(pattern = MAC_PATTERN))]
+    pub mac_address: String,
+    /// At least this many CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub cpu: Option<i32>,
+    /// At least this much memory, a Kubernetes quantity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = QUANTITY_PATTERN))]
+    pub memory: Option<String>,
+}
+
+/// What a worker host must be.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct Worker {
+    #[serde(rename = "mac-address")]
+    #[schemars(regex(pattern = MAC_PATTERN))]
+    pub mac_address: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub cpu: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = QUANTITY_PATTERN))]
+    pub memory: Option<String>,
+    /// The host must carry the label `feature.foothold.io/sriov=true`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sriov: bool,
+    /// The host must carry the label `feature.foothold.io/qat=true`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub qat: bool,
+}
+
+/// ICN's list entry: a map with exactly one entry, from the host's label to what the host must be.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(transparent)]
+#[schemars(extend("minProperties" = 1, "maxProperties" = 1))]
+pub struct OneHost<T>(pub BTreeMap<String, T>);
+
+impl<T> OneHost<T> {
+    /// The label and the host; the schema guarantees exactly one entry, a hand-made value may break that.
+    pub fn entry(&self) -> Option<(&str, &T)> {
+        match self.0.len() {
+            1 => self.0.iter().next().map(|(k, v)| (k.as_str(), v)),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisioningStatus {
+    /// `Pending` (hosts not matched or not provisioned yet), `Installing`, `Ready` or `Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `HostsMatched`, `Installing`, `Ready`, `Failed`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_count: Option<i32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<HostStatus>,
+    /// The installer Job of the current generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    /// The inventory ConfigMap of the current generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory_config_map: Option<String>,
+    /// The workload cluster's kubeconfig, once installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_secret_ref: Option<SecretRef>,
+}
+
+/// One host of the cluster as matched.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostStatus {
+    /// The label the spec gives the host.
+    pub label: String,
+    /// `master` or `worker`.
+    pub role: String,
+    pub mac_address: String,
+    /// The matched BareMetalHost, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bare_metal_host: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    /// The BareMetalHost's provisioning state, or why the host is not usable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct SecretRef {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// Packages to install on a cluster's hosts, by name or `{name: {version}}` (ICN). Bound to the cluster by the
+/// `cluster` label, as in ICN.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "bpa.akraino.org",
+    version = "v1alpha1",
+    kind = "Software",
+    namespaced,
+    status = "SoftwareStatus",
+    shortname = "sw",
+    doc = "Packages installed on the hosts of a provisioned cluster",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".metadata.labels.cluster"
+    ),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SoftwareSpec {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("items" = package_schema()))]
+    pub master_software: Vec<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("items" = package_schema()))]
+    pub worker_software: Vec<serde_json::Value>,
+}
+
+/// A package is a name or a one-entry map `{name: {version: "…"}}`: structural schemas cannot say "string or
+/// object", so the item keeps unknown content and the reconciler validates it (see `Package::parse`).
+fn package_schema() -> serde_json::Value {
+    serde_json::json!({"x-kubernetes-preserve-unknown-fields": true})
+}
+
+/// One package of a `Software` spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Package {
+    pub name: String,
+    pub version: Option<String>,
+}
+
+impl Package {
+    /// Reads `"name"` or `{"name": {"version": "1.2"}}` (or `{"name": {}}`).
+    pub fn parse(item: &serde_json::Value) -> Result<Package, String> {
+        match item {
+            serde_json::Value::String(name) if !name.is_empty() => Ok(Package {
+                name: name.clone(),
+                version: None,
+            }),
+            serde_json::Value::Object(map) if map.len() == 1 => {
+                let (name, detail) = map.iter().next().expect("one entry");
+                let version = match detail {
+                    serde_json::Value::Null => None,
+                    serde_json::Value::Object(d) => match d.get("version") {
+                        None | Some(serde_json::Value::Null) => None,
+                        Some(serde_json::Value::String(v)) => Some(v.clone()),
+                        Some(other) => {
+                            return Err(format!(
+                                "package {name}: version must be a string, not {other}"
+                            ))
+                        }
+                    },
+                    other => {
+                        return Err(format!(
+                            "package {name}: expected {{version: ...}}, not {other}"
+                        ))
+                    }
+                };
+                Ok(Package {
+                    name: name.clone(),
+                    version,
+                })
+            }
+            other => Err(format!(
+                "a package is a name or a one-entry map {{name: {{version}}}}, not {other}"
+            )),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SoftwareStatus {
+    /// `Pending` (cluster not ready), `Installing`, `Installed` or `Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+}

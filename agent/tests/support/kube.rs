@@ -1,0 +1,317 @@
+//! A real Kubernetes control plane for reconciler tests: etcd and kube-apiserver (built by
+//! `scripts/install-test-tools.sh` from `scripts/kube-tools`) on 127.0.0.1, started once per test binary, like
+//! controller-runtime's envtest. There is no kubelet, scheduler or controller-manager: tests patch Job and
+//! DaemonSet statuses themselves, and nothing is garbage-collected.
+//!
+//! The processes are started from a thread that lives as long as the test binary, with `PR_SET_PDEATHSIG`,
+//! so they die with the binary however it ends; their directory is removed by the next binary that starts.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::{tool, wait_for};
+
+/// The admin's static token (group `system:masters`).
+pub const TOKEN: &str = "foothold-test-admin-token";
+
+pub struct KubeEnv {
+    /// A kubeconfig for the admin, for `foothold-agent serve --kubeconfig` and for test clients.
+    pub kubeconfig: PathBuf,
+    pub server: String,
+    pub dir: PathBuf,
+}
+
+static ENV: OnceLock<KubeEnv> = OnceLock::new();
+static NAMESPACES: AtomicU32 = AtomicU32::new(0);
+
+/// The control plane of this test binary, started on first use with every Foothold CRD and Metal3's
+/// BareMetalHost CRD installed and established.
+pub fn env() -> &'static KubeEnv {
+    ENV.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The processes' parent-death signal fires when the thread that spawned them ends: this one never does.
+        std::thread::Builder::new()
+            .name("kube-test-env".into())
+            .spawn(move || {
+                let (env, children) = start();
+                install_crds(&env);
+                tx.send(env).unwrap();
+                let _children = children;
+                loop {
+                    std::thread::park();
+                }
+            })
+            .unwrap();
+        rx.recv()
+            .expect("the Kubernetes test environment failed to start (see the panic above)")
+    })
+}
+
+impl KubeEnv {
+    /// A client of the admin, bound to the calling runtime.
+    pub async fn client(&self) -> kube::Client {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).expect("reading the kubeconfig");
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .expect("kubeconfig");
+        kube::Client::try_from(config).expect("client")
+    }
+
+    /// A fresh namespace for one test, named after it.
+    pub async fn namespace(&self, client: &kube::Client, test: &str) -> String {
+        let n = NAMESPACES.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{}-{}-{n}", test.replace('_', "-"), std::process::id())
+            .chars()
+            .take(63)
+            .collect::<String>()
+            .trim_end_matches('-')
+            .to_owned();
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name}
+        }))
+        .unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("creating the test namespace");
+        name
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Removes directories left by earlier test binaries whose process is gone.
+fn sweep_stale(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(pid) = name.strip_prefix("foothold-kube-") {
+            if !Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+}
+
+fn spawn(cmd: &mut Command, log: &Path) -> Child {
+    use std::os::unix::process::CommandExt;
+    let out = std::fs::File::create(log).unwrap();
+    cmd.stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out);
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"))
+}
+
+fn start() -> (KubeEnv, Vec<Child>) {
+    let parent = std::env::temp_dir();
+    sweep_stale(&parent);
+    let dir = parent.join(format!("foothold-kube-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("certs")).unwrap();
+
+    let (etcd_port, peer_port, api_port) = (free_port(), free_port(), free_port());
+    let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+    let peer_url = format!("http://127.0.0.1:{peer_port}");
+    let etcd = spawn(
+        Command::new(tool("etcd"))
+            .arg("--data-dir")
+            .arg(dir.join("etcd"))
+            .args(["--listen-client-urls", &etcd_url])
+            .args(["--advertise-client-urls", &etcd_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("default={peer_url}")])
+            .args(["--unsafe-no-fsync", "--log-level", "warn"]),
+        &dir.join("etcd.log"),
+    );
+
+    // Service-account signing key and the admin's static token.
+    super::run(
+        Command::new(tool("openssl"))
+            .args([
+                "ecparam",
+                "-genkey",
+                "-name",
+                "prime256v1",
+                "-noout",
+                "-out",
+            ])
+            .arg(dir.join("sa.key")),
+    );
+    std::fs::write(
+        dir.join("tokens.csv"),
+        format!("{TOKEN},admin,admin,system:masters\n"),
+    )
+    .unwrap();
+    let server = format!("https://127.0.0.1:{api_port}");
+    let apiserver = spawn(
+        Command::new(tool("kube-apiserver"))
+            .args(["--etcd-servers", &etcd_url])
+            .args([
+                "--advertise-address",
+                "127.0.0.1",
+                "--bind-address",
+                "127.0.0.1",
+            ])
+            .args(["--secure-port", &api_port.to_string()])
+            // No serving certificate given: kube-apiserver writes a self-signed one (with its CA) here.
+            .arg("--cert-dir")
+            .arg(dir.join("certs"))
+            .args(["--service-cluster-ip-range", "10.0.0.0/24"])
+            .args(["--service-account-issuer", &server])
+            .arg("--service-account-key-file")
+            .arg(dir.join("sa.key"))
+            .arg("--service-account-signing-key-file")
+            .arg(dir.join("sa.key"))
+            .arg("--token-auth-file")
+            .arg(dir.join("tokens.csv"))
+            .args(["--authorization-mode", "RBAC"])
+            .args(["--allow-privileged=true"])
+            .args(["--disable-admission-plugins", "ServiceAccount"])
+            .args(["--endpoint-reconciler-type", "none"]),
+        &dir.join("kube-apiserver.log"),
+    );
+    let mut children = vec![etcd, apiserver];
+
+    // The certificate file holds the serving certificate, then the CA that signed it.
+    let crt = dir.join("certs/apiserver.crt");
+    let ca = wait_for(
+        "kube-apiserver's certificate",
+        Duration::from_secs(60),
+        || {
+            let pem = std::fs::read_to_string(&crt).ok()?;
+            let start = pem.rfind("-----BEGIN CERTIFICATE-----")?;
+            pem[start..]
+                .contains("-----END CERTIFICATE-----")
+                .then(|| pem[start..].to_owned())
+        },
+    );
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        serde_json::to_string_pretty(&serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "test", "cluster": {
+                "server": server,
+                "certificate-authority-data": base64(ca.as_bytes()),
+            }}],
+            "users": [{"name": "admin", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
+            "current-context": "test",
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+
+    // Ready when /readyz says so (etcd reached, bootstrap RBAC and CRD informers done).
+    let http = ureq::Agent::new_with_config(
+        ureq::config::Config::builder()
+            .tls_config(
+                ureq::tls::TlsConfig::builder()
+                    .root_certs(ureq::tls::RootCerts::new_with_certs(&[
+                        ureq::tls::Certificate::from_pem(ca.as_bytes()).unwrap(),
+                    ]))
+                    .build(),
+            )
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(5)))
+            .build(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        for c in children.iter_mut() {
+            if let Ok(Some(status)) = c.try_wait() {
+                panic!(
+                    "a control-plane process exited ({status}); logs in {}",
+                    dir.display()
+                );
+            }
+        }
+        let ready = http
+            .get(&format!("{server}/readyz"))
+            .header("Authorization", &format!("Bearer {TOKEN}"))
+            .call()
+            .is_ok_and(|r| r.status() == 200);
+        if ready {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kube-apiserver not ready after 120 s; logs in {}",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (
+        KubeEnv {
+            kubeconfig,
+            server,
+            dir,
+        },
+        std::mem::take(&mut children),
+    )
+}
+
+fn base64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Metal3's BareMetalHost CRD (the genuine one) and every CRD `foothold-agent crds` prints, established.
+fn install_crds(env: &KubeEnv) {
+    let metal3 = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scripts/kube-tools/crds/metal3.io_baremetalhosts.yaml");
+    let mut crds: Vec<CustomResourceDefinition> =
+        vec![serde_saphyr::from_str(&std::fs::read_to_string(metal3).unwrap()).unwrap()];
+    crds.extend(foothold_agent::crd::shipped());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = env.client().await;
+        let api = Api::<CustomResourceDefinition>::all(client);
+        for crd in &crds {
+            api.create(&PostParams::default(), crd)
+                .await
+                .unwrap_or_else(|e| panic!("installing CRD {:?}: {e}", crd.metadata.name));
+        }
+        for crd in &crds {
+            let name = crd.metadata.name.clone().unwrap();
+            let established = kube::runtime::conditions::is_crd_established();
+            let wait = kube::runtime::wait::await_condition(api.clone(), &name, established);
+            tokio::time::timeout(Duration::from_secs(60), wait)
+                .await
+                .unwrap_or_else(|_| panic!("CRD {name} not established after 60 s"))
+                .unwrap_or_else(|e| panic!("waiting for CRD {name}: {e}"));
+        }
+    });
+}
