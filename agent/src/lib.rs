@@ -5,6 +5,7 @@
 
 pub mod archive;
 pub mod auth;
+pub mod controllers;
 pub mod crd;
 pub mod digest;
 pub mod fsck;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use foothold_agent::{fsck, import, mirror_config, server, store};
+use foothold_agent::{controllers, fsck, import, mirror_config, server, store};
 
 #[derive(Parser)]
 #[command(
@@ -35,6 +35,67 @@ impl DataArg {
             } else {
                 PathBuf::from("foothold-data")
             }
+        })
+    }
+}
+
+#[derive(clap::Args)]
+struct KubeArgs {
+    /// Kubeconfig for the controllers. Default: KUBECONFIG, ~/.kube/config, then the in-cluster service
+    /// account. Until the apiserver answers, the HTTP services serve and /readyz says the controllers wait.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Controllers to run, comma separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "bpa,sip,vino"
+    )]
+    controllers: Vec<controllers::Kind>,
+    /// Run no controllers (the HTTP services only).
+    #[arg(long, conflicts_with = "controllers")]
+    no_controllers: bool,
+    /// Watch only this namespace (default: all).
+    #[arg(long)]
+    namespace: Option<String>,
+    /// This agent's identity in the leader Lease (default: host name and process id).
+    #[arg(long)]
+    identity: Option<String>,
+    /// Namespace of the leader Lease.
+    #[arg(long, default_value = "kube-system")]
+    lease_namespace: String,
+    /// Seconds a leader's lease lasts without renewal before another agent may take over.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..))]
+    lease_duration_seconds: u64,
+    /// Image of the BPA installer Jobs (see the installer contract in the README).
+    #[arg(long, default_value = "127.0.0.1:5000/foothold/bpa-installer:latest")]
+    installer_image: String,
+    /// Secret (in each Provisioning's namespace) holding the SSH key the installer uses.
+    #[arg(long, default_value = "ssh-key-secret")]
+    ssh_key_secret: String,
+}
+
+impl KubeArgs {
+    fn settings(self) -> Option<controllers::Settings> {
+        if self.no_controllers {
+            return None;
+        }
+        let identity = self.identity.unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_else(|_| "foothold".into());
+            format!("{host}-{}", std::process::id())
+        });
+        Some(controllers::Settings {
+            kubeconfig: self.kubeconfig,
+            controllers: self.controllers,
+            namespace: self.namespace,
+            identity,
+            lease_namespace: self.lease_namespace,
+            lease_duration: std::time::Duration::from_secs(self.lease_duration_seconds),
+            installer_image: self.installer_image,
+            ssh_key_secret: self.ssh_key_secret,
         })
     }
 }
@@ -72,6 +133,8 @@ enum Command {
         /// Require the token for reading BPA image records and downloading /files too (default: anonymous).
         #[arg(long, requires = "token_file")]
         files_require_token: bool,
+        #[command(flatten)]
+        kube: Box<KubeArgs>,
     },
     /// Import an OCI image layout directory (skopeo `oci:`, buildah, foothold-build) into the data directory.
     Import {
@@ -144,6 +207,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tls_key,
             max_image_size,
             files_require_token,
+            kube,
         } => {
             let cfg = server::ServeConfig {
                 listen,
@@ -152,6 +216,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 data: data.dir(),
                 token_file,
                 tls: tls_cert.zip(tls_key),
+                controllers: kube.settings(),
             };
             tokio::runtime::Runtime::new()?.block_on(server::serve(cfg))?;
             Ok(ExitCode::SUCCESS)

@@ -14,6 +14,10 @@ pub struct Metrics {
     /// Bytes sent from memory-mapped blob files and from `pread` buffers (see `store::blobs::ReadPath`).
     bytes_mapped: AtomicU64,
     bytes_copied: AtomicU64,
+    /// Per controller: reconciles, their total seconds, and errors by cause.
+    reconciles: Mutex<BTreeMap<&'static str, (u64, f64)>>,
+    reconcile_errors: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    leader: AtomicU64,
 }
 
 impl Metrics {
@@ -28,6 +32,25 @@ impl Metrics {
             ReadPath::Copied => &self.bytes_copied,
         }
         .fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub fn reconciled(&self, controller: &'static str, took: std::time::Duration) {
+        let mut r = self.reconciles.lock().unwrap_or_else(|p| p.into_inner());
+        let e = r.entry(controller).or_default();
+        e.0 += 1;
+        e.1 += took.as_secs_f64();
+    }
+
+    pub fn reconcile_error(&self, controller: &'static str, cause: &'static str) {
+        let mut r = self
+            .reconcile_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        *r.entry((controller, cause)).or_default() += 1;
+    }
+
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.store(u64::from(leading), Ordering::Relaxed);
     }
 
     pub fn render(&self, uploads_open: u64) -> String {
@@ -59,6 +82,52 @@ impl Metrics {
         out.push_str("# HELP foothold_upload_sessions_open Registry upload sessions not yet finished or cancelled.\n");
         out.push_str("# TYPE foothold_upload_sessions_open gauge\n");
         let _ = writeln!(out, "foothold_upload_sessions_open {uploads_open}");
+        out.push_str("# HELP foothold_controller_leader Whether this agent holds the controllers' leader lease.\n");
+        out.push_str("# TYPE foothold_controller_leader gauge\n");
+        let _ = writeln!(
+            out,
+            "foothold_controller_leader {}",
+            self.leader.load(Ordering::Relaxed)
+        );
+        let reconciles = self
+            .reconciles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        out.push_str("# HELP foothold_reconciles_total Reconciles run, by controller.\n");
+        out.push_str("# TYPE foothold_reconciles_total counter\n");
+        for (c, (n, _)) in &reconciles {
+            let _ = writeln!(out, "foothold_reconciles_total{{controller=\"{c}\"}} {n}");
+        }
+        out.push_str(
+            "# HELP foothold_reconcile_duration_seconds Time spent reconciling, by controller.\n",
+        );
+        out.push_str("# TYPE foothold_reconcile_duration_seconds summary\n");
+        for (c, (n, secs)) in &reconciles {
+            let _ = writeln!(
+                out,
+                "foothold_reconcile_duration_seconds_sum{{controller=\"{c}\"}} {secs}"
+            );
+            let _ = writeln!(
+                out,
+                "foothold_reconcile_duration_seconds_count{{controller=\"{c}\"}} {n}"
+            );
+        }
+        out.push_str(
+            "# HELP foothold_reconcile_errors_total Failed reconciles, by controller and cause.\n",
+        );
+        out.push_str("# TYPE foothold_reconcile_errors_total counter\n");
+        for ((c, cause), n) in self
+            .reconcile_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "foothold_reconcile_errors_total{{controller=\"{c}\",cause=\"{cause}\"}} {n}"
+            );
+        }
         out
     }
 }

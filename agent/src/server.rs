@@ -26,6 +26,8 @@ pub struct AppState {
     /// Whether reading BPA records and /files needs the token too (anonymous by default: nodes and Ironic
     /// download without credentials on the provisioning network).
     pub files_need_token: bool,
+    /// The Kubernetes controllers' state, for `/readyz`.
+    pub controllers: crate::controllers::Shared,
 }
 
 impl AppState {
@@ -36,6 +38,7 @@ impl AppState {
             metrics: Arc::default(),
             max_image_length: DEFAULT_MAX_IMAGE_LENGTH,
             files_need_token: false,
+            controllers: crate::controllers::Shared::new(crate::controllers::State::Disabled),
         }
     }
 }
@@ -50,7 +53,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v2/{*rest}", any(registry::handle))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
         .route(
             "/openapi.json",
             get(|| async {
@@ -107,6 +110,16 @@ async fn read_small_bodies(req: Request, next: Next) -> Response {
     }
 }
 
+/// Ready as soon as the HTTP services are (nodes must be able to pull while Kubernetes itself starts), with
+/// the controllers' state in the body: `{"http": "ok", "controllers": {"state": "connecting", ...}}`.
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    axum::Json(serde_json::json!({
+        "http": "ok",
+        "controllers": state.controllers.get(),
+    }))
+    .into_response()
+}
+
 /// One structured log line and one counter per request.
 async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let started = Instant::now();
@@ -133,6 +146,8 @@ pub struct ServeConfig {
     pub data: PathBuf,
     pub token_file: Option<PathBuf>,
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// The Kubernetes controllers to run, if any.
+    pub controllers: Option<crate::controllers::Settings>,
 }
 
 pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
@@ -149,6 +164,21 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         files_need_token: cfg.files_need_token,
         ..AppState::new(store, auth)
     });
+    if let Some(settings) = cfg
+        .controllers
+        .clone()
+        .filter(|s| !s.controllers.is_empty())
+    {
+        let shared = state.controllers.clone();
+        shared.set(crate::controllers::State::Connecting {
+            error: "starting".into(),
+        });
+        tokio::spawn(crate::controllers::run(
+            Arc::new(settings),
+            shared,
+            state.metrics.clone(),
+        ));
+    }
     let resume = state.clone();
     tokio::spawn(async move {
         let images = crate::images::Images::new(&resume.store, resume.max_image_length);

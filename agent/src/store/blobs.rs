@@ -221,8 +221,8 @@ pub enum ReadPath {
     Copied,
 }
 
-/// Streams `len` bytes of `file` from `start` in `SERVE_CHUNK` chunks, memory-mapped when the platform allows
-/// (see [`ReadPath`]), `pread` otherwise.
+/// Streams `len` bytes of `file` from `start`, memory-mapped when the platform allows (`MAP_CHUNK` per mapping),
+/// `pread` in `SERVE_CHUNK` chunks otherwise (see [`ReadPath`]).
 ///
 /// Each mapped chunk is its own mapping, made resident on the blocking pool (`MADV_POPULATE_READ`) before it is
 /// handed on and unmapped once sent (see `store::mapped`).
@@ -302,7 +302,7 @@ mod tests {
         rt.block_on(
             chunks
                 .map_ok(|c| {
-                    assert!(c.len() <= SERVE_CHUNK);
+                    assert!(c.len() <= SERVE_CHUNK.max(super::super::mapped::MAP_CHUNK));
                     c.to_vec()
                 })
                 .try_concat(),
@@ -320,7 +320,7 @@ mod tests {
         /// `SERVE_CHUNK`, and the copying path agrees with it.
         #[test]
         fn mapped_ranges_match_the_file(
-            size in 1usize..(3 * SERVE_CHUNK + 5000),
+            size in 1usize..(3 * super::super::mapped::MAP_CHUNK + 5000),
             a in any::<prop::sample::Index>(),
             b in any::<prop::sample::Index>(),
             seed in any::<u64>(),

@@ -12,7 +12,9 @@ use std::fs::File;
 use std::io;
 use std::sync::Arc;
 
-use super::blobs::SERVE_CHUNK;
+/// Bytes per mapping: larger than the `pread` chunk, since each mapping costs an mmap, a populate and an
+/// unmap (with its TLB flush) whatever its size.
+pub(super) const MAP_CHUNK: usize = 1 << 20;
 
 /// Whether `start..start + len` of `file` can be served from mappings: the file is at least that long and the
 /// range is not empty.
@@ -35,7 +37,7 @@ impl AsRef<[u8]> for MapChunk {
     }
 }
 
-/// `start..end` of `file` in chunks of at most `SERVE_CHUNK` bytes, each mapped and made resident on the
+/// `start..end` of `file` in chunks of at most `MAP_CHUNK` bytes, each mapped and made resident on the
 /// blocking pool before it is handed on.
 pub(super) fn chunks(
     file: File,
@@ -47,7 +49,7 @@ pub(super) fn chunks(
         if pos >= end {
             return Ok(None);
         }
-        let want = (end - pos).min(SERVE_CHUNK as u64) as usize;
+        let want = (end - pos).min(MAP_CHUNK as u64) as usize;
         let f = file.clone();
         let chunk = tokio::task::spawn_blocking(move || map_chunk(&f, pos, want))
             .await

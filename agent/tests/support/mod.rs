@@ -94,7 +94,8 @@ impl Agent {
 
     pub fn start_on(data: &Path, token: Option<&str>, listen: &str) -> Agent {
         let mut cmd = Command::new(agent_bin());
-        cmd.args(["serve", "--listen", listen, "--data"]).arg(data);
+        cmd.args(["serve", "--no-controllers", "--listen", listen, "--data"])
+            .arg(data);
         if let Some(t) = token {
             let f = data.with_extension("token");
             std::fs::write(&f, t).unwrap();

@@ -1,0 +1,690 @@
+//! The BPA reconciler for `Provisioning`: observe (the Provisioning, its namespace's BareMetalHosts, its Job),
+//! plan (`bpa_plan`, pure), apply (inventory ConfigMap, installer ServiceAccount/Role/RoleBinding, one Job per
+//! generation, status, Events). The finalizer removes everything it created.
+//!
+//! Installer contract: the Job runs `Settings::installer_image` with the inventory at
+//! `/etc/foothold/inventory/hosts.ini`, the SSH key Secret at `/etc/foothold/ssh`, and the environment
+//! `CLUSTER_NAME`, `NAMESPACE`, `KUD_PLUGINS` (comma separated), `POD_SUBNET` and `KUBECONFIG_SECRET`. Before it
+//! exits successfully it writes the workload cluster's kubeconfig into that Secret (`<cluster>-kubeconfig`,
+//! key `kubeconfig`); its ServiceAccount may create and update exactly that Secret. A Job that completes
+//! without the Secret counts as failed.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, ResourceExt};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::Resource;
+use serde_json::json;
+
+use super::bpa_plan::{self, Host, Problem};
+use super::{child_name, set_condition, Settings};
+use crate::crd::bpa::{Provisioning, ProvisioningStatus, SecretRef};
+use crate::crd::metal3::BareMetalHost;
+use crate::metrics::Metrics;
+
+pub const FINALIZER: &str = "bpa.akraino.org/cleanup";
+const MANAGER: &str = "foothold-bpa";
+/// On every object the reconciler creates: the Provisioning's name.
+pub const OWNER_LABEL: &str = "bpa.akraino.org/provisioning";
+const GENERATION_LABEL: &str = "bpa.akraino.org/generation";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error("{0} has no namespace")]
+    NoNamespace(String),
+}
+
+impl Error {
+    fn cause(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(_) => "transport",
+            Error::Finalizer(e) => match e.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.cause(),
+                _ => "finalizer",
+            },
+            Error::NoNamespace(_) => "invalid",
+        }
+    }
+}
+
+struct Ctx {
+    client: kube::Client,
+    settings: Arc<Settings>,
+    metrics: Arc<Metrics>,
+    recorder: Recorder,
+}
+
+/// Runs the Provisioning controller until it is dropped.
+pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Metrics>) {
+    let (provs, hosts, jobs, maps): (
+        Api<Provisioning>,
+        Api<BareMetalHost>,
+        Api<Job>,
+        Api<ConfigMap>,
+    ) = match &settings.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+        ),
+    };
+    let ctx = Arc::new(Ctx {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "foothold-bpa".into(),
+                instance: Some(settings.identity.clone()),
+            },
+        ),
+        client,
+        settings,
+        metrics,
+    });
+    let controller = Controller::new(provs, watcher::Config::default());
+    let store = controller.store();
+    let owned = watcher::Config::default().labels(OWNER_LABEL);
+    controller
+        .owns(jobs, owned.clone())
+        .owns(maps, owned)
+        // A host that appears or changes re-plans every Provisioning of its namespace.
+        .watches(
+            hosts,
+            watcher::Config::default(),
+            move |bmh: BareMetalHost| {
+                let ns = bmh.namespace();
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|p| p.namespace() == ns)
+                    .map(|p| ObjectRef::from_obj(p.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "bpa controller");
+            }
+        })
+        .await;
+}
+
+fn error_policy(prov: Arc<Provisioning>, error: &Error, ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(provisioning = %prov.name_any(), %error, "bpa reconcile failed");
+    ctx.metrics.reconcile_error("bpa", error.cause());
+    // The controller's own per-object backoff is not exposed for errors: back off on the failure count.
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn reconcile(prov: Arc<Provisioning>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let ns = prov
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(prov.name_any()))?;
+    let api: Api<Provisioning> = Api::namespaced(ctx.client.clone(), &ns);
+    let result = finalizer(&api, FINALIZER, prov, |event| async {
+        match event {
+            Finalizer::Apply(p) => apply(&p, &ns, &ctx).await,
+            Finalizer::Cleanup(p) => cleanup(&p, &ns, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics.reconciled("bpa", started.elapsed());
+    result
+}
+
+/// The cluster a Provisioning installs: its `cluster` label (ICN), else its name.
+pub fn cluster_name(p: &Provisioning) -> String {
+    p.labels()
+        .get("cluster")
+        .cloned()
+        .unwrap_or_else(|| p.name_any())
+}
+
+fn host_of(bmh: &BareMetalHost) -> Host {
+    let status = bmh.status.clone().unwrap_or_default();
+    let hw = status.hardware.unwrap_or_default();
+    Host {
+        name: bmh.name_any(),
+        labels: bmh.labels().clone(),
+        boot_mac: bmh.spec.boot_mac_address.clone(),
+        nics: hw.nics.into_iter().map(|n| (n.mac, n.ip)).collect(),
+        cpus: hw.cpu.and_then(|c| c.count),
+        ram_mebibytes: hw.ram_mebibytes,
+        state: status.provisioning.map(|p| p.state).unwrap_or_default(),
+    }
+}
+
+enum JobOutcome {
+    Running,
+    Succeeded,
+    Failed(String),
+}
+
+fn job_outcome(job: &Job) -> JobOutcome {
+    let conditions = job
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    for c in &conditions {
+        if c.status == "True" && (c.type_ == "Complete" || c.type_ == "SuccessCriteriaMet") {
+            return JobOutcome::Succeeded;
+        }
+        if c.status == "True" && (c.type_ == "Failed" || c.type_ == "FailureTarget") {
+            return JobOutcome::Failed(format!(
+                "{}: {}",
+                c.reason.clone().unwrap_or_else(|| "Failed".into()),
+                c.message.clone().unwrap_or_default()
+            ));
+        }
+    }
+    JobOutcome::Running
+}
+
+async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
+    let client = &ctx.client;
+    let name = p.name_any();
+    let generation = p.metadata.generation.unwrap_or(0);
+    let cluster = cluster_name(p);
+    let hosts: Vec<Host> = Api::<BareMetalHost>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(host_of)
+        .collect();
+    let plan = bpa_plan::plan(&p.spec, &hosts);
+    let old = p.status.clone().unwrap_or_default();
+    let mut status = ProvisioningStatus {
+        conditions: old.conditions.clone(),
+        observed_generation: Some(generation),
+        host_count: Some(i32::try_from(plan.hosts.len()).unwrap_or(i32::MAX)),
+        hosts: plan.hosts.clone(),
+        ..ProvisioningStatus::default()
+    };
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let job_name = child_name(&name, &format!("install-g{generation}"));
+    let inventory_name = child_name(&name, "inventory");
+    let secret_name = format!("{cluster}-kubeconfig");
+    let existing = jobs.get_opt(&job_name).await?;
+
+    // Hosts matched? (Once this generation's Job exists, the installed cluster no longer depends on them.)
+    let hosts_ok = plan.problems.is_empty();
+    let (reason, message) = match plan.problems.first() {
+        None => (
+            "AllHostsMatched".to_owned(),
+            "every host is matched, fit and provisioned".to_owned(),
+        ),
+        Some(first) => {
+            let reason = match first {
+                Problem::Spec(_) => "InvalidSpec",
+                Problem::UnknownMac { .. } => "UnknownHost",
+                Problem::AmbiguousMac { .. } => "AmbiguousHost",
+                Problem::Unfit { .. } => "UnfitHost",
+                Problem::NotProvisioned { .. } => "HostNotProvisioned",
+                Problem::NoAddress { .. } => "HostWithoutAddress",
+            };
+            let all: Vec<String> = plan.problems.iter().map(ToString::to_string).collect();
+            (reason.to_owned(), all.join("; "))
+        }
+    };
+    set_condition(
+        &mut status.conditions,
+        "HostsMatched",
+        hosts_ok,
+        &reason,
+        &message,
+        Some(generation),
+    );
+
+    let mut action = Action::requeue(Duration::from_secs(300));
+    match (existing, plan.inventory.as_deref()) {
+        (None, None) => {
+            status.phase = Some(
+                if plan.spec_invalid() {
+                    "Failed"
+                } else {
+                    "Pending"
+                }
+                .into(),
+            );
+            set_condition(
+                &mut status.conditions,
+                "Installing",
+                false,
+                &reason,
+                "waiting for hosts",
+                Some(generation),
+            );
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                false,
+                &reason,
+                &message,
+                Some(generation),
+            );
+            set_condition(
+                &mut status.conditions,
+                "Failed",
+                plan.spec_invalid(),
+                &reason,
+                if plan.spec_invalid() { &message } else { "" },
+                Some(generation),
+            );
+        }
+        (existing, inventory) => {
+            if existing.is_none() {
+                let inventory = inventory.expect("matched above");
+                apply_installer_objects(p, ns, ctx, &inventory_name, &secret_name, inventory)
+                    .await?;
+                let job = installer_job(
+                    p,
+                    ns,
+                    ctx,
+                    &job_name,
+                    &inventory_name,
+                    &secret_name,
+                    &cluster,
+                );
+                match jobs.create(&PostParams::default(), &job).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                publish(
+                    ctx,
+                    p,
+                    EventType::Normal,
+                    "Installing",
+                    &format!("started installer Job {job_name}"),
+                )
+                .await;
+            }
+            // Jobs of earlier generations are superseded.
+            for old_job in jobs
+                .list(&ListParams::default().labels(&format!("{OWNER_LABEL}={name}")))
+                .await?
+                .items
+            {
+                if old_job.name_any() != job_name {
+                    delete_ignoring_missing(&jobs, &old_job.name_any()).await?;
+                }
+            }
+            status.job_name = Some(job_name.clone());
+            status.inventory_config_map = Some(inventory_name.clone());
+            let outcome = match jobs.get_opt(&job_name).await? {
+                Some(job) => job_outcome(&job),
+                None => JobOutcome::Running,
+            };
+            match outcome {
+                JobOutcome::Running => {
+                    status.phase = Some("Installing".into());
+                    set_condition(
+                        &mut status.conditions,
+                        "Installing",
+                        true,
+                        "JobRunning",
+                        &format!("installer Job {job_name} is running"),
+                        Some(generation),
+                    );
+                    set_condition(
+                        &mut status.conditions,
+                        "Ready",
+                        false,
+                        "Installing",
+                        "the installer has not finished",
+                        Some(generation),
+                    );
+                    set_condition(
+                        &mut status.conditions,
+                        "Failed",
+                        false,
+                        "Installing",
+                        "",
+                        Some(generation),
+                    );
+                    action = Action::await_change();
+                }
+                JobOutcome::Succeeded => {
+                    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+                        .get_opt(&secret_name)
+                        .await?;
+                    let has_kubeconfig = secret
+                        .as_ref()
+                        .and_then(|s| s.data.as_ref())
+                        .is_some_and(|d| d.get("kubeconfig").is_some_and(|v| !v.0.is_empty()));
+                    set_condition(
+                        &mut status.conditions,
+                        "Installing",
+                        false,
+                        "JobFinished",
+                        &format!("installer Job {job_name} finished"),
+                        Some(generation),
+                    );
+                    if has_kubeconfig {
+                        status.phase = Some("Ready".into());
+                        status.kubeconfig_secret_ref = Some(SecretRef {
+                            name: secret_name.clone(),
+                            namespace: Some(ns.to_owned()),
+                        });
+                        set_condition(
+                            &mut status.conditions,
+                            "Ready",
+                            true,
+                            "Installed",
+                            &format!("kubeconfig in Secret {secret_name}"),
+                            Some(generation),
+                        );
+                        set_condition(
+                            &mut status.conditions,
+                            "Failed",
+                            false,
+                            "Installed",
+                            "",
+                            Some(generation),
+                        );
+                    } else {
+                        let msg = format!("installer Job {job_name} succeeded without writing Secret {secret_name} (key kubeconfig)");
+                        status.phase = Some("Failed".into());
+                        set_condition(
+                            &mut status.conditions,
+                            "Ready",
+                            false,
+                            "NoKubeconfig",
+                            &msg,
+                            Some(generation),
+                        );
+                        set_condition(
+                            &mut status.conditions,
+                            "Failed",
+                            true,
+                            "NoKubeconfig",
+                            &msg,
+                            Some(generation),
+                        );
+                    }
+                }
+                JobOutcome::Failed(why) => {
+                    let msg = format!("installer Job {job_name} failed: {why}");
+                    status.phase = Some("Failed".into());
+                    set_condition(
+                        &mut status.conditions,
+                        "Installing",
+                        false,
+                        "JobFailed",
+                        &msg,
+                        Some(generation),
+                    );
+                    set_condition(
+                        &mut status.conditions,
+                        "Ready",
+                        false,
+                        "JobFailed",
+                        &msg,
+                        Some(generation),
+                    );
+                    set_condition(
+                        &mut status.conditions,
+                        "Failed",
+                        true,
+                        "JobFailed",
+                        &msg,
+                        Some(generation),
+                    );
+                }
+            }
+        }
+    }
+    if old.phase != status.phase {
+        let phase = status.phase.clone().unwrap_or_default();
+        let kind = if phase == "Failed" {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        let note = status
+            .conditions
+            .iter()
+            .find(|c| {
+                c.type_
+                    == if phase == "Pending" {
+                        "HostsMatched"
+                    } else {
+                        "Ready"
+                    }
+            })
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        publish(ctx, p, kind, &phase, &note).await;
+    }
+    if p.status.as_ref() != Some(&status) {
+        Api::<Provisioning>::namespaced(client.clone(), ns)
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await?;
+    }
+    Ok(action)
+}
+
+async fn publish(ctx: &Ctx, p: &Provisioning, type_: EventType, reason: &str, note: &str) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &p.object_ref(&())).await {
+        tracing::debug!(error = %e, "publishing an event");
+    }
+}
+
+fn owned_meta(p: &Provisioning, ns: &str, name: &str) -> serde_json::Value {
+    json!({
+        "name": name,
+        "namespace": ns,
+        "labels": {
+            OWNER_LABEL: p.name_any(),
+            GENERATION_LABEL: p.metadata.generation.unwrap_or(0).to_string(),
+        },
+        "ownerReferences": [p.controller_owner_ref(&()).expect("a stored object has a uid")],
+    })
+}
+
+async fn server_side_apply<K>(
+    api: &Api<K>,
+    name: &str,
+    body: serde_json::Value,
+) -> Result<(), Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn apply_installer_objects(
+    p: &Provisioning,
+    ns: &str,
+    ctx: &Ctx,
+    inventory_name: &str,
+    secret_name: &str,
+    inventory: &str,
+) -> Result<(), Error> {
+    let client = &ctx.client;
+    server_side_apply(
+        &Api::<ConfigMap>::namespaced(client.clone(), ns),
+        inventory_name,
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": owned_meta(p, ns, inventory_name),
+               "data": {"hosts.ini": inventory}}),
+    )
+    .await?;
+    let account = child_name(&p.name_any(), "installer");
+    server_side_apply(
+        &Api::<ServiceAccount>::namespaced(client.clone(), ns),
+        &account,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": owned_meta(p, ns, &account)}),
+    )
+    .await?;
+    server_side_apply(
+        &Api::<Role>::namespaced(client.clone(), ns),
+        &account,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": owned_meta(p, ns, &account),
+        "rules": [
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret_name],
+             "verbs": ["get", "update", "patch"]},
+        ]}),
+    )
+    .await?;
+    server_side_apply(
+        &Api::<RoleBinding>::namespaced(client.clone(), ns),
+        &account,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": owned_meta(p, ns, &account),
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+               "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]}),
+    )
+    .await?;
+    Ok(())
+}
+
+fn installer_job(
+    p: &Provisioning,
+    ns: &str,
+    ctx: &Ctx,
+    job_name: &str,
+    inventory_name: &str,
+    secret_name: &str,
+    cluster: &str,
+) -> Job {
+    let mut meta = owned_meta(p, ns, job_name);
+    meta["labels"]["cluster"] = json!(cluster);
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": 2,
+            "template": {
+                "metadata": {"labels": {OWNER_LABEL: p.name_any()}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "serviceAccountName": child_name(&p.name_any(), "installer"),
+                    "containers": [{
+                        "name": "installer",
+                        "image": ctx.settings.installer_image,
+                        "env": [
+                            {"name": "CLUSTER_NAME", "value": cluster},
+                            {"name": "NAMESPACE", "value": ns},
+                            {"name": "KUD_PLUGINS", "value": p.spec.kud_plugins.join(",")},
+                            {"name": "POD_SUBNET", "value": p.spec.pod_subnet.clone().unwrap_or_default()},
+                            {"name": "KUBECONFIG_SECRET", "value": secret_name},
+                            {"name": "INVENTORY", "value": "/etc/foothold/inventory/hosts.ini"},
+                        ],
+                        "volumeMounts": [
+                            {"name": "inventory", "mountPath": "/etc/foothold/inventory", "readOnly": true},
+                            {"name": "ssh", "mountPath": "/etc/foothold/ssh", "readOnly": true},
+                        ],
+                    }],
+                    "volumes": [
+                        {"name": "inventory", "configMap": {"name": inventory_name}},
+                        {"name": "ssh", "secret": {"secretName": ctx.settings.ssh_key_secret, "defaultMode": 0o400}},
+                    ],
+                },
+            },
+        },
+    }))
+    .expect("the Job is well-formed")
+}
+
+async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    // Background propagation: there may be no garbage collector, but where there is one, pods go too.
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn delete_owned<K>(api: &Api<K>, owner: &str) -> Result<(), Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + Resource,
+{
+    for obj in api
+        .list(&ListParams::default().labels(&format!("{OWNER_LABEL}={owner}")))
+        .await?
+        .items
+    {
+        delete_ignoring_missing(api, &obj.name_any()).await?;
+    }
+    Ok(())
+}
+
+/// Deletes everything the reconciler created for `p` (it does not rely on a garbage collector), and the
+/// cluster's kubeconfig Secret.
+async fn cleanup(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
+    let client = &ctx.client;
+    let name = p.name_any();
+    delete_owned(&Api::<Job>::namespaced(client.clone(), ns), &name).await?;
+    delete_owned(&Api::<ConfigMap>::namespaced(client.clone(), ns), &name).await?;
+    delete_owned(&Api::<RoleBinding>::namespaced(client.clone(), ns), &name).await?;
+    delete_owned(&Api::<Role>::namespaced(client.clone(), ns), &name).await?;
+    delete_owned(
+        &Api::<ServiceAccount>::namespaced(client.clone(), ns),
+        &name,
+    )
+    .await?;
+    delete_ignoring_missing(
+        &Api::<Secret>::namespaced(client.clone(), ns),
+        &format!("{}-kubeconfig", cluster_name(p)),
+    )
+    .await?;
+    publish(
+        ctx,
+        p,
+        EventType::Normal,
+        "Deleted",
+        "removed the installer objects and the kubeconfig Secret",
+    )
+    .await;
+    Ok(Action::await_change())
+}

@@ -1,0 +1,259 @@
+//! The Kubernetes side of `foothold-agent serve`: connect to the apiserver (waiting for it while the HTTP
+//! services already serve), win the leader Lease, run the selected controllers while leading, and report all of
+//! it to `/readyz` and `/metrics`.
+
+pub mod bpa;
+pub mod bpa_plan;
+pub mod lease;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::metrics::Metrics;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    Bpa,
+    Sip,
+    Vino,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Bpa => "bpa",
+            Kind::Sip => "sip",
+            Kind::Vino => "vino",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// A kubeconfig file; None: `KUBECONFIG`, `~/.kube/config`, then the in-cluster service account.
+    pub kubeconfig: Option<PathBuf>,
+    pub controllers: Vec<Kind>,
+    /// Watch one namespace; None: all.
+    pub namespace: Option<String>,
+    /// This agent's name in the Lease.
+    pub identity: String,
+    pub lease_namespace: String,
+    pub lease_duration: Duration,
+    /// The image BPA installer Jobs run.
+    pub installer_image: String,
+    /// The Secret (in the Provisioning's namespace) with the SSH key installers use (`id_rsa`).
+    pub ssh_key_secret: String,
+}
+
+pub const LEASE_NAME: &str = "foothold-agent-controllers";
+
+/// What `/readyz` reports of the controllers.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum State {
+    Disabled,
+    /// No apiserver yet (the appliance's Kubernetes may still be starting).
+    Connecting {
+        error: String,
+    },
+    /// Connected; another agent holds the lease.
+    Standby {
+        leader: String,
+    },
+    Leading {
+        controllers: Vec<&'static str>,
+    },
+}
+
+#[derive(Clone)]
+pub struct Shared {
+    state: Arc<Mutex<State>>,
+}
+
+impl Shared {
+    pub fn new(state: State) -> Self {
+        Shared {
+            state: Arc::new(Mutex::new(state)),
+        }
+    }
+
+    pub fn get(&self) -> State {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn set(&self, s: State) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = s;
+    }
+}
+
+async fn connect(settings: &Settings) -> Result<kube::Client, String> {
+    let config = match &settings.kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| format!("no Kubernetes configuration: {e}"))?,
+    };
+    let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+    client
+        .apiserver_version()
+        .await
+        .map_err(|e| format!("apiserver unreachable: {e}"))?;
+    Ok(client)
+}
+
+/// Runs until the process ends: connect, campaign, lead. Never returns an error: problems are logged,
+/// reported in `shared`, and retried with backoff.
+pub async fn run(settings: Arc<Settings>, shared: Shared, metrics: Arc<Metrics>) {
+    let mut backoff = Duration::from_millis(500);
+    let client = loop {
+        match connect(&settings).await {
+            Ok(c) => break c,
+            Err(error) => {
+                tracing::warn!(%error, retry_in = ?backoff, "controllers waiting for the apiserver");
+                shared.set(State::Connecting { error });
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(15));
+            }
+        }
+    };
+    tracing::info!("connected to the apiserver");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &settings.lease_namespace);
+    let mut elector = lease::Elector::new(
+        leases,
+        LEASE_NAME,
+        &settings.identity,
+        settings.lease_duration,
+    );
+    shared.set(State::Standby {
+        leader: String::new(),
+    });
+    loop {
+        // Campaign.
+        match elector.try_acquire_or_renew().await {
+            Ok(lease::Term::Leading) => {}
+            Ok(lease::Term::Following(leader)) => {
+                shared.set(State::Standby { leader });
+                tokio::time::sleep(elector.retry_period()).await;
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "leader election");
+                tokio::time::sleep(elector.retry_period()).await;
+                continue;
+            }
+        }
+        tracing::info!(identity = %settings.identity, "leading: starting controllers");
+        metrics.set_leader(true);
+        shared.set(State::Leading {
+            controllers: settings.controllers.iter().map(|k| k.as_str()).collect(),
+        });
+        let controllers = run_controllers(client.clone(), settings.clone(), metrics.clone());
+        tokio::pin!(controllers);
+        // Lead until a renewal fails for longer than the renew deadline; dropping the controllers' future
+        // cancels their reconciles before another agent can take the lease.
+        let mut last_renewed = Instant::now();
+        loop {
+            tokio::select! {
+                () = &mut controllers => {
+                    tracing::error!("controllers stopped unexpectedly");
+                    break;
+                }
+                () = tokio::time::sleep(elector.retry_period()) => {}
+            }
+            match elector.try_acquire_or_renew().await {
+                Ok(lease::Term::Leading) => last_renewed = Instant::now(),
+                Ok(lease::Term::Following(leader)) => {
+                    tracing::warn!(%leader, "lost the lease");
+                    break;
+                }
+                Err(e) => tracing::warn!(error = %e, "renewing the lease"),
+            }
+            if last_renewed.elapsed() > elector.renew_deadline() {
+                tracing::warn!("could not renew the lease in time");
+                break;
+            }
+        }
+        metrics.set_leader(false);
+        shared.set(State::Standby {
+            leader: String::new(),
+        });
+    }
+}
+
+async fn run_controllers(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Metrics>) {
+    let mut tasks = Vec::new();
+    for kind in &settings.controllers {
+        match kind {
+            Kind::Bpa => tasks.push(futures_util::future::FutureExt::boxed(bpa::run(
+                client.clone(),
+                settings.clone(),
+                metrics.clone(),
+            ))),
+            Kind::Sip | Kind::Vino => {
+                tracing::warn!(controller = kind.as_str(), "controller not implemented yet")
+            }
+        }
+    }
+    if tasks.is_empty() {
+        std::future::pending::<()>().await;
+    }
+    futures_util::future::join_all(tasks).await;
+}
+
+/// Sets condition `type_` in `conditions`, keeping its transition time when its status does not change.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
+    let status = if status { "True" } else { "False" };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = now;
+            }
+            c.status = status.into();
+            c.reason = reason.into();
+            c.message = message.into();
+            c.observed_generation = generation;
+        }
+        None => conditions.push(Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            observed_generation: generation,
+            last_transition_time: now,
+        }),
+    }
+}
+
+/// A child object's name: `<parent>-<suffix>`, shortened with a hash of the whole when it would pass 63
+/// characters (the limit for names used as label values).
+pub fn child_name(parent: &str, suffix: &str) -> String {
+    let full = format!("{parent}-{suffix}");
+    if full.len() <= 63 {
+        return full;
+    }
+    use sha2::Digest as _;
+    let hash = hex::encode(&sha2::Sha256::digest(full.as_bytes())[..4]);
+    let keep = 63 - suffix.len() - hash.len() - 2;
+    let head: String = parent.chars().take(keep).collect();
+    format!("{}-{hash}-{suffix}", head.trim_end_matches(['-', '.']))
+}
