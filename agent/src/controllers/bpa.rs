@@ -64,6 +64,8 @@ impl Error {
 }
 
 struct Ctx {
+    /// Consecutive failures per Provisioning (namespace/name), for exponential backoff; cleared on success.
+    failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     client: kube::Client,
     settings: Arc<Settings>,
     metrics: Arc<Metrics>,
@@ -99,6 +101,7 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
                 instance: Some(settings.identity.clone()),
             },
         ),
+        failures: std::sync::Mutex::default(),
         client,
         settings,
         metrics,
@@ -135,8 +138,19 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
 fn error_policy(prov: Arc<Provisioning>, error: &Error, ctx: Arc<Ctx>) -> Action {
     tracing::warn!(provisioning = %prov.name_any(), %error, "bpa reconcile failed");
     ctx.metrics.reconcile_error("bpa", error.cause());
-    // The controller's own per-object backoff is not exposed for errors: back off on the failure count.
-    Action::requeue(Duration::from_secs(5))
+    let mut failures = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
+    let n = failures.entry(object_key(&prov)).or_default();
+    *n = n.saturating_add(1);
+    Action::requeue(backoff(*n))
+}
+
+fn object_key(p: &Provisioning) -> String {
+    format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any())
+}
+
+/// 1 s after the first failure, doubling up to 256 s.
+fn backoff(failures: u32) -> Duration {
+    Duration::from_secs(1u64 << failures.saturating_sub(1).min(8))
 }
 
 async fn reconcile(prov: Arc<Provisioning>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -144,6 +158,7 @@ async fn reconcile(prov: Arc<Provisioning>, ctx: Arc<Ctx>) -> Result<Action, Err
     let ns = prov
         .namespace()
         .ok_or_else(|| Error::NoNamespace(prov.name_any()))?;
+    let name = prov.name_any();
     let api: Api<Provisioning> = Api::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, FINALIZER, prov, |event| async {
         match event {
@@ -154,6 +169,13 @@ async fn reconcile(prov: Arc<Provisioning>, ctx: Arc<Ctx>) -> Result<Action, Err
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
     ctx.metrics.reconciled("bpa", started.elapsed());
+    if result.is_ok() {
+        let key = format!("{ns}/{name}");
+        ctx.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+    }
     result
 }
 
@@ -273,29 +295,19 @@ async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
                 }
                 .into(),
             );
-            set_condition(
+            set_conditions(
                 &mut status.conditions,
-                "Installing",
-                false,
-                &reason,
-                "waiting for hosts",
-                Some(generation),
-            );
-            set_condition(
-                &mut status.conditions,
-                "Ready",
-                false,
-                &reason,
-                &message,
-                Some(generation),
-            );
-            set_condition(
-                &mut status.conditions,
-                "Failed",
-                plan.spec_invalid(),
-                &reason,
-                if plan.spec_invalid() { &message } else { "" },
-                Some(generation),
+                generation,
+                &[
+                    ("Installing", false, &reason, "waiting for hosts"),
+                    ("Ready", false, &reason, &message),
+                    (
+                        "Failed",
+                        plan.spec_invalid(),
+                        &reason,
+                        if plan.spec_invalid() { &message } else { "" },
+                    ),
+                ],
             );
         }
         (existing, inventory) => {
@@ -345,29 +357,24 @@ async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
             match outcome {
                 JobOutcome::Running => {
                     status.phase = Some("Installing".into());
-                    set_condition(
+                    set_conditions(
                         &mut status.conditions,
-                        "Installing",
-                        true,
-                        "JobRunning",
-                        &format!("installer Job {job_name} is running"),
-                        Some(generation),
-                    );
-                    set_condition(
-                        &mut status.conditions,
-                        "Ready",
-                        false,
-                        "Installing",
-                        "the installer has not finished",
-                        Some(generation),
-                    );
-                    set_condition(
-                        &mut status.conditions,
-                        "Failed",
-                        false,
-                        "Installing",
-                        "",
-                        Some(generation),
+                        generation,
+                        &[
+                            (
+                                "Installing",
+                                true,
+                                "JobRunning",
+                                &format!("installer Job {job_name} is running"),
+                            ),
+                            (
+                                "Ready",
+                                false,
+                                "Installing",
+                                "the installer has not finished",
+                            ),
+                            ("Failed", false, "Installing", ""),
+                        ],
                     );
                     action = Action::await_change();
                 }
@@ -393,69 +400,43 @@ async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
                             name: secret_name.clone(),
                             namespace: Some(ns.to_owned()),
                         });
-                        set_condition(
+                        set_conditions(
                             &mut status.conditions,
-                            "Ready",
-                            true,
-                            "Installed",
-                            &format!("kubeconfig in Secret {secret_name}"),
-                            Some(generation),
-                        );
-                        set_condition(
-                            &mut status.conditions,
-                            "Failed",
-                            false,
-                            "Installed",
-                            "",
-                            Some(generation),
+                            generation,
+                            &[
+                                (
+                                    "Ready",
+                                    true,
+                                    "Installed",
+                                    &format!("kubeconfig in Secret {secret_name}"),
+                                ),
+                                ("Failed", false, "Installed", ""),
+                            ],
                         );
                     } else {
                         let msg = format!("installer Job {job_name} succeeded without writing Secret {secret_name} (key kubeconfig)");
                         status.phase = Some("Failed".into());
-                        set_condition(
+                        set_conditions(
                             &mut status.conditions,
-                            "Ready",
-                            false,
-                            "NoKubeconfig",
-                            &msg,
-                            Some(generation),
-                        );
-                        set_condition(
-                            &mut status.conditions,
-                            "Failed",
-                            true,
-                            "NoKubeconfig",
-                            &msg,
-                            Some(generation),
+                            generation,
+                            &[
+                                ("Ready", false, "NoKubeconfig", &msg),
+                                ("Failed", true, "NoKubeconfig", &msg),
+                            ],
                         );
                     }
                 }
                 JobOutcome::Failed(why) => {
                     let msg = format!("installer Job {job_name} failed: {why}");
                     status.phase = Some("Failed".into());
-                    set_condition(
+                    set_conditions(
                         &mut status.conditions,
-                        "Installing",
-                        false,
-                        "JobFailed",
-                        &msg,
-                        Some(generation),
-                    );
-                    set_condition(
-                        &mut status.conditions,
-                        "Ready",
-                        false,
-                        "JobFailed",
-                        &msg,
-                        Some(generation),
-                    );
-                    set_condition(
-                        &mut status.conditions,
-                        "Failed",
-                        true,
-                        "JobFailed",
-                        &msg,
-                        Some(generation),
+                        generation,
+                        &[
+                            ("Installing", false, "JobFailed", &msg),
+                            ("Ready", false, "JobFailed", &msg),
+                            ("Failed", true, "JobFailed", &msg),
+                        ],
                     );
                 }
             }
@@ -493,6 +474,24 @@ async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
             .await?;
     }
     Ok(action)
+}
+
+/// Sets several conditions of one generation: `(type, status, reason, message)` each.
+fn set_conditions(
+    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    generation: i64,
+    updates: &[(&str, bool, &str, &str)],
+) {
+    for (type_, status, reason, message) in updates {
+        set_condition(
+            conditions,
+            type_,
+            *status,
+            reason,
+            message,
+            Some(generation),
+        );
+    }
 }
 
 async fn publish(ctx: &Ctx, p: &Provisioning, type_: EventType, reason: &str, note: &str) {
@@ -687,4 +686,17 @@ async fn cleanup(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error>
     )
     .await;
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_doubles_from_one_second_up_to_256_seconds() {
+        let secs: Vec<u64> = (1..=11).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 16, 32, 64, 128, 256, 256, 256]);
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(256));
+    }
 }
