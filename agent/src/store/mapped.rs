@@ -13,8 +13,10 @@ use std::io;
 use std::sync::Arc;
 
 /// Bytes per mapping: larger than the `pread` chunk, since each mapping costs an mmap, a populate and an
-/// unmap (with its TLB flush) whatever its size.
-pub(super) const MAP_CHUNK: usize = 1 << 20;
+/// unmap (with its TLB flush) whatever its size; not larger, since mapped pages count as the process's
+/// resident memory while a chunk is in flight (scripts/bench-registry.sh: 256 KiB was slow for one stream,
+/// 1 MiB took 81 MiB RSS under 64 clients, 512 KiB met both targets).
+pub(super) const MAP_CHUNK: usize = 512 << 10;
 
 /// Whether `start..start + len` of `file` can be served from mappings: the file is at least that long and the
 /// range is not empty.
