@@ -430,6 +430,7 @@ impl<'a> Images<'a> {
         match done {
             Ok((digest, size)) => {
                 tracing::info!(image = %key, %digest, size, "image upload complete");
+                self.store.image_records_changed();
                 if key.kind == Kind::Container {
                     if let Err(e) = self.import(key, &digest).await {
                         self.restart_upload(key).await?;
@@ -592,6 +593,7 @@ impl<'a> Images<'a> {
             return Err(ImageError::Exists(key.to_string()));
         }
         tracing::info!(image = %key, tus = id, "tus upload bound to image record");
+        self.store.image_records_changed();
         self.get(key).await
     }
 
@@ -611,6 +613,7 @@ impl<'a> Images<'a> {
         let Some((row, _)) = deleted else {
             return Err(ImageError::NotFound(key.to_string()));
         };
+        self.store.image_records_changed();
         if let Some(id) = row.upload_id {
             match self.store.cancel_upload(&key.session_owner(), &id).await {
                 Ok(()) | Err(StoreError::UploadUnknown(_)) => {}

@@ -74,10 +74,26 @@ struct KubeArgs {
     /// Secret (in each Provisioning's namespace) holding the SSH key the installer uses.
     #[arg(long, default_value = "ssh-key-secret")]
     ssh_key_secret: String,
+    /// This agent's URL as compute nodes reach it (e.g. http://10.0.0.1:5000): Software package downloads
+    /// point there. Default: the --listen address, unless it is a wildcard (0.0.0.0, ::) or port 0.
+    #[arg(long, value_parser = parse_advertise_url)]
+    advertise_url: Option<String>,
+}
+
+fn parse_advertise_url(s: &str) -> Result<String, String> {
+    let rest = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"))
+        .ok_or("must start with http:// or https://")?;
+    let host = rest.trim_end_matches('/');
+    if host.is_empty() || host.contains(['/', '?', '#']) || host.contains(char::is_whitespace) {
+        return Err("must be scheme://host[:port] without a path".into());
+    }
+    Ok(s.trim_end_matches('/').to_owned())
 }
 
 impl KubeArgs {
-    fn settings(self) -> Option<controllers::Settings> {
+    fn settings(self, listen: SocketAddr, tls: bool) -> Option<controllers::Settings> {
         if self.no_controllers {
             return None;
         }
@@ -96,6 +112,10 @@ impl KubeArgs {
             lease_duration: std::time::Duration::from_secs(self.lease_duration_seconds),
             installer_image: self.installer_image,
             ssh_key_secret: self.ssh_key_secret,
+            advertise_url: self.advertise_url.or_else(|| {
+                (!listen.ip().is_unspecified() && listen.port() != 0)
+                    .then(|| format!("{}://{listen}", if tls { "https" } else { "http" }))
+            }),
         })
     }
 }
@@ -215,8 +235,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 files_need_token: files_require_token,
                 data: data.dir(),
                 token_file,
+                controllers: kube.settings(listen, tls_cert.is_some()),
                 tls: tls_cert.zip(tls_key),
-                controllers: kube.settings(),
             };
             tokio::runtime::Runtime::new()?.block_on(server::serve(cfg))?;
             Ok(ExitCode::SUCCESS)

@@ -101,12 +101,35 @@ pub struct MultipartMetadata {
     pub metadata: String,
 }
 
-/// `GET .../status`: a cluster's images by type.
+/// `GET .../status`: a cluster's images by type, and the Kubernetes objects installing it: Provisionings with
+/// the `owner` label and this cluster name, and the Softwares labelled with the cluster in their namespaces.
 #[derive(ToSchema)]
 pub struct ClusterStatus {
     pub owner: String,
     pub cluster: String,
     pub images: StatusImages,
+    pub provisioning: Vec<ClusterObject>,
+    pub software: Vec<ClusterObject>,
+    pub kubernetes: KubeState,
+}
+
+/// A Provisioning or Software and its status (as in its CRD).
+#[derive(ToSchema)]
+pub struct ClusterObject {
+    pub namespace: String,
+    pub name: String,
+    pub generation: Option<i64>,
+    #[schema(value_type = Option<Object>)]
+    pub status: Option<serde_json::Value>,
+}
+
+/// Whether the installation status could be read: `disabled` (no controllers configured), `ok`, or
+/// `unavailable` with the error (the listed objects are then empty).
+#[derive(ToSchema)]
+pub struct KubeState {
+    #[schema(pattern = "^(disabled|ok|unavailable)$")]
+    pub state: String,
+    pub error: Option<String>,
 }
 
 #[derive(ToSchema)]

@@ -148,12 +148,15 @@ pub(crate) fn require_write(state: &AppState, headers: &HeaderMap) -> ApiResult<
     }
 }
 
+/// How long the status endpoint waits for the apiserver before answering without the installation status.
+const KUBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 #[utoipa::path(get, path = "/v1/baremetalcluster/{owner}/{cluster}/status", tag = "images",
     params(
         ClusterPath,
     ),
     responses(
-        (status = 200, description = "The cluster's images by type", body = ClusterStatus),
+        (status = 200, description = "The cluster's images by type, and its Provisioning and Software status", body = ClusterStatus),
         (status = 400, description = "Invalid owner or cluster name", body = ErrorBody),
         (status = 401, description = "The token is required (--files-require-token)", body = ErrorBody),
     ),
@@ -173,7 +176,31 @@ async fn status(
             .collect();
         by_kind.insert(kind.as_str().to_owned(), json!(of_kind));
     }
-    Ok(Json(json!({"owner": owner, "cluster": cluster, "images": by_kind})).into_response())
+    let (provisioning, software, kubernetes) = match state.controllers.kube() {
+        None => (json!([]), json!([]), json!({"state": "disabled"})),
+        Some((client, ns)) => {
+            let query =
+                crate::controllers::bpa::cluster_status(&client, ns.as_deref(), &owner, &cluster);
+            match tokio::time::timeout(KUBE_TIMEOUT, query).await {
+                Ok(Ok((p, s))) => (json!(p), json!(s), json!({"state": "ok"})),
+                Ok(Err(e)) => (
+                    json!([]),
+                    json!([]),
+                    json!({"state": "unavailable", "error": e.to_string()}),
+                ),
+                Err(_) => (
+                    json!([]),
+                    json!([]),
+                    json!({"state": "unavailable", "error": format!("no answer from the apiserver in {KUBE_TIMEOUT:?}")}),
+                ),
+            }
+        }
+    };
+    Ok(Json(
+        json!({"owner": owner, "cluster": cluster, "images": by_kind,
+                   "provisioning": provisioning, "software": software, "kubernetes": kubernetes}),
+    )
+    .into_response())
 }
 
 #[utoipa::path(get, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}", tag = "images",

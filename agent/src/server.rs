@@ -177,6 +177,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
             Arc::new(settings),
             shared,
             state.metrics.clone(),
+            state.store.clone(),
         ));
     }
     let resume = state.clone();

@@ -173,6 +173,9 @@ async fn resumable_upload_then_download_with_ranges_and_checksum() {
         r.json()["images"]["os_images"][0]["image_name"],
         "ubuntu.img"
     );
+    // Without controllers there is no installation status to add (tests/bpa.rs covers it with an apiserver).
+    assert_eq!(r.json()["kubernetes"], json!({"state": "disabled"}));
+    assert_eq!(r.json()["provisioning"], json!([]));
     let r = call(
         &app,
         Method::PUT,

@@ -16,56 +16,30 @@ use futures_util::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, ResourceExt};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use kube::Resource;
 use serde_json::json;
 
 use super::bpa_plan::{self, Host, Problem};
+use super::objects::{
+    self, delete_ignoring_missing, delete_owned, job_outcome, owned_meta, publish,
+    server_side_apply, set_conditions, Error, Failures, JobOutcome,
+};
 use super::{child_name, set_condition, Settings};
 use crate::crd::bpa::{Provisioning, ProvisioningStatus, SecretRef};
 use crate::crd::metal3::BareMetalHost;
 use crate::metrics::Metrics;
 
 pub const FINALIZER: &str = "bpa.akraino.org/cleanup";
-const MANAGER: &str = "foothold-bpa";
 /// On every object the reconciler creates: the Provisioning's name.
 pub const OWNER_LABEL: &str = "bpa.akraino.org/provisioning";
-const GENERATION_LABEL: &str = "bpa.akraino.org/generation";
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("{0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
-    #[error("{0} has no namespace")]
-    NoNamespace(String),
-}
-
-impl Error {
-    fn cause(&self) -> &'static str {
-        match self {
-            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
-            Error::Kube(kube::Error::Api(_)) => "api",
-            Error::Kube(_) => "transport",
-            Error::Finalizer(e) => match e.as_ref() {
-                kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.cause(),
-                _ => "finalizer",
-            },
-            Error::NoNamespace(_) => "invalid",
-        }
-    }
-}
 
 struct Ctx {
-    /// Consecutive failures per Provisioning (namespace/name), for exponential backoff; cleared on success.
-    failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    failures: Failures,
     client: kube::Client,
     settings: Arc<Settings>,
     metrics: Arc<Metrics>,
@@ -101,7 +75,7 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
                 instance: Some(settings.identity.clone()),
             },
         ),
-        failures: std::sync::Mutex::default(),
+        failures: Failures::default(),
         client,
         settings,
         metrics,
@@ -138,19 +112,7 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
 fn error_policy(prov: Arc<Provisioning>, error: &Error, ctx: Arc<Ctx>) -> Action {
     tracing::warn!(provisioning = %prov.name_any(), %error, "bpa reconcile failed");
     ctx.metrics.reconcile_error("bpa", error.cause());
-    let mut failures = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
-    let n = failures.entry(object_key(&prov)).or_default();
-    *n = n.saturating_add(1);
-    Action::requeue(backoff(*n))
-}
-
-fn object_key(p: &Provisioning) -> String {
-    format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any())
-}
-
-/// 1 s after the first failure, doubling up to 256 s.
-fn backoff(failures: u32) -> Duration {
-    Duration::from_secs(1u64 << failures.saturating_sub(1).min(8))
+    Action::requeue(ctx.failures.failed(objects::key(prov.as_ref())))
 }
 
 async fn reconcile(prov: Arc<Provisioning>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -170,11 +132,7 @@ async fn reconcile(prov: Arc<Provisioning>, ctx: Arc<Ctx>) -> Result<Action, Err
     .map_err(|e| Error::Finalizer(Box::new(e)));
     ctx.metrics.reconciled("bpa", started.elapsed());
     if result.is_ok() {
-        let key = format!("{ns}/{name}");
-        ctx.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
+        ctx.failures.succeeded(&format!("{ns}/{name}"));
     }
     result
 }
@@ -185,6 +143,79 @@ pub fn cluster_name(p: &Provisioning) -> String {
         .get("cluster")
         .cloned()
         .unwrap_or_else(|| p.name_any())
+}
+
+/// A Provisioning or Software as the REST status shows it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Summary<S> {
+    pub namespace: String,
+    pub name: String,
+    pub generation: Option<i64>,
+    pub status: Option<S>,
+}
+
+fn summary<K: kube::Resource<DynamicType = ()>, S: Clone>(
+    obj: &K,
+    status: &Option<S>,
+) -> Summary<S> {
+    Summary {
+        namespace: obj.meta().namespace.clone().unwrap_or_default(),
+        name: obj.meta().name.clone().unwrap_or_default(),
+        generation: obj.meta().generation,
+        status: status.clone(),
+    }
+}
+
+/// The Provisionings of `owner`'s `cluster` (`owner` label and cluster name), and the Softwares of that
+/// cluster in their namespaces: what `GET /v1/baremetalcluster/{owner}/{cluster}/status` adds to the images.
+pub async fn cluster_status(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    owner: &str,
+    cluster: &str,
+) -> Result<
+    (
+        Vec<Summary<ProvisioningStatus>>,
+        Vec<Summary<crate::crd::bpa::SoftwareStatus>>,
+    ),
+    kube::Error,
+> {
+    use crate::crd::bpa::Software;
+    let (provs, softwares): (Api<Provisioning>, Api<Software>) = match namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    // Label values cannot hold every owner name the REST API accepts: filter here, not by selector.
+    let provs: Vec<Provisioning> = provs
+        .list(&ListParams::default().labels("owner"))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.labels().get("owner").map(String::as_str) == Some(owner) && cluster_name(p) == cluster
+        })
+        .collect();
+    let mut software = Vec::new();
+    if !provs.is_empty() {
+        for s in softwares
+            .list(&ListParams::default().labels("cluster"))
+            .await?
+            .items
+        {
+            if s.labels().get("cluster").map(String::as_str) == Some(cluster)
+                && provs.iter().any(|p| p.namespace() == s.namespace())
+            {
+                software.push(summary(&s, &s.status));
+            }
+        }
+    }
+    Ok((
+        provs.iter().map(|p| summary(p, &p.status)).collect(),
+        software,
+    ))
 }
 
 fn host_of(bmh: &BareMetalHost) -> Host {
@@ -199,33 +230,6 @@ fn host_of(bmh: &BareMetalHost) -> Host {
         ram_mebibytes: hw.ram_mebibytes,
         state: status.provisioning.map(|p| p.state).unwrap_or_default(),
     }
-}
-
-enum JobOutcome {
-    Running,
-    Succeeded,
-    Failed(String),
-}
-
-fn job_outcome(job: &Job) -> JobOutcome {
-    let conditions = job
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default();
-    for c in &conditions {
-        if c.status == "True" && (c.type_ == "Complete" || c.type_ == "SuccessCriteriaMet") {
-            return JobOutcome::Succeeded;
-        }
-        if c.status == "True" && (c.type_ == "Failed" || c.type_ == "FailureTarget") {
-            return JobOutcome::Failed(format!(
-                "{}: {}",
-                c.reason.clone().unwrap_or_else(|| "Failed".into()),
-                c.message.clone().unwrap_or_default()
-            ));
-        }
-    }
-    JobOutcome::Running
 }
 
 async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
@@ -330,7 +334,7 @@ async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
                     Err(e) => return Err(e.into()),
                 }
                 publish(
-                    ctx,
+                    &ctx.recorder,
                     p,
                     EventType::Normal,
                     "Installing",
@@ -339,15 +343,7 @@ async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
                 .await;
             }
             // Jobs of earlier generations are superseded.
-            for old_job in jobs
-                .list(&ListParams::default().labels(&format!("{OWNER_LABEL}={name}")))
-                .await?
-                .items
-            {
-                if old_job.name_any() != job_name {
-                    delete_ignoring_missing(&jobs, &old_job.name_any()).await?;
-                }
-            }
+            delete_owned(&jobs, OWNER_LABEL, &name, Some(&job_name)).await?;
             status.job_name = Some(job_name.clone());
             status.inventory_config_map = Some(inventory_name.clone());
             let outcome = match jobs.get_opt(&job_name).await? {
@@ -462,7 +458,7 @@ async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
             })
             .map(|c| c.message.clone())
             .unwrap_or_default();
-        publish(ctx, p, kind, &phase, &note).await;
+        publish(&ctx.recorder, p, kind, &phase, &note).await;
     }
     if p.status.as_ref() != Some(&status) {
         Api::<Provisioning>::namespaced(client.clone(), ns)
@@ -474,66 +470,6 @@ async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
             .await?;
     }
     Ok(action)
-}
-
-/// Sets several conditions of one generation: `(type, status, reason, message)` each.
-fn set_conditions(
-    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
-    generation: i64,
-    updates: &[(&str, bool, &str, &str)],
-) {
-    for (type_, status, reason, message) in updates {
-        set_condition(
-            conditions,
-            type_,
-            *status,
-            reason,
-            message,
-            Some(generation),
-        );
-    }
-}
-
-async fn publish(ctx: &Ctx, p: &Provisioning, type_: EventType, reason: &str, note: &str) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &p.object_ref(&())).await {
-        tracing::debug!(error = %e, "publishing an event");
-    }
-}
-
-fn owned_meta(p: &Provisioning, ns: &str, name: &str) -> serde_json::Value {
-    json!({
-        "name": name,
-        "namespace": ns,
-        "labels": {
-            OWNER_LABEL: p.name_any(),
-            GENERATION_LABEL: p.metadata.generation.unwrap_or(0).to_string(),
-        },
-        "ownerReferences": [p.controller_owner_ref(&()).expect("a stored object has a uid")],
-    })
-}
-
-async fn server_side_apply<K>(
-    api: &Api<K>,
-    name: &str,
-    body: serde_json::Value,
-) -> Result<(), Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    api.patch(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await?;
-    Ok(())
 }
 
 async fn apply_installer_objects(
@@ -548,7 +484,7 @@ async fn apply_installer_objects(
     server_side_apply(
         &Api::<ConfigMap>::namespaced(client.clone(), ns),
         inventory_name,
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": owned_meta(p, ns, inventory_name),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": owned_meta(p, OWNER_LABEL, ns, inventory_name),
                "data": {"hosts.ini": inventory}}),
     )
     .await?;
@@ -556,14 +492,14 @@ async fn apply_installer_objects(
     server_side_apply(
         &Api::<ServiceAccount>::namespaced(client.clone(), ns),
         &account,
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": owned_meta(p, ns, &account)}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": owned_meta(p, OWNER_LABEL, ns, &account)}),
     )
     .await?;
     server_side_apply(
         &Api::<Role>::namespaced(client.clone(), ns),
         &account,
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": owned_meta(p, ns, &account),
+        "metadata": owned_meta(p, OWNER_LABEL, ns, &account),
         "rules": [
             {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
             {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret_name],
@@ -575,7 +511,7 @@ async fn apply_installer_objects(
         &Api::<RoleBinding>::namespaced(client.clone(), ns),
         &account,
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": owned_meta(p, ns, &account),
+               "metadata": owned_meta(p, OWNER_LABEL, ns, &account),
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
                "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]}),
     )
@@ -592,7 +528,7 @@ fn installer_job(
     secret_name: &str,
     cluster: &str,
 ) -> Job {
-    let mut meta = owned_meta(p, ns, job_name);
+    let mut meta = owned_meta(p, OWNER_LABEL, ns, job_name);
     meta["labels"]["cluster"] = json!(cluster);
     serde_json::from_value(json!({
         "apiVersion": "batch/v1",
@@ -632,44 +568,44 @@ fn installer_job(
     .expect("the Job is well-formed")
 }
 
-async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    // Background propagation: there may be no garbage collector, but where there is one, pods go too.
-    match api.delete(name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-async fn delete_owned<K>(api: &Api<K>, owner: &str) -> Result<(), Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + Resource,
-{
-    for obj in api
-        .list(&ListParams::default().labels(&format!("{OWNER_LABEL}={owner}")))
-        .await?
-        .items
-    {
-        delete_ignoring_missing(api, &obj.name_any()).await?;
-    }
-    Ok(())
-}
-
 /// Deletes everything the reconciler created for `p` (it does not rely on a garbage collector), and the
 /// cluster's kubeconfig Secret.
 async fn cleanup(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
     let client = &ctx.client;
     let name = p.name_any();
-    delete_owned(&Api::<Job>::namespaced(client.clone(), ns), &name).await?;
-    delete_owned(&Api::<ConfigMap>::namespaced(client.clone(), ns), &name).await?;
-    delete_owned(&Api::<RoleBinding>::namespaced(client.clone(), ns), &name).await?;
-    delete_owned(&Api::<Role>::namespaced(client.clone(), ns), &name).await?;
+    delete_owned(
+        &Api::<Job>::namespaced(client.clone(), ns),
+        OWNER_LABEL,
+        &name,
+        None,
+    )
+    .await?;
+    delete_owned(
+        &Api::<ConfigMap>::namespaced(client.clone(), ns),
+        OWNER_LABEL,
+        &name,
+        None,
+    )
+    .await?;
+    delete_owned(
+        &Api::<RoleBinding>::namespaced(client.clone(), ns),
+        OWNER_LABEL,
+        &name,
+        None,
+    )
+    .await?;
+    delete_owned(
+        &Api::<Role>::namespaced(client.clone(), ns),
+        OWNER_LABEL,
+        &name,
+        None,
+    )
+    .await?;
     delete_owned(
         &Api::<ServiceAccount>::namespaced(client.clone(), ns),
+        OWNER_LABEL,
         &name,
+        None,
     )
     .await?;
     delete_ignoring_missing(
@@ -678,7 +614,7 @@ async fn cleanup(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error>
     )
     .await?;
     publish(
-        ctx,
+        &ctx.recorder,
         p,
         EventType::Normal,
         "Deleted",
@@ -686,17 +622,4 @@ async fn cleanup(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error>
     )
     .await;
     Ok(Action::await_change())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::backoff;
-    use std::time::Duration;
-
-    #[test]
-    fn backoff_doubles_from_one_second_up_to_256_seconds() {
-        let secs: Vec<u64> = (1..=11).map(|n| backoff(n).as_secs()).collect();
-        assert_eq!(secs, [1, 2, 4, 8, 16, 32, 64, 128, 256, 256, 256]);
-        assert_eq!(backoff(u32::MAX), Duration::from_secs(256));
-    }
 }

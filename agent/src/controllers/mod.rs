@@ -5,6 +5,9 @@
 pub mod bpa;
 pub mod bpa_plan;
 pub mod lease;
+pub mod objects;
+pub mod software;
+pub mod software_plan;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -16,6 +19,7 @@ use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::metrics::Metrics;
+use crate::store::Store;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Kind {
@@ -49,6 +53,8 @@ pub struct Settings {
     pub installer_image: String,
     /// The Secret (in the Provisioning's namespace) with the SSH key installers use (`id_rsa`).
     pub ssh_key_secret: String,
+    /// The agent's URL as nodes reach it (`http://10.0.0.1:5000`): package downloads point there.
+    pub advertise_url: Option<String>,
 }
 
 pub const LEASE_NAME: &str = "foothold-agent-controllers";
@@ -71,16 +77,28 @@ pub enum State {
     },
 }
 
+/// The controllers' state and, once connected, their client: shared with the HTTP services.
 #[derive(Clone)]
 pub struct Shared {
     state: Arc<Mutex<State>>,
+    kube: Arc<Mutex<Option<Connection>>>,
 }
+
+/// A client of the apiserver and the namespace the controllers watch (None: all).
+pub type Connection = (kube::Client, Option<String>);
 
 impl Shared {
     pub fn new(state: State) -> Self {
         Shared {
             state: Arc::new(Mutex::new(state)),
+            kube: Arc::default(),
         }
+    }
+
+    /// The apiserver client and the namespace the controllers watch (None: all), once connected; leader or
+    /// not.
+    pub fn kube(&self) -> Option<Connection> {
+        self.kube.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn get(&self) -> State {
@@ -115,7 +133,12 @@ async fn connect(settings: &Settings) -> Result<kube::Client, String> {
 
 /// Runs until the process ends: connect, campaign, lead. Never returns an error: problems are logged,
 /// reported in `shared`, and retried with backoff.
-pub async fn run(settings: Arc<Settings>, shared: Shared, metrics: Arc<Metrics>) {
+pub async fn run(
+    settings: Arc<Settings>,
+    shared: Shared,
+    metrics: Arc<Metrics>,
+    store: Arc<Store>,
+) {
     let mut backoff = Duration::from_millis(500);
     let client = loop {
         match connect(&settings).await {
@@ -129,6 +152,8 @@ pub async fn run(settings: Arc<Settings>, shared: Shared, metrics: Arc<Metrics>)
         }
     };
     tracing::info!("connected to the apiserver");
+    *shared.kube.lock().unwrap_or_else(|p| p.into_inner()) =
+        Some((client.clone(), settings.namespace.clone()));
     let leases: Api<Lease> = Api::namespaced(client.clone(), &settings.lease_namespace);
     let mut elector = lease::Elector::new(
         leases,
@@ -159,7 +184,12 @@ pub async fn run(settings: Arc<Settings>, shared: Shared, metrics: Arc<Metrics>)
         shared.set(State::Leading {
             controllers: settings.controllers.iter().map(|k| k.as_str()).collect(),
         });
-        let controllers = run_controllers(client.clone(), settings.clone(), metrics.clone());
+        let controllers = run_controllers(
+            client.clone(),
+            settings.clone(),
+            metrics.clone(),
+            store.clone(),
+        );
         tokio::pin!(controllers);
         // Lead until a renewal fails for longer than the renew deadline; dropping the controllers' future
         // cancels their reconciles before another agent can take the lease.
@@ -192,15 +222,28 @@ pub async fn run(settings: Arc<Settings>, shared: Shared, metrics: Arc<Metrics>)
     }
 }
 
-async fn run_controllers(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Metrics>) {
+async fn run_controllers(
+    client: kube::Client,
+    settings: Arc<Settings>,
+    metrics: Arc<Metrics>,
+    store: Arc<Store>,
+) {
+    use futures_util::future::FutureExt as _;
     let mut tasks = Vec::new();
     for kind in &settings.controllers {
         match kind {
-            Kind::Bpa => tasks.push(futures_util::future::FutureExt::boxed(bpa::run(
-                client.clone(),
-                settings.clone(),
-                metrics.clone(),
-            ))),
+            Kind::Bpa => {
+                tasks.push(bpa::run(client.clone(), settings.clone(), metrics.clone()).boxed());
+                tasks.push(
+                    software::run(
+                        client.clone(),
+                        settings.clone(),
+                        metrics.clone(),
+                        store.clone(),
+                    )
+                    .boxed(),
+                );
+            }
             Kind::Sip | Kind::Vino => {
                 tracing::warn!(controller = kind.as_str(), "controller not implemented yet")
             }

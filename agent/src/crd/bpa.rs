@@ -246,7 +246,7 @@ impl Package {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SoftwareStatus {
-    /// `Pending` (cluster not ready), `Installing`, `Installed` or `Failed`.
+    /// `Pending` (cluster not ready or packages not uploaded), `Installing`, `Installed` or `Failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -254,6 +254,35 @@ pub struct SoftwareStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// The Provisioning whose cluster the packages go to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning: Option<String>,
+    /// The installer Job of the current generation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_name: Option<String>,
+    /// Each package, where the installer downloads it from, or why it cannot.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<PackageStatus>,
+}
+
+/// One package of a `Software`, resolved against the agent's `binary_images` of the cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PackageStatus {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Inventory groups it is installed on: `kube_control_plane` (masterSoftware), `kube_node`
+    /// (workerSoftware).
+    pub groups: Vec<String>,
+    /// The `binary_images` record it is read from: `<name>`, or `<name>-<version>` when versioned.
+    pub record: String,
+    /// Where nodes download it (the agent's `/files`), once the record is complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Why the package cannot be installed yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }

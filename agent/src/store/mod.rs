@@ -123,6 +123,9 @@ pub struct Store {
     files: BlobFiles,
     meta: Arc<Mutex<Meta>>,
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Session>>>>,
+    /// Counts changes of BPA image records' content (completed, bound, deleted), for watchers such as the
+    /// Software reconciler.
+    images_changed: tokio::sync::watch::Sender<u64>,
 }
 
 /// Rename-into-place and the metadata rows that make a file visible happen under the metadata lock, and so
@@ -154,7 +157,18 @@ impl Store {
             files,
             meta: Arc::new(Mutex::new(meta)),
             sessions: Mutex::default(),
+            images_changed: tokio::sync::watch::Sender::new(0),
         })
+    }
+
+    /// Tells watchers that an image record's content changed.
+    pub(crate) fn image_records_changed(&self) {
+        self.images_changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Changes whenever an image record's content changes (completed, bound to a tus upload, deleted).
+    pub fn watch_image_records(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.images_changed.subscribe()
     }
 
     pub fn root(&self) -> &Path {

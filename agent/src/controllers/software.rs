@@ -1,0 +1,536 @@
+//! The BPA reconciler for `Software`: once the cluster's `Provisioning` is `Ready`, a Job installs the listed
+//! packages on the cluster's hosts, downloading them from the agent's own file server.
+//!
+//! A Software names its cluster with the `cluster` label (as in ICN). Its packages are the cluster's
+//! `binary_images` records (see `software_plan`): owner from the Provisioning's `owner` label, cluster from its
+//! cluster name. Until every package is uploaded, the Software is `Pending` and says which are missing; any
+//! upload that completes (or record deleted) re-plans every Software.
+//!
+//! Installer contract (the same image as the cluster installer): `INSTALLER_TASK=software`, the cluster's
+//! inventory at `/etc/foothold/inventory/hosts.ini`, the package manifest (JSON: owner, cluster, packages with
+//! name, version, groups, url, sha256) at `/etc/foothold/packages/packages.json`, the workload cluster's
+//! kubeconfig at `/etc/foothold/kubeconfig/kubeconfig`, and the SSH key at `/etc/foothold/ssh`. It installs
+//! each package on the hosts of its groups and exits 0 when all are installed. A new Software generation, or
+//! a reinstalled cluster (a new Provisioning generation), runs a new Job.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, ResourceExt};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use serde_json::json;
+
+use super::bpa::{cluster_name, FINALIZER};
+use super::objects::{
+    self, delete_owned, job_outcome, owned_meta, publish, server_side_apply, set_conditions, Error,
+    Failures, JobOutcome,
+};
+use super::software_plan::{self, Files, Uploaded};
+use super::{child_name, Settings};
+use crate::crd::bpa::{Provisioning, Software, SoftwareStatus};
+use crate::images::{Images, Kind};
+use crate::metrics::Metrics;
+use crate::store::Store;
+
+/// On every object the reconciler creates: the Software's name.
+pub const OWNER_LABEL: &str = "bpa.akraino.org/software";
+/// How often a Software waiting for uploads re-reads the store anyway (uploads trigger a reconcile too).
+const UPLOAD_POLL: Duration = Duration::from_secs(60);
+
+struct Ctx {
+    failures: Failures,
+    client: kube::Client,
+    settings: Arc<Settings>,
+    metrics: Arc<Metrics>,
+    recorder: Recorder,
+    store: Arc<Store>,
+}
+
+/// Runs the Software controller until it is dropped.
+pub async fn run(
+    client: kube::Client,
+    settings: Arc<Settings>,
+    metrics: Arc<Metrics>,
+    store: Arc<Store>,
+) {
+    let (softwares, provs, jobs, maps): (
+        Api<Software>,
+        Api<Provisioning>,
+        Api<Job>,
+        Api<ConfigMap>,
+    ) = match &settings.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+            Api::all(client.clone()),
+        ),
+    };
+    let ctx = Arc::new(Ctx {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "foothold-bpa-software".into(),
+                instance: Some(settings.identity.clone()),
+            },
+        ),
+        failures: Failures::default(),
+        client,
+        settings,
+        metrics,
+        store,
+    });
+    let uploads =
+        futures_util::stream::unfold(ctx.store.watch_image_records(), |mut changes| async move {
+            changes.changed().await.ok().map(|()| ((), changes))
+        });
+    let controller = Controller::new(softwares, watcher::Config::default());
+    let store = controller.store();
+    let owned = watcher::Config::default().labels(OWNER_LABEL);
+    controller
+        .owns(jobs, owned.clone())
+        .owns(maps, owned)
+        // A cluster that becomes ready (or is reinstalled) triggers its Softwares.
+        .watches(provs, watcher::Config::default(), move |p: Provisioning| {
+            let (ns, cluster) = (p.namespace(), cluster_name(&p));
+            store
+                .state()
+                .into_iter()
+                .filter(|s| s.namespace() == ns && s.labels().get("cluster") == Some(&cluster))
+                .map(|s| ObjectRef::from_obj(s.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        // Uploads are not Kubernetes events: a finished or deleted record re-plans every Software.
+        .reconcile_all_on(uploads)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "software controller");
+            }
+        })
+        .await;
+}
+
+fn error_policy(sw: Arc<Software>, error: &Error, ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(software = %sw.name_any(), %error, "software reconcile failed");
+    ctx.metrics.reconcile_error("software", error.cause());
+    Action::requeue(ctx.failures.failed(objects::key(sw.as_ref())))
+}
+
+async fn reconcile(sw: Arc<Software>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let ns = sw
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(sw.name_any()))?;
+    let key = objects::key(sw.as_ref());
+    let api: Api<Software> = Api::namespaced(ctx.client.clone(), &ns);
+    let result = finalizer(&api, FINALIZER, sw, |event| async {
+        match event {
+            Finalizer::Apply(s) => apply(&s, &ns, &ctx).await,
+            Finalizer::Cleanup(s) => cleanup(&s, &ns, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics.reconciled("software", started.elapsed());
+    if result.is_ok() {
+        ctx.failures.succeeded(&key);
+    }
+    result
+}
+
+/// Why the Software waits or fails before any Job: `(phase, reason, message)`.
+type Blocked = (&'static str, &'static str, String);
+
+/// The Software's cluster, ready for packages, or why not.
+fn ready_cluster<'a>(
+    sw: &Software,
+    provs: &'a [Provisioning],
+) -> Result<(&'a Provisioning, String), Blocked> {
+    let Some(cluster) = sw.labels().get("cluster") else {
+        return Err((
+            "Failed",
+            "InvalidSpec",
+            "the label \"cluster\" (the cluster the packages go to) is missing".into(),
+        ));
+    };
+    let mut of_cluster = provs.iter().filter(|p| &cluster_name(p) == cluster);
+    let (Some(prov), None) = (of_cluster.next(), of_cluster.next()) else {
+        let n = provs.iter().filter(|p| &cluster_name(p) == cluster).count();
+        return Err(if n == 0 {
+            (
+                "Pending",
+                "NoCluster",
+                format!("no Provisioning of cluster {cluster} in this namespace"),
+            )
+        } else {
+            (
+                "Failed",
+                "AmbiguousCluster",
+                format!("{n} Provisionings claim cluster {cluster}"),
+            )
+        });
+    };
+    let phase = prov.status.as_ref().and_then(|s| s.phase.as_deref());
+    if phase != Some("Ready") {
+        return Err((
+            "Pending",
+            "ClusterNotReady",
+            format!(
+                "Provisioning {} is {}, not Ready",
+                prov.name_any(),
+                phase.unwrap_or("new")
+            ),
+        ));
+    }
+    let Some(owner) = prov.labels().get("owner") else {
+        return Err((
+            "Failed",
+            "NoOwner",
+            format!(
+                "Provisioning {} has no \"owner\" label, so its packages have no place in the REST API",
+                prov.name_any()
+            ),
+        ));
+    };
+    Ok((prov, owner.clone()))
+}
+
+async fn apply(sw: &Software, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
+    let client = &ctx.client;
+    let name = sw.name_any();
+    let generation = sw.metadata.generation.unwrap_or(0);
+    let provs = Api::<Provisioning>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let old = sw.status.clone().unwrap_or_default();
+    let mut status = SoftwareStatus {
+        conditions: old.conditions.clone(),
+        observed_generation: Some(generation),
+        ..SoftwareStatus::default()
+    };
+    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+    let mut action = Action::requeue(Duration::from_secs(300));
+
+    match ready_cluster(sw, &provs) {
+        Err((phase, reason, message)) => {
+            status.phase = Some(phase.into());
+            let failed = phase == "Failed";
+            set_conditions(
+                &mut status.conditions,
+                generation,
+                &[
+                    ("ClusterReady", false, reason, &message),
+                    ("Installing", false, reason, "waiting for the cluster"),
+                    ("Installed", false, reason, &message),
+                    ("Failed", failed, reason, if failed { &message } else { "" }),
+                ],
+            );
+        }
+        Ok((prov, owner)) => {
+            status.provisioning = Some(prov.name_any());
+            let cluster = cluster_name(prov);
+            set_conditions(
+                &mut status.conditions,
+                generation,
+                &[(
+                    "ClusterReady",
+                    true,
+                    "ProvisioningReady",
+                    &format!("Provisioning {} is Ready", prov.name_any()),
+                )],
+            );
+            let uploaded: Vec<Uploaded> = Images::new(&ctx.store, u64::MAX)
+                .list(&owner, &cluster, Some(Kind::Binary))
+                .await
+                .map_err(|e| Error::Store(e.to_string()))?
+                .into_iter()
+                .map(|r| Uploaded {
+                    name: r.image_name,
+                    complete: r.upload_complete,
+                    sha256: r.sha256.filter(|_| r.upload_complete),
+                })
+                .collect();
+            let files = Files {
+                base_url: ctx.settings.advertise_url.as_deref(),
+                owner: &owner,
+                cluster: &cluster,
+            };
+            let plan = software_plan::plan(&sw.spec, &uploaded, &files);
+            status.packages = plan.packages.clone();
+            if !plan.spec_errors.is_empty() {
+                let message = plan.spec_errors.join("; ");
+                status.phase = Some("Failed".into());
+                set_conditions(
+                    &mut status.conditions,
+                    generation,
+                    &[
+                        ("PackagesAvailable", false, "InvalidSpec", &message),
+                        ("Installing", false, "InvalidSpec", ""),
+                        ("Installed", false, "InvalidSpec", &message),
+                        ("Failed", true, "InvalidSpec", &message),
+                    ],
+                );
+            } else if let Some(manifest) = plan.manifest.as_deref() {
+                set_conditions(
+                    &mut status.conditions,
+                    generation,
+                    &[(
+                        "PackagesAvailable",
+                        true,
+                        "Uploaded",
+                        "every package is in the agent's store",
+                    )],
+                );
+                let prov_generation = prov.metadata.generation.unwrap_or(0);
+                let job_name =
+                    child_name(&name, &format!("install-g{generation}-p{prov_generation}"));
+                status.job_name = Some(job_name.clone());
+                action = run_job(sw, prov, ns, ctx, &job_name, manifest, &mut status).await?;
+            } else {
+                let message = plan.missing.join("; ");
+                status.phase = Some("Pending".into());
+                set_conditions(
+                    &mut status.conditions,
+                    generation,
+                    &[
+                        ("PackagesAvailable", false, "PackagesMissing", &message),
+                        (
+                            "Installing",
+                            false,
+                            "PackagesMissing",
+                            "waiting for uploads",
+                        ),
+                        ("Installed", false, "PackagesMissing", &message),
+                        ("Failed", false, "PackagesMissing", ""),
+                    ],
+                );
+                action = Action::requeue(UPLOAD_POLL);
+            }
+        }
+    }
+    if status.job_name.is_none() {
+        // No Job runs for a cluster that is not ready, missing packages or an invalid spec.
+        delete_owned(&jobs, OWNER_LABEL, &name, None).await?;
+    }
+    if old.phase != status.phase {
+        let phase = status.phase.clone().unwrap_or_default();
+        let kind = if phase == "Failed" {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        let note = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Installed")
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        publish(&ctx.recorder, sw, kind, &phase, &note).await;
+    }
+    if sw.status.as_ref() != Some(&status) {
+        Api::<Software>::namespaced(client.clone(), ns)
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await?;
+    }
+    Ok(action)
+}
+
+/// Creates this generation's manifest and Job if needed, drops older Jobs, and reads the Job's outcome into
+/// `status`.
+async fn run_job(
+    sw: &Software,
+    prov: &Provisioning,
+    ns: &str,
+    ctx: &Ctx,
+    job_name: &str,
+    manifest: &str,
+    status: &mut SoftwareStatus,
+) -> Result<Action, Error> {
+    let name = sw.name_any();
+    let generation = sw.metadata.generation.unwrap_or(0);
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let manifest_name = child_name(&name, "packages");
+    let existing = jobs.get_opt(job_name).await?;
+    if existing.is_none() {
+        server_side_apply(
+            &Api::<ConfigMap>::namespaced(ctx.client.clone(), ns),
+            &manifest_name,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": owned_meta(sw, OWNER_LABEL, ns, &manifest_name),
+                   "data": {"packages.json": manifest}}),
+        )
+        .await?;
+        let job = software_job(sw, prov, ns, ctx, job_name, &manifest_name);
+        match jobs.create(&PostParams::default(), &job).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        publish(
+            &ctx.recorder,
+            sw,
+            EventType::Normal,
+            "Installing",
+            &format!("started package installer Job {job_name}"),
+        )
+        .await;
+    }
+    delete_owned(&jobs, OWNER_LABEL, &name, Some(job_name)).await?;
+    let outcome = match existing {
+        Some(job) => job_outcome(&job),
+        None => JobOutcome::Running,
+    };
+    let mut action = Action::requeue(Duration::from_secs(300));
+    let updates: [(&str, bool, &str, String); 3] = match outcome {
+        JobOutcome::Running => {
+            status.phase = Some("Installing".into());
+            action = Action::await_change();
+            [
+                (
+                    "Installing",
+                    true,
+                    "JobRunning",
+                    format!("package installer Job {job_name} is running"),
+                ),
+                (
+                    "Installed",
+                    false,
+                    "Installing",
+                    "the installer has not finished".into(),
+                ),
+                ("Failed", false, "Installing", String::new()),
+            ]
+        }
+        JobOutcome::Succeeded => {
+            status.phase = Some("Installed".into());
+            let msg = format!("package installer Job {job_name} finished");
+            [
+                ("Installing", false, "JobFinished", msg.clone()),
+                ("Installed", true, "JobFinished", msg),
+                ("Failed", false, "JobFinished", String::new()),
+            ]
+        }
+        JobOutcome::Failed(why) => {
+            status.phase = Some("Failed".into());
+            let msg = format!("package installer Job {job_name} failed: {why}");
+            [
+                ("Installing", false, "JobFailed", msg.clone()),
+                ("Installed", false, "JobFailed", msg.clone()),
+                ("Failed", true, "JobFailed", msg),
+            ]
+        }
+    };
+    let updates: Vec<(&str, bool, &str, &str)> = updates
+        .iter()
+        .map(|(t, s, r, m)| (*t, *s, *r, m.as_str()))
+        .collect();
+    set_conditions(&mut status.conditions, generation, &updates);
+    Ok(action)
+}
+
+fn software_job(
+    sw: &Software,
+    prov: &Provisioning,
+    ns: &str,
+    ctx: &Ctx,
+    job_name: &str,
+    manifest_name: &str,
+) -> Job {
+    let cluster = cluster_name(prov);
+    let mut meta = owned_meta(sw, OWNER_LABEL, ns, job_name);
+    meta["labels"]["cluster"] = json!(cluster);
+    let status = prov.status.clone().unwrap_or_default();
+    let inventory = status.inventory_config_map.unwrap_or_default();
+    let kubeconfig = status
+        .kubeconfig_secret_ref
+        .map(|r| r.name)
+        .unwrap_or_else(|| format!("{cluster}-kubeconfig"));
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": 2,
+            "template": {
+                "metadata": {"labels": {OWNER_LABEL: sw.name_any()}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    // The package installer talks to the hosts over SSH, not to this apiserver.
+                    "automountServiceAccountToken": false,
+                    "containers": [{
+                        "name": "installer",
+                        "image": ctx.settings.installer_image,
+                        "env": [
+                            {"name": "INSTALLER_TASK", "value": "software"},
+                            {"name": "CLUSTER_NAME", "value": cluster},
+                            {"name": "NAMESPACE", "value": ns},
+                            {"name": "INVENTORY", "value": "/etc/foothold/inventory/hosts.ini"},
+                            {"name": "PACKAGES", "value": "/etc/foothold/packages/packages.json"},
+                            {"name": "KUBECONFIG", "value": "/etc/foothold/kubeconfig/kubeconfig"},
+                        ],
+                        "volumeMounts": [
+                            {"name": "inventory", "mountPath": "/etc/foothold/inventory", "readOnly": true},
+                            {"name": "packages", "mountPath": "/etc/foothold/packages", "readOnly": true},
+                            {"name": "kubeconfig", "mountPath": "/etc/foothold/kubeconfig", "readOnly": true},
+                            {"name": "ssh", "mountPath": "/etc/foothold/ssh", "readOnly": true},
+                        ],
+                    }],
+                    "volumes": [
+                        {"name": "inventory", "configMap": {"name": inventory}},
+                        {"name": "packages", "configMap": {"name": manifest_name}},
+                        {"name": "kubeconfig", "secret": {"secretName": kubeconfig, "defaultMode": 0o400}},
+                        {"name": "ssh", "secret": {"secretName": ctx.settings.ssh_key_secret, "defaultMode": 0o400}},
+                    ],
+                },
+            },
+        },
+    }))
+    .expect("the Job is well-formed")
+}
+
+/// Deletes the Jobs and manifests of `sw` (it does not rely on a garbage collector).
+async fn cleanup(sw: &Software, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
+    let name = sw.name_any();
+    delete_owned(
+        &Api::<Job>::namespaced(ctx.client.clone(), ns),
+        OWNER_LABEL,
+        &name,
+        None,
+    )
+    .await?;
+    delete_owned(
+        &Api::<ConfigMap>::namespaced(ctx.client.clone(), ns),
+        OWNER_LABEL,
+        &name,
+        None,
+    )
+    .await?;
+    publish(
+        &ctx.recorder,
+        sw,
+        EventType::Normal,
+        "Deleted",
+        "removed the package installer Jobs and manifests",
+    )
+    .await;
+    Ok(Action::await_change())
+}
