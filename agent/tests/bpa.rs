@@ -27,12 +27,16 @@ const WAIT: Duration = Duration::from_secs(60);
 const ADVERTISED: &str = "http://10.1.2.3:5000";
 
 fn start_agent(dir: &Path, ns: &str, identity: &str) -> Agent {
+    start_agent_with(dir, ns, identity, &env().kubeconfig)
+}
+
+fn start_agent_with(dir: &Path, ns: &str, identity: &str, kubeconfig: &Path) -> Agent {
     let data = dir.join(identity);
     let mut cmd = Command::new(support::agent_bin());
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(&data)
         .arg("--kubeconfig")
-        .arg(&env().kubeconfig)
+        .arg(kubeconfig)
         .args([
             "--controllers",
             "bpa",
@@ -1087,4 +1091,103 @@ async fn an_agent_killed_mid_reconcile_and_restarted_reaches_the_same_end_state(
         Some("rp-install-g1")
     );
     install_cluster(&client, &ns, "rp", "rp").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_serves_while_the_apiserver_is_away_and_controllers_start_when_it_appears() {
+    let env = env();
+    let client = env.client().await;
+    let ns = env.namespace(&client, "bpa-late").await;
+    let tmp = tempfile::tempdir().unwrap();
+    // The kubeconfig points at a port where nothing listens yet; later a proxy to the apiserver opens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let late = tmp.path().join("late.kubeconfig");
+    let text = std::fs::read_to_string(&env.kubeconfig).unwrap();
+    assert!(text.contains(&env.server));
+    std::fs::write(
+        &late,
+        text.replace(&env.server, &format!("https://127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let agent = start_agent_with(tmp.path(), &ns, "agent-late", &late);
+    let readyz = || get_json(&agent, "/readyz");
+    let r = support::wait_for("/readyz saying connecting", WAIT, || {
+        let r = readyz();
+        (r["controllers"]["state"] == "connecting" && r["controllers"]["error"] != "starting")
+            .then_some(r)
+    });
+    assert_eq!(r["http"], "ok");
+    assert!(
+        r["controllers"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("apiserver unreachable"),
+        "{r}"
+    );
+    // The registry and the REST API serve meanwhile.
+    let v2 = support::http().get(&agent.url("/v2/")).call().unwrap();
+    assert_eq!(v2.status(), 200);
+    upload(&agent, "tenant-a", "late", "file", 3, b"abc");
+    let status = get_json(&agent, "/v1/baremetalcluster/tenant-a/late/status");
+    assert_eq!(status["kubernetes"]["state"], "disabled");
+
+    // The apiserver appears: a plain TCP proxy to it on the kubeconfig's port.
+    let upstream = env.server.trim_start_matches("https://").to_owned();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let proxy = tokio::spawn(async move {
+        loop {
+            let (mut inbound, _) = listener.accept().await.unwrap();
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(&upstream).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    support::wait_for("/readyz saying leading", WAIT, || {
+        (readyz()["controllers"]["state"] == "leading").then_some(())
+    });
+    bmh(
+        &client,
+        &ns,
+        (
+            "l1",
+            "02:00:00:00:03:01",
+            "10.0.3.1",
+            4,
+            4096,
+            "provisioned",
+        ),
+        json!({}),
+    )
+    .await;
+    let provs: Api<Provisioning> = Api::namespaced(client.clone(), &ns);
+    provs
+        .create(
+            &PostParams::default(),
+            &provisioning(
+                "late",
+                "late",
+                json!({"masters": [{"m": {"mac-address": "02:00:00:00:03:01"}}]}),
+            ),
+        )
+        .await
+        .unwrap();
+    until("the late agent reconciling", || async {
+        get_prov(&provs, "late")
+            .await
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Installing"))
+    })
+    .await;
+    let status = get_json(&agent, "/v1/baremetalcluster/tenant-a/late/status");
+    assert_eq!(status["kubernetes"]["state"], "ok");
+    assert_eq!(status["provisioning"][0]["status"]["phase"], "Installing");
+    proxy.abort();
 }
