@@ -6,6 +6,8 @@ pub mod bpa;
 pub mod bpa_plan;
 pub mod lease;
 pub mod objects;
+pub mod sip_plan;
+pub mod sip_render;
 pub mod software;
 pub mod software_plan;
 
