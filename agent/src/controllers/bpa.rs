@@ -16,7 +16,7 @@ use futures_util::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, ResourceExt};
+use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
@@ -26,7 +26,7 @@ use serde_json::json;
 
 use super::bpa_plan::{self, Host, Problem};
 use super::objects::{
-    self, delete_ignoring_missing, delete_owned, job_outcome, owned_meta, publish,
+    self, apply_status, delete_ignoring_missing, delete_owned, job_outcome, owned_meta, publish,
     server_side_apply, set_conditions, Error, Failures, JobOutcome,
 };
 use super::{child_name, set_condition, Settings};
@@ -461,13 +461,12 @@ async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
         publish(&ctx.recorder, p, kind, &phase, &note).await;
     }
     if p.status.as_ref() != Some(&status) {
-        Api::<Provisioning>::namespaced(client.clone(), ns)
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "status": status })),
-            )
-            .await?;
+        apply_status(
+            &Api::<Provisioning>::namespaced(client.clone(), ns),
+            &name,
+            &status,
+        )
+        .await?;
     }
     Ok(action)
 }

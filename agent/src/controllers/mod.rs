@@ -6,6 +6,7 @@ pub mod bpa;
 pub mod bpa_plan;
 pub mod lease;
 pub mod objects;
+pub mod sip;
 pub mod sip_plan;
 pub mod sip_render;
 pub mod software;
@@ -246,7 +247,10 @@ async fn run_controllers(
                     .boxed(),
                 );
             }
-            Kind::Sip | Kind::Vino => {
+            Kind::Sip => {
+                tasks.push(sip::run(client.clone(), settings.clone(), metrics.clone()).boxed())
+            }
+            Kind::Vino => {
                 tracing::warn!(controller = kind.as_str(), "controller not implemented yet")
             }
         }

@@ -113,6 +113,30 @@ where
     Ok(())
 }
 
+/// Writes `status` as the object's whole status with a server-side apply of the status subresource: fields the
+/// agent wrote before and `status` leaves out (a cleared reference, a map key gone) are removed, which a merge
+/// patch would leave behind.
+pub async fn apply_status<K>(
+    api: &Api<K>,
+    name: &str,
+    status: &impl serde::Serialize,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch_status(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "status": status,
+        })),
+    )
+    .await?;
+    Ok(())
+}
+
 pub async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), Error>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,

@@ -12,29 +12,51 @@ pub struct Node {
     pub ip: IpAddr,
 }
 
-/// The address of interface `id` in a networkData document (OpenStack network_data, JSON or YAML):
-/// `networks[].ip_address` where `networks[].id == id`. IPv4 or IPv6; a prefix length (`/24`) is dropped.
-pub fn network_data_ip(text: &str, id: &str) -> Result<IpAddr, String> {
+/// Parses a networkData document (OpenStack network_data, JSON or YAML) far enough to know it has a
+/// `networks` list.
+pub fn parse_network_data(text: &str) -> Result<serde_json::Value, String> {
     let doc: serde_json::Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(_) => serde_saphyr::from_str(text)
             .map_err(|e| format!("networkData is neither JSON nor YAML: {e}"))?,
     };
-    let networks = doc
-        .get("networks")
-        .and_then(|n| n.as_array())
-        .ok_or("networkData has no networks list")?;
-    let network = networks
-        .iter()
-        .find(|n| n.get("id").and_then(|i| i.as_str()) == Some(id))
-        .ok_or_else(|| format!("networkData has no network with id {id:?}"))?;
+    if !doc.get("networks").is_some_and(|n| n.is_array()) {
+        return Err("networkData has no networks list".into());
+    }
+    Ok(doc)
+}
+
+/// The address of interface `id` in a networkData document: `networks[].ip_address` where
+/// `networks[].id == id`, or the first network with an address when `id` is None. IPv4 or IPv6; a prefix
+/// length (`/24`) is dropped.
+pub fn network_data_ip(text: &str, id: Option<&str>) -> Result<IpAddr, String> {
+    let doc = parse_network_data(text)?;
+    let networks = doc["networks"]
+        .as_array()
+        .expect("checked by parse_network_data");
+    let (label, network) = match id {
+        Some(id) => (
+            format!("{id:?}"),
+            networks
+                .iter()
+                .find(|n| n.get("id").and_then(|i| i.as_str()) == Some(id))
+                .ok_or_else(|| format!("networkData has no network with id {id:?}"))?,
+        ),
+        None => (
+            "(the first with an address)".to_owned(),
+            networks
+                .iter()
+                .find(|n| n.get("ip_address").is_some())
+                .ok_or("networkData has no network with an ip_address")?,
+        ),
+    };
     let raw = network
         .get("ip_address")
         .and_then(|a| a.as_str())
-        .ok_or_else(|| format!("network {id:?} has no ip_address"))?;
+        .ok_or_else(|| format!("network {label} has no ip_address"))?;
     let addr = raw.split('/').next().unwrap_or(raw);
     addr.parse()
-        .map_err(|_| format!("network {id:?} has an invalid ip_address {raw:?}"))
+        .map_err(|_| format!("network {label} has an invalid ip_address {raw:?}"))
 }
 
 /// The host part of a BareMetalHost's `spec.bmc.address`: `ipmi://10.0.0.1:623`, `redfish+https://[fd00::1]/…`,
@@ -134,31 +156,32 @@ mod tests {
             "networks": [{"id": "oam-ipv4", "link": "enp1s0", "type": "ipv4", "ip_address": "10.23.25.101/24"},
                          {"id": "oam-ipv6", "link": "enp1s0", "type": "ipv6", "ip_address": "fd00:10:23::65"}]}"#;
         assert_eq!(
-            network_data_ip(json, "oam-ipv4").unwrap().to_string(),
+            network_data_ip(json, Some("oam-ipv4")).unwrap().to_string(),
             "10.23.25.101"
         );
         assert_eq!(
-            network_data_ip(json, "oam-ipv6").unwrap().to_string(),
+            network_data_ip(json, Some("oam-ipv6")).unwrap().to_string(),
             "fd00:10:23::65"
         );
         let yaml = "networks:\n- id: pxe\n  ip_address: 192.168.0.7\n- id: oam\n  ip_address: 2001:db8::7/64\n";
         assert_eq!(
-            network_data_ip(yaml, "oam").unwrap().to_string(),
+            network_data_ip(yaml, Some("oam")).unwrap().to_string(),
             "2001:db8::7"
         );
         assert_eq!(
-            network_data_ip(yaml, "nope").unwrap_err(),
+            network_data_ip(yaml, Some("nope")).unwrap_err(),
             "networkData has no network with id \"nope\""
         );
         assert_eq!(
-            network_data_ip("networks:\n- id: x\n  ip_address: 10.0.0.300\n", "x").unwrap_err(),
+            network_data_ip("networks:\n- id: x\n  ip_address: 10.0.0.300\n", Some("x"))
+                .unwrap_err(),
             "network \"x\" has an invalid ip_address \"10.0.0.300\""
         );
         assert_eq!(
-            network_data_ip("{}", "x").unwrap_err(),
+            network_data_ip("{}", Some("x")).unwrap_err(),
             "networkData has no networks list"
         );
-        assert!(network_data_ip(": : :\n\t-", "x")
+        assert!(network_data_ip(": : :\n\t-", None)
             .unwrap_err()
             .starts_with("networkData is neither"));
     }

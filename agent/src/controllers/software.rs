@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, ResourceExt};
+use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
@@ -29,8 +29,8 @@ use serde_json::json;
 
 use super::bpa::{cluster_name, FINALIZER};
 use super::objects::{
-    self, delete_owned, job_outcome, owned_meta, publish, server_side_apply, set_conditions, Error,
-    Failures, JobOutcome,
+    self, apply_status, delete_owned, job_outcome, owned_meta, publish, server_side_apply,
+    set_conditions, Error, Failures, JobOutcome,
 };
 use super::software_plan::{self, Files, Uploaded};
 use super::{child_name, Settings};
@@ -343,13 +343,12 @@ async fn apply(sw: &Software, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
         publish(&ctx.recorder, sw, kind, &phase, &note).await;
     }
     if sw.status.as_ref() != Some(&status) {
-        Api::<Software>::namespaced(client.clone(), ns)
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "status": status })),
-            )
-            .await?;
+        apply_status(
+            &Api::<Software>::namespaced(client.clone(), ns),
+            &name,
+            &status,
+        )
+        .await?;
     }
     Ok(action)
 }

@@ -175,7 +175,8 @@ pub struct Auth {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StaticConnector {
-    /// A Secret whose keys are user e-mail addresses and values bcrypt password hashes.
+    /// A Secret whose key `users` is a JSON or YAML list of `{email, hash, username}` (a bcrypt `hash`;
+    /// `username` defaults to the e-mail's local part). Secret keys cannot hold e-mail addresses, hence a list.
     pub users_secret: String,
 }
 
@@ -208,6 +209,34 @@ pub struct SIPClusterStatus {
     pub hosts: BTreeMap<String, RoleHosts>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub endpoints: Vec<ServiceEndpoint>,
+    /// Hosts a role's selector matched but that could not be used, and why (unreadable networkData or BMC
+    /// credentials, no networkData, no topology label).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped_hosts: Vec<SkippedHost>,
+    /// Hosts of this cluster that failed or disappeared, and the standby promoted in each one's place (the
+    /// latest 20).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replacements: Vec<Replacement>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct SkippedHost {
+    pub name: String,
+    pub reason: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Replacement {
+    /// The host that failed or disappeared.
+    pub host: String,
+    /// The standby that took its place; none when there was no standby.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced_by: Option<String>,
+    /// RFC 3339.
+    pub time: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -223,5 +252,9 @@ pub struct RoleHosts {
 pub struct ServiceEndpoint {
     /// `loadBalancerControlPlane`, `loadBalancerWorker`, `jumpHost` or `auth`.
     pub service: String,
+    /// The Service's in-cluster address, `<name>.<namespace>.svc:<port>`.
     pub address: String,
+    /// The node ports it is reachable on from outside.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_ports: Vec<i32>,
 }
