@@ -196,6 +196,18 @@ async fn sipcluster_claims_hosts_runs_services_replaces_a_lost_host_and_cleans_u
         "metadata": {"name": "dex-users"},
         "stringData": {"users": "- email: ops@example.com\n  hash: $2y$10$2b2cU8CPhOTaGrs1HRQuAueS7JTT5ZHsHSzYiFPm1leZck7Mc8T4W\n"},
     })).unwrap()).await.unwrap();
+    // A host whose BMC credentials are missing: skipped, with the reason in the status.
+    let secrets_missing: BareMetalHost = serde_json::from_value(json!({
+        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
+        "metadata": {"name": "node-0a", "labels": {"pool": "sip", RACK: "r9"}},
+        "spec": {"online": true, "bmc": {"address": "ipmi://10.9.9.9", "credentialsName": "node-0a-bmc"},
+                 "networkData": {"name": "node-00-network-data"}},
+    }))
+    .unwrap();
+    Api::<BareMetalHost>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secrets_missing)
+        .await
+        .unwrap();
     let _agent = start_agent(tmp.path(), &ns, "agent-a");
 
     let sips: Api<SIPCluster> = Api::namespaced(client.clone(), &ns);
@@ -234,6 +246,13 @@ async fn sipcluster_claims_hosts_runs_services_replaces_a_lost_host_and_cleans_u
     assert_eq!(st.hosts["ControlPlane"].standby, [q("node-03")]);
     assert_eq!(st.hosts["Worker"].active, [q("node-04"), q("node-05")]);
     assert_eq!(st.hosts["Worker"].standby, [q("node-06")]);
+    assert_eq!(
+        st.skipped_hosts
+            .iter()
+            .map(|h| (h.name.clone(), h.reason.clone()))
+            .collect::<Vec<_>>(),
+        [(q("node-0a"), format!("Secret {ns}/node-0a-bmc not found"))]
+    );
     let t1 = claimed(&client, &ns, "tenant1").await;
     assert_eq!(
         t1,
@@ -523,4 +542,94 @@ async fn sipcluster_claims_hosts_runs_services_replaces_a_lost_host_and_cleans_u
         t2,
         "deleting tenant1 left tenant2 alone"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_mid_reconcile_and_restarted_reaches_the_same_end_state() {
+    let env = env();
+    let client = env.client().await;
+    let ns = env.namespace(&client, "sip-restart").await;
+    let tmp = tempfile::tempdir().unwrap();
+    hosts(&client, &ns, 12, 4).await;
+    let sips: Api<SIPCluster> = Api::namespaced(client.clone(), &ns);
+    let services = json!({
+        "loadBalancerControlPlane": [{"image": "haproxy:2.6", "nodePort": 30444, "nodeInterfaceId": "oam-ipv4"}],
+        "jumpHost": [{"image": "quay.io/airshipit/jump-host:latest", "nodePort": 30023}],
+    });
+    let mut agent = start_agent(tmp.path(), &ns, "agent-r");
+    sips.create(
+        &PostParams::default(),
+        &sip_cluster("t", (3, 1), (2, 1), services),
+    )
+    .await
+    .unwrap();
+    // SIGKILL as soon as the first host carries the cluster's label (the other claims not yet written), and
+    // restart the same agent on the same data.
+    until("a first claim", || async {
+        let c = claimed(&client, &ns, "t").await;
+        (!c.is_empty()).then_some(c)
+    })
+    .await;
+    agent.kill();
+    let partial = claimed(&client, &ns, "t").await;
+    let mut agent = start_agent(tmp.path(), &ns, "agent-r");
+    // Again as soon as the first service object exists.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    until("a first service object", || async {
+        let s = secrets.list(&owned_by("t")).await.unwrap().items;
+        (!s.is_empty()).then_some(())
+    })
+    .await;
+    agent.kill();
+    let _agent = start_agent(tmp.path(), &ns, "agent-r");
+    let s = until("Ready", || async {
+        sips.get_opt("t")
+            .await
+            .unwrap()
+            .filter(|s| ready(s).is_some_and(|r| r.0 == "True"))
+    })
+    .await;
+
+    // The end state of an uninterrupted reconcile.
+    assert!(partial.len() <= 7);
+    assert_eq!(
+        claimed(&client, &ns, "t").await,
+        [
+            ("node-00".into(), "ControlPlane".into(), false),
+            ("node-01".into(), "ControlPlane".into(), false),
+            ("node-02".into(), "ControlPlane".into(), false),
+            ("node-03".into(), "ControlPlane".into(), true),
+            ("node-04".into(), "Worker".into(), false),
+            ("node-05".into(), "Worker".into(), false),
+            ("node-06".into(), "Worker".into(), true),
+        ]
+    );
+    let st = s.status.unwrap();
+    assert_eq!(st.hosts["Worker"].standby, [format!("{ns}/node-06")]);
+    assert_eq!(st.endpoints.len(), 2);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let mut names: Vec<String> = deployments
+        .list(&owned_by("t"))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|d| d.name_any())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["t-jump-host", "t-lb-control-plane"]);
+    assert_eq!(
+        Api::<Service>::namespaced(client.clone(), &ns)
+            .list(&owned_by("t"))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        2
+    );
+    assert!(s
+        .metadata
+        .finalizers
+        .unwrap_or_default()
+        .contains(&"sip.airshipit.org/finalizer".to_owned()));
 }

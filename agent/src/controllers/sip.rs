@@ -58,6 +58,8 @@ const API_PORT: u16 = 6443;
 /// Most ports one worker load balancer forwards.
 const MAX_WORKER_PORTS: i32 = 200;
 const REPLACEMENTS_KEPT: usize = 20;
+/// Most skipped hosts the status lists (a large pool could otherwise bloat the object).
+const SKIPPED_KEPT: usize = 50;
 
 struct Ctx {
     failures: Failures,
@@ -386,6 +388,7 @@ async fn apply(sip: &SIPCluster, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
     status.skipped_hosts = plan
         .skipped
         .iter()
+        .take(SKIPPED_KEPT)
         .map(|(name, reason)| SkippedHost {
             name: name.clone(),
             reason: reason.clone(),

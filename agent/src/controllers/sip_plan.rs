@@ -231,11 +231,10 @@ pub fn plan(cluster: &Cluster<'_>, hosts: &[Host]) -> Plan {
                 fill.take(&mut taken, &h.name, dom, true);
             }
         }
-        // 3. Free hosts, in name order: actives, then standbys.
+        // 3. Free hosts, in name order: actives, then standbys. Every matching host is looked at, so the
+        // status names each one that could not serve even when the role is full.
         for h in &sorted {
-            if fill.active.len() >= want_active && fill.standby.len() >= want_standby {
-                break;
-            }
+            let full = fill.active.len() >= want_active && fill.standby.len() >= want_standby;
             if taken.contains(&h.name) || h.claim().is_some() || !matches(selector, &h.labels) {
                 continue;
             }
@@ -250,7 +249,7 @@ pub fn plan(cluster: &Cluster<'_>, hosts: &[Host]) -> Plan {
             } else {
                 match domain(set, h) {
                     Err(why) => why,
-                    Ok(dom) if fill.clashes(&dom) => continue,
+                    Ok(dom) if full || fill.clashes(&dom) => continue,
                     Ok(dom) => {
                         let standby = fill.active.len() >= want_active;
                         fill.take(&mut taken, &h.name, dom, standby);

@@ -210,7 +210,7 @@ pub struct SIPClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub endpoints: Vec<ServiceEndpoint>,
     /// Hosts a role's selector matched but that could not be used, and why (unreadable networkData or BMC
-    /// credentials, no networkData, no topology label).
+    /// credentials, no networkData, no topology label); the first 50 by name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped_hosts: Vec<SkippedHost>,
     /// Hosts of this cluster that failed or disappeared, and the standby promoted in each one's place (the
