@@ -208,6 +208,16 @@ async fn sipcluster_claims_hosts_runs_services_replaces_a_lost_host_and_cleans_u
         .create(&PostParams::default(), &secrets_missing)
         .await
         .unwrap();
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "ldap-bind"}, "stringData": {"password": "s3cret"},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
     let _agent = start_agent(tmp.path(), &ns, "agent-a");
 
     let sips: Api<SIPCluster> = Api::namespaced(client.clone(), &ns);
@@ -220,7 +230,10 @@ async fn sipcluster_claims_hosts_runs_services_replaces_a_lost_host_and_cleans_u
                       "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests ops@site"],
                       "nodeSSHPrivateKeys": "tenant1-node-keys"}],
         "auth": [{"image": "ghcr.io/dexidp/dex:v2.41.1", "nodePort": 30556,
-                  "issuer": "https://10.23.25.1:30556/dex", "staticConnector": {"usersSecret": "dex-users"}}],
+                  "issuer": "https://10.23.25.1:30556/dex", "staticConnector": {"usersSecret": "dex-users"},
+                  "ldap": {"host": "ldap.site:636", "bindDN": "cn=dex,dc=site", "bindPasswordSecret": "ldap-bind",
+                           "userBaseDN": "ou=people,dc=site", "userFilter": "(objectClass=person)",
+                           "groupBaseDN": "ou=groups,dc=site"}}],
     });
     sips.create(
         &PostParams::default(),
@@ -405,6 +418,16 @@ async fn sipcluster_claims_hosts_runs_services_replaces_a_lost_host_and_cleans_u
     assert_eq!(dex["issuer"], "https://10.23.25.1:30556/dex");
     assert_eq!(dex["staticPasswords"][0]["email"], "ops@example.com");
     assert_eq!(dex["staticPasswords"][0]["username"], "ops");
+    let ldap = &dex["connectors"][0];
+    assert_eq!(
+        (ldap["type"].as_str(), ldap["id"].as_str()),
+        (Some("ldap"), Some("ldap"))
+    );
+    assert_eq!(ldap["config"]["host"], "ldap.site:636");
+    assert_eq!(ldap["config"]["bindDN"], "cn=dex,dc=site");
+    assert_eq!(ldap["config"]["bindPW"], "s3cret");
+    assert_eq!(ldap["config"]["userSearch"]["baseDN"], "ou=people,dc=site");
+    assert_eq!(ldap["config"]["groupSearch"]["baseDN"], "ou=groups,dc=site");
     assert_eq!(dex["enablePasswordDB"], true);
 
     // NodePort Services and endpoints in the status.
@@ -491,14 +514,12 @@ async fn sipcluster_claims_hosts_runs_services_replaces_a_lost_host_and_cleans_u
     .await
     .unwrap();
     until("the auth service gone", || async {
-        svcs.get_opt("tenant1-auth")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
+        (svcs.get_opt("tenant1-auth").await.unwrap().is_none()
+            && deployments.get_opt("tenant1-auth").await.unwrap().is_none()
+            && secrets.get_opt("tenant1-auth").await.unwrap().is_none())
+        .then_some(())
     })
     .await;
-    assert!(deployments.get_opt("tenant1-auth").await.unwrap().is_none());
 
     // Delete: labels off every host, no service objects left.
     sips.delete("tenant1", &DeleteParams::default())
@@ -552,9 +573,12 @@ async fn an_agent_killed_mid_reconcile_and_restarted_reaches_the_same_end_state(
     let tmp = tempfile::tempdir().unwrap();
     hosts(&client, &ns, 12, 4).await;
     let sips: Api<SIPCluster> = Api::namespaced(client.clone(), &ns);
+    // Node ports are left to the apiserver here: a Service create cut off by SIGKILL can leave its explicit
+    // nodePort allocated in kube-apiserver until its repair loop frees it minutes later, and the retry would
+    // wait for that. (The lifecycle test covers explicit node ports.)
     let services = json!({
-        "loadBalancerControlPlane": [{"image": "haproxy:2.6", "nodePort": 30444, "nodeInterfaceId": "oam-ipv4"}],
-        "jumpHost": [{"image": "quay.io/airshipit/jump-host:latest", "nodePort": 30023}],
+        "jumpHost": [{"image": "quay.io/airshipit/jump-host:latest", "nodeInterfaceId": "oam-ipv4"},
+                     {"image": "quay.io/airshipit/jump-host:latest", "nodeInterfaceId": "oam-ipv6"}],
     });
     let mut agent = start_agent(tmp.path(), &ns, "agent-r");
     sips.create(
@@ -582,13 +606,23 @@ async fn an_agent_killed_mid_reconcile_and_restarted_reaches_the_same_end_state(
     .await;
     agent.kill();
     let _agent = start_agent(tmp.path(), &ns, "agent-r");
-    let s = until("Ready", || async {
-        sips.get_opt("t")
-            .await
-            .unwrap()
-            .filter(|s| ready(s).is_some_and(|r| r.0 == "True"))
-    })
-    .await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let s = loop {
+        let s = sips.get("t").await.unwrap();
+        if ready(&s).is_some_and(|r| r.0 == "True") {
+            break s;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let log = std::fs::read_to_string(tmp.path().join("agent-r.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            panic!(
+                "not Ready after {WAIT:?}: {:?}\nagent log (newest first):\n{}",
+                s.status,
+                tail.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
 
     // The end state of an uninterrupted reconcile.
     assert!(partial.len() <= 7);
@@ -617,7 +651,7 @@ async fn an_agent_killed_mid_reconcile_and_restarted_reaches_the_same_end_state(
         .map(|d| d.name_any())
         .collect();
     names.sort();
-    assert_eq!(names, ["t-jump-host", "t-lb-control-plane"]);
+    assert_eq!(names, ["t-jump-host", "t-jump-host-1"]);
     assert_eq!(
         Api::<Service>::namespaced(client.clone(), &ns)
             .list(&owned_by("t"))
@@ -632,4 +666,124 @@ async fn an_agent_killed_mid_reconcile_and_restarted_reaches_the_same_end_state(
         .finalizers
         .unwrap_or_default()
         .contains(&"sip.airshipit.org/finalizer".to_owned()));
+}
+
+/// Not a test: `scripts/bench-sip.sh` runs it (release build) and prints the numbers. Planning for 10,000 hosts
+/// (target ≤ 100 ms) and a 100-host SIPCluster reconciled on the real apiserver (target ≤ 5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run by scripts/bench-sip.sh"]
+async fn bench_sip() {
+    use foothold_agent::controllers::sip_plan::{plan, Cluster, Host};
+    use foothold_agent::crd::sip::NodeSet;
+    use std::collections::BTreeMap;
+
+    let runs: usize = std::env::var("RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+
+    // 1. The planner: 10,000 hosts in 100 racks, 3+1 control plane and 90+6 workers spread by rack, a tenth of
+    //    the pool claimed by other clusters.
+    let pool: Vec<Host> = (0..10_000)
+        .map(|i| {
+            let mut labels = BTreeMap::from([
+                ("pool".to_owned(), "sip".to_owned()),
+                (RACK.to_owned(), format!("r{}", i % 100)),
+            ]);
+            if (i / 100) % 10 == 0 {
+                labels.insert("sip.airshipit.org/cluster-namespace".into(), "other".into());
+                labels.insert("sip.airshipit.org/cluster-name".into(), "other".into());
+                labels.insert("sip.airshipit.org/node-type".into(), "Worker".into());
+            }
+            Host {
+                name: format!("metal3/node-{i:05}"),
+                labels,
+                has_network_data: true,
+                state: "available".into(),
+                ..Host::default()
+            }
+        })
+        .collect();
+    let set = |active: i32, standby: i32| -> NodeSet {
+        serde_json::from_value(
+            json!({"labelSelector": {"matchLabels": {"pool": "sip"}}, "topologyKey": RACK,
+                                      "count": {"active": active, "standby": standby}}),
+        )
+        .unwrap()
+    };
+    let nodes = BTreeMap::from([
+        ("ControlPlane".to_owned(), set(3, 1)),
+        ("Worker".to_owned(), set(90, 6)),
+    ]);
+    let confirmed = BTreeMap::new();
+    let cluster = Cluster {
+        namespace: "t",
+        name: "big",
+        nodes: &nodes,
+        confirmed: &confirmed,
+    };
+    let mut plan_ms = Vec::new();
+    for _ in 0..runs.max(5) {
+        let t = std::time::Instant::now();
+        let p = plan(&cluster, &pool);
+        plan_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        assert!(p.unschedulable.is_empty(), "{:?}", p.unschedulable);
+        assert_eq!(p.claims.len(), 100);
+    }
+    let plan_ms = median(plan_ms);
+
+    // 2. The reconciler: 100 hosts, one SIPCluster taking all of them, from creation to Ready.
+    let env = env();
+    let client = env.client().await;
+    let mut reconcile_s = Vec::new();
+    for run in 0..runs {
+        let ns = env.namespace(&client, &format!("sip-bench-{run}")).await;
+        hosts(&client, &ns, 100, 100).await;
+        let tmp = tempfile::tempdir().unwrap();
+        let _agent = start_agent(tmp.path(), &ns, "agent-b");
+        let sips: Api<SIPCluster> = Api::namespaced(client.clone(), &ns);
+        let services = json!({
+            "loadBalancerControlPlane": [{"image": "haproxy:2.6", "nodePort": 30500 + run as i32}],
+            "jumpHost": [{"image": "quay.io/airshipit/jump-host:latest"}],
+        });
+        // Wait until the agent leads, so its start-up is not measured.
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(client.clone(), &ns);
+        until("the agent leading", || async {
+            leases.get_opt("foothold-agent-controllers").await.unwrap()
+        })
+        .await;
+        let t = std::time::Instant::now();
+        sips.create(
+            &PostParams::default(),
+            &sip_cluster("big", (3, 1), (90, 6), services),
+        )
+        .await
+        .unwrap();
+        until("Ready", || async {
+            sips.get_opt("big")
+                .await
+                .unwrap()
+                .filter(|s| ready(s).is_some_and(|r| r.0 == "True"))
+        })
+        .await;
+        reconcile_s.push(t.elapsed().as_secs_f64());
+        assert_eq!(claimed(&client, &ns, "big").await.len(), 100);
+    }
+    let reconcile_s = median(reconcile_s);
+    println!();
+    println!("runs: {runs} (medians)");
+    println!("measure                                        value   target");
+    println!(
+        "plan 10,000 hosts (100 claims)              {plan_ms:>6.1} ms  <= 100 ms {}",
+        if plan_ms <= 100.0 { "ok" } else { "MISSED" }
+    );
+    println!(
+        "100-host SIPCluster, create to Ready         {reconcile_s:>6.2} s   <= 5 s {}",
+        if reconcile_s <= 5.0 { "ok" } else { "MISSED" }
+    );
 }

@@ -184,15 +184,20 @@ pub struct StaticConnector {
 #[serde(rename_all = "camelCase")]
 pub struct LdapConnector {
     pub host: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "bindDN", skip_serializing_if = "Option::is_none")]
     pub bind_dn: Option<String>,
     /// A Secret with the bind password under `password`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bind_password_secret: Option<String>,
+    #[serde(rename = "userBaseDN")]
     pub user_base_dn: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_filter: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "groupBaseDN",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub group_base_dn: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub insecure_no_ssl: bool,
