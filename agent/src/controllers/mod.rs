@@ -11,6 +11,7 @@ pub mod sip_plan;
 pub mod sip_render;
 pub mod software;
 pub mod software_plan;
+pub mod vino_ipam;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

@@ -312,6 +312,9 @@ pub struct IPPoolSpec {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub allocated_ips: Vec<AllocatedIp>,
+    /// Per-node DHCP sub-ranges (2^instanceSubnetBitStep addresses each).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allocated_ranges: Vec<AllocatedRange>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac_prefix: Option<String>,
     #[serde(default, rename = "nextMAC", skip_serializing_if = "Option::is_none")]
@@ -326,10 +329,19 @@ pub struct IpRange {
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+pub struct AllocatedRange {
+    pub start: String,
+    pub stop: String,
+    /// The node it serves.
+    pub allocated_to: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct AllocatedIp {
     pub ip: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac: Option<String>,
-    /// `<bmh>/<network>`.
+    /// `<bmh>/<network>` for a VM interface, `node/<node>` for a node's bridge.
     pub allocated_to: String,
 }
