@@ -11,6 +11,7 @@ pub mod sip_plan;
 pub mod sip_render;
 pub mod software;
 pub mod software_plan;
+pub mod vino;
 pub mod vino_ipam;
 
 use std::path::PathBuf;
@@ -252,7 +253,7 @@ async fn run_controllers(
                 tasks.push(sip::run(client.clone(), settings.clone(), metrics.clone()).boxed())
             }
             Kind::Vino => {
-                tracing::warn!(controller = kind.as_str(), "controller not implemented yet")
+                tasks.push(vino::run(client.clone(), settings.clone(), metrics.clone()).boxed())
             }
         }
     }

@@ -1,0 +1,1001 @@
+//! The ViNO reconciler for `Vino` (airship.airshipit.org/v1): VMs on the selected Kubernetes nodes, each
+//! published as a Metal3 BareMetalHost with a Redfish BMC (sushy-tools on the node).
+//!
+//! Observe (the Vino, the selected Nodes, its IPPools, BareMetalHosts, DaemonSet) → plan (VMs, flavors,
+//! `vino_ipam`) → apply:
+//! - IPPool `<vino>-<network>` per network, replaced with its resourceVersion as a precondition;
+//! - the BMC credentials Secret (`bmcCredentialsSecret`, or `<vino>-bmc-credentials` copied from the inline
+//!   `bmcCredentials`, which the status then reports);
+//! - a ConfigMap `<vino>-node-<node>` per node with the node's VM plan (`plan.json`) for `vino-builder`;
+//! - the DaemonSet (libvirt, sushy-tools and vino-builder) on the selected nodes;
+//! - per VM a BareMetalHost `<ns>-<vino>-<node>-<nodeset>-<i>` with `<bmh>-credentials` and
+//!   `<bmh>-network-data` Secrets.
+//!
+//! Objects no longer planned (a node set scaled down, a node unlabelled) are deleted and their addresses
+//! released; deleting the Vino removes everything (finalizer `vino.airshipit.org`). Readiness of the DaemonSet
+//! comes from watching it.
+//!
+//! networkData templates (`nodes[].networkDataTemplate`: a Secret, key `template`) are minijinja templates with
+//! the variables `name` (the BareMetalHost), `node`, `vm`, and `interfaces`: a list of `{name, network, mac,
+//! ip, prefix_length, type, mtu, dns_servers, routes}` (`routes`: `{network, netmask, gateway}`). Without a
+//! template the networkData is OpenStack network_data JSON with a link and a network per interface.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use kube::api::{Api, ListParams, PostParams, ResourceExt};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use serde_json::json;
+
+use super::objects::{
+    self, apply_status, delete_ignoring_missing, delete_owned, owned_meta, publish,
+    server_side_apply, set_conditions, Error, Failures,
+};
+use super::vino_ipam::{self, Ranges, Wanted};
+use super::{child_name, Settings};
+use crate::crd::metal3::BareMetalHost;
+use crate::crd::vino::{
+    AllocatedIp, Flavor, IPPool, IPPoolSpec, NodeVms, Vino, VinoStatus, VmInterface, VmNodeSet,
+    VmStatus,
+};
+use crate::metrics::Metrics;
+
+pub const FINALIZER: &str = "vino.airshipit.org";
+/// On every object the reconciler creates: the Vino's name.
+pub const OWNER_LABEL: &str = "vino.airshipit.org/vino";
+/// On per-node objects: the node.
+pub const NODE_LABEL: &str = "vino.airshipit.org/node";
+/// The Redfish port of sushy-tools on each node.
+pub const REDFISH_PORT: u16 = 8000;
+
+struct Ctx {
+    failures: Failures,
+    client: kube::Client,
+    settings: Arc<Settings>,
+    metrics: Arc<Metrics>,
+    recorder: Recorder,
+}
+
+/// Runs the Vino controller until it is dropped.
+pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Metrics>) {
+    fn api<K>(client: &kube::Client, ns: &Option<String>) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as kube::Resource>::DynamicType: Default,
+    {
+        match ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let ns = &settings.namespace;
+    let owned = watcher::Config::default().labels(OWNER_LABEL);
+    let ctx = Arc::new(Ctx {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "foothold-vino".into(),
+                instance: Some(settings.identity.clone()),
+            },
+        ),
+        failures: Failures::default(),
+        client: client.clone(),
+        settings: settings.clone(),
+        metrics,
+    });
+    let controller = Controller::new(api::<Vino>(&client, ns), watcher::Config::default());
+    let store = controller.store();
+    controller
+        .owns(api::<DaemonSet>(&client, ns), owned.clone())
+        .owns(api::<BareMetalHost>(&client, ns), owned.clone())
+        .owns(api::<ConfigMap>(&client, ns), owned.clone())
+        .owns(api::<IPPool>(&client, ns), owned)
+        // A node labelled, unlabelled or readdressed changes every Vino's plan.
+        .watches(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default(),
+            move |_: Node| {
+                store
+                    .state()
+                    .into_iter()
+                    .map(|v| ObjectRef::from_obj(v.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "vino controller");
+            }
+        })
+        .await;
+}
+
+fn error_policy(vino: Arc<Vino>, error: &Error, ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(vino = %vino.name_any(), %error, "vino reconcile failed");
+    ctx.metrics.reconcile_error("vino", error.cause());
+    Action::requeue(ctx.failures.failed(objects::key(vino.as_ref())))
+}
+
+async fn reconcile(vino: Arc<Vino>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let ns = vino
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(vino.name_any()))?;
+    let key = objects::key(vino.as_ref());
+    let api: Api<Vino> = Api::namespaced(ctx.client.clone(), &ns);
+    let result = finalizer(&api, FINALIZER, vino, |event| async {
+        match event {
+            Finalizer::Apply(v) => apply(&v, &ns, &ctx).await,
+            Finalizer::Cleanup(v) => cleanup(&v, &ns, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics.reconciled("vino", started.elapsed());
+    if result.is_ok() {
+        ctx.failures.succeeded(&key);
+    }
+    result
+}
+
+/// One planned VM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vm {
+    pub node: String,
+    pub node_set: String,
+    pub index: i32,
+    /// `<node>-<nodeset>-<i>`: the libvirt domain and Redfish system name.
+    pub name: String,
+    pub bmh: String,
+}
+
+/// The VMs of `sets` on `nodes` (sorted by node, then set order, then index).
+pub fn plan_vms(ns: &str, vino: &str, nodes: &[String], sets: &[VmNodeSet]) -> Vec<Vm> {
+    let mut out = Vec::new();
+    for node in nodes {
+        for set in sets {
+            for index in 0..set.count.max(0) {
+                let name = format!("{node}-{}-{index}", set.name);
+                out.push(Vm {
+                    node: node.clone(),
+                    node_set: set.name.clone(),
+                    index,
+                    bmh: dns_name(&format!("{ns}-{vino}-{name}")),
+                    name,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A DNS-1123 subdomain: lower case, invalid characters as `-`, at most 253 characters.
+fn dns_name(s: &str) -> String {
+    let mut out: String = s
+        .to_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(253)
+        .collect();
+    while out.ends_with(['-', '.']) {
+        out.pop();
+    }
+    out
+}
+
+/// The Redfish address of `vm` on a node reachable at `ip`.
+pub fn bmc_address(ip: &std::net::IpAddr, vm: &str) -> String {
+    let host = match ip {
+        std::net::IpAddr::V4(a) => a.to_string(),
+        std::net::IpAddr::V6(a) => format!("[{a}]"),
+    };
+    format!("redfish+http://{host}:{REDFISH_PORT}/redfish/v1/Systems/{vm}")
+}
+
+/// A complete flavor: the named one from the ConfigMap (`{vcpus, memoryMiB, rootDiskGb}`, JSON or YAML), with
+/// the fields the node set gives overriding it.
+pub fn resolve_flavor(
+    set: &str,
+    flavor: Option<&Flavor>,
+    flavors: &BTreeMap<String, String>,
+) -> Result<(i32, i64, i64), String> {
+    let given = flavor.cloned().unwrap_or_default();
+    let mut base = Flavor::default();
+    if let Some(name) = &given.name {
+        let text = flavors.get(name).ok_or_else(|| {
+            format!("node set {set}: flavor {name} is not in the flavors ConfigMap")
+        })?;
+        base = match serde_json::from_str(text) {
+            Ok(f) => f,
+            Err(_) => serde_saphyr::from_str(text).map_err(|e| {
+                format!(
+                    "node set {set}: flavor {name} is not {{vcpus, memoryMiB, rootDiskGb}}: {e}"
+                )
+            })?,
+        };
+    }
+    let vcpus = given.vcpus.or(base.vcpus);
+    let memory = given.memory_mib.or(base.memory_mib);
+    let disk = given.root_disk_gb.or(base.root_disk_gb);
+    match (vcpus, memory, disk) {
+        (Some(c), Some(m), Some(d)) if c > 0 && m > 0 && d > 0 => Ok((c, m, d)),
+        _ => Err(format!(
+            "node set {set}: the flavor needs positive vcpus, memoryMiB and rootDiskGb (from flavor or flavorsConfigMap)"
+        )),
+    }
+}
+
+/// The networkData of a VM: `template` rendered with `vars`, or OpenStack network_data JSON.
+pub fn render_network_data(
+    template: Option<&str>,
+    vars: &serde_json::Value,
+) -> Result<String, String> {
+    match template {
+        Some(t) => {
+            let mut env = minijinja::Environment::new();
+            env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+            env.render_str(t, vars)
+                .map_err(|e| format!("networkData template: {e}"))
+        }
+        None => {
+            let interfaces = vars["interfaces"].as_array().cloned().unwrap_or_default();
+            let links: Vec<serde_json::Value> = interfaces
+                .iter()
+                .map(|i| json!({"id": i["name"], "type": "phy", "ethernet_mac_address": i["mac"], "mtu": i["mtu"]}))
+                .collect();
+            let networks: Vec<serde_json::Value> = interfaces
+                .iter()
+                .map(|i| {
+                    let v6 = i["ip"].as_str().is_some_and(|ip| ip.contains(':'));
+                    json!({"id": i["network"], "link": i["name"], "type": if v6 { "ipv6" } else { "ipv4" },
+                           "ip_address": i["ip"], "prefix": i["prefix_length"], "routes": i["routes"]})
+                })
+                .collect();
+            let dns: BTreeSet<String> = interfaces
+                .iter()
+                .flat_map(|i| i["dns_servers"].as_array().cloned().unwrap_or_default())
+                .filter_map(|d| d.as_str().map(str::to_owned))
+                .collect();
+            let services: Vec<serde_json::Value> = dns
+                .iter()
+                .map(|d| json!({"type": "dns", "address": d}))
+                .collect();
+            Ok(serde_json::to_string_pretty(
+                &json!({"links": links, "networks": networks, "services": services}),
+            )
+            .expect("JSON values serialize"))
+        }
+    }
+}
+
+fn node_ip(node: &Node) -> Option<std::net::IpAddr> {
+    node.status
+        .as_ref()?
+        .addresses
+        .as_ref()?
+        .iter()
+        .find(|a| a.type_ == "InternalIP")
+        .and_then(|a| a.address.parse().ok())
+}
+
+fn prefix_len(subnet: &str) -> Option<u32> {
+    subnet.split_once('/').and_then(|(_, l)| l.parse().ok())
+}
+
+/// Why the Vino cannot be realised as specified.
+struct Invalid(String);
+
+async fn apply(vino: &Vino, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
+    let name = vino.name_any();
+    let generation = vino.metadata.generation.unwrap_or(0);
+    let old = vino.status.clone().unwrap_or_default();
+    let mut status = VinoStatus {
+        conditions: old.conditions.clone(),
+        observed_generation: Some(generation),
+        ..VinoStatus::default()
+    };
+    let result = realise(vino, ns, ctx, &mut status).await;
+    let (ready, reason, message) = match &result {
+        Ok(Ok(ready_ds)) => {
+            if *ready_ds {
+                (
+                    true,
+                    "Ready",
+                    "the DaemonSet is ready and every VM is published".to_owned(),
+                )
+            } else {
+                (
+                    false,
+                    "DaemonSetNotReady",
+                    "waiting for the DaemonSet".to_owned(),
+                )
+            }
+        }
+        Ok(Err(Invalid(m))) => (false, "InvalidSpec", m.clone()),
+        Err(e) => (false, "ReconcileError", e.to_string()),
+    };
+    set_conditions(
+        &mut status.conditions,
+        generation,
+        &[("Ready", ready, reason, &message)],
+    );
+    let old_reason = old
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.reason.clone());
+    if old_reason.as_deref() != Some(reason) {
+        let kind = if ready || reason == "DaemonSetNotReady" {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
+        publish(&ctx.recorder, vino, kind, reason, &message).await;
+    }
+    if vino.status.as_ref() != Some(&status) {
+        apply_status(
+            &Api::<Vino>::namespaced(ctx.client.clone(), ns),
+            &name,
+            &status,
+        )
+        .await?;
+    }
+    // A spec that cannot be realised waits for a change (or the periodic requeue); API errors back off.
+    result.map(|_| Action::requeue(Duration::from_secs(300)))
+}
+
+/// Applies everything; `Ok(Ok(daemonset_ready))`, or `Ok(Err(_))` for a spec that cannot be realised.
+async fn realise(
+    vino: &Vino,
+    ns: &str,
+    ctx: &Ctx,
+    status: &mut VinoStatus,
+) -> Result<Result<bool, Invalid>, Error> {
+    let client = &ctx.client;
+    let name = vino.name_any();
+    let generation = vino.metadata.generation.unwrap_or(0);
+    let spec = &vino.spec;
+
+    // Credentials.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let (credentials, inline) = match (&spec.bmc_credentials_secret, &spec.bmc_credentials) {
+        (Some(s), _) => (s.clone(), false),
+        (None, Some(c)) => {
+            let s = child_name(&name, "bmc-credentials");
+            server_side_apply(
+                &secrets,
+                &s,
+                json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": owned_meta(vino, OWNER_LABEL, ns, &s), "type": "Opaque",
+                "stringData": {"username": c.username, "password": c.password}}),
+            )
+            .await?;
+            (s, true)
+        }
+        (None, None) => {
+            return Ok(Err(Invalid(
+                "bmcCredentialsSecret (or the inline bmcCredentials) is required".into(),
+            )))
+        }
+    };
+    let cred = match secrets.get_opt(&credentials).await? {
+        None => return Ok(Err(Invalid(format!("Secret {credentials} not found")))),
+        Some(s) => {
+            let data = s.data.unwrap_or_default();
+            let get = |k: &str| {
+                data.get(k)
+                    .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+            };
+            match (get("username"), get("password")) {
+                (Some(u), Some(p)) => (u, p),
+                _ => {
+                    return Ok(Err(Invalid(format!(
+                        "Secret {credentials} needs username and password"
+                    ))))
+                }
+            }
+        }
+    };
+    set_conditions(
+        &mut status.conditions,
+        generation,
+        &[(
+            "CredentialsInSecret",
+            !inline,
+            if inline {
+                "CopiedFromInline"
+            } else {
+                "SecretReferenced"
+            },
+            &if inline {
+                format!("the inline bmcCredentials were copied into Secret {credentials}; reference it with bmcCredentialsSecret and drop them from the spec")
+            } else {
+                format!("BMC credentials from Secret {credentials}")
+            },
+        )],
+    );
+
+    // Nodes.
+    let selector: Vec<String> = spec
+        .node_selector
+        .as_ref()
+        .map(|s| {
+            s.match_labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default().labels(&selector.join(",")))
+        .await?
+        .items;
+    nodes.sort_by_key(|n| n.name_any());
+    let node_names: Vec<String> = nodes.iter().map(|n| n.name_any()).collect();
+    let vms = plan_vms(ns, &name, &node_names, &spec.nodes);
+
+    // Flavors.
+    let flavors: BTreeMap<String, String> = match &spec.flavors_config_map {
+        None => BTreeMap::new(),
+        Some(cm) => match Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .get_opt(cm)
+            .await?
+        {
+            Some(c) => c.data.unwrap_or_default(),
+            None => return Ok(Err(Invalid(format!("flavorsConfigMap {cm} not found")))),
+        },
+    };
+    let mut sizes = BTreeMap::new();
+    for set in &spec.nodes {
+        match resolve_flavor(&set.name, set.flavor.as_ref(), &flavors) {
+            Ok(f) => {
+                sizes.insert(set.name.clone(), f);
+            }
+            Err(e) => return Ok(Err(Invalid(e))),
+        }
+    }
+
+    // IPAM, one pool per network.
+    let pools: Api<IPPool> = Api::namespaced(client.clone(), ns);
+    let mut addresses: BTreeMap<String, BTreeMap<String, AllocatedIp>> = BTreeMap::new(); // network → key → ip
+    let mut blocks: BTreeMap<String, BTreeMap<String, (String, String)>> = BTreeMap::new();
+    for net in &spec.networks {
+        let ranges = match Ranges::new(
+            &net.subnet,
+            net.static_allocation_start
+                .as_deref()
+                .zip(net.static_allocation_stop.as_deref()),
+            net.dhcp_allocation_start
+                .as_deref()
+                .zip(net.dhcp_allocation_stop.as_deref()),
+            net.instance_subnet_bit_step,
+            net.mac_prefix.as_deref(),
+        ) {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(Invalid(format!("network {}: {e}", net.name)))),
+        };
+        let wanted = Wanted {
+            interfaces: vms
+                .iter()
+                .filter(|vm| {
+                    spec.nodes.iter().any(|s| {
+                        s.name == vm.node_set
+                            && s.network_interfaces.iter().any(|i| i.network == net.name)
+                    })
+                })
+                .map(|vm| format!("{}/{}", vm.bmh, net.name))
+                .collect(),
+            nodes: node_names.iter().cloned().collect(),
+        };
+        let pool_name = child_name(&name, &net.name);
+        let existing = pools.get_opt(&pool_name).await?;
+        let spec_now = existing
+            .as_ref()
+            .map(|p| p.spec.clone())
+            .unwrap_or_default();
+        let alloc = match vino_ipam::allocate(
+            &ranges,
+            &spec_now.allocated_ips,
+            &spec_now.allocated_ranges,
+            &wanted,
+        ) {
+            Ok(a) => a,
+            Err(e) => return Ok(Err(Invalid(format!("network {}: {e}", net.name)))),
+        };
+        let new_spec = IPPoolSpec {
+            subnet: net.subnet.clone(),
+            ranges: spec_now.ranges.clone(),
+            allocated_ips: alloc.ips.clone(),
+            allocated_ranges: alloc.ranges.clone(),
+            mac_prefix: net.mac_prefix.clone(),
+            next_mac: None,
+        };
+        match existing {
+            None => {
+                let mut pool = IPPool::new(&pool_name, new_spec);
+                pool.metadata =
+                    serde_json::from_value(owned_meta(vino, OWNER_LABEL, ns, &pool_name))
+                        .expect("metadata is well-formed");
+                pools.create(&PostParams::default(), &pool).await?;
+            }
+            Some(mut pool) if pool.spec != new_spec => {
+                // `replace` sends the resourceVersion read above: a concurrent writer makes this a 409.
+                pool.spec = new_spec;
+                pools
+                    .replace(&pool_name, &PostParams::default(), &pool)
+                    .await?;
+            }
+            Some(_) => {}
+        }
+        addresses.insert(
+            net.name.clone(),
+            alloc
+                .ips
+                .into_iter()
+                .map(|a| (a.allocated_to.clone(), a))
+                .collect(),
+        );
+        blocks.insert(
+            net.name.clone(),
+            alloc
+                .ranges
+                .into_iter()
+                .map(|r| (r.allocated_to, (r.start, r.stop)))
+                .collect(),
+        );
+    }
+    // Pools of networks removed from the spec.
+    for pool in pools
+        .list(&ListParams::default().labels(&format!("{OWNER_LABEL}={name}")))
+        .await?
+        .items
+    {
+        if !spec
+            .networks
+            .iter()
+            .any(|n| child_name(&name, &n.name) == pool.name_any())
+        {
+            delete_ignoring_missing(&pools, &pool.name_any()).await?;
+        }
+    }
+
+    // Per VM: Secrets and the BareMetalHost; per node: the plan ConfigMap.
+    let bmhs: Api<BareMetalHost> = Api::namespaced(client.clone(), ns);
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let mut node_status: BTreeMap<String, Vec<VmStatus>> = BTreeMap::new();
+    let mut node_plans: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+    let mut templates: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for set in &spec.nodes {
+        let t = match &set.network_data_template {
+            None => None,
+            Some(r) => {
+                let sns = r.namespace.clone().unwrap_or_else(|| ns.to_owned());
+                let s = Api::<Secret>::namespaced(client.clone(), &sns)
+                    .get_opt(&r.name)
+                    .await?;
+                match s
+                    .and_then(|s| s.data)
+                    .and_then(|d| d.get("template").cloned())
+                {
+                    Some(t) => Some(String::from_utf8_lossy(&t.0).into_owned()),
+                    None => {
+                        return Ok(Err(Invalid(format!(
+                            "node set {}: Secret {sns}/{} has no key template",
+                            set.name, r.name
+                        ))))
+                    }
+                }
+            }
+        };
+        templates.insert(set.name.clone(), t);
+    }
+    for vm in &vms {
+        let node = nodes
+            .iter()
+            .find(|n| n.name_any() == vm.node)
+            .expect("planned from nodes");
+        let Some(ip) = node_ip(node) else {
+            return Ok(Err(Invalid(format!(
+                "node {} has no InternalIP address",
+                vm.node
+            ))));
+        };
+        let set = spec
+            .nodes
+            .iter()
+            .find(|s| s.name == vm.node_set)
+            .expect("planned from sets");
+        let mut interfaces = Vec::new();
+        for iface in &set.network_interfaces {
+            let Some(net) = spec.networks.iter().find(|n| n.name == iface.network) else {
+                return Ok(Err(Invalid(format!(
+                    "node set {}: interface {} names unknown network {}",
+                    set.name, iface.name, iface.network
+                ))));
+            };
+            let a = &addresses[&net.name][&format!("{}/{}", vm.bmh, net.name)];
+            interfaces.push(json!({
+                "name": iface.name, "network": net.name, "mac": a.mac, "ip": a.ip,
+                "prefix_length": prefix_len(&net.subnet), "type": iface.kind, "mtu": iface.mtu,
+                "dns_servers": net.dns_servers, "routes": net.routes,
+                "bridge": net.bridge_name.clone().unwrap_or_else(|| format!("vino-{}", net.name)),
+            }));
+        }
+        let boot_mac = set
+            .boot_interface_name
+            .as_ref()
+            .and_then(|b| interfaces.iter().find(|i| i["name"] == b.as_str()))
+            .or(interfaces.first())
+            .and_then(|i| i["mac"].as_str().map(str::to_owned));
+        let vars =
+            json!({"name": vm.bmh, "node": vm.node, "vm": vm.name, "interfaces": interfaces});
+        let network_data = match render_network_data(templates[&set.name].as_deref(), &vars) {
+            Ok(d) => d,
+            Err(e) => return Ok(Err(Invalid(format!("node set {}: {e}", set.name)))),
+        };
+        let creds_name = format!("{}-credentials", vm.bmh);
+        let nd_name = format!("{}-network-data", vm.bmh);
+        let mut meta = owned_meta(vino, OWNER_LABEL, ns, &creds_name);
+        meta["labels"][NODE_LABEL] = json!(vm.node);
+        server_side_apply(
+            &secrets,
+            &creds_name,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta,
+            "type": "Opaque", "stringData": {"username": cred.0, "password": cred.1}}),
+        )
+        .await?;
+        let mut meta = owned_meta(vino, OWNER_LABEL, ns, &nd_name);
+        meta["labels"][NODE_LABEL] = json!(vm.node);
+        server_side_apply(
+            &secrets,
+            &nd_name,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta,
+            "type": "Opaque", "stringData": {"networkData": network_data}}),
+        )
+        .await?;
+        let mut labels: BTreeMap<String, String> = spec
+            .node_label_keys_to_copy
+            .iter()
+            .filter_map(|k| node.labels().get(k).map(|v| (k.clone(), v.clone())))
+            .collect();
+        labels.extend(set.bmh_labels.clone());
+        let mut meta = owned_meta(vino, OWNER_LABEL, ns, &vm.bmh);
+        for (k, v) in labels {
+            meta["labels"][k] = json!(v);
+        }
+        meta["labels"][NODE_LABEL] = json!(vm.node);
+        server_side_apply(&bmhs, &vm.bmh, json!({
+            "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost", "metadata": meta,
+            "spec": {
+                "online": true,
+                "bootMACAddress": boot_mac,
+                "bmc": {"address": bmc_address(&ip, &vm.name), "credentialsName": creds_name},
+                "networkData": {"name": nd_name, "namespace": ns},
+                "rootDeviceHints": {"deviceName": set.root_device_name.clone().unwrap_or_else(|| "/dev/vda".into())},
+            },
+        })).await?;
+        let (vcpus, memory, disk) = sizes[&set.name];
+        node_plans.entry(vm.node.clone()).or_default().push(json!({
+            "name": vm.name, "bareMetalHost": vm.bmh, "vcpus": vcpus, "memoryMiB": memory, "rootDiskGb": disk,
+            "interfaces": interfaces, "diskDrives": set.disk_drives, "libvirtTemplate": set.libvirt_template,
+            "enableVNC": set.enable_vnc,
+        }));
+        node_status
+            .entry(vm.node.clone())
+            .or_default()
+            .push(VmStatus {
+                name: vm.name.clone(),
+                bare_metal_host: vm.bmh.clone(),
+                interfaces: interfaces
+                    .iter()
+                    .map(|i| VmInterface {
+                        network: i["network"].as_str().unwrap_or_default().to_owned(),
+                        ip: i["ip"].as_str().unwrap_or_default().to_owned(),
+                        mac: i["mac"].as_str().unwrap_or_default().to_owned(),
+                    })
+                    .collect(),
+            });
+    }
+    for node in &node_names {
+        let bridges: Vec<serde_json::Value> = spec
+            .networks
+            .iter()
+            .map(|net| {
+                let ip = addresses[&net.name].get(&vino_ipam::bridge_key(node)).map(|a| a.ip.clone());
+                let dhcp = blocks[&net.name].get(node).cloned();
+                json!({"network": net.name, "bridge": net.bridge_name.clone().unwrap_or_else(|| format!("vino-{}", net.name)),
+                       "ip": ip, "prefixLength": prefix_len(&net.subnet),
+                       "dhcpStart": dhcp.as_ref().map(|d| d.0.clone()), "dhcpStop": dhcp.map(|d| d.1),
+                       "physicalInterface": net.physical_interface, "libvirtTemplate": net.libvirt_template})
+            })
+            .collect();
+        let plan = json!({"node": node, "cpuExclude": spec.configuration.as_ref().and_then(|c| c.cpu_exclude.clone()),
+                          "networks": bridges, "vms": node_plans.get(node).cloned().unwrap_or_default()});
+        let cm = child_name(&name, &format!("node-{node}"));
+        let mut meta = owned_meta(vino, OWNER_LABEL, ns, &cm);
+        meta["labels"][NODE_LABEL] = json!(node);
+        server_side_apply(&maps, &cm, json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+            "data": {"plan.json": serde_json::to_string_pretty(&plan).expect("JSON values serialize")}})).await?;
+    }
+    // Everything no longer planned goes: BareMetalHosts, their Secrets, node plans.
+    let planned_bmh: BTreeSet<&str> = vms.iter().map(|v| v.bmh.as_str()).collect();
+    let owner_sel = ListParams::default().labels(&format!("{OWNER_LABEL}={name}"));
+    for h in bmhs.list(&owner_sel).await?.items {
+        if !planned_bmh.contains(h.name_any().as_str()) {
+            delete_ignoring_missing(&bmhs, &h.name_any()).await?;
+        }
+    }
+    for s in secrets.list(&owner_sel).await?.items {
+        let n = s.name_any();
+        let vm_secret = n
+            .strip_suffix("-credentials")
+            .or_else(|| n.strip_suffix("-network-data"));
+        let keep = match vm_secret {
+            Some(bmh) if s.labels().contains_key(NODE_LABEL) => planned_bmh.contains(bmh),
+            _ => inline && n == credentials,
+        };
+        if !keep {
+            delete_ignoring_missing(&secrets, &n).await?;
+        }
+    }
+    for m in maps.list(&owner_sel).await?.items {
+        let keep = m
+            .labels()
+            .get(NODE_LABEL)
+            .is_some_and(|n| node_names.contains(n));
+        if !keep {
+            delete_ignoring_missing(&maps, &m.name_any()).await?;
+        }
+    }
+    status.nodes = node_status
+        .into_iter()
+        .map(|(name, vms)| NodeVms { name, vms })
+        .collect();
+
+    // The DaemonSet.
+    let ds_name = spec
+        .daemon_set_options
+        .as_ref()
+        .and_then(|o| o.namespaced_name.as_ref())
+        .map(|n| n.name.clone())
+        .unwrap_or_else(|| child_name(&name, "vino"));
+    let opts = spec.daemon_set_options.clone().unwrap_or_default();
+    let image = |i: &Option<String>, default: &str| i.clone().unwrap_or_else(|| default.to_owned());
+    let creds_env = json!([
+        {"name": "BMC_USERNAME", "valueFrom": {"secretKeyRef": {"name": credentials, "key": "username"}}},
+        {"name": "BMC_PASSWORD", "valueFrom": {"secretKeyRef": {"name": credentials, "key": "password"}}},
+    ]);
+    let node_env =
+        json!({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}});
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+    server_side_apply(&daemonsets, &ds_name, json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": owned_meta(vino, OWNER_LABEL, ns, &ds_name),
+        "spec": {
+            "selector": {"matchLabels": {OWNER_LABEL: name, "app": "vino"}},
+            "template": {
+                "metadata": {"labels": {OWNER_LABEL: name, "app": "vino"}},
+                "spec": {
+                    "nodeSelector": spec.node_selector.as_ref().map(|s| s.match_labels.clone()).unwrap_or_default(),
+                    "hostNetwork": true,
+                    "containers": [
+                        {"name": "libvirt", "image": image(&opts.libvirt_image, "quay.io/airshipit/libvirt:latest"),
+                         "securityContext": {"privileged": true}},
+                        {"name": "sushy", "image": image(&opts.sushy_image, "quay.io/metal3-io/sushy-tools:latest"),
+                         "env": creds_env,
+                         "ports": [{"containerPort": REDFISH_PORT, "hostPort": REDFISH_PORT, "protocol": "TCP"}]},
+                        {"name": "vino-builder", "image": image(&opts.vino_builder_image, &ctx.settings.installer_image),
+                         "command": ["foothold-agent", "vino-builder"],
+                         "env": [node_env, {"name": "VINO_NAMESPACE", "value": ns}, {"name": "VINO_NAME", "value": name}],
+                         "securityContext": {"privileged": true}},
+                    ],
+                },
+            },
+        },
+    })).await?;
+    let ds = daemonsets.get_opt(&ds_name).await?;
+    let ready = ds
+        .as_ref()
+        .and_then(|d| d.status.as_ref())
+        .is_some_and(|s| {
+            s.desired_number_scheduled > 0
+                && s.number_ready >= s.desired_number_scheduled
+                && s.observed_generation.unwrap_or(0)
+                    >= ds.as_ref().and_then(|d| d.metadata.generation).unwrap_or(0)
+        });
+    let msg = ds
+        .and_then(|d| d.status)
+        .map(|s| {
+            format!(
+                "{} of {} pods ready",
+                s.number_ready, s.desired_number_scheduled
+            )
+        })
+        .unwrap_or_else(|| "no status yet".into());
+    set_conditions(
+        &mut status.conditions,
+        generation,
+        &[(
+            "DaemonSetReady",
+            ready,
+            if ready { "PodsReady" } else { "PodsNotReady" },
+            &msg,
+        )],
+    );
+    // Other DaemonSets of this Vino (a renamed one) go.
+    delete_owned(&daemonsets, OWNER_LABEL, &name, Some(&ds_name)).await?;
+    Ok(Ok(ready))
+}
+
+/// Removes every object of the Vino (it does not rely on a garbage collector), its address pools included.
+async fn cleanup(vino: &Vino, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
+    let name = vino.name_any();
+    let c = &ctx.client;
+    delete_owned(
+        &Api::<BareMetalHost>::namespaced(c.clone(), ns),
+        OWNER_LABEL,
+        &name,
+        None,
+    )
+    .await?;
+    delete_owned(
+        &Api::<DaemonSet>::namespaced(c.clone(), ns),
+        OWNER_LABEL,
+        &name,
+        None,
+    )
+    .await?;
+    delete_owned(
+        &Api::<ConfigMap>::namespaced(c.clone(), ns),
+        OWNER_LABEL,
+        &name,
+        None,
+    )
+    .await?;
+    delete_owned(
+        &Api::<Secret>::namespaced(c.clone(), ns),
+        OWNER_LABEL,
+        &name,
+        None,
+    )
+    .await?;
+    delete_owned(
+        &Api::<IPPool>::namespaced(c.clone(), ns),
+        OWNER_LABEL,
+        &name,
+        None,
+    )
+    .await?;
+    publish(
+        &ctx.recorder,
+        vino,
+        EventType::Normal,
+        "Deleted",
+        "removed the VMs' BareMetalHosts, Secrets, plans, DaemonSet and address pools",
+    )
+    .await;
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_and_bmh_names_follow_the_node_set_order() {
+        let sets: Vec<VmNodeSet> = serde_json::from_value(
+            json!([{"name": "master", "count": 1}, {"name": "Worker_X", "count": 2}]),
+        )
+        .unwrap();
+        let vms = plan_vms("site", "v1", &["n1".into()], &sets);
+        let names: Vec<(&str, &str)> = vms
+            .iter()
+            .map(|v| (v.name.as_str(), v.bmh.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("n1-master-0", "site-v1-n1-master-0"),
+                ("n1-Worker_X-0", "site-v1-n1-worker-x-0"),
+                ("n1-Worker_X-1", "site-v1-n1-worker-x-1"),
+            ]
+        );
+        assert_eq!(
+            bmc_address(&"fd00::5".parse().unwrap(), "n1-master-0"),
+            "redfish+http://[fd00::5]:8000/redfish/v1/Systems/n1-master-0"
+        );
+    }
+
+    #[test]
+    fn flavors_come_from_the_config_map_with_overrides() {
+        let flavors = BTreeMap::from([
+            (
+                "small".to_owned(),
+                "vcpus: 2\nmemoryMiB: 4096\nrootDiskGb: 20\n".to_owned(),
+            ),
+            ("bad".to_owned(), "[1, 2]".to_owned()),
+        ]);
+        let f = |v: serde_json::Value| -> Flavor { serde_json::from_value(v).unwrap() };
+        assert_eq!(
+            resolve_flavor("w", Some(&f(json!({"name": "small"}))), &flavors).unwrap(),
+            (2, 4096, 20)
+        );
+        assert_eq!(
+            resolve_flavor(
+                "w",
+                Some(&f(json!({"name": "small", "vcpus": 8}))),
+                &flavors
+            )
+            .unwrap(),
+            (8, 4096, 20)
+        );
+        assert_eq!(
+            resolve_flavor(
+                "w",
+                Some(&f(json!({"vcpus": 1, "memoryMiB": 512, "rootDiskGb": 5}))),
+                &flavors
+            )
+            .unwrap(),
+            (1, 512, 5)
+        );
+        assert!(
+            resolve_flavor("w", Some(&f(json!({"name": "huge"}))), &flavors)
+                .unwrap_err()
+                .contains("flavor huge is not in")
+        );
+        assert!(
+            resolve_flavor("w", Some(&f(json!({"name": "bad"}))), &flavors)
+                .unwrap_err()
+                .contains("is not {vcpus")
+        );
+        assert!(resolve_flavor("w", None, &flavors)
+            .unwrap_err()
+            .contains("needs positive vcpus"));
+    }
+
+    #[test]
+    fn network_data_from_a_template_or_the_openstack_default() {
+        let vars = json!({"name": "bmh-0", "node": "n1", "vm": "n1-w-0", "interfaces": [
+            {"name": "enp1s0", "network": "oam", "mac": "52:54:00:00:00:01", "ip": "10.0.0.5", "prefix_length": 24,
+             "type": "bridge", "mtu": 1500, "dns_servers": ["10.0.0.1"], "routes": []}]});
+        let t = "{% for i in interfaces %}{{ i.name }} {{ i.ip }}/{{ i.prefix_length }} {{ i.mac }}\n{% endfor %}host={{ name }}";
+        assert_eq!(
+            render_network_data(Some(t), &vars).unwrap(),
+            "enp1s0 10.0.0.5/24 52:54:00:00:00:01\nhost=bmh-0"
+        );
+        assert!(render_network_data(Some("{{ nope }}"), &vars)
+            .unwrap_err()
+            .starts_with("networkData template:"));
+        let d: serde_json::Value =
+            serde_json::from_str(&render_network_data(None, &vars).unwrap()).unwrap();
+        assert_eq!(d["networks"][0]["ip_address"], "10.0.0.5");
+        assert_eq!(d["networks"][0]["type"], "ipv4");
+        assert_eq!(d["links"][0]["ethernet_mac_address"], "52:54:00:00:00:01");
+        assert_eq!(d["services"][0]["address"], "10.0.0.1");
+        // The SIP reconciler reads it back.
+        assert_eq!(
+            super::super::sip_render::network_data_ip(
+                &render_network_data(None, &vars).unwrap(),
+                Some("oam")
+            )
+            .unwrap()
+            .to_string(),
+            "10.0.0.5"
+        );
+    }
+}
