@@ -10,7 +10,7 @@
 //! without the Secret counts as failed.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
@@ -18,16 +18,16 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder, Reporter};
-use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer::Event as Finalizer;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::json;
 
 use super::bpa_plan::{self, Host, Problem};
 use super::objects::{
-    self, apply_status, delete_ignoring_missing, delete_owned, job_outcome, owned_meta, publish,
-    server_side_apply, set_conditions, Error, Failures, JobOutcome,
+    apply_status, delete_ignoring_missing, delete_owned, job_outcome, owned_meta, publish,
+    server_side_apply, set_conditions, Base, Error, JobOutcome,
 };
 use super::{child_name, set_condition, Settings};
 use crate::crd::bpa::{Provisioning, ProvisioningStatus, SecretRef};
@@ -39,11 +39,7 @@ pub const FINALIZER: &str = "bpa.akraino.org/cleanup";
 pub const OWNER_LABEL: &str = "bpa.akraino.org/provisioning";
 
 struct Ctx {
-    failures: Failures,
-    client: kube::Client,
-    settings: Arc<Settings>,
-    metrics: Arc<Metrics>,
-    recorder: Recorder,
+    base: Base,
 }
 
 /// Runs the Provisioning controller until it is dropped.
@@ -68,17 +64,7 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
         ),
     };
     let ctx = Arc::new(Ctx {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "foothold-bpa".into(),
-                instance: Some(settings.identity.clone()),
-            },
-        ),
-        failures: Failures::default(),
-        client,
-        settings,
-        metrics,
+        base: Base::new("bpa", client.clone(), settings.clone(), metrics),
     });
     let controller = Controller::new(provs, watcher::Config::default());
     let store = controller.store();
@@ -109,32 +95,21 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
         .await;
 }
 
-fn error_policy(prov: Arc<Provisioning>, error: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(provisioning = %prov.name_any(), %error, "bpa reconcile failed");
-    ctx.metrics.reconcile_error("bpa", error.cause());
-    Action::requeue(ctx.failures.failed(objects::key(prov.as_ref())))
+fn error_policy(obj: Arc<Provisioning>, error: &Error, ctx: Arc<Ctx>) -> Action {
+    ctx.base.error_policy(obj.as_ref(), error)
 }
 
-async fn reconcile(prov: Arc<Provisioning>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let ns = prov
-        .namespace()
-        .ok_or_else(|| Error::NoNamespace(prov.name_any()))?;
-    let name = prov.name_any();
-    let api: Api<Provisioning> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = finalizer(&api, FINALIZER, prov, |event| async {
-        match event {
-            Finalizer::Apply(p) => apply(&p, &ns, &ctx).await,
-            Finalizer::Cleanup(p) => cleanup(&p, &ns, &ctx).await,
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.metrics.reconciled("bpa", started.elapsed());
-    if result.is_ok() {
-        ctx.failures.succeeded(&format!("{ns}/{name}"));
-    }
-    result
+async fn reconcile(obj: Arc<Provisioning>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let for_event = ctx.clone();
+    ctx.base
+        .reconcile(obj, FINALIZER, |event, ns| async move {
+            let ctx = for_event;
+            match event {
+                Finalizer::Apply(o) => apply(&o, &ns, &ctx).await,
+                Finalizer::Cleanup(o) => cleanup(&o, &ns, &ctx).await,
+            }
+        })
+        .await
 }
 
 /// The cluster a Provisioning installs: its `cluster` label (ICN), else its name.
@@ -233,7 +208,7 @@ fn host_of(bmh: &BareMetalHost) -> Host {
 }
 
 async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
-    let client = &ctx.client;
+    let client = &ctx.base.client;
     let name = p.name_any();
     let generation = p.metadata.generation.unwrap_or(0);
     let cluster = cluster_name(p);
@@ -334,7 +309,7 @@ async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
                     Err(e) => return Err(e.into()),
                 }
                 publish(
-                    &ctx.recorder,
+                    &ctx.base.recorder,
                     p,
                     EventType::Normal,
                     "Installing",
@@ -458,7 +433,7 @@ async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
             })
             .map(|c| c.message.clone())
             .unwrap_or_default();
-        publish(&ctx.recorder, p, kind, &phase, &note).await;
+        publish(&ctx.base.recorder, p, kind, &phase, &note).await;
     }
     if p.status.as_ref() != Some(&status) {
         apply_status(
@@ -479,7 +454,7 @@ async fn apply_installer_objects(
     secret_name: &str,
     inventory: &str,
 ) -> Result<(), Error> {
-    let client = &ctx.client;
+    let client = &ctx.base.client;
     server_side_apply(
         &Api::<ConfigMap>::namespaced(client.clone(), ns),
         inventory_name,
@@ -542,7 +517,7 @@ fn installer_job(
                     "serviceAccountName": child_name(&p.name_any(), "installer"),
                     "containers": [{
                         "name": "installer",
-                        "image": ctx.settings.installer_image,
+                        "image": ctx.base.settings.installer_image,
                         "env": [
                             {"name": "CLUSTER_NAME", "value": cluster},
                             {"name": "NAMESPACE", "value": ns},
@@ -558,7 +533,7 @@ fn installer_job(
                     }],
                     "volumes": [
                         {"name": "inventory", "configMap": {"name": inventory_name}},
-                        {"name": "ssh", "secret": {"secretName": ctx.settings.ssh_key_secret, "defaultMode": 0o400}},
+                        {"name": "ssh", "secret": {"secretName": ctx.base.settings.ssh_key_secret, "defaultMode": 0o400}},
                     ],
                 },
             },
@@ -570,7 +545,7 @@ fn installer_job(
 /// Deletes everything the reconciler created for `p` (it does not rely on a garbage collector), and the
 /// cluster's kubeconfig Secret.
 async fn cleanup(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
-    let client = &ctx.client;
+    let client = &ctx.base.client;
     let name = p.name_any();
     delete_owned(
         &Api::<Job>::namespaced(client.clone(), ns),
@@ -613,7 +588,7 @@ async fn cleanup(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error>
     )
     .await?;
     publish(
-        &ctx.recorder,
+        &ctx.base.recorder,
         p,
         EventType::Normal,
         "Deleted",

@@ -3,17 +3,109 @@
 //! per object after errors.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::set_condition;
+use super::{set_condition, Settings};
+use crate::metrics::Metrics;
+
+/// What every reconciler's context holds, and the steps every reconcile shares: the finalizer around apply and
+/// cleanup, metrics, and per-object backoff.
+pub struct Base {
+    /// The `controller` label of the metrics.
+    pub controller: &'static str,
+    pub failures: Failures,
+    pub client: kube::Client,
+    pub settings: Arc<Settings>,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+}
+
+impl Base {
+    pub fn new(
+        controller: &'static str,
+        client: kube::Client,
+        settings: Arc<Settings>,
+        metrics: Arc<Metrics>,
+    ) -> Base {
+        Base {
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: format!("foothold-{controller}"),
+                    instance: Some(settings.identity.clone()),
+                },
+            ),
+            controller,
+            failures: Failures::default(),
+            client,
+            settings,
+            metrics,
+        }
+    }
+
+    /// Runs `f` for the object under `finalizer_name` (apply while it lives, cleanup once it is being deleted,
+    /// with its namespace), and records the outcome.
+    pub async fn reconcile<K, F, Fut>(
+        &self,
+        obj: Arc<K>,
+        finalizer_name: &str,
+        f: F,
+    ) -> Result<Action, Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+        F: FnOnce(Finalizer<K>, String) -> Fut,
+        Fut: Future<Output = Result<Action, Error>>,
+    {
+        let started = Instant::now();
+        let ns = obj
+            .namespace()
+            .ok_or_else(|| Error::NoNamespace(obj.name_any()))?;
+        let key = key(obj.as_ref());
+        let api: Api<K> = Api::namespaced(self.client.clone(), &ns);
+        let result = finalizer(&api, finalizer_name, obj, |event| f(event, ns))
+            .await
+            .map_err(|e| Error::Finalizer(Box::new(e)));
+        self.metrics.reconciled(self.controller, started.elapsed());
+        if result.is_ok() {
+            self.failures.succeeded(&key);
+        }
+        result
+    }
+
+    /// After a failed reconcile: log, count, and retry with the object's backoff.
+    pub fn error_policy<K: ResourceExt>(&self, obj: &K, error: &Error) -> Action {
+        tracing::warn!(controller = self.controller, object = %key(obj), %error, "reconcile failed");
+        self.metrics.reconcile_error(self.controller, error.cause());
+        Action::requeue(self.failures.failed(key(obj)))
+    }
+}
+
+/// An API of `K` in the watched namespace, or in all.
+pub fn scoped_api<K>(client: &kube::Client, namespace: &Option<String>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    <K as Resource>::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
 
 /// The field manager of every server-side apply by the agent.
 pub const MANAGER: &str = "foothold-agent";

@@ -19,21 +19,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams, ResourceExt};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{EventType, Recorder, Reporter};
-use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer::Event as Finalizer;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::json;
 
 use super::objects::{
-    self, apply_status, delete_owned, owned_meta, publish, server_side_apply, Error, Failures,
+    self, apply_status, delete_owned, owned_meta, publish, scoped_api, server_side_apply, Base,
+    Error,
 };
 use super::sip_plan::{
     self, Claim, Cluster, Host, CLUSTER_NAMESPACE_LABEL, CLUSTER_NAME_LABEL, NODE_TYPE_LABEL,
@@ -62,50 +63,26 @@ const REPLACEMENTS_KEPT: usize = 20;
 const SKIPPED_KEPT: usize = 50;
 
 struct Ctx {
-    failures: Failures,
-    client: kube::Client,
-    settings: Arc<Settings>,
-    metrics: Arc<Metrics>,
-    recorder: Recorder,
+    base: Base,
 }
 
 /// Runs the SIPCluster controller until it is dropped.
 pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Metrics>) {
-    fn api<K>(client: &kube::Client, ns: &Option<String>) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        <K as kube::Resource>::DynamicType: Default,
-    {
-        match ns {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
-    }
     let ns = &settings.namespace;
-    let sips: Api<SIPCluster> = api(&client, ns);
-    let hosts: Api<BareMetalHost> = api(&client, ns);
+    let sips: Api<SIPCluster> = scoped_api(&client, ns);
+    let hosts: Api<BareMetalHost> = scoped_api(&client, ns);
     let owned = watcher::Config::default().labels(OWNER_LABEL);
     let ctx = Arc::new(Ctx {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "foothold-sip".into(),
-                instance: Some(settings.identity.clone()),
-            },
-        ),
-        failures: Failures::default(),
-        client: client.clone(),
-        settings: settings.clone(),
-        metrics,
+        base: Base::new("sip", client.clone(), settings.clone(), metrics),
     });
     let controller = Controller::new(sips, watcher::Config::default())
         .with_config(controller::Config::default().concurrency(1));
     let store = controller.store();
     controller
-        .owns(api::<Deployment>(&client, ns), owned.clone())
-        .owns(api::<Service>(&client, ns), owned.clone())
-        .owns(api::<Secret>(&client, ns), owned.clone())
-        .owns(api::<ConfigMap>(&client, ns), owned)
+        .owns(scoped_api::<Deployment>(&client, ns), owned.clone())
+        .owns(scoped_api::<Service>(&client, ns), owned.clone())
+        .owns(scoped_api::<Secret>(&client, ns), owned.clone())
+        .owns(scoped_api::<ConfigMap>(&client, ns), owned)
         // Any host change may free, fail or fit a host for any SIPCluster.
         .watches(
             hosts,
@@ -127,32 +104,21 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
         .await;
 }
 
-fn error_policy(sip: Arc<SIPCluster>, error: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(sipcluster = %sip.name_any(), %error, "sip reconcile failed");
-    ctx.metrics.reconcile_error("sip", error.cause());
-    Action::requeue(ctx.failures.failed(objects::key(sip.as_ref())))
+fn error_policy(obj: Arc<SIPCluster>, error: &Error, ctx: Arc<Ctx>) -> Action {
+    ctx.base.error_policy(obj.as_ref(), error)
 }
 
-async fn reconcile(sip: Arc<SIPCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let ns = sip
-        .namespace()
-        .ok_or_else(|| Error::NoNamespace(sip.name_any()))?;
-    let key = objects::key(sip.as_ref());
-    let api: Api<SIPCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = finalizer(&api, FINALIZER, sip, |event| async {
-        match event {
-            Finalizer::Apply(s) => apply(&s, &ns, &ctx).await,
-            Finalizer::Cleanup(s) => cleanup(&s, &ns, &ctx).await,
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.metrics.reconciled("sip", started.elapsed());
-    if result.is_ok() {
-        ctx.failures.succeeded(&key);
-    }
-    result
+async fn reconcile(obj: Arc<SIPCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let for_event = ctx.clone();
+    ctx.base
+        .reconcile(obj, FINALIZER, |event, ns| async move {
+            let ctx = for_event;
+            match event {
+                Finalizer::Apply(o) => apply(&o, &ns, &ctx).await,
+                Finalizer::Cleanup(o) => cleanup(&o, &ns, &ctx).await,
+            }
+        })
+        .await
 }
 
 /// A BareMetalHost with what its Secrets say.
@@ -192,8 +158,8 @@ fn secret_value(
 }
 
 async fn observe(ctx: &Ctx) -> Result<Vec<Observed>, Error> {
-    let client = &ctx.client;
-    let (hosts, secrets): (Api<BareMetalHost>, Api<Secret>) = match &ctx.settings.namespace {
+    let client = &ctx.base.client;
+    let (hosts, secrets): (Api<BareMetalHost>, Api<Secret>) = match &ctx.base.settings.namespace {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
             Api::namespaced(client.clone(), ns),
@@ -285,8 +251,10 @@ fn planner_host(o: &Observed) -> Host {
 
 /// Writes `labels` (null removes) on `bmh`, only if it is unchanged since it was read.
 async fn label(ctx: &Ctx, bmh: &BareMetalHost, labels: serde_json::Value) -> Result<(), Error> {
-    let api: Api<BareMetalHost> =
-        Api::namespaced(ctx.client.clone(), &bmh.namespace().unwrap_or_default());
+    let api: Api<BareMetalHost> = Api::namespaced(
+        ctx.base.client.clone(),
+        &bmh.namespace().unwrap_or_default(),
+    );
     api.patch(
         &bmh.name_any(),
         &PatchParams::default(),
@@ -344,11 +312,11 @@ async fn write_status(
         } else {
             EventType::Warning
         };
-        publish(&ctx.recorder, sip, kind, reason, message).await;
+        publish(&ctx.base.recorder, sip, kind, reason, message).await;
     }
     if sip.status.as_ref() != Some(&status) {
         apply_status(
-            &Api::<SIPCluster>::namespaced(ctx.client.clone(), ns),
+            &Api::<SIPCluster>::namespaced(ctx.base.client.clone(), ns),
             &sip.name_any(),
             &status,
         )
@@ -439,7 +407,7 @@ async fn apply(sip: &SIPCluster, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
             None => format!("host {host} failed or disappeared; no standby could replace it"),
         };
         publish(
-            &ctx.recorder,
+            &ctx.base.recorder,
             sip,
             EventType::Warning,
             "HostReplaced",
@@ -676,7 +644,7 @@ async fn apply_services(
     by_name: &BTreeMap<String, &Observed>,
 ) -> Result<Vec<ServiceEndpoint>, ServiceError> {
     let desired = desired_services(sip, ns, ctx, roles, by_name).await?;
-    let client = &ctx.client;
+    let client = &ctx.base.client;
     let owner = sip.name_any();
     // Secrets and ConfigMaps before the Deployments that mount them.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
@@ -970,7 +938,7 @@ async fn dex(
     d: &mut Desired,
 ) -> Result<(), ServiceError> {
     const DEX_PORT: u16 = 5556;
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), ns);
     let read =
         |secret: Option<Secret>, what: &str| -> Result<BTreeMap<String, String>, ServiceError> {
             let s = secret
@@ -1100,9 +1068,9 @@ async fn dex(
 async fn cleanup(sip: &SIPCluster, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
     let name = sip.name_any();
     let result = async {
-        let hosts: Api<BareMetalHost> = match &ctx.settings.namespace {
-            Some(n) => Api::namespaced(ctx.client.clone(), n),
-            None => Api::all(ctx.client.clone()),
+        let hosts: Api<BareMetalHost> = match &ctx.base.settings.namespace {
+            Some(n) => Api::namespaced(ctx.base.client.clone(), n),
+            None => Api::all(ctx.base.client.clone()),
         };
         let held = hosts
             .list(&ListParams::default().labels(&format!(
@@ -1113,7 +1081,7 @@ async fn cleanup(sip: &SIPCluster, ns: &str, ctx: &Ctx) -> Result<Action, Error>
         for h in &held {
             label(ctx, h, release_labels()).await?;
         }
-        let client = &ctx.client;
+        let client = &ctx.base.client;
         delete_owned(
             &Api::<Service>::namespaced(client.clone(), ns),
             OWNER_LABEL,
@@ -1148,7 +1116,7 @@ async fn cleanup(sip: &SIPCluster, ns: &str, ctx: &Ctx) -> Result<Action, Error>
     match result {
         Ok(released) => {
             publish(
-                &ctx.recorder,
+                &ctx.base.recorder,
                 sip,
                 EventType::Normal,
                 "Decommissioned",
@@ -1168,7 +1136,7 @@ async fn cleanup(sip: &SIPCluster, ns: &str, ctx: &Ctx) -> Result<Action, Error>
                 sip.metadata.generation,
             );
             let _ = apply_status(
-                &Api::<SIPCluster>::namespaced(ctx.client.clone(), ns),
+                &Api::<SIPCluster>::namespaced(ctx.base.client.clone(), ns),
                 &name,
                 &status,
             )

@@ -14,23 +14,23 @@
 //! a reinstalled cluster (a new Provisioning generation), runs a new Job.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder, Reporter};
-use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer::Event as Finalizer;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::json;
 
 use super::bpa::{cluster_name, FINALIZER};
 use super::objects::{
-    self, apply_status, delete_owned, job_outcome, owned_meta, publish, server_side_apply,
-    set_conditions, Error, Failures, JobOutcome,
+    apply_status, delete_owned, job_outcome, owned_meta, publish, server_side_apply,
+    set_conditions, Base, Error, JobOutcome,
 };
 use super::software_plan::{self, Files, Uploaded};
 use super::{child_name, Settings};
@@ -45,11 +45,7 @@ pub const OWNER_LABEL: &str = "bpa.akraino.org/software";
 const UPLOAD_POLL: Duration = Duration::from_secs(60);
 
 struct Ctx {
-    failures: Failures,
-    client: kube::Client,
-    settings: Arc<Settings>,
-    metrics: Arc<Metrics>,
-    recorder: Recorder,
+    base: Base,
     store: Arc<Store>,
 }
 
@@ -80,17 +76,7 @@ pub async fn run(
         ),
     };
     let ctx = Arc::new(Ctx {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "foothold-bpa-software".into(),
-                instance: Some(settings.identity.clone()),
-            },
-        ),
-        failures: Failures::default(),
-        client,
-        settings,
-        metrics,
+        base: Base::new("software", client.clone(), settings.clone(), metrics),
         store,
     });
     let uploads =
@@ -124,32 +110,21 @@ pub async fn run(
         .await;
 }
 
-fn error_policy(sw: Arc<Software>, error: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(software = %sw.name_any(), %error, "software reconcile failed");
-    ctx.metrics.reconcile_error("software", error.cause());
-    Action::requeue(ctx.failures.failed(objects::key(sw.as_ref())))
+fn error_policy(obj: Arc<Software>, error: &Error, ctx: Arc<Ctx>) -> Action {
+    ctx.base.error_policy(obj.as_ref(), error)
 }
 
-async fn reconcile(sw: Arc<Software>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let ns = sw
-        .namespace()
-        .ok_or_else(|| Error::NoNamespace(sw.name_any()))?;
-    let key = objects::key(sw.as_ref());
-    let api: Api<Software> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = finalizer(&api, FINALIZER, sw, |event| async {
-        match event {
-            Finalizer::Apply(s) => apply(&s, &ns, &ctx).await,
-            Finalizer::Cleanup(s) => cleanup(&s, &ns, &ctx).await,
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.metrics.reconciled("software", started.elapsed());
-    if result.is_ok() {
-        ctx.failures.succeeded(&key);
-    }
-    result
+async fn reconcile(obj: Arc<Software>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let for_event = ctx.clone();
+    ctx.base
+        .reconcile(obj, FINALIZER, |event, ns| async move {
+            let ctx = for_event;
+            match event {
+                Finalizer::Apply(o) => apply(&o, &ns, &ctx).await,
+                Finalizer::Cleanup(o) => cleanup(&o, &ns, &ctx).await,
+            }
+        })
+        .await
 }
 
 /// Why the Software waits or fails before any Job: `(phase, reason, message)`.
@@ -210,7 +185,7 @@ fn ready_cluster<'a>(
 }
 
 async fn apply(sw: &Software, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
-    let client = &ctx.client;
+    let client = &ctx.base.client;
     let name = sw.name_any();
     let generation = sw.metadata.generation.unwrap_or(0);
     let provs = Api::<Provisioning>::namespaced(client.clone(), ns)
@@ -266,7 +241,7 @@ async fn apply(sw: &Software, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
                 })
                 .collect();
             let files = Files {
-                base_url: ctx.settings.advertise_url.as_deref(),
+                base_url: ctx.base.settings.advertise_url.as_deref(),
                 owner: &owner,
                 cluster: &cluster,
             };
@@ -340,7 +315,7 @@ async fn apply(sw: &Software, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
             .find(|c| c.type_ == "Installed")
             .map(|c| c.message.clone())
             .unwrap_or_default();
-        publish(&ctx.recorder, sw, kind, &phase, &note).await;
+        publish(&ctx.base.recorder, sw, kind, &phase, &note).await;
     }
     if sw.status.as_ref() != Some(&status) {
         apply_status(
@@ -366,12 +341,12 @@ async fn run_job(
 ) -> Result<Action, Error> {
     let name = sw.name_any();
     let generation = sw.metadata.generation.unwrap_or(0);
-    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), ns);
+    let jobs: Api<Job> = Api::namespaced(ctx.base.client.clone(), ns);
     let manifest_name = child_name(&name, "packages");
     let existing = jobs.get_opt(job_name).await?;
     if existing.is_none() {
         server_side_apply(
-            &Api::<ConfigMap>::namespaced(ctx.client.clone(), ns),
+            &Api::<ConfigMap>::namespaced(ctx.base.client.clone(), ns),
             &manifest_name,
             json!({"apiVersion": "v1", "kind": "ConfigMap",
                    "metadata": owned_meta(sw, OWNER_LABEL, ns, &manifest_name),
@@ -385,7 +360,7 @@ async fn run_job(
             Err(e) => return Err(e.into()),
         }
         publish(
-            &ctx.recorder,
+            &ctx.base.recorder,
             sw,
             EventType::Normal,
             "Installing",
@@ -477,7 +452,7 @@ fn software_job(
                     "automountServiceAccountToken": false,
                     "containers": [{
                         "name": "installer",
-                        "image": ctx.settings.installer_image,
+                        "image": ctx.base.settings.installer_image,
                         "env": [
                             {"name": "INSTALLER_TASK", "value": "software"},
                             {"name": "CLUSTER_NAME", "value": cluster},
@@ -497,7 +472,7 @@ fn software_job(
                         {"name": "inventory", "configMap": {"name": inventory}},
                         {"name": "packages", "configMap": {"name": manifest_name}},
                         {"name": "kubeconfig", "secret": {"secretName": kubeconfig, "defaultMode": 0o400}},
-                        {"name": "ssh", "secret": {"secretName": ctx.settings.ssh_key_secret, "defaultMode": 0o400}},
+                        {"name": "ssh", "secret": {"secretName": ctx.base.settings.ssh_key_secret, "defaultMode": 0o400}},
                     ],
                 },
             },
@@ -510,21 +485,21 @@ fn software_job(
 async fn cleanup(sw: &Software, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
     let name = sw.name_any();
     delete_owned(
-        &Api::<Job>::namespaced(ctx.client.clone(), ns),
+        &Api::<Job>::namespaced(ctx.base.client.clone(), ns),
         OWNER_LABEL,
         &name,
         None,
     )
     .await?;
     delete_owned(
-        &Api::<ConfigMap>::namespaced(ctx.client.clone(), ns),
+        &Api::<ConfigMap>::namespaced(ctx.base.client.clone(), ns),
         OWNER_LABEL,
         &name,
         None,
     )
     .await?;
     publish(
-        &ctx.recorder,
+        &ctx.base.recorder,
         sw,
         EventType::Normal,
         "Deleted",

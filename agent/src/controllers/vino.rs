@@ -22,22 +22,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{EventType, Recorder, Reporter};
-use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer::Event as Finalizer;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::json;
 
 use super::objects::{
-    self, apply_status, delete_ignoring_missing, delete_owned, owned_meta, publish,
-    server_side_apply, set_conditions, Error, Failures,
+    apply_status, delete_ignoring_missing, delete_owned, owned_meta, publish, scoped_api,
+    server_side_apply, set_conditions, Base, Error,
 };
 use super::vino_ipam::{self, Ranges, Wanted};
 use super::{child_name, Settings};
@@ -57,47 +57,23 @@ pub const NODE_LABEL: &str = "vino.airshipit.org/node";
 pub const REDFISH_PORT: u16 = 8000;
 
 struct Ctx {
-    failures: Failures,
-    client: kube::Client,
-    settings: Arc<Settings>,
-    metrics: Arc<Metrics>,
-    recorder: Recorder,
+    base: Base,
 }
 
 /// Runs the Vino controller until it is dropped.
 pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Metrics>) {
-    fn api<K>(client: &kube::Client, ns: &Option<String>) -> Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        <K as kube::Resource>::DynamicType: Default,
-    {
-        match ns {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        }
-    }
     let ns = &settings.namespace;
     let owned = watcher::Config::default().labels(OWNER_LABEL);
     let ctx = Arc::new(Ctx {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "foothold-vino".into(),
-                instance: Some(settings.identity.clone()),
-            },
-        ),
-        failures: Failures::default(),
-        client: client.clone(),
-        settings: settings.clone(),
-        metrics,
+        base: Base::new("vino", client.clone(), settings.clone(), metrics),
     });
-    let controller = Controller::new(api::<Vino>(&client, ns), watcher::Config::default());
+    let controller = Controller::new(scoped_api::<Vino>(&client, ns), watcher::Config::default());
     let store = controller.store();
     controller
-        .owns(api::<DaemonSet>(&client, ns), owned.clone())
-        .owns(api::<BareMetalHost>(&client, ns), owned.clone())
-        .owns(api::<ConfigMap>(&client, ns), owned.clone())
-        .owns(api::<IPPool>(&client, ns), owned)
+        .owns(scoped_api::<DaemonSet>(&client, ns), owned.clone())
+        .owns(scoped_api::<BareMetalHost>(&client, ns), owned.clone())
+        .owns(scoped_api::<ConfigMap>(&client, ns), owned.clone())
+        .owns(scoped_api::<IPPool>(&client, ns), owned)
         // A node labelled, unlabelled or readdressed changes every Vino's plan.
         .watches(
             Api::<Node>::all(client.clone()),
@@ -119,32 +95,21 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
         .await;
 }
 
-fn error_policy(vino: Arc<Vino>, error: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(vino = %vino.name_any(), %error, "vino reconcile failed");
-    ctx.metrics.reconcile_error("vino", error.cause());
-    Action::requeue(ctx.failures.failed(objects::key(vino.as_ref())))
+fn error_policy(obj: Arc<Vino>, error: &Error, ctx: Arc<Ctx>) -> Action {
+    ctx.base.error_policy(obj.as_ref(), error)
 }
 
-async fn reconcile(vino: Arc<Vino>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let ns = vino
-        .namespace()
-        .ok_or_else(|| Error::NoNamespace(vino.name_any()))?;
-    let key = objects::key(vino.as_ref());
-    let api: Api<Vino> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = finalizer(&api, FINALIZER, vino, |event| async {
-        match event {
-            Finalizer::Apply(v) => apply(&v, &ns, &ctx).await,
-            Finalizer::Cleanup(v) => cleanup(&v, &ns, &ctx).await,
-        }
-    })
-    .await
-    .map_err(|e| Error::Finalizer(Box::new(e)));
-    ctx.metrics.reconciled("vino", started.elapsed());
-    if result.is_ok() {
-        ctx.failures.succeeded(&key);
-    }
-    result
+async fn reconcile(obj: Arc<Vino>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let for_event = ctx.clone();
+    ctx.base
+        .reconcile(obj, FINALIZER, |event, ns| async move {
+            let ctx = for_event;
+            match event {
+                Finalizer::Apply(o) => apply(&o, &ns, &ctx).await,
+                Finalizer::Cleanup(o) => cleanup(&o, &ns, &ctx).await,
+            }
+        })
+        .await
 }
 
 /// One planned VM.
@@ -345,11 +310,11 @@ async fn apply(vino: &Vino, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
         } else {
             EventType::Warning
         };
-        publish(&ctx.recorder, vino, kind, reason, &message).await;
+        publish(&ctx.base.recorder, vino, kind, reason, &message).await;
     }
     if vino.status.as_ref() != Some(&status) {
         apply_status(
-            &Api::<Vino>::namespaced(ctx.client.clone(), ns),
+            &Api::<Vino>::namespaced(ctx.base.client.clone(), ns),
             &name,
             &status,
         )
@@ -366,7 +331,7 @@ async fn realise(
     ctx: &Ctx,
     status: &mut VinoStatus,
 ) -> Result<Result<bool, Invalid>, Error> {
-    let client = &ctx.client;
+    let client = &ctx.base.client;
     let name = vino.name_any();
     let generation = vino.metadata.generation.unwrap_or(0);
     let spec = &vino.spec;
@@ -799,7 +764,7 @@ async fn realise(
                         {"name": "sushy", "image": image(&opts.sushy_image, "quay.io/metal3-io/sushy-tools:latest"),
                          "env": creds_env,
                          "ports": [{"containerPort": REDFISH_PORT, "hostPort": REDFISH_PORT, "protocol": "TCP"}]},
-                        {"name": "vino-builder", "image": image(&opts.vino_builder_image, &ctx.settings.installer_image),
+                        {"name": "vino-builder", "image": image(&opts.vino_builder_image, &ctx.base.settings.installer_image),
                          "command": ["foothold-agent", "vino-builder"],
                          "env": [node_env, {"name": "VINO_NAMESPACE", "value": ns}, {"name": "VINO_NAME", "value": name}],
                          "securityContext": {"privileged": true}},
@@ -845,7 +810,7 @@ async fn realise(
 /// Removes every object of the Vino (it does not rely on a garbage collector), its address pools included.
 async fn cleanup(vino: &Vino, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
     let name = vino.name_any();
-    let c = &ctx.client;
+    let c = &ctx.base.client;
     delete_owned(
         &Api::<BareMetalHost>::namespaced(c.clone(), ns),
         OWNER_LABEL,
@@ -882,7 +847,7 @@ async fn cleanup(vino: &Vino, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
     )
     .await?;
     publish(
-        &ctx.recorder,
+        &ctx.base.recorder,
         vino,
         EventType::Normal,
         "Deleted",
