@@ -5,8 +5,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -16,13 +14,12 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
-use support::kube::env;
+use support::kube::{controller_agent, env, until, WAIT};
 use support::Agent;
 
 use foothold_agent::crd::bpa::{Provisioning, Software};
 use foothold_agent::crd::metal3::BareMetalHost;
 
-const WAIT: Duration = Duration::from_secs(60);
 /// What the agents tell nodes their file server is (`--advertise-url`).
 const ADVERTISED: &str = "http://10.1.2.3:5000";
 
@@ -31,43 +28,19 @@ fn start_agent(dir: &Path, ns: &str, identity: &str) -> Agent {
 }
 
 fn start_agent_with(dir: &Path, ns: &str, identity: &str, kubeconfig: &Path) -> Agent {
-    let data = dir.join(identity);
-    let mut cmd = Command::new(support::agent_bin());
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(&data)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args([
-            "--controllers",
-            "bpa",
-            "--namespace",
-            ns,
-            "--lease-namespace",
-            ns,
-        ])
-        .args(["--identity", identity, "--lease-duration-seconds", "3"])
-        .args(["--installer-image", "registry.example/kud-installer:v1"])
-        .args(["--advertise-url", ADVERTISED]);
-    Agent::spawn(cmd, &data, None)
-}
-
-/// Polls `f` every 50 ms until it returns Some, failing after `WAIT` with `what`.
-async fn until<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {WAIT:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    controller_agent(
+        dir,
+        ns,
+        identity,
+        "bpa",
+        kubeconfig,
+        &[
+            "--installer-image",
+            "registry.example/kud-installer:v1",
+            "--advertise-url",
+            ADVERTISED,
+        ],
+    )
 }
 
 /// A host fixture: name, MAC, IP of that NIC, CPUs, MiB of RAM, provisioning state.

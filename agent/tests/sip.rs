@@ -13,52 +13,17 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
-use support::kube::env;
+use support::kube::{controller_agent, env, until, WAIT};
 use support::Agent;
 
 use foothold_agent::controllers::sip_render::{haproxy_control_plane, Node};
 use foothold_agent::crd::metal3::BareMetalHost;
 use foothold_agent::crd::sip::SIPCluster;
 
-const WAIT: Duration = Duration::from_secs(60);
 const RACK: &str = "sip.airshipit.org/rack";
 
 fn start_agent(dir: &Path, ns: &str, identity: &str) -> Agent {
-    let data = dir.join(identity);
-    let mut cmd = Command::new(support::agent_bin());
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(&data)
-        .arg("--kubeconfig")
-        .arg(&env().kubeconfig)
-        .args([
-            "--controllers",
-            "sip",
-            "--namespace",
-            ns,
-            "--lease-namespace",
-            ns,
-        ])
-        .args(["--identity", identity, "--lease-duration-seconds", "3"]);
-    Agent::spawn(cmd, &data, None)
-}
-
-/// Polls `f` every 50 ms until it returns Some, failing after `WAIT` with `what`.
-async fn until<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {WAIT:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    controller_agent(dir, ns, identity, "sip", &env().kubeconfig, &[])
 }
 
 fn ipv4(i: usize) -> String {

@@ -6,58 +6,17 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
-use support::kube::env;
+use support::kube::{controller_agent, env, until};
 use support::Agent;
 
 use foothold_agent::crd::metal3::BareMetalHost;
 use foothold_agent::crd::vino::{IPPool, Vino};
-
-const WAIT: Duration = Duration::from_secs(60);
-
-fn start_agent(dir: &Path, ns: &str, identity: &str) -> Agent {
-    let data = dir.join(identity);
-    let mut cmd = Command::new(support::agent_bin());
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(&data)
-        .arg("--kubeconfig")
-        .arg(&env().kubeconfig)
-        .args([
-            "--controllers",
-            "vino",
-            "--namespace",
-            ns,
-            "--lease-namespace",
-            ns,
-        ])
-        .args(["--identity", identity, "--lease-duration-seconds", "3"]);
-    Agent::spawn(cmd, &data, None)
-}
-
-async fn until<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {WAIT:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 async fn node(client: &kube::Client, name: &str, labels: Value, ip: &str) {
     let nodes: Api<Node> = Api::all(client.clone());
@@ -86,6 +45,10 @@ fn condition(v: &Vino, t: &str) -> Option<(String, String, String)> {
         .iter()
         .find(|c| c.type_ == t)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn start_agent(dir: &Path, ns: &str, identity: &str) -> Agent {
+    controller_agent(dir, ns, identity, "vino", &env().kubeconfig, &[])
 }
 
 fn owned(name: &str) -> ListParams {

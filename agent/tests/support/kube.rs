@@ -315,3 +315,54 @@ fn install_crds(env: &KubeEnv) {
         }
     });
 }
+
+/// How long a reconciler test waits for a condition.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// Polls `f` every 50 ms until it returns Some, failing after `WAIT` with `what`.
+pub async fn until<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {WAIT:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `foothold-agent serve` running `controllers` on namespace `ns` (its Lease there too, 3 s), with its data
+/// under `dir/<identity>`, talking to the apiserver through `kubeconfig`, plus `extra` arguments.
+pub fn controller_agent(
+    dir: &Path,
+    ns: &str,
+    identity: &str,
+    controllers: &str,
+    kubeconfig: &Path,
+    extra: &[&str],
+) -> super::Agent {
+    let data = dir.join(identity);
+    let mut cmd = Command::new(super::agent_bin());
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&data)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args([
+            "--controllers",
+            controllers,
+            "--namespace",
+            ns,
+            "--lease-namespace",
+            ns,
+        ])
+        .args(["--identity", identity, "--lease-duration-seconds", "3"])
+        .args(extra);
+    super::Agent::spawn(cmd, &data, None)
+}
