@@ -23,3 +23,4 @@ pub mod serve_file;
 pub mod server;
 pub mod store;
 pub mod tus;
+pub mod vino_builder;

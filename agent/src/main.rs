@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use foothold_agent::{controllers, fsck, import, mirror_config, server, store};
+use foothold_agent::{controllers, fsck, import, mirror_config, server, store, vino_builder};
 
 #[derive(Parser)]
 #[command(
@@ -71,6 +71,9 @@ struct KubeArgs {
     /// Image of the BPA installer Jobs (see the installer contract in the README).
     #[arg(long, default_value = "127.0.0.1:5000/foothold/bpa-installer:latest")]
     installer_image: String,
+    /// Default image of ViNO's vino-builder container (runs `foothold-agent vino-builder`; needs virsh).
+    #[arg(long, default_value = "127.0.0.1:5000/foothold/vino-builder:latest")]
+    vino_builder_image: String,
     /// Secret (in each Provisioning's namespace) holding the SSH key the installer uses.
     #[arg(long, default_value = "ssh-key-secret")]
     ssh_key_secret: String,
@@ -111,6 +114,7 @@ impl KubeArgs {
             lease_namespace: self.lease_namespace,
             lease_duration: std::time::Duration::from_secs(self.lease_duration_seconds),
             installer_image: self.installer_image,
+            vino_builder_image: self.vino_builder_image,
             ssh_key_secret: self.ssh_key_secret,
             advertise_url: self.advertise_url.or_else(|| {
                 (!listen.ip().is_unspecified() && listen.port() != 0)
@@ -193,6 +197,49 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// The node side of ViNO (the `vino-builder` container of a Vino's DaemonSet): keep libvirt's networks,
+    /// volumes and domains equal to this node's VM plan.
+    VinoBuilder(Box<VinoBuilderArgs>),
+}
+
+#[derive(clap::Args)]
+struct VinoBuilderArgs {
+    /// Kubeconfig (default: KUBECONFIG, ~/.kube/config, then the in-cluster service account).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// This node's name.
+    #[arg(long, env = "NODE_NAME")]
+    node: String,
+    /// The Vino's namespace.
+    #[arg(long, env = "VINO_NAMESPACE")]
+    namespace: String,
+    /// The Vino's name.
+    #[arg(long, env = "VINO_NAME")]
+    vino: String,
+    /// libvirt connection URI.
+    #[arg(long, env = "LIBVIRT_URI", default_value = "qemu:///system")]
+    connect: String,
+    /// Storage pool for the VMs' disks (created as a directory pool when missing).
+    #[arg(long, default_value = "vino")]
+    pool: String,
+    /// The pool's directory.
+    #[arg(long, default_value = "/var/lib/libvirt/vino-images")]
+    pool_dir: String,
+    /// libvirt domain type: kvm, or qemu (emulation) on hosts without KVM.
+    #[arg(long, default_value = "kvm")]
+    domain_type: String,
+    /// The host CPUs VMs may use before cpuExclude (default: /sys/devices/system/cpu/online).
+    #[arg(long)]
+    host_cpus: Option<String>,
+    /// Address the VMs' VNC servers listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    vnc_listen: String,
+    /// Directory for the rendered XML handed to virsh.
+    #[arg(long, default_value = "/var/lib/vino-builder")]
+    work_dir: PathBuf,
+    /// Seconds between re-applying an unchanged plan (repairs drift in libvirt).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    resync_seconds: u64,
 }
 
 fn main() -> ExitCode {
@@ -215,6 +262,34 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::VinoBuilder(a) => {
+            let cpus_text = match &a.host_cpus {
+                Some(c) => c.clone(),
+                None => std::fs::read_to_string("/sys/devices/system/cpu/online")
+                    .context("reading /sys/devices/system/cpu/online (or give --host-cpus)")?,
+            };
+            let cpus = vino_builder::xml::parse_cpu_list(cpus_text.trim())
+                .map_err(|e| anyhow::anyhow!("--host-cpus: {e}"))?;
+            let settings = vino_builder::Settings {
+                kubeconfig: a.kubeconfig,
+                namespace: a.namespace,
+                vino: a.vino,
+                node: a.node,
+                options: vino_builder::Options {
+                    uri: a.connect,
+                    pool: a.pool,
+                    pool_dir: a.pool_dir,
+                    domain_type: a.domain_type,
+                    cpus,
+                    vnc_listen: a.vnc_listen,
+                    work_dir: a.work_dir,
+                    command_timeout: std::time::Duration::from_secs(120),
+                },
+                resync: std::time::Duration::from_secs(a.resync_seconds),
+            };
+            tokio::runtime::Runtime::new()?.block_on(vino_builder::run(settings))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Crds => {
             print!("{}", foothold_agent::crd::yaml());
             Ok(ExitCode::SUCCESS)

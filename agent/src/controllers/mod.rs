@@ -56,6 +56,8 @@ pub struct Settings {
     pub lease_duration: Duration,
     /// The image BPA installer Jobs run.
     pub installer_image: String,
+    /// Default image of the `vino-builder` container in ViNO DaemonSets (a Vino may name its own).
+    pub vino_builder_image: String,
     /// The Secret (in the Provisioning's namespace) with the SSH key installers use (`id_rsa`).
     pub ssh_key_secret: String,
     /// The agent's URL as nodes reach it (`http://10.0.0.1:5000`): package downloads point there.
@@ -115,8 +117,10 @@ impl Shared {
     }
 }
 
-async fn connect(settings: &Settings) -> Result<kube::Client, String> {
-    let config = match &settings.kubeconfig {
+/// A client for the kubeconfig at `kubeconfig` (None: `KUBECONFIG`, `~/.kube/config`, then the in-cluster
+/// service account), once the apiserver has answered.
+pub async fn connect(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, String> {
+    let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
                 .map_err(|e| format!("reading kubeconfig {}: {e}", path.display()))?;
@@ -146,7 +150,7 @@ pub async fn run(
 ) {
     let mut backoff = Duration::from_millis(500);
     let client = loop {
-        match connect(&settings).await {
+        match connect(settings.kubeconfig.as_deref()).await {
             Ok(c) => break c,
             Err(error) => {
                 tracing::warn!(%error, retry_in = ?backoff, "controllers waiting for the apiserver");

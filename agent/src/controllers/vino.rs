@@ -7,7 +7,10 @@
 //! - the BMC credentials Secret (`bmcCredentialsSecret`, or `<vino>-bmc-credentials` copied from the inline
 //!   `bmcCredentials`, which the status then reports);
 //! - a ConfigMap `<vino>-node-<node>` per node with the node's VM plan (`plan.json`) for `vino-builder`;
-//! - the DaemonSet (libvirt, sushy-tools and vino-builder) on the selected nodes;
+//! - a Secret `<vino>-vnc` with a generated password per VNC-enabled VM (key: the VM name), kept across
+//!   reconciles;
+//! - the DaemonSet (libvirt, sushy-tools and vino-builder) on the selected nodes, with a ServiceAccount whose
+//!   Role lets `vino-builder` read and annotate the plans and read the VNC Secret;
 //! - per VM a BareMetalHost `<ns>-<vino>-<node>-<nodeset>-<i>` with `<bmh>-credentials` and
 //!   `<bmh>-network-data` Secrets.
 //!
@@ -26,7 +29,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -161,6 +165,16 @@ fn dns_name(s: &str) -> String {
         out.pop();
     }
     out
+}
+
+/// A VNC password: eight random letters and digits (VNC authentication uses at most eight characters).
+fn vnc_password() -> String {
+    use rand::Rng as _;
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnpqrstuvwxyz23456789";
+    let mut rng = rand::rng();
+    (0..8)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
 }
 
 /// The Redfish address of `vm` on a node reachable at `ip`.
@@ -676,6 +690,46 @@ async fn realise(
                     .collect(),
             });
     }
+    // VNC passwords: one per VNC-enabled VM, generated once and kept (never the BMC password).
+    let vnc_name = child_name(&name, "vnc");
+    let vnc_vms: Vec<&Vm> = vms
+        .iter()
+        .filter(|vm| {
+            spec.nodes
+                .iter()
+                .any(|s| s.name == vm.node_set && s.enable_vnc)
+        })
+        .collect();
+    let vnc_secret = if vnc_vms.is_empty() {
+        None
+    } else {
+        let have = secrets
+            .get_opt(&vnc_name)
+            .await?
+            .and_then(|s| s.data)
+            .unwrap_or_default();
+        // `data`, not `stringData`: server-side apply then owns each key, and a key left out is removed.
+        let passwords: BTreeMap<String, k8s_openapi::ByteString> = vnc_vms
+            .iter()
+            .map(|vm| {
+                let pw = have
+                    .get(&vm.name)
+                    .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or_else(vnc_password);
+                (vm.name.clone(), k8s_openapi::ByteString(pw.into_bytes()))
+            })
+            .collect();
+        server_side_apply(
+            &secrets,
+            &vnc_name,
+            json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": owned_meta(vino, OWNER_LABEL, ns, &vnc_name), "type": "Opaque",
+            "data": passwords}),
+        )
+        .await?;
+        Some(vnc_name.clone())
+    };
     for node in &node_names {
         let bridges: Vec<serde_json::Value> = spec
             .networks
@@ -690,6 +744,7 @@ async fn realise(
             })
             .collect();
         let plan = json!({"node": node, "cpuExclude": spec.configuration.as_ref().and_then(|c| c.cpu_exclude.clone()),
+                          "vncPasswordSecret": vnc_secret,
                           "networks": bridges, "vms": node_plans.get(node).cloned().unwrap_or_default()});
         let cm = child_name(&name, &format!("node-{node}"));
         let mut meta = owned_meta(vino, OWNER_LABEL, ns, &cm);
@@ -712,7 +767,7 @@ async fn realise(
             .or_else(|| n.strip_suffix("-network-data"));
         let keep = match vm_secret {
             Some(bmh) if s.labels().contains_key(NODE_LABEL) => planned_bmh.contains(bmh),
-            _ => inline && n == credentials,
+            _ => (inline && n == credentials) || (vnc_secret.is_some() && n == vnc_name),
         };
         if !keep {
             delete_ignoring_missing(&secrets, &n).await?;
@@ -747,6 +802,38 @@ async fn realise(
     ]);
     let node_env =
         json!({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}});
+    // The builder's account: it reads its node's plan and reports on it, and reads the VNC passwords.
+    let account = child_name(&ds_name, "builder");
+    server_side_apply(
+        &Api::<ServiceAccount>::namespaced(client.clone(), ns),
+        &account,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": owned_meta(vino, OWNER_LABEL, ns, &account)}),
+    )
+    .await?;
+    server_side_apply(
+        &Api::<Role>::namespaced(client.clone(), ns),
+        &account,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": owned_meta(vino, OWNER_LABEL, ns, &account),
+        "rules": [
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [vnc_name], "verbs": ["get"]},
+        ]}),
+    )
+    .await?;
+    server_side_apply(
+        &Api::<RoleBinding>::namespaced(client.clone(), ns),
+        &account,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": owned_meta(vino, OWNER_LABEL, ns, &account),
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+               "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]}),
+    )
+    .await?;
+    let libvirt_mounts = json!([
+        {"name": "libvirt-run", "mountPath": "/var/run/libvirt"},
+        {"name": "libvirt-lib", "mountPath": "/var/lib/libvirt"},
+    ]);
     let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
     server_side_apply(&daemonsets, &ds_name, json!({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
@@ -758,16 +845,24 @@ async fn realise(
                 "spec": {
                     "nodeSelector": spec.node_selector.as_ref().map(|s| s.match_labels.clone()).unwrap_or_default(),
                     "hostNetwork": true,
+                    "serviceAccountName": account,
+                    "volumes": [
+                        {"name": "libvirt-run", "hostPath": {"path": "/var/run/libvirt", "type": "DirectoryOrCreate"}},
+                        {"name": "libvirt-lib", "hostPath": {"path": "/var/lib/libvirt", "type": "DirectoryOrCreate"}},
+                        {"name": "builder-work", "hostPath": {"path": "/var/lib/vino-builder", "type": "DirectoryOrCreate"}},
+                    ],
                     "containers": [
                         {"name": "libvirt", "image": image(&opts.libvirt_image, "quay.io/airshipit/libvirt:latest"),
-                         "securityContext": {"privileged": true}},
+                         "securityContext": {"privileged": true}, "volumeMounts": libvirt_mounts},
                         {"name": "sushy", "image": image(&opts.sushy_image, "quay.io/metal3-io/sushy-tools:latest"),
-                         "env": creds_env,
+                         "env": creds_env, "volumeMounts": libvirt_mounts,
                          "ports": [{"containerPort": REDFISH_PORT, "hostPort": REDFISH_PORT, "protocol": "TCP"}]},
-                        {"name": "vino-builder", "image": image(&opts.vino_builder_image, &ctx.base.settings.installer_image),
+                        {"name": "vino-builder", "image": image(&opts.vino_builder_image, &ctx.base.settings.vino_builder_image),
                          "command": ["foothold-agent", "vino-builder"],
                          "env": [node_env, {"name": "VINO_NAMESPACE", "value": ns}, {"name": "VINO_NAME", "value": name}],
-                         "securityContext": {"privileged": true}},
+                         "securityContext": {"privileged": true},
+                         "volumeMounts": [libvirt_mounts[0], libvirt_mounts[1],
+                                          {"name": "builder-work", "mountPath": "/var/lib/vino-builder"}]},
                     ],
                 },
             },
@@ -834,6 +929,27 @@ async fn cleanup(vino: &Vino, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
     .await?;
     delete_owned(
         &Api::<Secret>::namespaced(c.clone(), ns),
+        OWNER_LABEL,
+        &name,
+        None,
+    )
+    .await?;
+    delete_owned(
+        &Api::<RoleBinding>::namespaced(c.clone(), ns),
+        OWNER_LABEL,
+        &name,
+        None,
+    )
+    .await?;
+    delete_owned(
+        &Api::<Role>::namespaced(c.clone(), ns),
+        OWNER_LABEL,
+        &name,
+        None,
+    )
+    .await?;
+    delete_owned(
+        &Api::<ServiceAccount>::namespaced(c.clone(), ns),
         OWNER_LABEL,
         &name,
         None,
