@@ -1,6 +1,11 @@
-//! Foothold's image builder: turns an appliance spec into bootable media. Only the skeleton exists so far;
-//! the build phases arrive with the image-builder issue.
-#![forbid(unsafe_code)]
+//! Foothold's image builder: turns an appliance spec into bootable media (see `build`), and boots them in qemu
+//! for labs and tests (see `qemu`).
+
+pub mod build;
+pub mod gpt;
+pub mod progress;
+pub mod qemu;
+pub mod spec;
 
 /// The builder's version, reported in image manifests.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,20 +1,128 @@
-//! `foothold-build`: argument parsing only.
+//! `foothold-build`: argument parsing; the work is in the library.
 
-use clap::Parser;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+use foothold_image_builder::{build, progress::Progress, qemu, spec};
 
 #[derive(Parser)]
-#[command(
-    name = "foothold-build",
-    version,
-    about = "Build Foothold bootable media from an appliance spec (not yet implemented beyond --version)"
-)]
-struct Cli {}
+#[command(name = "foothold-build", version, about = "Build Foothold bootable media from an appliance spec, and boot them in qemu")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
 
-fn main() {
-    let _ = Cli::parse();
-    eprintln!(
-        "foothold-build {}: no build phases yet; see the image-builder issue",
-        foothold_image_builder::VERSION
-    );
-    std::process::exit(2);
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build the spec's outputs (<name>.raw, .qcow2, each with .manifest.json) into --out. Needs root (mmdebstrap).
+    Build {
+        spec: PathBuf,
+        #[arg(long, default_value = "out")]
+        out: PathBuf,
+        /// Cache of root file systems and Debian packages (default ~/.cache/foothold).
+        #[arg(long)]
+        cache: Option<PathBuf>,
+        /// The foothold-agent binary to install, instead of the spec's components.agent.path.
+        #[arg(long)]
+        agent: Option<PathBuf>,
+        /// Timestamp for everything in the image (default: SOURCE_DATE_EPOCH, else 2026-01-01).
+        #[arg(long, env = "SOURCE_DATE_EPOCH")]
+        source_date_epoch: Option<u64>,
+        /// Progress as JSON events on standard output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a spec and print it normalised as JSON.
+    Check { spec: PathBuf },
+    /// Print the spec format's JSON Schema.
+    Schema,
+    /// Boot an image in qemu: UEFI by default, serial console here, agent ports forwarded.
+    Run {
+        image: PathBuf,
+        /// Boot with SeaBIOS instead of UEFI.
+        #[arg(long)]
+        bios: bool,
+        /// host:guest TCP port forward on 127.0.0.1 (repeatable). Default 5000:5000.
+        #[arg(long = "forward", value_parser = parse_forward)]
+        forwards: Vec<(u16, u16)>,
+        #[arg(long, default_value_t = 2048)]
+        memory: u32,
+        #[arg(long, default_value_t = 2)]
+        cpus: u32,
+        /// Write the console to this file and wait for the ready marker instead of attaching the terminal.
+        #[arg(long)]
+        serial_log: Option<PathBuf>,
+        /// Keep the image unchanged (writes go to a temporary overlay).
+        #[arg(long)]
+        snapshot: bool,
+    },
+}
+
+fn parse_forward(s: &str) -> Result<(u16, u16), String> {
+    let (h, g) = s.split_once(':').ok_or("expected host:guest, e.g. 5000:5000")?;
+    Ok((h.parse().map_err(|_| format!("{h:?} is not a port"))?, g.parse().map_err(|_| format!("{g:?} is not a port"))?))
+}
+
+fn main() -> ExitCode {
+    match real_main() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("foothold-build: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn real_main() -> Result<ExitCode> {
+    match Cli::parse().command {
+        Cmd::Build { spec: path, out, cache, agent, source_date_epoch, json } => {
+            let loaded = spec::load(&path)?;
+            let cache = match cache {
+                Some(c) => c,
+                None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set; pass --cache")?).join(".cache/foothold"),
+            };
+            let settings = build::Settings { out, cache, agent, source_date_epoch: source_date_epoch.unwrap_or(1_767_225_600) };
+            let progress = Progress::new(json);
+            let outputs = build::build(&loaded, &settings, &progress)?;
+            progress.done(&outputs);
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Check { spec: path } => {
+            let loaded = spec::load(&path)?;
+            println!("{}", serde_json::to_string_pretty(&loaded.spec)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Schema => {
+            println!("{}", serde_json::to_string_pretty(&spec::schema())?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run { image, bios, mut forwards, memory, cpus, serial_log, snapshot } => {
+            if !image.is_file() {
+                anyhow::bail!("{}: no such image", image.display());
+            }
+            if forwards.is_empty() {
+                forwards.push((5000, 5000));
+            }
+            let accel = if qemu::probe_kvm(Duration::from_secs(5)) { qemu::Accel::Kvm } else { qemu::Accel::Tcg };
+            eprintln!("foothold-build run: {} under {}, {accel:?}", image.display(), if bios { "BIOS" } else { "UEFI" });
+            let vars = std::env::temp_dir().join(format!("foothold-ovmf-vars-{}.fd", std::process::id()));
+            let opts = qemu::RunOptions { image, bios, forwards, memory_mib: memory, cpus, serial_log: serial_log.clone(), snapshot, accel, vars };
+            match serial_log {
+                None => {
+                    let status = qemu::command(&opts)?.status().context("starting qemu")?;
+                    Ok(if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+                }
+                Some(_) => {
+                    let mut vm = qemu::Vm::start(&opts)?;
+                    let line = vm.wait_ready(Duration::from_secs(600))?;
+                    eprintln!("{line}");
+                    let status = vm.child.wait()?;
+                    Ok(if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+                }
+            }
+        }
+    }
 }

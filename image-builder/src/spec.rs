@@ -1,0 +1,375 @@
+//! The appliance spec (`packages/*.yaml`): what goes into an image, every remote input pinned by sha256.
+//! `load` reports problems with the file, line and field; `schema` is the JSON Schema of the format.
+
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Spec {
+    /// Output files are `<name>.raw`, `<name>.qcow2`, `<name>.iso`.
+    pub name: String,
+    pub base: Base,
+    /// The appliance's host name.
+    pub hostname: String,
+    #[serde(default)]
+    pub users: Vec<User>,
+    #[serde(default)]
+    pub network: Network,
+    #[serde(default)]
+    pub components: Components,
+    pub outputs: Outputs,
+}
+
+/// The Debian base system, built by mmdebstrap.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Base {
+    /// Debian suite, e.g. `bookworm`.
+    pub suite: String,
+    /// Debian mirror URL.
+    #[serde(default = "default_mirror")]
+    pub mirror: String,
+    /// Packages beyond the boot essentials (kernel, systemd, udev, e2fsprogs, iproute2, curl).
+    #[serde(default)]
+    pub packages: Vec<String>,
+}
+
+fn default_mirror() -> String {
+    "http://deb.debian.org/debian".into()
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct User {
+    pub name: String,
+    #[serde(default)]
+    pub authorized_keys: Vec<String>,
+    /// Member of `sudo`.
+    #[serde(default)]
+    pub sudo: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Network {
+    /// The interface facing the compute nodes, with a static address.
+    #[serde(default)]
+    pub provisioning: Option<StaticInterface>,
+    /// The interface to the outside, configured by DHCP. Default: every other `en*` interface.
+    #[serde(default)]
+    pub external: Option<DhcpInterface>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StaticInterface {
+    /// Interface name (`ens4`) or a MAC address (`52:54:00:12:34:56`).
+    pub interface: String,
+    /// Address with prefix length, e.g. `172.22.0.1/24` or `fd00:22::1/64`.
+    pub address: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DhcpInterface {
+    /// Interface name or MAC address.
+    pub interface: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Components {
+    /// The foothold-agent binary to install (a local path, relative to the spec's directory).
+    #[serde(default)]
+    pub agent: Option<LocalFile>,
+    /// Extra arguments for `foothold-agent serve`.
+    #[serde(default)]
+    pub agent_args: Vec<String>,
+    /// Files placed into the image.
+    #[serde(default)]
+    pub files: Vec<FileComponent>,
+    /// Files laid over the root file system (default: the repository's `rootfs/`).
+    #[serde(default)]
+    pub overlay: Option<PathBuf>,
+    /// OCI image layouts (local directories) whose images the agent serves from first boot.
+    #[serde(default)]
+    pub image_layouts: Vec<LocalFile>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LocalFile {
+    pub path: PathBuf,
+}
+
+/// A file from a URL (pinned by sha256) or a local path.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileComponent {
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Hex sha256 of the content; required for `url`.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Where it goes in the image (absolute), or, with `serve: true`, its name under the agent's /files.
+    pub dest: String,
+    /// Octal mode, default `0644`.
+    #[serde(default)]
+    pub mode: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Raw,
+    Qcow2,
+    Iso,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Outputs {
+    pub formats: Vec<Format>,
+    /// The raw image's size: `4GiB`, `2048MiB`.
+    pub disk_size: String,
+    /// Size of the data partition (the agent's store), default `1GiB`.
+    #[serde(default)]
+    pub data_size: Option<String>,
+}
+
+/// A problem in a spec, naming the file and, where known, the line and field.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct SpecError {
+    pub file: String,
+    pub message: String,
+}
+
+/// Parses a size like `4GiB`, `512MiB`, `1024KiB` or a byte count.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size like 4GiB"))?;
+    let mult = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        u => return Err(format!("{s:?}: unit {u:?} is not one of B, KiB, MiB, GiB, TiB")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))
+}
+
+impl Spec {
+    /// Checks what the types cannot: names, digests, sizes, addresses. Errors name the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let dns = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 63
+                && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !s.starts_with('-')
+                && !s.ends_with('-')
+        };
+        if !dns(&self.name) {
+            return Err(format!("name: {:?} must be lower-case letters, digits and -", self.name));
+        }
+        if !dns(&self.hostname) {
+            return Err(format!("hostname: {:?} must be lower-case letters, digits and -", self.hostname));
+        }
+        if self.base.suite.is_empty() || !self.base.suite.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return Err(format!("base.suite: {:?} is not a Debian suite name", self.base.suite));
+        }
+        if !(self.base.mirror.starts_with("http://") || self.base.mirror.starts_with("https://")) {
+            return Err(format!("base.mirror: {:?} must be an http(s) URL", self.base.mirror));
+        }
+        for (i, p) in self.base.packages.iter().enumerate() {
+            if p.is_empty() || p.contains([' ', ',']) {
+                return Err(format!("base.packages[{i}]: {p:?} is not a package name"));
+            }
+        }
+        for (i, u) in self.users.iter().enumerate() {
+            if !dns(&u.name) || u.name == "root" {
+                return Err(format!("users[{i}].name: {:?} must be a lower-case user name other than root", u.name));
+            }
+            for (j, k) in u.authorized_keys.iter().enumerate() {
+                if !(k.starts_with("ssh-") || k.starts_with("ecdsa-") || k.starts_with("sk-")) || k.contains('\n') {
+                    return Err(format!("users[{i}].authorizedKeys[{j}]: not an OpenSSH public key line"));
+                }
+            }
+        }
+        if let Some(p) = &self.network.provisioning {
+            let (ip, len) = p.address.split_once('/').ok_or_else(|| {
+                format!("network.provisioning.address: {:?} needs a prefix length (/24)", p.address)
+            })?;
+            let ip: std::net::IpAddr = ip
+                .parse()
+                .map_err(|_| format!("network.provisioning.address: {ip:?} is not an IP address"))?;
+            let max = if ip.is_ipv4() { 32 } else { 128 };
+            if !len.parse::<u8>().is_ok_and(|l| l <= max) {
+                return Err(format!("network.provisioning.address: prefix length {len:?} is not 0..={max}"));
+            }
+        }
+        for (i, f) in self.components.files.iter().enumerate() {
+            match (&f.url, &f.path) {
+                (Some(_), Some(_)) | (None, None) => {
+                    return Err(format!("components.files[{i}]: give exactly one of url and path"))
+                }
+                (Some(u), None) => {
+                    if !(u.starts_with("http://") || u.starts_with("https://")) {
+                        return Err(format!("components.files[{i}].url: {u:?} must be http(s)"));
+                    }
+                    if f.sha256.is_none() {
+                        return Err(format!("components.files[{i}].sha256: required for a url (inputs are pinned)"));
+                    }
+                }
+                _ => {}
+            }
+            if let Some(h) = &f.sha256 {
+                if h.len() != 64 || !h.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)) {
+                    return Err(format!("components.files[{i}].sha256: {h:?} is not 64 lower-case hex digits"));
+                }
+            }
+            if !f.dest.starts_with('/') || f.dest.contains("/../") || f.dest.ends_with("/..") {
+                return Err(format!("components.files[{i}].dest: {:?} must be an absolute path", f.dest));
+            }
+            if let Some(m) = &f.mode {
+                if u32::from_str_radix(m, 8).map_or(true, |m| m > 0o7777) {
+                    return Err(format!("components.files[{i}].mode: {m:?} is not an octal mode like 0755"));
+                }
+            }
+        }
+        if self.outputs.formats.is_empty() {
+            return Err("outputs.formats: name at least one of raw, qcow2, iso".into());
+        }
+        let disk = parse_size(&self.outputs.disk_size).map_err(|e| format!("outputs.diskSize: {e}"))?;
+        let data = self.data_size()?;
+        if disk < data + (1 << 30) {
+            return Err(format!(
+                "outputs.diskSize: {} leaves under 1 GiB for the system beside the {} MiB data partition",
+                self.outputs.disk_size,
+                data >> 20
+            ));
+        }
+        if disk % (1 << 20) != 0 {
+            return Err(format!("outputs.diskSize: {} is not a whole number of MiB", self.outputs.disk_size));
+        }
+        Ok(())
+    }
+
+    pub fn data_size(&self) -> Result<u64, String> {
+        match &self.outputs.data_size {
+            None => Ok(1 << 30),
+            Some(s) => {
+                let v = parse_size(s).map_err(|e| format!("outputs.dataSize: {e}"))?;
+                if v < (16 << 20) || v % (1 << 20) != 0 {
+                    return Err(format!("outputs.dataSize: {s} must be whole MiB and at least 16MiB"));
+                }
+                Ok(v)
+            }
+        }
+    }
+
+    pub fn disk_size(&self) -> u64 {
+        parse_size(&self.outputs.disk_size).expect("validated")
+    }
+}
+
+/// A loaded spec: the parsed value, its directory (relative paths start there) and the hash of its text.
+pub struct Loaded {
+    pub spec: Spec,
+    pub path: PathBuf,
+    pub dir: PathBuf,
+    pub sha256: String,
+}
+
+impl Loaded {
+    pub fn resolve(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            self.dir.join(p)
+        }
+    }
+}
+
+/// Reads and validates the spec at `path`.
+pub fn load(path: &Path) -> Result<Loaded, SpecError> {
+    let file = path.display().to_string();
+    let err = |message: String| SpecError { file: file.clone(), message };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let spec = parse(&text).map_err(err)?;
+    spec.validate().map_err(err)?;
+    let dir = path.parent().map(Path::to_owned).unwrap_or_default();
+    let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
+    Ok(Loaded { spec, path: path.to_owned(), dir, sha256: hex::encode(Sha256::digest(text.as_bytes())) })
+}
+
+/// Parses spec text; the error carries serde's line, column and field.
+pub fn parse(text: &str) -> Result<Spec, String> {
+    serde_saphyr::from_str(text).map_err(|e| e.to_string())
+}
+
+/// The JSON Schema of the spec format.
+pub fn schema() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(Spec)).expect("schemas serialize")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "name: lab\nbase:\n  suite: bookworm\nhostname: foothold\noutputs:\n  formats: [raw]\n  diskSize: 4GiB\n";
+
+    #[test]
+    fn a_minimal_spec_parses_and_validates() {
+        let s = parse(GOOD).unwrap();
+        s.validate().unwrap();
+        assert_eq!(s.base.mirror, "http://deb.debian.org/debian");
+        assert_eq!(s.disk_size(), 4 << 30);
+        assert_eq!(s.data_size().unwrap(), 1 << 30);
+    }
+
+    #[test]
+    fn errors_name_the_line_and_field() {
+        let e = parse(&GOOD.replace("hostname", "hostnme")).unwrap_err();
+        assert!(e.contains("hostnme") && e.contains("line 4"), "{e}");
+        let e = parse(&GOOD.replace("[raw]", "[raw, vmdk]")).unwrap_err();
+        assert!(e.contains("vmdk") && e.contains("line 6"), "{e}");
+        let bad = |from: &str, to: &str| parse(&GOOD.replace(from, to)).unwrap().validate().unwrap_err();
+        assert!(bad("4GiB", "4GB").contains("outputs.diskSize"));
+        assert!(bad("4GiB", "1GiB").contains("leaves under 1 GiB"));
+        assert!(bad("name: lab", "name: Lab").starts_with("name:"));
+        let with_file = |f: &str| {
+            let mut s = parse(GOOD).unwrap();
+            s.components.files.push(serde_saphyr::from_str(f).unwrap());
+            s.validate().unwrap_err()
+        };
+        assert!(with_file("url: https://x/k3s\ndest: /usr/local/bin/k3s").contains("components.files[0].sha256: required"));
+        assert!(with_file("path: k3s\ndest: usr/bin/k3s").contains("components.files[0].dest"));
+        assert!(with_file("path: k3s\ndest: /usr/bin/k3s\nmode: '0999'").contains("components.files[0].mode"));
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("1024").unwrap(), 1024);
+        assert!(parse_size("1.5GiB").is_err());
+        assert!(parse_size("99999999999TiB").is_err());
+    }
+
+    #[test]
+    fn the_schema_names_every_top_level_field() {
+        let s = schema();
+        let props = s["properties"].as_object().unwrap();
+        for f in ["name", "base", "hostname", "users", "network", "components", "outputs"] {
+            assert!(props.contains_key(f), "{f}");
+        }
+    }
+}
