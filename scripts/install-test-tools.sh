@@ -19,6 +19,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
+# The image builder's tools (the end-to-end image test builds and boots packages/lab.yaml).
+scripts/install-build-tools.sh
+
 # Python tools, pinned: oras (OCI artifacts), tuspy (tus uploads), schemathesis (OpenAPI fuzzing; its `st`
 # is linked into target/tools/bin so tests find it whatever the Python installation's PATH).
 if ! python3 -c 'import oras.provider, tusclient, schemathesis' 2>/dev/null; then

@@ -27,12 +27,28 @@ const BOOT_PACKAGES: &[&str] = &[
     "curl",
     "kmod",
     "ca-certificates",
+    "openssl",
+    // The ISO boots its squashfs root with live-boot's initramfs scripts (inert without boot=live).
+    "live-boot",
 ];
 const ESP_SIZE: u64 = 64 * MIB;
 const BIOS_BOOT_SIZE: u64 = MIB;
 const GRUB_MODULES: &[&str] = &[
-    "part_gpt", "ext2", "search", "search_fs_uuid", "normal", "linux", "configfile", "echo", "serial",
-    "terminal", "test", "boot", "gzio", "sleep", "minicmd",
+    "part_gpt",
+    "ext2",
+    "search",
+    "search_fs_uuid",
+    "normal",
+    "linux",
+    "configfile",
+    "echo",
+    "serial",
+    "terminal",
+    "test",
+    "boot",
+    "gzio",
+    "sleep",
+    "minicmd",
 ];
 
 /// Where things go and come from.
@@ -43,6 +59,8 @@ pub struct Settings {
     pub agent: Option<PathBuf>,
     /// Seconds since the epoch for every timestamp in the image.
     pub source_date_epoch: u64,
+    /// Build only these of the spec's formats (None: all of them).
+    pub formats: Option<Vec<Format>>,
 }
 
 /// Runs `cmd`, failing with its output when it fails.
@@ -62,9 +80,10 @@ pub fn run(cmd: &mut Command) -> Result<String> {
 
 /// A UUID derived from the spec's hash and a label: the same spec, the same UUIDs.
 pub fn derived_uuid(spec_sha256: &str, label: &str) -> uuid::Uuid {
-    let mut b: [u8; 16] = Sha256::digest(format!("foothold-build\n{spec_sha256}\n{label}").as_bytes())[..16]
-        .try_into()
-        .expect("16 bytes");
+    let mut b: [u8; 16] =
+        Sha256::digest(format!("foothold-build\n{spec_sha256}\n{label}").as_bytes())[..16]
+            .try_into()
+            .expect("16 bytes");
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     uuid::Uuid::from_bytes(b)
@@ -82,28 +101,46 @@ fn tool_version(cmd: &str, arg: &str) -> String {
         .arg(arg)
         .output()
         .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).lines().next().map(str::to_owned))
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(str::to_owned)
+        })
         .unwrap_or_else(|| "unknown".into())
 }
 
 /// The root file system for the spec's base, from the cache or built by mmdebstrap (then cached under the hash
 /// of its inputs).
-pub fn rootfs(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Result<(PathBuf, String)> {
+pub fn rootfs(
+    loaded: &Loaded,
+    settings: &Settings,
+    progress: &Progress,
+) -> Result<(PathBuf, String)> {
     let base = &loaded.spec.base;
     let mut packages: Vec<String> = BOOT_PACKAGES.iter().map(|s| s.to_string()).collect();
     packages.extend(base.packages.iter().cloned());
     packages.sort();
     packages.dedup();
     let key = hex::encode(Sha256::digest(
-        format!("rootfs v1\n{}\n{}\n{}\n{}", base.suite, base.mirror, packages.join(","), settings.source_date_epoch)
-            .as_bytes(),
+        format!(
+            "rootfs v1\n{}\n{}\n{}\n{}",
+            base.suite,
+            base.mirror,
+            packages.join(","),
+            settings.source_date_epoch
+        )
+        .as_bytes(),
     ));
     let dir = settings.cache.join("rootfs").join(&key);
     if dir.join(".complete").exists() {
         progress.step("rootfs", &format!("cached {}", &key[..12]));
         return Ok((dir, key));
     }
-    progress.step("rootfs", &format!("mmdebstrap {} ({} packages)", base.suite, packages.len()));
+    progress.step(
+        "rootfs",
+        &format!("mmdebstrap {} ({} packages)", base.suite, packages.len()),
+    );
     let debs = settings.cache.join("debs");
     fs::create_dir_all(&debs)?;
     let tmp = settings.cache.join("rootfs").join(format!("{key}.tmp"));
@@ -113,11 +150,22 @@ pub fn rootfs(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resu
     fs::create_dir_all(tmp.parent().expect("has parent"))?;
     run(Command::new("mmdebstrap")
         .env("SOURCE_DATE_EPOCH", settings.source_date_epoch.to_string())
-        .args(["--variant=apt", "--dpkgopt=force-unsafe-io", "--skip=essential/unlink", "--quiet"])
+        .args([
+            "--variant=apt",
+            "--dpkgopt=force-unsafe-io",
+            "--skip=essential/unlink",
+            "--quiet",
+        ])
         .arg(format!("--include={}", packages.join(",")))
         .arg("--setup-hook=mkdir -p \"$1\"/var/cache/apt/archives/")
-        .arg(format!("--setup-hook=sync-in {} /var/cache/apt/archives/", debs.display()))
-        .arg(format!("--customize-hook=sync-out /var/cache/apt/archives {}", debs.display()))
+        .arg(format!(
+            "--setup-hook=sync-in {} /var/cache/apt/archives/",
+            debs.display()
+        ))
+        .arg(format!(
+            "--customize-hook=sync-out /var/cache/apt/archives {}",
+            debs.display()
+        ))
         .arg(&base.suite)
         .arg(&tmp)
         .arg(&base.mirror))
@@ -138,17 +186,28 @@ fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<()> {
-    run(Command::new("cp").arg("-a").arg("--reflink=auto").arg(format!("{}/.", from.display())).arg(to))?;
+    run(Command::new("cp")
+        .arg("-a")
+        .arg("--reflink=auto")
+        .arg(format!("{}/.", from.display()))
+        .arg(to))?;
     Ok(())
 }
 
 /// Everything generated from the spec into the staged root.
 fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> Result<()> {
     let spec = &loaded.spec;
-    write_file(&root.join("etc/hostname"), &format!("{}\n", spec.hostname), 0o644)?;
+    write_file(
+        &root.join("etc/hostname"),
+        &format!("{}\n", spec.hostname),
+        0o644,
+    )?;
     write_file(
         &root.join("etc/hosts"),
-        &format!("127.0.0.1 localhost\n127.0.1.1 {h}\n::1 localhost ip6-localhost ip6-loopback\n", h = spec.hostname),
+        &format!(
+            "127.0.0.1 localhost\n127.0.1.1 {h}\n::1 localhost ip6-localhost ip6-loopback\n",
+            h = spec.hostname
+        ),
         0o644,
     )?;
     write_file(
@@ -160,7 +219,10 @@ fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> 
         0o644,
     )?;
     fs::create_dir_all(root.join("var/lib/foothold"))?;
-    let cmdline = format!("root=UUID={} ro console=tty0 console=ttyS0,115200n8", ids.root);
+    let cmdline = format!(
+        "root=UUID={} ro console=tty0 console=ttyS0,115200n8",
+        ids.root
+    );
     write_file(
         &root.join("boot/grub/grub.cfg"),
         &format!(
@@ -180,25 +242,66 @@ fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> 
     if let Some(p) = &spec.network.provisioning {
         write_file(
             &root.join("etc/systemd/network/10-provisioning.network"),
-            &format!("[Match]\n{}\n\n[Network]\nAddress={}\nLinkLocalAddressing=ipv6\nIPv6AcceptRA=no\n", matcher(&p.interface), p.address),
+            &format!(
+                "[Match]\n{}\n\n[Network]\nAddress={}\nLinkLocalAddressing=ipv6\nIPv6AcceptRA=no\n",
+                matcher(&p.interface),
+                p.address
+            ),
             0o644,
         )?;
     }
-    let external = spec.network.external.as_ref().map(|e| matcher(&e.interface)).unwrap_or_else(|| "Name=en* eth*".into());
+    let external = spec
+        .network
+        .external
+        .as_ref()
+        .map(|e| matcher(&e.interface))
+        .unwrap_or_else(|| "Name=en* eth*".into());
     write_file(
         &root.join("etc/systemd/network/20-external.network"),
         &format!("[Match]\n{external}\n\n[Network]\nDHCP=yes\n"),
         0o644,
     )?;
-    let args = agent_args.join(" ");
+    // The agent: writes need the token made at first boot; HTTPS with the first boot's certificate if asked.
+    let mut args = vec!["--token-file".to_owned(), "/etc/foothold/token".to_owned()];
+    if spec.components.agent_tls {
+        args.extend(
+            [
+                "--tls-cert",
+                "/etc/foothold/tls/cert.pem",
+                "--tls-key",
+                "/etc/foothold/tls/key.pem",
+            ]
+            .map(String::from),
+        );
+    }
+    args.extend(agent_args.iter().cloned());
     write_file(
         &root.join("etc/foothold/agent.env"),
-        &format!("FOOTHOLD_LISTEN=0.0.0.0:5000\nFOOTHOLD_AGENT_ARGS={args}\n"),
+        &format!(
+            "FOOTHOLD_LISTEN=0.0.0.0:5000\nFOOTHOLD_AGENT_ARGS={}\n",
+            args.join(" ")
+        ),
+        0o644,
+    )?;
+    let mut names = Vec::new();
+    if let Some(p) = &spec.network.provisioning {
+        names.push(format!(
+            "IP:{}",
+            p.address.split('/').next().unwrap_or_default()
+        ));
+    }
+    write_file(
+        &root.join("etc/foothold/tls-names"),
+        &(names.join(",") + "\n"),
         0o644,
     )?;
     // Users: a locked password, SSH keys.
     for u in &spec.users {
-        let groups = if u.sudo { vec!["--groups", "sudo"] } else { vec![] };
+        let groups = if u.sudo {
+            vec!["--groups", "sudo"]
+        } else {
+            vec![]
+        };
         run(Command::new("chroot")
             .arg(root)
             .args(["useradd", "--create-home", "--shell", "/bin/bash"])
@@ -207,8 +310,16 @@ fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> 
         .with_context(|| format!("adding user {}", u.name))?;
         if !u.authorized_keys.is_empty() {
             let home = root.join("home").join(&u.name);
-            write_file(&home.join(".ssh/authorized_keys"), &(u.authorized_keys.join("\n") + "\n"), 0o600)?;
-            run(Command::new("chroot").arg(root).args(["chown", "-R"]).arg(format!("{0}:{0}", u.name)).arg(format!("/home/{}/.ssh", u.name)))?;
+            write_file(
+                &home.join(".ssh/authorized_keys"),
+                &(u.authorized_keys.join("\n") + "\n"),
+                0o600,
+            )?;
+            run(Command::new("chroot")
+                .arg(root)
+                .args(["chown", "-R"])
+                .arg(format!("{0}:{0}", u.name))
+                .arg(format!("/home/{}/.ssh", u.name)))?;
         }
     }
     run(Command::new("chroot").arg(root).args([
@@ -217,9 +328,20 @@ fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> 
         "systemd-networkd.service",
         "foothold-agent.service",
         "foothold-ready.service",
+        "foothold-ssh-host-keys.service",
+        "foothold-firstboot.service",
+        "foothold-grow-data.service",
     ]))?;
-    // Each boot of an image is a new machine.
+    // Each machine booted from the image is a new one: its own machine-id and SSH host keys, made at first boot.
     write_file(&root.join("etc/machine-id"), "", 0o444)?;
+    let _ = fs::remove_file(root.join("var/lib/dbus/machine-id"));
+    if let Ok(entries) = fs::read_dir(root.join("etc/ssh")) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with("ssh_host_") {
+                fs::remove_file(e.path())?;
+            }
+        }
+    }
     Ok(())
 }
 
@@ -253,13 +375,35 @@ struct Ids {
 }
 
 /// Formats ext4 from `dir` into `image` at `part`, deterministic for equal inputs.
-fn mkfs_ext4(image: &Path, part: &Partition, dir: &Path, label: &str, id: uuid::Uuid, epoch: u64) -> Result<()> {
+fn mkfs_ext4(
+    image: &Path,
+    part: &Partition,
+    dir: &Path,
+    label: &str,
+    id: uuid::Uuid,
+    epoch: u64,
+) -> Result<()> {
     run(Command::new("mkfs.ext4")
         .env("E2FSPROGS_FAKE_TIME", epoch.to_string())
-        .args(["-q", "-F", "-t", "ext4", "-b", "4096", "-L", label, "-U", &id.to_string(), "-d"])
+        .args([
+            "-q",
+            "-F",
+            "-t",
+            "ext4",
+            "-b",
+            "4096",
+            "-L",
+            label,
+            "-U",
+            &id.to_string(),
+            "-d",
+        ])
         .arg(dir)
         .arg("-E")
-        .arg(format!("offset={},hash_seed={id},root_owner=0:0,nodiscard", part.offset()))
+        .arg(format!(
+            "offset={},hash_seed={id},root_owner=0:0,nodiscard",
+            part.offset()
+        ))
         .arg(image)
         .arg(format!("{}k", part.size() / 1024)))
     .with_context(|| format!("formatting the {label} partition"))?;
@@ -277,7 +421,12 @@ fn copy_into(image: &mut File, offset: u64, from: &Path) -> Result<()> {
 pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Result<Vec<PathBuf>> {
     let spec = &loaded.spec;
     let epoch = settings.source_date_epoch;
-    fs::create_dir_all(&settings.out).with_context(|| format!("creating {}", settings.out.display()))?;
+    let wanted = |f: Format| {
+        spec.outputs.formats.contains(&f)
+            && settings.formats.as_ref().is_none_or(|w| w.contains(&f))
+    };
+    fs::create_dir_all(&settings.out)
+        .with_context(|| format!("creating {}", settings.out.display()))?;
     let work = settings.out.join(format!(".{}.work", spec.name));
     if work.exists() {
         fs::remove_dir_all(&work)?;
@@ -292,30 +441,49 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
 
     // 1. The root file system.
     let (base, base_key) = rootfs(loaded, settings, progress)?;
-    inputs.insert("rootfs".into(), json!({"suite": spec.base.suite, "mirror": spec.base.mirror, "cacheKey": base_key}));
+    inputs.insert(
+        "rootfs".into(),
+        json!({"suite": spec.base.suite, "mirror": spec.base.mirror, "cacheKey": base_key}),
+    );
     progress.step("stage", "root file system, overlay, agent, configuration");
     let root = work.join("root");
     fs::create_dir_all(&root)?;
     copy_tree(&base, &root)?;
     let _ = fs::remove_file(root.join(".complete"));
     let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rootfs");
-    let overlay = spec.components.overlay.as_ref().map(|o| loaded.resolve(o)).unwrap_or(overlay);
+    let overlay = spec
+        .components
+        .overlay
+        .as_ref()
+        .map(|o| loaded.resolve(o))
+        .unwrap_or(overlay);
     if overlay.is_dir() {
         copy_tree(&overlay, &root)?;
     }
     let agent = settings
         .agent
         .clone()
-        .or_else(|| spec.components.agent.as_ref().map(|a| loaded.resolve(&a.path)))
+        .or_else(|| {
+            spec.components
+                .agent
+                .as_ref()
+                .map(|a| loaded.resolve(&a.path))
+        })
         .context("no agent binary: set components.agent.path in the spec or pass --agent")?;
     if !agent.is_file() {
         bail!("{}: components.agent.path: {} is not a file (build it with cargo build --release -p foothold-agent)", loaded.path.display(), agent.display());
     }
     let agent_dest = root.join("usr/local/bin/foothold-agent");
     fs::create_dir_all(agent_dest.parent().expect("has parent"))?;
-    run(Command::new("objcopy").arg("--strip-debug").arg(&agent).arg(&agent_dest))
-        .context("copying the agent binary without debug information")?;
-    inputs.insert("agent".into(), json!({"path": agent, "sha256": sha256_file(&agent)?}));
+    run(Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(&agent)
+        .arg(&agent_dest))
+    .context("copying the agent binary without debug information")?;
+    inputs.insert(
+        "agent".into(),
+        json!({"path": agent, "sha256": sha256_file(&agent)?}),
+    );
     for (i, f) in spec.components.files.iter().enumerate() {
         let Some(p) = &f.path else {
             bail!("{}: components.files[{i}]: URL inputs need `foothold-build fetch`, which is not implemented yet", loaded.path.display());
@@ -324,59 +492,136 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         let digest = sha256_file(&src).with_context(|| format!("components.files[{i}].path"))?;
         if let Some(want) = &f.sha256 {
             if *want != digest {
-                bail!("{}: components.files[{i}]: {} has sha256 {digest}, the spec pins {want}", loaded.path.display(), src.display());
+                bail!(
+                    "{}: components.files[{i}]: {} has sha256 {digest}, the spec pins {want}",
+                    loaded.path.display(),
+                    src.display()
+                );
             }
         }
         let dest = root.join(f.dest.trim_start_matches('/'));
         fs::create_dir_all(dest.parent().expect("absolute"))?;
         fs::copy(&src, &dest)?;
-        let mode = f.mode.as_deref().map(|m| u32::from_str_radix(m, 8).expect("validated")).unwrap_or(0o644);
+        let mode = f
+            .mode
+            .as_deref()
+            .map(|m| u32::from_str_radix(m, 8).expect("validated"))
+            .unwrap_or(0o644);
         use std::os::unix::fs::PermissionsExt;
         fs::set_permissions(&dest, fs::Permissions::from_mode(mode))?;
-        inputs.insert(format!("file:{}", f.dest), json!({"path": src, "sha256": digest}));
+        inputs.insert(
+            format!("file:{}", f.dest),
+            json!({"path": src, "sha256": digest}),
+        );
     }
     configure(&root, loaded, &ids, &spec.components.agent_args)?;
 
     // 2. The data partition: the agent's store, images imported at build time.
-    progress.step("data", &format!("{} image layouts into the agent's store", spec.components.image_layouts.len()));
+    progress.step(
+        "data",
+        &format!(
+            "{} image layouts into the agent's store",
+            spec.components.image_layouts.len()
+        ),
+    );
     let data = work.join("data");
     fs::create_dir_all(&data)?;
     for (i, l) in spec.components.image_layouts.iter().enumerate() {
         let layout = loaded.resolve(&l.path);
-        run(Command::new(&agent).arg("import").arg(&layout).arg("--data").arg(&data))
-            .with_context(|| format!("components.imageLayouts[{i}]: importing {}", layout.display()))?;
-        let index = fs::read(layout.join("index.json")).with_context(|| format!("components.imageLayouts[{i}]"))?;
-        inputs.insert(format!("layout:{}", l.path.display()), json!({"indexSha256": hex::encode(Sha256::digest(&index))}));
+        run(Command::new(&agent)
+            .arg("import")
+            .arg(&layout)
+            .arg("--data")
+            .arg(&data))
+        .with_context(|| {
+            format!(
+                "components.imageLayouts[{i}]: importing {}",
+                layout.display()
+            )
+        })?;
+        let index = fs::read(layout.join("index.json"))
+            .with_context(|| format!("components.imageLayouts[{i}]"))?;
+        inputs.insert(
+            format!("layout:{}", l.path.display()),
+            json!({"indexSha256": hex::encode(Sha256::digest(&index))}),
+        );
     }
     clamp_mtimes(&root, epoch)?;
     clamp_mtimes(&data, epoch)?;
 
     // 3. The disk.
-    progress.step("disk", "GPT, GRUB (BIOS and UEFI), ESP, root and data file systems");
+    progress.step(
+        "disk",
+        "GPT, GRUB (BIOS and UEFI), ESP, root and data file systems",
+    );
     let size = spec.disk_size();
     let data_size = spec.data_size().map_err(anyhow::Error::msg)?;
     let sectors = size / SECTOR;
     let lba = |bytes: u64| bytes / SECTOR;
     let g = |s: &str| uuid::Uuid::parse_str(s).expect("constant GUID");
-    let bios = Partition { type_guid: g(gpt::BIOS_BOOT), guid: derived_uuid(&loaded.sha256, "bios"), first_lba: lba(MIB), last_lba: lba(MIB + BIOS_BOOT_SIZE) - 1, name: "bios".into() };
+    let bios = Partition {
+        type_guid: g(gpt::BIOS_BOOT),
+        guid: derived_uuid(&loaded.sha256, "bios"),
+        first_lba: lba(MIB),
+        last_lba: lba(MIB + BIOS_BOOT_SIZE) - 1,
+        name: "bios".into(),
+    };
     let esp_start = MIB + BIOS_BOOT_SIZE;
-    let esp = Partition { type_guid: g(gpt::EFI_SYSTEM), guid: derived_uuid(&loaded.sha256, "esp"), first_lba: lba(esp_start), last_lba: lba(esp_start + ESP_SIZE) - 1, name: "esp".into() };
+    let esp = Partition {
+        type_guid: g(gpt::EFI_SYSTEM),
+        guid: derived_uuid(&loaded.sha256, "esp"),
+        first_lba: lba(esp_start),
+        last_lba: lba(esp_start + ESP_SIZE) - 1,
+        name: "esp".into(),
+    };
     let root_start = esp_start + ESP_SIZE;
     let data_start = size - MIB - data_size;
-    let root_part = Partition { type_guid: g(gpt::LINUX_ROOT_X86_64), guid: derived_uuid(&loaded.sha256, "root-part"), first_lba: lba(root_start), last_lba: lba(data_start) - 1, name: "root".into() };
-    let data_part = Partition { type_guid: g(gpt::LINUX_FS), guid: derived_uuid(&loaded.sha256, "data-part"), first_lba: lba(data_start), last_lba: lba(data_start + data_size) - 1, name: "foothold-data".into() };
+    let root_part = Partition {
+        type_guid: g(gpt::LINUX_ROOT_X86_64),
+        guid: derived_uuid(&loaded.sha256, "root-part"),
+        first_lba: lba(root_start),
+        last_lba: lba(data_start) - 1,
+        name: "root".into(),
+    };
+    let data_part = Partition {
+        type_guid: g(gpt::LINUX_FS),
+        guid: derived_uuid(&loaded.sha256, "data-part"),
+        first_lba: lba(data_start),
+        last_lba: lba(data_start + data_size) - 1,
+        name: "foothold-data".into(),
+    };
     let raw = settings.out.join(format!("{}.raw", spec.name));
     let tmp_raw = settings.out.join(format!(".{}.raw.tmp", spec.name));
     {
         let f = File::create(&tmp_raw)?;
         f.set_len(size)?;
     }
-    mkfs_ext4(&tmp_raw, &root_part, &root, "foothold-root", ids.root, epoch)?;
-    mkfs_ext4(&tmp_raw, &data_part, &data, "foothold-data", ids.data, epoch)?;
+    mkfs_ext4(
+        &tmp_raw,
+        &root_part,
+        &root,
+        "foothold-root",
+        ids.root,
+        epoch,
+    )?;
+    mkfs_ext4(
+        &tmp_raw,
+        &data_part,
+        &data,
+        "foothold-data",
+        ids.data,
+        epoch,
+    )?;
 
     // GRUB: both images find the root by its UUID and read /boot/grub/grub.cfg there.
     let early = work.join("early.cfg");
-    fs::write(&early, format!("search --no-floppy --fs-uuid --set=root {}\nset prefix=($root)/boot/grub\n", ids.root))?;
+    fs::write(
+        &early,
+        format!(
+            "search --no-floppy --fs-uuid --set=root {}\nset prefix=($root)/boot/grub\n",
+            ids.root
+        ),
+    )?;
     let efi = work.join("BOOTX64.EFI");
     run(Command::new("grub-mkimage")
         .args(["-O", "x86_64-efi", "-p", "/boot/grub", "-c"])
@@ -397,16 +642,31 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
     .context("grub-mkimage for BIOS (Debian grub-pc-bin)")?;
     let core_bytes = fs::read(&core)?;
     if core_bytes.len() as u64 > bios.size() {
-        bail!("the BIOS core image ({} bytes) does not fit the BIOS boot partition", core_bytes.len());
+        bail!(
+            "the BIOS core image ({} bytes) does not fit the BIOS boot partition",
+            core_bytes.len()
+        );
     }
 
     // The ESP, formatted and filled in a file of its own, then copied in.
     let esp_img = work.join("esp.img");
     let _ = fs::remove_file(&esp_img);
-    let serial = format!("{:08X}", u32::from_le_bytes(ids.disk.as_bytes()[..4].try_into().expect("4 bytes")));
+    let serial = format!(
+        "{:08X}",
+        u32::from_le_bytes(ids.disk.as_bytes()[..4].try_into().expect("4 bytes"))
+    );
     run(Command::new("mkfs.vfat")
         .env("SOURCE_DATE_EPOCH", epoch.to_string())
-        .args(["-C", "--invariant", "-F", "32", "-n", "FOOTHOLDESP", "-i", &serial])
+        .args([
+            "-C",
+            "--invariant",
+            "-F",
+            "32",
+            "-n",
+            "FOOTHOLDESP",
+            "-i",
+            &serial,
+        ])
         .arg(&esp_img)
         .arg((ESP_SIZE / 1024).to_string()))
     .context("mkfs.vfat (Debian dosfstools)")?;
@@ -431,29 +691,47 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
     core_patched[500..508].copy_from_slice(&(bios.first_lba + 1).to_le_bytes());
     f.seek(SeekFrom::Start(bios.offset()))?;
     f.write_all(&core_patched)?;
-    let boot_img = fs::read("/usr/lib/grub/i386-pc/boot.img").context("reading GRUB's boot.img (Debian grub-pc-bin)")?;
+    let boot_img = fs::read("/usr/lib/grub/i386-pc/boot.img")
+        .context("reading GRUB's boot.img (Debian grub-pc-bin)")?;
     let mut mbr = boot_img[..440].to_vec();
     mbr[0x5c..0x64].copy_from_slice(&bios.first_lba.to_le_bytes());
     f.seek(SeekFrom::Start(0))?;
     f.write_all(&mbr)?;
-    gpt::write(&mut f, sectors, ids.disk, &[bios.clone(), esp.clone(), root_part.clone(), data_part.clone()])?;
+    gpt::write(
+        &mut f,
+        sectors,
+        ids.disk,
+        &[
+            bios.clone(),
+            esp.clone(),
+            root_part.clone(),
+            data_part.clone(),
+        ],
+    )?;
     f.sync_all()?;
     drop(f);
     fs::rename(&tmp_raw, &raw)?;
     let mut outputs = vec![raw.clone()];
 
     // 4. Conversions.
-    if spec.outputs.formats.contains(&Format::Qcow2) {
+    if wanted(Format::Qcow2) {
         progress.step("qcow2", "qemu-img convert");
         let q = settings.out.join(format!("{}.qcow2", spec.name));
         let tmp = settings.out.join(format!(".{}.qcow2.tmp", spec.name));
-        run(Command::new("qemu-img").args(["convert", "-q", "-f", "raw", "-O", "qcow2"]).arg(&raw).arg(&tmp))
-            .context("qemu-img (Debian qemu-utils)")?;
+        run(Command::new("qemu-img")
+            .args(["convert", "-q", "-f", "raw", "-O", "qcow2"])
+            .arg(&raw)
+            .arg(&tmp))
+        .context("qemu-img (Debian qemu-utils)")?;
         fs::rename(&tmp, &q)?;
         outputs.push(q);
     }
-    if spec.outputs.formats.contains(&Format::Iso) {
-        progress.step("iso", "not implemented yet: skipped");
+    if wanted(Format::Iso) {
+        progress.step(
+            "iso",
+            "squashfs root with the store inside, GRUB for BIOS and UEFI, hybrid for CD and USB",
+        );
+        outputs.push(iso(loaded, settings, &work, &root, &data, &ids)?);
     }
 
     // 5. Manifests.
@@ -487,4 +765,78 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
     }
     fs::remove_dir_all(&work)?;
     Ok(outputs)
+}
+
+/// The hybrid ISO: live-boot's squashfs root (the agent's store inside it; writes go to memory), booted by GRUB
+/// from CD (El Torito, BIOS and UEFI) or USB (the MBR and GPT xorriso writes).
+fn iso(
+    loaded: &Loaded,
+    settings: &Settings,
+    work: &Path,
+    root: &Path,
+    data: &Path,
+    ids: &Ids,
+) -> Result<PathBuf> {
+    let spec = &loaded.spec;
+    let epoch = settings.source_date_epoch;
+    let tree = work.join("iso");
+    fs::create_dir_all(tree.join("live"))?;
+    fs::create_dir_all(tree.join("boot/grub"))?;
+    // The store lives in the squashfs; no data partition is mounted.
+    copy_tree(data, &root.join("var/lib/foothold"))?;
+    let fstab = root.join("etc/fstab");
+    fs::write(&fstab, "# live system: the root is live-boot's overlay\n")?;
+    for (from, to) in [
+        ("vmlinuz", "live/vmlinuz"),
+        ("initrd.img", "live/initrd.img"),
+    ] {
+        let target = fs::canonicalize(root.join(from)).or_else(|_| {
+            // The links are absolute inside the root (boot/vmlinuz-…): resolve them there.
+            fs::read_link(root.join(from)).map(|l| root.join(l.strip_prefix("/").unwrap_or(&l)))
+        })?;
+        fs::copy(&target, tree.join(to)).with_context(|| format!("copying {from} into the ISO"))?;
+    }
+    clamp_mtimes(root, epoch)?;
+    run(Command::new("mksquashfs")
+        .arg(root)
+        .arg(tree.join("live/filesystem.squashfs"))
+        .args([
+            "-noappend",
+            "-no-progress",
+            "-quiet",
+            "-comp",
+            "zstd",
+            "-Xcompression-level",
+            "6",
+            "-mkfs-time",
+            &epoch.to_string(),
+            "-all-time",
+            &epoch.to_string(),
+        ]))
+    .context("mksquashfs (Debian squashfs-tools)")?;
+    fs::write(
+        tree.join("boot/grub/grub.cfg"),
+        format!(
+            "serial --unit=0 --speed=115200\nterminal_input serial console\nterminal_output serial console\nset timeout=1\nmenuentry 'Foothold {name} (live)' {{\n  linux /live/vmlinuz boot=live console=tty0 console=ttyS0,115200n8\n  initrd /live/initrd.img\n}}\n",
+            name = spec.name
+        ),
+    )?;
+    clamp_mtimes(&tree, epoch)?;
+    let out = settings.out.join(format!("{}.iso", spec.name));
+    let tmp = settings.out.join(format!(".{}.iso.tmp", spec.name));
+    let _ = fs::remove_file(&tmp);
+    let volid: String = format!("FOOTHOLD_{}", spec.name.to_uppercase().replace('-', "_"))
+        .chars()
+        .take(32)
+        .collect();
+    run(Command::new("grub-mkrescue")
+        .env("SOURCE_DATE_EPOCH", epoch.to_string())
+        .arg("-o")
+        .arg(&tmp)
+        .arg(&tree)
+        .args(["--", "-volid", &volid]))
+    .context("grub-mkrescue (Debian grub-common, xorriso, mtools)")?;
+    fs::rename(&tmp, &out)?;
+    let _ = ids;
+    Ok(out)
 }

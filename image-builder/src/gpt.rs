@@ -51,7 +51,12 @@ fn entry(p: &Partition) -> [u8; ENTRY_SIZE as usize] {
     e
 }
 
-fn header(sectors: u64, disk: uuid::Uuid, primary: bool, entries_crc: u32) -> [u8; SECTOR as usize] {
+fn header(
+    sectors: u64,
+    disk: uuid::Uuid,
+    primary: bool,
+    entries_crc: u32,
+) -> [u8; SECTOR as usize] {
     let (first, last) = usable(sectors);
     let (current, backup, entries_lba) = if primary {
         (1, sectors - 1, 2)
@@ -62,12 +67,12 @@ fn header(sectors: u64, disk: uuid::Uuid, primary: bool, entries_crc: u32) -> [u
     h[0..8].copy_from_slice(b"EFI PART");
     h[8..12].copy_from_slice(&0x0001_0000u32.to_le_bytes());
     h[12..16].copy_from_slice(&92u32.to_le_bytes());
-    h[24..32].copy_from_slice(&(current as u64).to_le_bytes());
-    h[32..40].copy_from_slice(&(backup as u64).to_le_bytes());
+    h[24..32].copy_from_slice(&current.to_le_bytes());
+    h[32..40].copy_from_slice(&backup.to_le_bytes());
     h[40..48].copy_from_slice(&first.to_le_bytes());
     h[48..56].copy_from_slice(&last.to_le_bytes());
     h[56..72].copy_from_slice(&disk.to_bytes_le());
-    h[72..80].copy_from_slice(&(entries_lba as u64).to_le_bytes());
+    h[72..80].copy_from_slice(&entries_lba.to_le_bytes());
     h[80..84].copy_from_slice(&ENTRIES.to_le_bytes());
     h[84..88].copy_from_slice(&ENTRY_SIZE.to_le_bytes());
     h[88..92].copy_from_slice(&entries_crc.to_le_bytes());
@@ -94,13 +99,21 @@ pub fn protective_mbr(sectors: u64) -> [u8; 72] {
 
 /// Writes the protective MBR table, both GPT headers and both entry arrays for `parts` onto a disk image of
 /// `sectors` sectors. Partitions must lie in the usable range and not overlap.
-pub fn write<W: Write + Seek>(out: &mut W, sectors: u64, disk: uuid::Uuid, parts: &[Partition]) -> std::io::Result<()> {
+pub fn write<W: Write + Seek>(
+    out: &mut W,
+    sectors: u64,
+    disk: uuid::Uuid,
+    parts: &[Partition],
+) -> std::io::Result<()> {
     let (first, last) = usable(sectors);
     let mut sorted: Vec<&Partition> = parts.iter().collect();
     sorted.sort_by_key(|p| p.first_lba);
     for w in sorted.windows(2) {
         if w[0].last_lba >= w[1].first_lba {
-            return Err(std::io::Error::other(format!("partitions {} and {} overlap", w[0].name, w[1].name)));
+            return Err(std::io::Error::other(format!(
+                "partitions {} and {} overlap",
+                w[0].name, w[1].name
+            )));
         }
     }
     for p in parts {
@@ -137,8 +150,20 @@ mod tests {
     fn parts() -> Vec<Partition> {
         let g = |s: &str| uuid::Uuid::parse_str(s).unwrap();
         vec![
-            Partition { type_guid: g(BIOS_BOOT), guid: uuid::Uuid::from_u128(1), first_lba: 2048, last_lba: 4095, name: "bios".into() },
-            Partition { type_guid: g(EFI_SYSTEM), guid: uuid::Uuid::from_u128(2), first_lba: 4096, last_lba: 8191, name: "esp".into() },
+            Partition {
+                type_guid: g(BIOS_BOOT),
+                guid: uuid::Uuid::from_u128(1),
+                first_lba: 2048,
+                last_lba: 4095,
+                name: "bios".into(),
+            },
+            Partition {
+                type_guid: g(EFI_SYSTEM),
+                guid: uuid::Uuid::from_u128(2),
+                first_lba: 4096,
+                last_lba: 8191,
+                name: "esp".into(),
+            },
         ]
     }
 
@@ -150,19 +175,33 @@ mod tests {
         let d = disk.into_inner();
         assert_eq!(&d[510..512], &[0x55, 0xAA]);
         assert_eq!(d[446 + 4], 0xEE);
-        for (lba, current, entries_lba) in [(1u64, 1u64, 2u64), (sectors - 1, sectors - 1, sectors - 33)] {
+        for (lba, current, entries_lba) in
+            [(1u64, 1u64, 2u64), (sectors - 1, sectors - 1, sectors - 33)]
+        {
             let h = &d[(lba * SECTOR) as usize..(lba * SECTOR + 92) as usize];
             assert_eq!(&h[0..8], b"EFI PART");
             let mut zeroed = h.to_vec();
             zeroed[16..20].fill(0);
-            assert_eq!(u32::from_le_bytes(h[16..20].try_into().unwrap()), crc32fast::hash(&zeroed));
+            assert_eq!(
+                u32::from_le_bytes(h[16..20].try_into().unwrap()),
+                crc32fast::hash(&zeroed)
+            );
             assert_eq!(u64::from_le_bytes(h[24..32].try_into().unwrap()), current);
-            assert_eq!(u64::from_le_bytes(h[72..80].try_into().unwrap()), entries_lba);
+            assert_eq!(
+                u64::from_le_bytes(h[72..80].try_into().unwrap()),
+                entries_lba
+            );
             let e = &d[(entries_lba * SECTOR) as usize..(entries_lba * SECTOR + 16384) as usize];
-            assert_eq!(u32::from_le_bytes(h[88..92].try_into().unwrap()), crc32fast::hash(e));
+            assert_eq!(
+                u32::from_le_bytes(h[88..92].try_into().unwrap()),
+                crc32fast::hash(e)
+            );
             // The ESP entry: type GUID in mixed-endian order.
             assert_eq!(&e[128..132], &[0x28, 0x73, 0x2a, 0xc1]);
-            assert_eq!(u64::from_le_bytes(e[128 + 32..128 + 40].try_into().unwrap()), 4096);
+            assert_eq!(
+                u64::from_le_bytes(e[128 + 32..128 + 40].try_into().unwrap()),
+                4096
+            );
         }
     }
 
@@ -171,9 +210,15 @@ mod tests {
         let mut p = parts();
         p[1].first_lba = 4000;
         let mut disk = std::io::Cursor::new(vec![0u8; 16384 * 512]);
-        assert!(write(&mut disk, 16384, uuid::Uuid::nil(), &p).unwrap_err().to_string().contains("overlap"));
+        assert!(write(&mut disk, 16384, uuid::Uuid::nil(), &p)
+            .unwrap_err()
+            .to_string()
+            .contains("overlap"));
         let mut p = parts();
         p[1].last_lba = 16384;
-        assert!(write(&mut disk, 16384, uuid::Uuid::nil(), &p).unwrap_err().to_string().contains("outside"));
+        assert!(write(&mut disk, 16384, uuid::Uuid::nil(), &p)
+            .unwrap_err()
+            .to_string()
+            .contains("outside"));
     }
 }

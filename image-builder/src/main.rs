@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand};
 use foothold_image_builder::{build, progress::Progress, qemu, spec};
 
 #[derive(Parser)]
-#[command(name = "foothold-build", version, about = "Build Foothold bootable media from an appliance spec, and boot them in qemu")]
+#[command(
+    name = "foothold-build",
+    version,
+    about = "Build Foothold bootable media from an appliance spec, and boot them in qemu"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -34,6 +38,10 @@ enum Cmd {
         /// Progress as JSON events on standard output.
         #[arg(long)]
         json: bool,
+        /// Build only these of the spec's formats, comma separated (the raw image is always made: the others
+        /// derive from it).
+        #[arg(long, value_delimiter = ',', value_parser = parse_format)]
+        formats: Option<Vec<spec::Format>>,
     },
     /// Check a spec and print it normalised as JSON.
     Check { spec: PathBuf },
@@ -61,9 +69,23 @@ enum Cmd {
     },
 }
 
+fn parse_format(s: &str) -> Result<spec::Format, String> {
+    match s {
+        "raw" => Ok(spec::Format::Raw),
+        "qcow2" => Ok(spec::Format::Qcow2),
+        "iso" => Ok(spec::Format::Iso),
+        _ => Err(format!("{s:?} is not one of raw, qcow2, iso")),
+    }
+}
+
 fn parse_forward(s: &str) -> Result<(u16, u16), String> {
-    let (h, g) = s.split_once(':').ok_or("expected host:guest, e.g. 5000:5000")?;
-    Ok((h.parse().map_err(|_| format!("{h:?} is not a port"))?, g.parse().map_err(|_| format!("{g:?} is not a port"))?))
+    let (h, g) = s
+        .split_once(':')
+        .ok_or("expected host:guest, e.g. 5000:5000")?;
+    Ok((
+        h.parse().map_err(|_| format!("{h:?} is not a port"))?,
+        g.parse().map_err(|_| format!("{g:?} is not a port"))?,
+    ))
 }
 
 fn main() -> ExitCode {
@@ -78,13 +100,30 @@ fn main() -> ExitCode {
 
 fn real_main() -> Result<ExitCode> {
     match Cli::parse().command {
-        Cmd::Build { spec: path, out, cache, agent, source_date_epoch, json } => {
+        Cmd::Build {
+            spec: path,
+            out,
+            cache,
+            agent,
+            source_date_epoch,
+            json,
+            formats,
+        } => {
             let loaded = spec::load(&path)?;
             let cache = match cache {
                 Some(c) => c,
-                None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set; pass --cache")?).join(".cache/foothold"),
+                None => PathBuf::from(
+                    std::env::var_os("HOME").context("HOME is not set; pass --cache")?,
+                )
+                .join(".cache/foothold"),
             };
-            let settings = build::Settings { out, cache, agent, source_date_epoch: source_date_epoch.unwrap_or(1_767_225_600) };
+            let settings = build::Settings {
+                out,
+                cache,
+                agent,
+                source_date_epoch: source_date_epoch.unwrap_or(1_767_225_600),
+                formats,
+            };
             let progress = Progress::new(json);
             let outputs = build::build(&loaded, &settings, &progress)?;
             progress.done(&outputs);
@@ -99,28 +138,63 @@ fn real_main() -> Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&spec::schema())?);
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Run { image, bios, mut forwards, memory, cpus, serial_log, snapshot } => {
+        Cmd::Run {
+            image,
+            bios,
+            mut forwards,
+            memory,
+            cpus,
+            serial_log,
+            snapshot,
+        } => {
             if !image.is_file() {
                 anyhow::bail!("{}: no such image", image.display());
             }
             if forwards.is_empty() {
                 forwards.push((5000, 5000));
             }
-            let accel = if qemu::probe_kvm(Duration::from_secs(5)) { qemu::Accel::Kvm } else { qemu::Accel::Tcg };
-            eprintln!("foothold-build run: {} under {}, {accel:?}", image.display(), if bios { "BIOS" } else { "UEFI" });
-            let vars = std::env::temp_dir().join(format!("foothold-ovmf-vars-{}.fd", std::process::id()));
-            let opts = qemu::RunOptions { image, bios, forwards, memory_mib: memory, cpus, serial_log: serial_log.clone(), snapshot, accel, vars };
+            let accel = if qemu::probe_kvm(Duration::from_secs(5)) {
+                qemu::Accel::Kvm
+            } else {
+                qemu::Accel::Tcg
+            };
+            eprintln!(
+                "foothold-build run: {} under {}, {accel:?}",
+                image.display(),
+                if bios { "BIOS" } else { "UEFI" }
+            );
+            let vars =
+                std::env::temp_dir().join(format!("foothold-ovmf-vars-{}.fd", std::process::id()));
+            let opts = qemu::RunOptions {
+                image,
+                bios,
+                forwards,
+                memory_mib: memory,
+                cpus,
+                serial_log: serial_log.clone(),
+                snapshot,
+                accel,
+                vars,
+            };
             match serial_log {
                 None => {
                     let status = qemu::command(&opts)?.status().context("starting qemu")?;
-                    Ok(if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+                    Ok(if status.success() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    })
                 }
                 Some(_) => {
                     let mut vm = qemu::Vm::start(&opts)?;
                     let line = vm.wait_ready(Duration::from_secs(600))?;
                     eprintln!("{line}");
                     let status = vm.child.wait()?;
-                    Ok(if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+                    Ok(if status.success() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    })
                 }
             }
         }

@@ -10,7 +10,10 @@ pub struct Progress {
 
 impl Progress {
     pub fn new(json: bool) -> Progress {
-        Progress { json, started: Instant::now() }
+        Progress {
+            json,
+            started: Instant::now(),
+        }
     }
 
     pub fn step(&self, phase: &str, message: &str) {

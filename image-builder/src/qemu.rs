@@ -24,13 +24,33 @@ pub enum Accel {
 
 /// Whether KVM runs guests here: SeaBIOS must reach its boot menu within `timeout`.
 pub fn probe_kvm(timeout: Duration) -> bool {
-    if std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").is_err() {
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_err()
+    {
         return false;
     }
-    let Ok(dir) = tempfile_dir() else { return false };
+    let Ok(dir) = tempfile_dir() else {
+        return false;
+    };
     let log = dir.join("debugcon.log");
     let child = Command::new("qemu-system-x86_64")
-        .args(["-accel", "kvm", "-cpu", "host", "-M", "q35", "-m", "64", "-nodefaults", "-display", "none", "-no-reboot"])
+        .args([
+            "-accel",
+            "kvm",
+            "-cpu",
+            "host",
+            "-M",
+            "q35",
+            "-m",
+            "64",
+            "-nodefaults",
+            "-display",
+            "none",
+            "-no-reboot",
+        ])
         .arg("-chardev")
         .arg(format!("file,id=dbg,path={}", log.display()))
         .args(["-device", "isa-debugcon,iobase=0x402,chardev=dbg"])
@@ -88,7 +108,14 @@ pub fn command(o: &RunOptions) -> Result<Command> {
     };
     let iso = o.image.extension().and_then(|e| e.to_str()) == Some("iso");
     let mut c = Command::new("qemu-system-x86_64");
-    c.args(["-M", "q35", "-m", &o.memory_mib.to_string(), "-smp", &o.cpus.to_string()]);
+    c.args([
+        "-M",
+        "q35",
+        "-m",
+        &o.memory_mib.to_string(),
+        "-smp",
+        &o.cpus.to_string(),
+    ]);
     match o.accel {
         Accel::Kvm => c.args(["-accel", "kvm", "-cpu", "host"]),
         Accel::Tcg => c.args(["-accel", "tcg", "-cpu", "max"]),
@@ -99,19 +126,39 @@ pub fn command(o: &RunOptions) -> Result<Command> {
             bail!("UEFI needs {OVMF_CODE} (Debian ovmf); or boot with --bios");
         }
         std::fs::copy(OVMF_VARS, &o.vars).with_context(|| format!("copying {OVMF_VARS}"))?;
-        c.arg("-drive").arg(format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"));
-        c.arg("-drive").arg(format!("if=pflash,format=raw,unit=1,file={}", o.vars.display()));
+        c.arg("-drive").arg(format!(
+            "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
+        ));
+        c.arg("-drive").arg(format!(
+            "if=pflash,format=raw,unit=1,file={}",
+            o.vars.display()
+        ));
     }
     if iso {
-        c.arg("-drive").arg(format!("file={},media=cdrom,readonly=on", o.image.display()));
+        c.arg("-drive").arg(format!(
+            "file={},media=cdrom,readonly=on",
+            o.image.display()
+        ));
     } else {
-        c.arg("-drive").arg(format!("file={},format={format},if=virtio", o.image.display()));
+        c.arg("-drive").arg(format!(
+            "file={},format={format},if=virtio",
+            o.image.display()
+        ));
     }
     if o.snapshot {
         c.arg("-snapshot");
     }
-    let fwd: String = o.forwards.iter().map(|(h, g)| format!(",hostfwd=tcp:127.0.0.1:{h}-:{g}")).collect();
-    c.args(["-netdev", &format!("user,id=n0{fwd}"), "-device", "virtio-net-pci,netdev=n0"]);
+    let fwd: String = o
+        .forwards
+        .iter()
+        .map(|(h, g)| format!(",hostfwd=tcp:127.0.0.1:{h}-:{g}"))
+        .collect();
+    c.args([
+        "-netdev",
+        &format!("user,id=n0{fwd}"),
+        "-device",
+        "virtio-net-pci,netdev=n0",
+    ]);
     match &o.serial_log {
         Some(p) => c.arg("-serial").arg(format!("file:{}", p.display())),
         None => c.args(["-serial", "stdio"]),
@@ -127,7 +174,10 @@ pub struct Vm {
 
 impl Vm {
     pub fn start(o: &RunOptions) -> Result<Vm> {
-        let serial = o.serial_log.clone().context("a started VM logs its console to a file")?;
+        let serial = o
+            .serial_log
+            .clone()
+            .context("a started VM logs its console to a file")?;
         let child = command(o)?
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -154,10 +204,16 @@ impl Vm {
                     use std::io::Read;
                     let _ = e.read_to_string(&mut err);
                 }
-                bail!("qemu exited ({status}) before the ready marker: {err}\nconsole tail:\n{}", tail(&text));
+                bail!(
+                    "qemu exited ({status}) before the ready marker: {err}\nconsole tail:\n{}",
+                    tail(&text)
+                );
             }
             if Instant::now() > deadline {
-                bail!("no {READY_MARKER} on the console within {timeout:?}; console tail:\n{}", tail(&text));
+                bail!(
+                    "no {READY_MARKER} on the console within {timeout:?}; console tail:\n{}",
+                    tail(&text)
+                );
             }
             std::thread::sleep(Duration::from_millis(200));
         }

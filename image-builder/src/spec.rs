@@ -86,6 +86,9 @@ pub struct Components {
     /// The foothold-agent binary to install (a local path, relative to the spec's directory).
     #[serde(default)]
     pub agent: Option<LocalFile>,
+    /// Serve the agent over HTTPS with the key and certificate made at first boot (default: plain HTTP).
+    #[serde(default)]
+    pub agent_tls: bool,
     /// Extra arguments for `foothold-agent serve`.
     #[serde(default)]
     pub agent_args: Vec<String>,
@@ -155,16 +158,23 @@ pub struct SpecError {
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size like 4GiB"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size like 4GiB"))?;
     let mult = match unit.trim() {
         "" | "B" => 1,
         "KiB" => 1 << 10,
         "MiB" => 1 << 20,
         "GiB" => 1 << 30,
         "TiB" => 1 << 40,
-        u => return Err(format!("{s:?}: unit {u:?} is not one of B, KiB, MiB, GiB, TiB")),
+        u => {
+            return Err(format!(
+                "{s:?}: unit {u:?} is not one of B, KiB, MiB, GiB, TiB"
+            ))
+        }
     };
-    n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 impl Spec {
@@ -173,21 +183,40 @@ impl Spec {
         let dns = |s: &str| {
             !s.is_empty()
                 && s.len() <= 63
-                && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && s.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
                 && !s.starts_with('-')
                 && !s.ends_with('-')
         };
         if !dns(&self.name) {
-            return Err(format!("name: {:?} must be lower-case letters, digits and -", self.name));
+            return Err(format!(
+                "name: {:?} must be lower-case letters, digits and -",
+                self.name
+            ));
         }
         if !dns(&self.hostname) {
-            return Err(format!("hostname: {:?} must be lower-case letters, digits and -", self.hostname));
+            return Err(format!(
+                "hostname: {:?} must be lower-case letters, digits and -",
+                self.hostname
+            ));
         }
-        if self.base.suite.is_empty() || !self.base.suite.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-            return Err(format!("base.suite: {:?} is not a Debian suite name", self.base.suite));
+        if self.base.suite.is_empty()
+            || !self
+                .base
+                .suite
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            return Err(format!(
+                "base.suite: {:?} is not a Debian suite name",
+                self.base.suite
+            ));
         }
         if !(self.base.mirror.starts_with("http://") || self.base.mirror.starts_with("https://")) {
-            return Err(format!("base.mirror: {:?} must be an http(s) URL", self.base.mirror));
+            return Err(format!(
+                "base.mirror: {:?} must be an http(s) URL",
+                self.base.mirror
+            ));
         }
         for (i, p) in self.base.packages.iter().enumerate() {
             if p.is_empty() || p.contains([' ', ',']) {
@@ -196,59 +225,87 @@ impl Spec {
         }
         for (i, u) in self.users.iter().enumerate() {
             if !dns(&u.name) || u.name == "root" {
-                return Err(format!("users[{i}].name: {:?} must be a lower-case user name other than root", u.name));
+                return Err(format!(
+                    "users[{i}].name: {:?} must be a lower-case user name other than root",
+                    u.name
+                ));
             }
             for (j, k) in u.authorized_keys.iter().enumerate() {
-                if !(k.starts_with("ssh-") || k.starts_with("ecdsa-") || k.starts_with("sk-")) || k.contains('\n') {
-                    return Err(format!("users[{i}].authorizedKeys[{j}]: not an OpenSSH public key line"));
+                if !(k.starts_with("ssh-") || k.starts_with("ecdsa-") || k.starts_with("sk-"))
+                    || k.contains('\n')
+                {
+                    return Err(format!(
+                        "users[{i}].authorizedKeys[{j}]: not an OpenSSH public key line"
+                    ));
                 }
             }
         }
         if let Some(p) = &self.network.provisioning {
             let (ip, len) = p.address.split_once('/').ok_or_else(|| {
-                format!("network.provisioning.address: {:?} needs a prefix length (/24)", p.address)
+                format!(
+                    "network.provisioning.address: {:?} needs a prefix length (/24)",
+                    p.address
+                )
             })?;
-            let ip: std::net::IpAddr = ip
-                .parse()
-                .map_err(|_| format!("network.provisioning.address: {ip:?} is not an IP address"))?;
+            let ip: std::net::IpAddr = ip.parse().map_err(|_| {
+                format!("network.provisioning.address: {ip:?} is not an IP address")
+            })?;
             let max = if ip.is_ipv4() { 32 } else { 128 };
             if !len.parse::<u8>().is_ok_and(|l| l <= max) {
-                return Err(format!("network.provisioning.address: prefix length {len:?} is not 0..={max}"));
+                return Err(format!(
+                    "network.provisioning.address: prefix length {len:?} is not 0..={max}"
+                ));
             }
         }
         for (i, f) in self.components.files.iter().enumerate() {
             match (&f.url, &f.path) {
                 (Some(_), Some(_)) | (None, None) => {
-                    return Err(format!("components.files[{i}]: give exactly one of url and path"))
+                    return Err(format!(
+                        "components.files[{i}]: give exactly one of url and path"
+                    ))
                 }
                 (Some(u), None) => {
                     if !(u.starts_with("http://") || u.starts_with("https://")) {
                         return Err(format!("components.files[{i}].url: {u:?} must be http(s)"));
                     }
                     if f.sha256.is_none() {
-                        return Err(format!("components.files[{i}].sha256: required for a url (inputs are pinned)"));
+                        return Err(format!(
+                            "components.files[{i}].sha256: required for a url (inputs are pinned)"
+                        ));
                     }
                 }
                 _ => {}
             }
             if let Some(h) = &f.sha256 {
-                if h.len() != 64 || !h.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)) {
-                    return Err(format!("components.files[{i}].sha256: {h:?} is not 64 lower-case hex digits"));
+                if h.len() != 64
+                    || !h
+                        .chars()
+                        .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+                {
+                    return Err(format!(
+                        "components.files[{i}].sha256: {h:?} is not 64 lower-case hex digits"
+                    ));
                 }
             }
             if !f.dest.starts_with('/') || f.dest.contains("/../") || f.dest.ends_with("/..") {
-                return Err(format!("components.files[{i}].dest: {:?} must be an absolute path", f.dest));
+                return Err(format!(
+                    "components.files[{i}].dest: {:?} must be an absolute path",
+                    f.dest
+                ));
             }
             if let Some(m) = &f.mode {
                 if u32::from_str_radix(m, 8).map_or(true, |m| m > 0o7777) {
-                    return Err(format!("components.files[{i}].mode: {m:?} is not an octal mode like 0755"));
+                    return Err(format!(
+                        "components.files[{i}].mode: {m:?} is not an octal mode like 0755"
+                    ));
                 }
             }
         }
         if self.outputs.formats.is_empty() {
             return Err("outputs.formats: name at least one of raw, qcow2, iso".into());
         }
-        let disk = parse_size(&self.outputs.disk_size).map_err(|e| format!("outputs.diskSize: {e}"))?;
+        let disk =
+            parse_size(&self.outputs.disk_size).map_err(|e| format!("outputs.diskSize: {e}"))?;
         let data = self.data_size()?;
         if disk < data + (1 << 30) {
             return Err(format!(
@@ -258,7 +315,10 @@ impl Spec {
             ));
         }
         if disk % (1 << 20) != 0 {
-            return Err(format!("outputs.diskSize: {} is not a whole number of MiB", self.outputs.disk_size));
+            return Err(format!(
+                "outputs.diskSize: {} is not a whole number of MiB",
+                self.outputs.disk_size
+            ));
         }
         Ok(())
     }
@@ -269,7 +329,9 @@ impl Spec {
             Some(s) => {
                 let v = parse_size(s).map_err(|e| format!("outputs.dataSize: {e}"))?;
                 if v < (16 << 20) || v % (1 << 20) != 0 {
-                    return Err(format!("outputs.dataSize: {s} must be whole MiB and at least 16MiB"));
+                    return Err(format!(
+                        "outputs.dataSize: {s} must be whole MiB and at least 16MiB"
+                    ));
                 }
                 Ok(v)
             }
@@ -302,13 +364,25 @@ impl Loaded {
 /// Reads and validates the spec at `path`.
 pub fn load(path: &Path) -> Result<Loaded, SpecError> {
     let file = path.display().to_string();
-    let err = |message: String| SpecError { file: file.clone(), message };
+    let err = |message: String| SpecError {
+        file: file.clone(),
+        message,
+    };
     let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
     let spec = parse(&text).map_err(err)?;
     spec.validate().map_err(err)?;
     let dir = path.parent().map(Path::to_owned).unwrap_or_default();
-    let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
-    Ok(Loaded { spec, path: path.to_owned(), dir, sha256: hex::encode(Sha256::digest(text.as_bytes())) })
+    let dir = if dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        dir
+    };
+    Ok(Loaded {
+        spec,
+        path: path.to_owned(),
+        dir,
+        sha256: hex::encode(Sha256::digest(text.as_bytes())),
+    })
 }
 
 /// Parses spec text; the error carries serde's line, column and field.
@@ -342,7 +416,12 @@ mod tests {
         assert!(e.contains("hostnme") && e.contains("line 4"), "{e}");
         let e = parse(&GOOD.replace("[raw]", "[raw, vmdk]")).unwrap_err();
         assert!(e.contains("vmdk") && e.contains("line 6"), "{e}");
-        let bad = |from: &str, to: &str| parse(&GOOD.replace(from, to)).unwrap().validate().unwrap_err();
+        let bad = |from: &str, to: &str| {
+            parse(&GOOD.replace(from, to))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+        };
         assert!(bad("4GiB", "4GB").contains("outputs.diskSize"));
         assert!(bad("4GiB", "1GiB").contains("leaves under 1 GiB"));
         assert!(bad("name: lab", "name: Lab").starts_with("name:"));
@@ -351,9 +430,11 @@ mod tests {
             s.components.files.push(serde_saphyr::from_str(f).unwrap());
             s.validate().unwrap_err()
         };
-        assert!(with_file("url: https://x/k3s\ndest: /usr/local/bin/k3s").contains("components.files[0].sha256: required"));
+        assert!(with_file("url: https://x/k3s\ndest: /usr/local/bin/k3s")
+            .contains("components.files[0].sha256: required"));
         assert!(with_file("path: k3s\ndest: usr/bin/k3s").contains("components.files[0].dest"));
-        assert!(with_file("path: k3s\ndest: /usr/bin/k3s\nmode: '0999'").contains("components.files[0].mode"));
+        assert!(with_file("path: k3s\ndest: /usr/bin/k3s\nmode: '0999'")
+            .contains("components.files[0].mode"));
     }
 
     #[test]
@@ -368,7 +449,15 @@ mod tests {
     fn the_schema_names_every_top_level_field() {
         let s = schema();
         let props = s["properties"].as_object().unwrap();
-        for f in ["name", "base", "hostname", "users", "network", "components", "outputs"] {
+        for f in [
+            "name",
+            "base",
+            "hostname",
+            "users",
+            "network",
+            "components",
+            "outputs",
+        ] {
             assert!(props.contains_key(f), "{f}");
         }
     }

@@ -1,0 +1,237 @@
+//! `packages/lab.yaml` built by the real `foothold-build` (as root: mmdebstrap) twice, bit-identical, then
+//! booted in qemu: the raw image under UEFI and under BIOS, the qcow2 under UEFI, the ISO from CD under BIOS. Each boot must print the ready
+//! marker on its serial console; then, through a port forward, skopeo pulls the image that was baked into the
+//! data partition and gets the input layout's digests, and the agent answers /readyz. qemu is killed when each
+//! boot's checks end; every wait is bounded.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use foothold_image_builder::qemu::{self, Accel, RunOptions, Vm};
+use sha2::{Digest, Sha256};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+fn target() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target"))
+}
+
+fn run(cmd: &mut Command) -> String {
+    let shown = format!("{cmd:?}");
+    let out = cmd.output().unwrap_or_else(|e| panic!("{shown}: {e}"));
+    assert!(
+        out.status.success(),
+        "{shown} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn sha256_file(p: &Path) -> String {
+    let mut h = Sha256::new();
+    std::io::copy(&mut std::fs::File::open(p).unwrap(), &mut h).unwrap();
+    hex::encode(h.finalize())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Boots `image`, waits for the ready marker, and checks what the agent serves against the input layout.
+/// Returns the marker line.
+fn boot_and_check(
+    image: &Path,
+    bios: bool,
+    dir: &Path,
+    accel: Accel,
+    layout: &Path,
+    manifest_digest: &str,
+) -> String {
+    let port = free_port();
+    let what = format!(
+        "{} under {}",
+        image.display(),
+        if bios { "BIOS" } else { "UEFI" }
+    );
+    let serial = dir.join(format!("console-{port}.log"));
+    let mut vm = Vm::start(&RunOptions {
+        image: image.to_owned(),
+        bios,
+        forwards: vec![(port, 5000)],
+        memory_mib: 1536,
+        cpus: 2,
+        serial_log: Some(serial.clone()),
+        snapshot: true,
+        accel,
+        vars: dir.join(format!("vars-{port}.fd")),
+    })
+    .unwrap();
+    let line = vm
+        .wait_ready(Duration::from_secs(600))
+        .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    assert!(line.contains("host=foothold-lab"), "{what}: {line}");
+    let host = format!("127.0.0.1:{port}");
+    run(Command::new("curl").args(["-fsS", "--max-time", "30", &format!("http://{host}/readyz")]));
+    // Writes need the token made at first boot.
+    let status = run(Command::new("curl").args([
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "30",
+        "-X",
+        "POST",
+        &format!("http://{host}/v2/lab/pushed/blobs/uploads/"),
+    ]));
+    assert_eq!(status, "401", "{what}: an anonymous push was not refused");
+    // The manifest as served has the input's digest; a full pull verifies every blob against its digest.
+    let raw = Command::new("skopeo")
+        .args([
+            "inspect",
+            "--raw",
+            "--tls-verify=false",
+            &format!("docker://{host}/docker.io/lab/hello:1"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        raw.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&raw.stderr)
+    );
+    assert_eq!(
+        format!("sha256:{}", hex::encode(Sha256::digest(&raw.stdout))),
+        manifest_digest,
+        "{what}"
+    );
+    let pulled = dir.join(format!("pulled-{port}"));
+    run(Command::new("skopeo").args([
+        "copy",
+        "-q",
+        "--src-tls-verify=false",
+        &format!("docker://{host}/docker.io/lab/hello:1"),
+        &format!("oci:{}:pulled", pulled.display()),
+    ]));
+    for blob in std::fs::read_dir(layout.join("blobs/sha256")).unwrap() {
+        let name = blob.unwrap().file_name();
+        let got = pulled.join("blobs/sha256").join(&name);
+        assert_eq!(
+            sha256_file(&got),
+            name.to_string_lossy(),
+            "{what}: blob {name:?}"
+        );
+    }
+    drop(vm);
+    line
+}
+
+/// The data partition's size from the ready marker (`data-bytes=N`).
+fn data_bytes(line: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("data-bytes="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no data-bytes in {line:?}"))
+}
+
+#[test]
+fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
+    let ws = workspace();
+    run(Command::new(env!("CARGO")).current_dir(&ws).args([
+        "build",
+        "-q",
+        "-p",
+        "foothold-agent",
+        "-p",
+        "foothold-image-builder",
+    ]));
+    let layout = target().join("foothold-lab/layout");
+    let manifest_digest = run(Command::new(ws.join("scripts/lab-image-layout.sh"))
+        .current_dir(&ws)
+        .arg(&layout));
+    let manifest_digest = manifest_digest.trim().to_owned();
+    let tmp = tempfile::tempdir_in(target()).unwrap();
+    let build = |out: &Path, formats: &str| {
+        run(Command::new(target().join("debug/foothold-build"))
+            .current_dir(&ws)
+            .args(["build", "packages/lab.yaml", "--formats", formats, "--out"])
+            .arg(out)
+            .arg("--agent")
+            .arg(target().join("debug/foothold-agent")));
+    };
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    build(&a, "raw,qcow2,iso");
+    build(&b, "raw");
+    assert!(
+        !b.join("foothold-lab.iso").exists(),
+        "--formats raw made an ISO"
+    );
+    let raw = a.join("foothold-lab.raw");
+    let digest = sha256_file(&raw);
+    assert_eq!(
+        digest,
+        sha256_file(&b.join("foothold-lab.raw")),
+        "two builds of one spec differ"
+    );
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(a.join("foothold-lab.raw.manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["output"]["sha256"], digest.as_str());
+    assert_eq!(manifest["name"], "foothold-lab");
+    assert!(manifest["inputs"]["agent"]["sha256"]
+        .as_str()
+        .is_some_and(|s| s.len() == 64));
+    assert_eq!(manifest["partitions"].as_array().unwrap().len(), 4);
+    let qcow2 = a.join("foothold-lab.qcow2");
+    assert!(run(Command::new("qemu-img").arg("info").arg(&qcow2)).contains("file format: qcow2"));
+    std::fs::remove_dir_all(&b).unwrap();
+
+    let accel = if qemu::probe_kvm(Duration::from_secs(5)) {
+        Accel::Kvm
+    } else {
+        Accel::Tcg
+    };
+    let line = boot_and_check(&raw, false, tmp.path(), accel, &layout, &manifest_digest);
+    let built = data_bytes(&line);
+    assert!(
+        built < 300 << 20,
+        "the 256 MiB data partition of a 3 GiB image reports {built} bytes"
+    );
+    boot_and_check(&raw, true, tmp.path(), accel, &layout, &manifest_digest);
+    // On a bigger disk (a 6 GiB qcow2 over the built one) the data partition grows to the end at first boot.
+    let bigger = tmp.path().join("bigger.qcow2");
+    run(Command::new("qemu-img")
+        .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])
+        .arg(&qcow2)
+        .arg(&bigger)
+        .arg("6G"));
+    let line = boot_and_check(&bigger, false, tmp.path(), accel, &layout, &manifest_digest);
+    assert!(
+        data_bytes(&line) > 2 << 30,
+        "the data partition did not grow: {line}"
+    );
+    // The ISO from a CD drive: the live system with the store in its squashfs.
+    boot_and_check(
+        &a.join("foothold-lab.iso"),
+        true,
+        tmp.path(),
+        accel,
+        &layout,
+        &manifest_digest,
+    );
+}
