@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Writes a small OCI image layout, lab/hello:1, for packages/lab.yaml: one gzip layer with a text file and a
-# script, built from fixed bytes and timestamps so its digests are the same on every machine.
-# Usage: scripts/lab-image-layout.sh [DIR]   (default target/foothold-lab/layout)
+# Writes the lab spec's local inputs (packages/lab.yaml), from fixed bytes and timestamps so their digests are
+# the same on every machine: a small OCI image layout, lab/hello:1 (one gzip layer with a text file and a
+# script), and beside it files/node-tool, a file the agent serves to compute nodes.
+# Usage: scripts/lab-image-layout.sh [DIR]   (default target/foothold-lab/layout); prints the manifest digest.
 set -euo pipefail
 out=${1:-target/foothold-lab/layout}
 work=$(mktemp -d)
@@ -30,4 +31,6 @@ manifest_size=$(stat -c %s "$work/manifest.json")
 printf '{"imageLayoutVersion":"1.0.0"}' > "$out/oci-layout"
 printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s,"annotations":{"org.opencontainers.image.ref.name":"lab/hello:1"}}]}' \
   "$manifest" "$manifest_size" > "$out/index.json"
+mkdir -p "$(dirname "$out")/files"
+head -c 1048576 < <(yes 'foothold lab node tool') > "$(dirname "$out")/files/node-tool"
 echo "sha256:$manifest"

@@ -119,6 +119,25 @@ fn boot_and_check(
         manifest_digest,
         "{what}"
     );
+    // The file baked into the store, and a ranged read of it.
+    let input = layout.parent().unwrap().join("files/node-tool");
+    let url = format!("http://{host}/files/foothold/lab/binary_images/node-tool");
+    let served = dir.join(format!("node-tool-{port}"));
+    run(Command::new("curl")
+        .args(["-fsS", "--max-time", "60", "-o"])
+        .arg(&served)
+        .arg(&url));
+    assert_eq!(
+        sha256_file(&served),
+        sha256_file(&input),
+        "{what}: /files content"
+    );
+    let part = run(Command::new("curl").args(["-fsS", "--max-time", "30", "-r", "100-122", &url]));
+    assert_eq!(
+        part.as_bytes(),
+        &std::fs::read(&input).unwrap()[100..123],
+        "{what}: ranged read"
+    );
     let pulled = dir.join(format!("pulled-{port}"));
     run(Command::new("skopeo").args([
         "copy",
@@ -197,6 +216,16 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         .as_str()
         .is_some_and(|s| s.len() == 64));
     assert_eq!(manifest["partitions"].as_array().unwrap().len(), 4);
+    // Both ext4 file systems check clean (their ctimes and atimes were rewritten for reproducibility).
+    for p in manifest["partitions"].as_array().unwrap() {
+        if p["name"] == "root" || p["name"] == "foothold-data" {
+            run(Command::new("e2fsck").arg("-fn").arg(format!(
+                "{}?offset={}",
+                raw.display(),
+                p["offset"]
+            )));
+        }
+    }
     let qcow2 = a.join("foothold-lab.qcow2");
     assert!(run(Command::new("qemu-img").arg("info").arg(&qcow2)).contains("file format: qcow2"));
     std::fs::remove_dir_all(&b).unwrap();

@@ -256,3 +256,70 @@ pub fn import_layout(
         })
         .collect()
 }
+
+/// Records `path` as a completed BPA image record `owner/cluster/kind/name` (binary_images or os_images), so the
+/// agent serves it at `/files/<owner>/<cluster>/<kind>/<name>` from its first start (the image builder bakes
+/// files in this way). The content must hash to `sha256` when given. An existing record with other content is
+/// an error; with the same content, nothing changes.
+pub fn add_file(
+    store: &Store,
+    path: &Path,
+    key: crate::store::meta::ImageKey<'_>,
+    sha256: Option<&str>,
+) -> anyhow::Result<Digest> {
+    let (owner, cluster, kind, name) = key;
+    if !matches!(kind, "binary_images" | "os_images") {
+        bail!("kind {kind:?} is not binary_images or os_images");
+    }
+    for (field, v) in [("owner", owner), ("cluster", cluster), ("name", name)] {
+        if v.is_empty() || v.contains(['/', '\0']) || v == "." || v == ".." {
+            bail!("{field} {v:?} must be a non-empty path segment");
+        }
+    }
+    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let (digest, length, created) = store
+        .files()
+        .put_hashing(file)
+        .with_context(|| format!("storing {}", path.display()))?;
+    let hex = digest.to_string().trim_start_matches("sha256:").to_owned();
+    if let Some(want) = sha256 {
+        if want != hex {
+            if created {
+                store.files().remove(&digest)?;
+            }
+            bail!("{} has sha256 {hex}, expected {want}", path.display());
+        }
+    }
+    // SOURCE_DATE_EPOCH (set by foothold-build) makes the record's time, and so the store, reproducible.
+    let now = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or(0)
+        });
+    store.meta_blocking(|m| -> anyhow::Result<()> {
+        if let Some(row) = m.image(key)? {
+            if row.digest.as_ref() == Some(&digest) {
+                return Ok(());
+            }
+            bail!("{owner}/{cluster}/{kind}/{name} exists with other content");
+        }
+        let row = crate::store::meta::ImageRow {
+            name: name.to_owned(),
+            length,
+            sha256: Some(hex.clone()),
+            description: None,
+            upload_id: None,
+            digest: None,
+            updated: now,
+            imported: None,
+        };
+        m.create_image(key, &row)?;
+        m.complete_image(key, &digest, now)?;
+        Ok(())
+    })?;
+    Ok(digest)
+}

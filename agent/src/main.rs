@@ -170,6 +170,25 @@ enum Command {
         #[arg(long)]
         repo: Option<String>,
     },
+    /// Record a file as a completed BPA image record, served at /files/<owner>/<cluster>/<kind>/<name> (the image
+    /// builder bakes files into the data partition this way).
+    AddFile {
+        file: PathBuf,
+        #[command(flatten)]
+        data: DataArg,
+        #[arg(long)]
+        owner: String,
+        #[arg(long)]
+        cluster: String,
+        /// binary_images or os_images.
+        #[arg(long)]
+        kind: String,
+        #[arg(long)]
+        name: String,
+        /// Expected hex sha256 of the content.
+        #[arg(long)]
+        sha256: Option<String>,
+    },
     /// Re-hash every blob and check every reference; exits non-zero on any problem.
     Fsck {
         #[command(flatten)]
@@ -328,6 +347,27 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     i.digest
                 );
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::AddFile {
+            file,
+            data,
+            owner,
+            cluster,
+            kind,
+            name,
+            sha256,
+        } => {
+            let dir = data.dir();
+            let store = store::Store::open(&dir)
+                .with_context(|| format!("opening the data directory {}", dir.display()))?;
+            let digest = import::add_file(
+                &store,
+                &file,
+                (&owner, &cluster, &kind, &name),
+                sha256.as_deref(),
+            )?;
+            println!("/files/{owner}/{cluster}/{kind}/{name} {digest}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Fsck { data } => {

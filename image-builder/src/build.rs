@@ -407,6 +407,32 @@ fn mkfs_ext4(
         .arg(image)
         .arg(format!("{}k", part.size() / 1024)))
     .with_context(|| format!("formatting the {label} partition"))?;
+    // mke2fs copies each source file's ctime, which no one can set, and atime, which reading changes: make both
+    // `epoch` on every in-use inode.
+    // `mke2fs -d` allocates inodes in order, so the in-use ones are 1 ..= count - free.
+    let device = format!("{}?offset={}", image.display(), part.offset());
+    let stats = run(Command::new("debugfs").args(["-R", "stats", &device]))?;
+    let field = |name: &str| -> Result<u64> {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().parse::<u64>()))
+            .with_context(|| format!("debugfs stats of the {label} partition: no {name}"))?
+            .with_context(|| format!("debugfs stats of the {label} partition: {name}"))
+    };
+    let used = field("Inode count:")? - field("Free inodes:")?;
+    let script: String = (1..=used)
+        .map(|i| format!("sif <{i}> ctime @{epoch}\nsif <{i}> atime @{epoch}\n"))
+        .collect();
+    let script_path = image.with_extension(format!("{label}.debugfs"));
+    fs::write(&script_path, script)?;
+    run(Command::new("debugfs")
+        .env("E2FSPROGS_FAKE_TIME", epoch.to_string())
+        .arg("-w")
+        .arg("-f")
+        .arg(&script_path)
+        .arg(&device))
+    .with_context(|| format!("setting ctimes on the {label} partition"))?;
+    fs::remove_file(&script_path)?;
     Ok(())
 }
 
@@ -484,12 +510,26 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         "agent".into(),
         json!({"path": agent, "sha256": sha256_file(&agent)?}),
     );
+    let data = work.join("data");
+    fs::create_dir_all(&data)?;
     for (i, f) in spec.components.files.iter().enumerate() {
-        let Some(p) = &f.path else {
-            bail!("{}: components.files[{i}]: URL inputs need `foothold-build fetch`, which is not implemented yet", loaded.path.display());
+        let (src, origin) = match (&f.path, &f.url) {
+            (Some(p), _) => (loaded.resolve(p), p.display().to_string()),
+            (None, Some(url)) => {
+                let hex = f.sha256.as_deref().expect("validated: urls are pinned");
+                let cached = crate::fetch::cached(&settings.cache, hex);
+                if !cached.is_file() {
+                    bail!(
+                        "{}: components.files[{i}]: {url} is not in the cache; run `foothold-build fetch` first",
+                        loaded.path.display()
+                    );
+                }
+                (cached, url.clone())
+            }
+            (None, None) => unreachable!("validated"),
         };
-        let src = loaded.resolve(p);
-        let digest = sha256_file(&src).with_context(|| format!("components.files[{i}].path"))?;
+        let digest = sha256_file(&src)
+            .with_context(|| format!("components.files[{i}]: {}", src.display()))?;
         if let Some(want) = &f.sha256 {
             if *want != digest {
                 bail!(
@@ -499,24 +539,44 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
                 );
             }
         }
-        let dest = root.join(f.dest.trim_start_matches('/'));
-        fs::create_dir_all(dest.parent().expect("absolute"))?;
-        fs::copy(&src, &dest)?;
-        let mode = f
-            .mode
-            .as_deref()
-            .map(|m| u32::from_str_radix(m, 8).expect("validated"))
-            .unwrap_or(0o644);
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(&dest, fs::Permissions::from_mode(mode))?;
+        if let Some(d) = &f.dest {
+            let dest = root.join(d.trim_start_matches('/'));
+            fs::create_dir_all(dest.parent().expect("absolute"))?;
+            fs::copy(&src, &dest)?;
+            let mode = f
+                .mode
+                .as_deref()
+                .map(|m| u32::from_str_radix(m, 8).expect("validated"))
+                .unwrap_or(0o644);
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&dest, fs::Permissions::from_mode(mode))?;
+        }
+        if let Some(sv) = &f.serve {
+            run(Command::new(&agent)
+                .env("SOURCE_DATE_EPOCH", epoch.to_string())
+                .arg("add-file")
+                .arg(&src)
+                .arg("--data")
+                .arg(&data)
+                .args(["--owner", &sv.owner, "--cluster", &sv.cluster])
+                .args([
+                    "--kind",
+                    sv.kind.as_str(),
+                    "--name",
+                    &sv.name,
+                    "--sha256",
+                    &digest,
+                ]))
+            .with_context(|| format!("components.files[{i}]: adding it to the agent's store"))?;
+        }
         inputs.insert(
-            format!("file:{}", f.dest),
-            json!({"path": src, "sha256": digest}),
+            format!("files[{i}]"),
+            json!({"from": origin, "sha256": digest, "dest": f.dest, "serve": f.serve}),
         );
     }
     configure(&root, loaded, &ids, &spec.components.agent_args)?;
 
-    // 2. The data partition: the agent's store, images imported at build time.
+    // 2. The data partition: the agent's store, images imported at build time (served files are in already).
     progress.step(
         "data",
         &format!(
@@ -524,8 +584,6 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             spec.components.image_layouts.len()
         ),
     );
-    let data = work.join("data");
-    fs::create_dir_all(&data)?;
     for (i, l) in spec.components.image_layouts.iter().enumerate() {
         let layout = loaded.resolve(&l.path);
         run(Command::new(&agent)

@@ -2,6 +2,7 @@
 //! for labs and tests (see `qemu`).
 
 pub mod build;
+pub mod fetch;
 pub mod gpt;
 pub mod progress;
 pub mod qemu;

@@ -43,6 +43,18 @@ enum Cmd {
         #[arg(long, value_delimiter = ',', value_parser = parse_format)]
         formats: Option<Vec<spec::Format>>,
     },
+    /// Download the spec's url inputs into the cache, verifying their sha256 (a cache hit makes no request).
+    Fetch {
+        spec: PathBuf,
+        /// Cache directory (default ~/.cache/foothold).
+        #[arg(long)]
+        cache: Option<PathBuf>,
+        /// Downloads at a time.
+        #[arg(long, default_value_t = 4)]
+        parallel: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Check a spec and print it normalised as JSON.
     Check { spec: PathBuf },
     /// Print the spec format's JSON Schema.
@@ -88,6 +100,16 @@ fn parse_forward(s: &str) -> Result<(u16, u16), String> {
     ))
 }
 
+fn cache_dir(given: Option<PathBuf>) -> Result<PathBuf> {
+    match given {
+        Some(c) => Ok(c),
+        None => Ok(PathBuf::from(
+            std::env::var_os("HOME").context("HOME is not set; pass --cache")?,
+        )
+        .join(".cache/foothold")),
+    }
+}
+
 fn main() -> ExitCode {
     match real_main() {
         Ok(c) => c,
@@ -110,13 +132,7 @@ fn real_main() -> Result<ExitCode> {
             formats,
         } => {
             let loaded = spec::load(&path)?;
-            let cache = match cache {
-                Some(c) => c,
-                None => PathBuf::from(
-                    std::env::var_os("HOME").context("HOME is not set; pass --cache")?,
-                )
-                .join(".cache/foothold"),
-            };
+            let cache = cache_dir(cache)?;
             let settings = build::Settings {
                 out,
                 cache,
@@ -127,6 +143,23 @@ fn real_main() -> Result<ExitCode> {
             let progress = Progress::new(json);
             let outputs = build::build(&loaded, &settings, &progress)?;
             progress.done(&outputs);
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Fetch {
+            spec: path,
+            cache,
+            parallel,
+            json,
+        } => {
+            let loaded = spec::load(&path)?;
+            let cache = cache_dir(cache)?;
+            let progress = Progress::new(json);
+            let fetched =
+                foothold_image_builder::fetch::fetch_all(&loaded, &cache, parallel, &progress)?;
+            progress.step(
+                "fetch",
+                &format!("{} url inputs in {}", fetched.len(), cache.display()),
+            );
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Check { spec: path } => {

@@ -120,11 +120,52 @@ pub struct FileComponent {
     /// Hex sha256 of the content; required for `url`.
     #[serde(default)]
     pub sha256: Option<String>,
-    /// Where it goes in the image (absolute), or, with `serve: true`, its name under the agent's /files.
-    pub dest: String,
+    /// Where it goes in the root file system (absolute path).
+    #[serde(default)]
+    pub dest: Option<String>,
+    /// Serve it from the agent's store at `/files/<owner>/<cluster>/<kind>/<name>` from first boot.
+    #[serde(default)]
+    pub serve: Option<Serve>,
     /// Octal mode, default `0644`.
     #[serde(default)]
     pub mode: Option<String>,
+}
+
+/// A file the agent serves: a completed BPA image record.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Serve {
+    #[serde(default = "default_owner")]
+    pub owner: String,
+    #[serde(default = "default_cluster")]
+    pub cluster: String,
+    pub kind: ServeKind,
+    pub name: String,
+}
+
+fn default_owner() -> String {
+    "foothold".into()
+}
+
+fn default_cluster() -> String {
+    "site".into()
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ServeKind {
+    #[serde(rename = "binary_images")]
+    Binary,
+    #[serde(rename = "os_images")]
+    Os,
+}
+
+impl ServeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServeKind::Binary => "binary_images",
+            ServeKind::Os => "os_images",
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
@@ -287,11 +328,30 @@ impl Spec {
                     ));
                 }
             }
-            if !f.dest.starts_with('/') || f.dest.contains("/../") || f.dest.ends_with("/..") {
+            if f.dest.is_none() && f.serve.is_none() {
                 return Err(format!(
-                    "components.files[{i}].dest: {:?} must be an absolute path",
-                    f.dest
+                    "components.files[{i}]: give dest (a path in the image), serve, or both"
                 ));
+            }
+            if let Some(d) = &f.dest {
+                if !d.starts_with('/') || d.contains("/../") || d.ends_with("/..") {
+                    return Err(format!(
+                        "components.files[{i}].dest: {d:?} must be an absolute path"
+                    ));
+                }
+            }
+            if let Some(sv) = &f.serve {
+                for (field, v) in [
+                    ("owner", &sv.owner),
+                    ("cluster", &sv.cluster),
+                    ("name", &sv.name),
+                ] {
+                    if v.is_empty() || v.contains(['/', '\\', ' ']) || v == "." || v == ".." {
+                        return Err(format!(
+                            "components.files[{i}].serve.{field}: {v:?} must be one path segment"
+                        ));
+                    }
+                }
             }
             if let Some(m) = &f.mode {
                 if u32::from_str_radix(m, 8).map_or(true, |m| m > 0o7777) {
@@ -433,6 +493,9 @@ mod tests {
         assert!(with_file("url: https://x/k3s\ndest: /usr/local/bin/k3s")
             .contains("components.files[0].sha256: required"));
         assert!(with_file("path: k3s\ndest: usr/bin/k3s").contains("components.files[0].dest"));
+        assert!(with_file("path: k3s").contains("components.files[0]: give dest"));
+        assert!(with_file("path: k3s\nserve: {kind: os_images, name: a/b}")
+            .contains("components.files[0].serve.name"));
         assert!(with_file("path: k3s\ndest: /usr/bin/k3s\nmode: '0999'")
             .contains("components.files[0].mode"));
     }

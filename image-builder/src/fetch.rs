@@ -1,0 +1,149 @@
+//! The fetch phase: every `url` input of a spec into a content-addressed cache (`<cache>/files/sha256/<hex>`),
+//! verified against its pinned sha256 while it streams, resumed with a Range request after an interruption,
+//! several at a time. A cache hit makes no network request at all.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _, Result};
+use sha2::{Digest, Sha256};
+
+use crate::progress::Progress;
+use crate::spec::Loaded;
+
+/// Where the content with sha256 `hex` lives in the cache.
+pub fn cached(cache: &Path, hex: &str) -> PathBuf {
+    cache.join("files/sha256").join(hex)
+}
+
+/// What fetching one input did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fetched {
+    /// Already in the cache: no request made.
+    Cached,
+    /// Downloaded, resuming after `resumed_from` bytes already on disk.
+    Downloaded { bytes: u64, resumed_from: u64 },
+}
+
+/// Fetches `url` into the cache unless content `hex` is there already.
+pub fn fetch_one(cache: &Path, url: &str, hex: &str) -> Result<Fetched> {
+    let done = cached(cache, hex);
+    if done.is_file() {
+        return Ok(Fetched::Cached);
+    }
+    let dir = done.parent().expect("has a parent");
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let partial = dir.join(format!("{hex}.partial"));
+    let mut hasher = Sha256::new();
+    let mut have = 0u64;
+    if let Ok(mut f) = File::open(&partial) {
+        have = std::io::copy(&mut f, &mut hasher)?;
+    }
+    let agent = ureq::Agent::new_with_config(
+        ureq::config::Config::builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(std::time::Duration::from_secs(30)))
+            .build(),
+    );
+    let mut req = agent.get(url);
+    if have > 0 {
+        req = req.header("Range", &format!("bytes={have}-"));
+    }
+    let resp = req.call().with_context(|| format!("GET {url}"))?;
+    let status = resp.status().as_u16();
+    let mut out = match status {
+        206 if have > 0 => OpenOptions::new().append(true).open(&partial)?,
+        200 => {
+            // A full body: start again.
+            hasher = Sha256::new();
+            have = 0;
+            File::create(&partial)?
+        }
+        416 if have > 0 => {
+            // The partial file is already complete (or longer than the content): start again next time.
+            fs::remove_file(&partial)?;
+            bail!("GET {url}: the server refused to resume at byte {have} (416); the partial download was removed, fetch again");
+        }
+        s => bail!("GET {url}: HTTP {s}"),
+    };
+    let resumed_from = have;
+    let mut body = resp.into_body().into_reader();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = match body.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                out.sync_all()?;
+                bail!(
+                    "GET {url}: interrupted after {} bytes ({e}); fetch again to resume",
+                    have + bytes
+                );
+            }
+        };
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n])?;
+        bytes += n as u64;
+    }
+    out.sync_all()?;
+    drop(out);
+    let got = hex::encode(hasher.finalize());
+    if got != hex {
+        fs::remove_file(&partial)?;
+        bail!("GET {url}: the content has sha256 {got}, the spec pins {hex}; nothing was cached");
+    }
+    fs::rename(&partial, &done)?;
+    File::open(dir)?.sync_all()?;
+    Ok(Fetched::Downloaded {
+        bytes: resumed_from + bytes,
+        resumed_from,
+    })
+}
+
+/// Fetches every `url` input of the spec, up to `parallel` at a time. Errors name the spec field.
+pub fn fetch_all(
+    loaded: &Loaded,
+    cache: &Path,
+    parallel: usize,
+    progress: &Progress,
+) -> Result<Vec<(String, Fetched)>> {
+    let jobs: Vec<(usize, String, String)> = loaded
+        .spec
+        .components
+        .files
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| Some((i, f.url.clone()?, f.sha256.clone()?)))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..parallel.max(1).min(jobs.len().max(1)) {
+            s.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((i, url, hex)) = jobs.get(k) else {
+                    break;
+                };
+                let r = fetch_one(cache, url, hex).with_context(|| {
+                    format!("{}: components.files[{i}].url", loaded.path.display())
+                });
+                if let Ok(f) = &r {
+                    progress.step("fetch", &format!("{url}: {f:?}"));
+                }
+                results
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((k, url.clone(), r));
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    results.sort_by_key(|r| r.0);
+    results
+        .into_iter()
+        .map(|(_, url, r)| r.map(|f| (url, f)))
+        .collect()
+}

@@ -1,0 +1,155 @@
+//! The fetch phase against a real HTTP server on 127.0.0.1 (a small one here, so a test can cut a download off
+//! and see the Range request that resumes it): verified content lands in the cache, an interrupted download
+//! resumes where it stopped, a cache hit makes no request, and a wrong pin caches nothing.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+use foothold_image_builder::fetch::{cached, fetch_all, fetch_one, Fetched};
+use foothold_image_builder::progress::Progress;
+use sha2::{Digest, Sha256};
+
+/// Serves `body` at any path; the first `cut_first` responses stop after half the body. Records each request's
+/// Range start (or "-").
+struct Server {
+    port: u16,
+    ranges: Arc<Mutex<Vec<String>>>,
+}
+
+fn serve(body: Vec<u8>, cut_first: usize) -> Server {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let ranges = Arc::new(Mutex::new(Vec::new()));
+    let seen = ranges.clone();
+    std::thread::spawn(move || {
+        for (n, conn) in listener.incoming().enumerate() {
+            let Ok(conn) = conn else { continue };
+            handle(conn, &body, n < cut_first, &seen);
+        }
+    });
+    Server { port, ranges }
+}
+
+fn handle(mut conn: TcpStream, body: &[u8], cut: bool, seen: &Mutex<Vec<String>>) {
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    let mut range = None;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("range: bytes=") {
+            range = v.trim().trim_end_matches('-').parse::<usize>().ok();
+        }
+    }
+    seen.lock()
+        .unwrap()
+        .push(range.map_or("-".into(), |r| r.to_string()));
+    let (status, part) = match range {
+        Some(start) => ("206 Partial Content", &body[start..]),
+        None => ("200 OK", body),
+    };
+    let _ = write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        part.len()
+    );
+    let send = if cut { &part[..part.len() / 2] } else { part };
+    let _ = conn.write_all(send);
+    let _ = conn.flush();
+    // Closing the connection short of Content-Length is the interruption.
+}
+
+fn content() -> (Vec<u8>, String) {
+    let body: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let hex = hex::encode(Sha256::digest(&body));
+    (body, hex)
+}
+
+#[test]
+fn an_interrupted_download_resumes_and_a_cache_hit_makes_no_request() {
+    let cache = tempfile::tempdir().unwrap();
+    let (body, hex) = content();
+    let server = serve(body.clone(), 1);
+    let url = format!("http://127.0.0.1:{}/k3s", server.port);
+
+    let err = format!("{:#}", fetch_one(cache.path(), &url, &hex).unwrap_err());
+    assert!(
+        err.contains("interrupted after") && err.contains("resume"),
+        "{err}"
+    );
+    assert!(
+        !cached(cache.path(), &hex).exists(),
+        "a partial download is not in the cache"
+    );
+
+    let got = fetch_one(cache.path(), &url, &hex).unwrap();
+    let half = body.len() as u64 / 2;
+    assert_eq!(
+        got,
+        Fetched::Downloaded {
+            bytes: body.len() as u64,
+            resumed_from: half
+        }
+    );
+    assert_eq!(
+        *server.ranges.lock().unwrap(),
+        ["-".to_owned(), half.to_string()]
+    );
+    assert_eq!(std::fs::read(cached(cache.path(), &hex)).unwrap(), body);
+
+    // Cached: no request, even with nothing listening there.
+    assert_eq!(
+        fetch_one(cache.path(), "http://127.0.0.1:9/gone", &hex).unwrap(),
+        Fetched::Cached
+    );
+    assert_eq!(server.ranges.lock().unwrap().len(), 2);
+}
+
+#[test]
+fn content_that_does_not_match_its_pin_is_not_cached() {
+    let cache = tempfile::tempdir().unwrap();
+    let (body, _) = content();
+    let server = serve(body, 0);
+    let wrong = "0".repeat(64);
+    let url = format!("http://127.0.0.1:{}/x", server.port);
+    let err = format!("{:#}", fetch_one(cache.path(), &url, &wrong).unwrap_err());
+    assert!(
+        err.contains("the spec pins 0000") && err.contains("nothing was cached"),
+        "{err}"
+    );
+    assert!(!cached(cache.path(), &wrong).exists());
+    let left = std::fs::read_dir(cache.path().join("files/sha256"))
+        .unwrap()
+        .count();
+    assert_eq!(left, 0, "no partial file left");
+}
+
+#[test]
+fn fetch_all_names_the_spec_field_of_a_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let (body, hex) = content();
+    let server = serve(body, 0);
+    let spec = dir.path().join("site.yaml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name: site\nbase: {{suite: bookworm}}\nhostname: site\noutputs: {{formats: [raw], diskSize: 4GiB}}\ncomponents:\n  files:\n    - url: http://127.0.0.1:{p}/ok\n      sha256: {hex}\n      dest: /usr/local/bin/ok\n    - url: http://127.0.0.1:{p}/bad\n      sha256: {bad}\n      serve: {{kind: os_images, name: bad.img}}\n",
+            p = server.port,
+            bad = "1".repeat(64)
+        ),
+    )
+    .unwrap();
+    let loaded = foothold_image_builder::spec::load(&spec).unwrap();
+    let cache = dir.path().join("cache");
+    let err = fetch_all(&loaded, &cache, 2, &Progress::new(true)).unwrap_err();
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("site.yaml: components.files[1].url"),
+        "{text}"
+    );
+    assert!(cached(&cache, &hex).is_file(), "the good one is cached");
+}
