@@ -62,7 +62,7 @@ pub fn probe_kvm(timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     let mut ok = false;
     while Instant::now() < deadline {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let text = String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
         if text.contains("Booting from") || text.contains("No bootable device") {
             ok = true;
             break;
@@ -191,7 +191,9 @@ impl Vm {
     pub fn wait_ready(&mut self, timeout: Duration) -> Result<String> {
         let deadline = Instant::now() + timeout;
         loop {
-            let text = std::fs::read_to_string(&self.serial).unwrap_or_default();
+            // The console carries firmware and GRUB escape sequences, not always UTF-8.
+            let text = String::from_utf8_lossy(&std::fs::read(&self.serial).unwrap_or_default())
+                .into_owned();
             if let Some(line) = text.lines().find(|l| l.contains(READY_MARKER)) {
                 return Ok(line.trim().to_owned());
             }

@@ -26,8 +26,8 @@ use serde_json::json;
 
 use super::bpa_plan::{self, Host, Problem};
 use super::objects::{
-    apply_status, delete_ignoring_missing, delete_owned, job_outcome, owned_meta, publish,
-    server_side_apply, set_conditions, Base, Error, JobOutcome,
+    apply_account, apply_status, delete_ignoring_missing, delete_owned, job_outcome, owned_meta,
+    publish, server_side_apply, set_conditions, Base, Error, JobOutcome,
 };
 use super::{child_name, set_condition, Settings};
 use crate::crd::bpa::{Provisioning, ProvisioningStatus, SecretRef};
@@ -463,31 +463,17 @@ async fn apply_installer_objects(
     )
     .await?;
     let account = child_name(&p.name_any(), "installer");
-    server_side_apply(
-        &Api::<ServiceAccount>::namespaced(client.clone(), ns),
+    apply_account(
+        client,
+        p,
+        OWNER_LABEL,
+        ns,
         &account,
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": owned_meta(p, OWNER_LABEL, ns, &account)}),
-    )
-    .await?;
-    server_side_apply(
-        &Api::<Role>::namespaced(client.clone(), ns),
-        &account,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": owned_meta(p, OWNER_LABEL, ns, &account),
-        "rules": [
+        json!([
             {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
             {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret_name],
              "verbs": ["get", "update", "patch"]},
-        ]}),
-    )
-    .await?;
-    server_side_apply(
-        &Api::<RoleBinding>::namespaced(client.clone(), ns),
-        &account,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": owned_meta(p, OWNER_LABEL, ns, &account),
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-               "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]}),
+        ]),
     )
     .await?;
     Ok(())

@@ -171,6 +171,46 @@ pub fn backoff(failures: u32) -> Duration {
     Duration::from_secs(1u64 << failures.saturating_sub(1).min(8))
 }
 
+/// A ServiceAccount `name` with a Role of `rules` bound to it, all owned by `owner`: the identity of a Job or
+/// DaemonSet a reconciler runs, allowed exactly what it needs.
+pub async fn apply_account<K>(
+    client: &kube::Client,
+    owner: &K,
+    owner_label: &str,
+    ns: &str,
+    name: &str,
+    rules: serde_json::Value,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()>,
+{
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let meta = owned_meta(owner, owner_label, ns, name);
+    server_side_apply(
+        &Api::<ServiceAccount>::namespaced(client.clone(), ns),
+        name,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}),
+    )
+    .await?;
+    server_side_apply(
+        &Api::<Role>::namespaced(client.clone(), ns),
+        name,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
+               "rules": rules}),
+    )
+    .await?;
+    server_side_apply(
+        &Api::<RoleBinding>::namespaced(client.clone(), ns),
+        name,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Metadata of an object `owner` controls: its name under `owner_label`, its generation, and a controller
 /// ownerReference.
 pub fn owned_meta<K>(owner: &K, owner_label: &str, ns: &str, name: &str) -> serde_json::Value

@@ -40,8 +40,8 @@ use kube::runtime::watcher;
 use serde_json::json;
 
 use super::objects::{
-    apply_status, delete_ignoring_missing, delete_owned, owned_meta, publish, scoped_api,
-    server_side_apply, set_conditions, Base, Error,
+    apply_account, apply_status, delete_ignoring_missing, delete_owned, owned_meta, publish,
+    scoped_api, server_side_apply, set_conditions, Base, Error,
 };
 use super::vino_ipam::{self, Ranges, Wanted};
 use super::{child_name, Settings};
@@ -804,30 +804,16 @@ async fn realise(
         json!({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}});
     // The builder's account: it reads its node's plan and reports on it, and reads the VNC passwords.
     let account = child_name(&ds_name, "builder");
-    server_side_apply(
-        &Api::<ServiceAccount>::namespaced(client.clone(), ns),
+    apply_account(
+        client,
+        vino,
+        OWNER_LABEL,
+        ns,
         &account,
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": owned_meta(vino, OWNER_LABEL, ns, &account)}),
-    )
-    .await?;
-    server_side_apply(
-        &Api::<Role>::namespaced(client.clone(), ns),
-        &account,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": owned_meta(vino, OWNER_LABEL, ns, &account),
-        "rules": [
+        json!([
             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "patch"]},
             {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [vnc_name], "verbs": ["get"]},
-        ]}),
-    )
-    .await?;
-    server_side_apply(
-        &Api::<RoleBinding>::namespaced(client.clone(), ns),
-        &account,
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": owned_meta(vino, OWNER_LABEL, ns, &account),
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
-               "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]}),
+        ]),
     )
     .await?;
     let libvirt_mounts = json!([
