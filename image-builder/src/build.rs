@@ -743,16 +743,13 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
 
     let mut f = fs::OpenOptions::new().write(true).open(&tmp_raw)?;
     copy_into(&mut f, esp.offset(), &esp_img)?;
-    // BIOS: core.img in the BIOS boot partition, with the sector of its second half patched in (the blocklist
-    // at the end of its first sector); boot.img's code in the MBR with core.img's sector.
-    let mut core_patched = core_bytes.clone();
-    core_patched[500..508].copy_from_slice(&(bios.first_lba + 1).to_le_bytes());
-    f.seek(SeekFrom::Start(bios.offset()))?;
-    f.write_all(&core_patched)?;
+    // BIOS: core.img in the BIOS boot partition, boot.img's code in the MBR (see `bios`).
     let boot_img = fs::read("/usr/lib/grub/i386-pc/boot.img")
         .context("reading GRUB's boot.img (Debian grub-pc-bin)")?;
-    let mut mbr = boot_img[..440].to_vec();
-    mbr[0x5c..0x64].copy_from_slice(&bios.first_lba.to_le_bytes());
+    let (mbr, core_patched) =
+        crate::bios::embed(&boot_img, &core_bytes, bios.first_lba).map_err(anyhow::Error::msg)?;
+    f.seek(SeekFrom::Start(bios.offset()))?;
+    f.write_all(&core_patched)?;
     f.seek(SeekFrom::Start(0))?;
     f.write_all(&mbr)?;
     gpt::write(
