@@ -1,4 +1,5 @@
-//! `packages/lab.yaml` built by the real `foothold-build` (as root: mmdebstrap) twice, bit-identical, then
+//! `packages/lab.yaml` built by the real `foothold-build` (as root: mmdebstrap) twice, bit-identical, and once
+//! more from a bundle in a network namespace with no network (bit-identical too), then
 //! booted in qemu: the raw image under UEFI and under BIOS, the qcow2 under UEFI, the ISO from CD under BIOS. Each boot must print the ready
 //! marker on its serial console; then, through a port forward, skopeo pulls the image that was baked into the
 //! data partition and gets the input layout's digests, and the agent answers /readyz. qemu is killed when each
@@ -229,6 +230,30 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     let qcow2 = a.join("foothold-lab.qcow2");
     assert!(run(Command::new("qemu-img").arg("info").arg(&qcow2)).contains("file format: qcow2"));
     std::fs::remove_dir_all(&b).unwrap();
+
+    // A bundle builds the same image on a machine with no network (a network namespace of its own).
+    let bundle = tmp.path().join("lab.tar");
+    run(Command::new(target().join("debug/foothold-build"))
+        .current_dir(&ws)
+        .args(["fetch", "packages/lab.yaml", "--bundle"])
+        .arg(&bundle)
+        .arg("--agent")
+        .arg(target().join("debug/foothold-agent")));
+    let offline = tmp.path().join("offline");
+    run(Command::new("unshare")
+        .arg("--net")
+        .arg(target().join("debug/foothold-build"))
+        .args(["build", "--offline", "--formats", "raw", "--bundle"])
+        .arg(&bundle)
+        .arg("--out")
+        .arg(&offline));
+    assert_eq!(
+        digest,
+        sha256_file(&offline.join("foothold-lab.raw")),
+        "the offline build from the bundle differs"
+    );
+    std::fs::remove_dir_all(&offline).unwrap();
+    std::fs::remove_file(&bundle).unwrap();
 
     let accel = if qemu::probe_kvm(Duration::from_secs(5)) {
         Accel::Kvm

@@ -84,8 +84,9 @@ mod tests {
 
     #[test]
     fn debians_grub_images_embed() {
-        let b = std::fs::read("/usr/lib/grub/i386-pc/boot.img")
-            .expect("GRUB's boot.img (Debian grub-pc-bin, installed by scripts/install-build-tools.sh)");
+        let b = std::fs::read("/usr/lib/grub/i386-pc/boot.img").expect(
+            "GRUB's boot.img (Debian grub-pc-bin, installed by scripts/install-build-tools.sh)",
+        );
         let (mbr, _) = embed(&b, &[0; 4096], 2048).unwrap();
         assert_eq!(&mbr[..0x5c], &b[..0x5c]);
     }

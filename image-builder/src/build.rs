@@ -61,6 +61,16 @@ pub struct Settings {
     pub source_date_epoch: u64,
     /// Build only these of the spec's formats (None: all of them).
     pub formats: Option<Vec<Format>>,
+    /// Never use the network: everything must be in the cache (or the bundle).
+    pub offline: bool,
+}
+
+/// The overlay laid over the root file system: the spec's, else the repository's `rootfs/`.
+pub fn overlay_dir(loaded: &Loaded) -> PathBuf {
+    match &loaded.spec.components.overlay {
+        Some(o) => loaded.resolve(o),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../rootfs"),
+    }
 }
 
 /// Runs `cmd`, failing with its output when it fails.
@@ -136,6 +146,13 @@ pub fn rootfs(
     if dir.join(".complete").exists() {
         progress.step("rootfs", &format!("cached {}", &key[..12]));
         return Ok((dir, key));
+    }
+    if settings.offline {
+        bail!(
+            "offline: the root file system for {} ({}) is not in the cache or bundle; build it (or fetch --bundle) on a connected machine",
+            base.suite,
+            &key[..12]
+        );
     }
     progress.step(
         "rootfs",
@@ -476,13 +493,7 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
     fs::create_dir_all(&root)?;
     copy_tree(&base, &root)?;
     let _ = fs::remove_file(root.join(".complete"));
-    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("../rootfs");
-    let overlay = spec
-        .components
-        .overlay
-        .as_ref()
-        .map(|o| loaded.resolve(o))
-        .unwrap_or(overlay);
+    let overlay = overlay_dir(loaded);
     if overlay.is_dir() {
         copy_tree(&overlay, &root)?;
     }

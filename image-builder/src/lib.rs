@@ -3,6 +3,7 @@
 
 pub mod bios;
 pub mod build;
+pub mod bundle;
 pub mod fetch;
 pub mod gpt;
 pub mod progress;

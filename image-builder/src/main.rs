@@ -23,7 +23,15 @@ struct Cli {
 enum Cmd {
     /// Build the spec's outputs (<name>.raw, .qcow2, each with .manifest.json) into --out. Needs root (mmdebstrap).
     Build {
-        spec: PathBuf,
+        /// The appliance spec (or --bundle).
+        #[arg(required_unless_present = "bundle", conflicts_with = "bundle")]
+        spec: Option<PathBuf>,
+        /// Build from a bundle made by `fetch --bundle` (unpacked under --out).
+        #[arg(long)]
+        bundle: Option<PathBuf>,
+        /// Use no network: everything must be in the cache or the bundle.
+        #[arg(long)]
+        offline: bool,
         #[arg(long, default_value = "out")]
         out: PathBuf,
         /// Cache of root file systems and Debian packages (default ~/.cache/foothold).
@@ -49,6 +57,16 @@ enum Cmd {
         /// Cache directory (default ~/.cache/foothold).
         #[arg(long)]
         cache: Option<PathBuf>,
+        /// Also write a self-contained bundle (spec, root file system, inputs) for `build --bundle --offline`.
+        /// Builds the root file system if it is not cached (needs root).
+        #[arg(long)]
+        bundle: Option<PathBuf>,
+        /// The foothold-agent binary to bundle, instead of the spec's components.agent.path.
+        #[arg(long)]
+        agent: Option<PathBuf>,
+        /// As for build: the root file system in the bundle is made with it.
+        #[arg(long, env = "SOURCE_DATE_EPOCH")]
+        source_date_epoch: Option<u64>,
         /// Downloads at a time.
         #[arg(long, default_value_t = 4)]
         parallel: usize,
@@ -100,6 +118,9 @@ fn parse_forward(s: &str) -> Result<(u16, u16), String> {
     ))
 }
 
+/// 2026-01-01T00:00:00Z: every timestamp in an image unless SOURCE_DATE_EPOCH says otherwise.
+const DEFAULT_EPOCH: u64 = 1_767_225_600;
+
 fn cache_dir(given: Option<PathBuf>) -> Result<PathBuf> {
     match given {
         Some(c) => Ok(c),
@@ -124,6 +145,8 @@ fn real_main() -> Result<ExitCode> {
     match Cli::parse().command {
         Cmd::Build {
             spec: path,
+            bundle,
+            offline,
             out,
             cache,
             agent,
@@ -131,14 +154,18 @@ fn real_main() -> Result<ExitCode> {
             json,
             formats,
         } => {
-            let loaded = spec::load(&path)?;
-            let cache = cache_dir(cache)?;
+            let (loaded, cache) = match (path, bundle) {
+                (Some(path), _) => (spec::load(&path)?, cache_dir(cache)?),
+                (None, Some(b)) => foothold_image_builder::bundle::open(&b, &out.join(".bundle"))?,
+                (None, None) => unreachable!("clap requires one"),
+            };
             let settings = build::Settings {
                 out,
                 cache,
                 agent,
-                source_date_epoch: source_date_epoch.unwrap_or(1_767_225_600),
+                source_date_epoch: source_date_epoch.unwrap_or(DEFAULT_EPOCH),
                 formats,
+                offline,
             };
             let progress = Progress::new(json);
             let outputs = build::build(&loaded, &settings, &progress)?;
@@ -148,6 +175,9 @@ fn real_main() -> Result<ExitCode> {
         Cmd::Fetch {
             spec: path,
             cache,
+            bundle,
+            agent,
+            source_date_epoch,
             parallel,
             json,
         } => {
@@ -160,6 +190,17 @@ fn real_main() -> Result<ExitCode> {
                 "fetch",
                 &format!("{} url inputs in {}", fetched.len(), cache.display()),
             );
+            if let Some(b) = bundle {
+                let settings = build::Settings {
+                    out: b.parent().map(PathBuf::from).unwrap_or_default(),
+                    cache,
+                    agent,
+                    source_date_epoch: source_date_epoch.unwrap_or(DEFAULT_EPOCH),
+                    formats: None,
+                    offline: false,
+                };
+                foothold_image_builder::bundle::write(&loaded, &settings, &b, &progress)?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Check { spec: path } => {

@@ -1,0 +1,164 @@
+//! Self-contained bundles for air-gapped builds. `foothold-build fetch <spec> --bundle out.tar` writes one tar
+//! holding everything a build reads: the spec (its local paths rewritten into the bundle), the cached root file
+//! system, the fetched url inputs, the agent binary, the overlay, image layouts and local files.
+//! `foothold-build build --bundle out.tar --offline` unpacks it and builds with no network at all; the image is
+//! the same as one built from the original spec (its hash is kept).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::build::{self, run, Settings};
+use crate::progress::Progress;
+use crate::spec::{self, Loaded, LocalFile};
+
+const INDEX: &str = "foothold-bundle.json";
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Index {
+    /// The original spec's sha256: UUIDs and seeds derive from it, so the bundle builds the same image.
+    spec_sha256: String,
+    rootfs_key: String,
+    builder: String,
+}
+
+/// Writes the bundle of `loaded` to `out` (its url inputs must be fetched already).
+pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progress) -> Result<()> {
+    let (_, key) = build::rootfs(loaded, settings, progress)?;
+    let staging = out.with_extension("staging");
+    if staging.exists() {
+        fs::remove_dir_all(&staging)?;
+    }
+    fs::create_dir_all(staging.join("local"))?;
+    let mut n = 0;
+    let mut local = |p: &Path| -> Result<PathBuf> {
+        n += 1;
+        let name = p
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "input".into());
+        let rel = PathBuf::from("local").join(format!("{n}-{name}"));
+        run(Command::new("cp").arg("-a").arg(p).arg(staging.join(&rel)))
+            .with_context(|| format!("copying {} into the bundle", p.display()))?;
+        Ok(rel)
+    };
+    let mut spec = loaded.spec.clone();
+    let agent = settings
+        .agent
+        .clone()
+        .or_else(|| {
+            spec.components
+                .agent
+                .as_ref()
+                .map(|a| loaded.resolve(&a.path))
+        })
+        .context("no agent binary: set components.agent.path in the spec or pass --agent")?;
+    spec.components.agent = Some(LocalFile {
+        path: local(&agent)?,
+    });
+    let overlay = build::overlay_dir(loaded);
+    if overlay.is_dir() {
+        spec.components.overlay = Some(local(&overlay)?);
+    }
+    for f in &mut spec.components.files {
+        if let Some(p) = &f.path {
+            f.path = Some(local(&loaded.resolve(p))?);
+        }
+    }
+    for l in &mut spec.components.image_layouts {
+        l.path = local(&loaded.resolve(&l.path))?;
+    }
+    // JSON is YAML: the bundled spec is the parsed one, paths rewritten.
+    fs::write(
+        staging.join("spec.yaml"),
+        serde_json::to_string_pretty(&spec)? + "\n",
+    )?;
+    let index = Index {
+        spec_sha256: loaded.sha256.clone(),
+        rootfs_key: key.clone(),
+        builder: crate::VERSION.into(),
+    };
+    fs::write(
+        staging.join(INDEX),
+        serde_json::to_string_pretty(&index)? + "\n",
+    )?;
+    let mut cached: Vec<String> = vec![format!("rootfs/{key}")];
+    for f in &spec.components.files {
+        if let (Some(_), Some(hex)) = (&f.url, &f.sha256) {
+            cached.push(format!("files/sha256/{hex}"));
+        }
+    }
+    let tmp = out.with_extension("tar.tmp");
+    progress.step("bundle", &format!("writing {}", out.display()));
+    run(Command::new("tar")
+        .arg("-cf")
+        .arg(&tmp)
+        // ACLs and extended attributes are part of the root file system (systemd's journal directory has ACLs);
+        // holes too (mke2fs counts the bytes it writes in the superblock, so a file that lost its holes would
+        // change the image).
+        .args([
+            "--sparse",
+            "--sort=name",
+            "--numeric-owner",
+            "--acls",
+            "--xattrs",
+            "--xattrs-include=*",
+            "-C",
+        ])
+        .arg(&staging)
+        .args([INDEX, "spec.yaml", "local", "-C"])
+        .arg(&settings.cache)
+        .args(&cached))
+    .context("writing the bundle with tar")?;
+    fs::File::open(&tmp)?.sync_all()?;
+    fs::rename(&tmp, out)?;
+    fs::remove_dir_all(&staging)?;
+    Ok(())
+}
+
+/// Unpacks `bundle` into `dir`; returns the spec (with the original's hash) and the cache inside the bundle.
+pub fn open(bundle: &Path, dir: &Path) -> Result<(Loaded, PathBuf)> {
+    if dir.exists() {
+        fs::remove_dir_all(dir)?;
+    }
+    fs::create_dir_all(dir)?;
+    run(Command::new("tar")
+        .arg("-xf")
+        .arg(bundle)
+        .args([
+            "--same-owner",
+            "--numeric-owner",
+            "--acls",
+            "--xattrs",
+            "--xattrs-include=*",
+        ])
+        .arg("-C")
+        .arg(dir))
+    .with_context(|| format!("unpacking the bundle {}", bundle.display()))?;
+    let index: Index = serde_json::from_slice(&fs::read(dir.join(INDEX)).with_context(|| {
+        format!(
+            "{}: no {INDEX}; not a foothold-build bundle",
+            bundle.display()
+        )
+    })?)
+    .with_context(|| format!("{}: {INDEX}", bundle.display()))?;
+    let mut loaded = spec::load(&dir.join("spec.yaml"))?;
+    loaded.sha256 = index.spec_sha256;
+    if !dir
+        .join("rootfs")
+        .join(&index.rootfs_key)
+        .join(".complete")
+        .exists()
+    {
+        bail!(
+            "{}: the root file system {} is missing from the bundle",
+            bundle.display(),
+            index.rootfs_key
+        );
+    }
+    Ok((loaded, dir.to_owned()))
+}
