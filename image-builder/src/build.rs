@@ -65,6 +65,30 @@ pub struct Settings {
     pub offline: bool,
 }
 
+/// The agent binary to install: `--agent`, else the spec's `components.agent.path`; it must be a file.
+pub fn agent_path(loaded: &Loaded, settings: &Settings) -> Result<PathBuf> {
+    let agent = settings
+        .agent
+        .clone()
+        .or_else(|| {
+            loaded
+                .spec
+                .components
+                .agent
+                .as_ref()
+                .map(|a| loaded.resolve(&a.path))
+        })
+        .context("no agent binary: set components.agent.path in the spec or pass --agent")?;
+    if !agent.is_file() {
+        bail!(
+            "{}: components.agent.path: {} is not a file (build it with cargo build --release -p foothold-agent)",
+            loaded.path.display(),
+            agent.display()
+        );
+    }
+    Ok(agent)
+}
+
 /// The overlay laid over the root file system: the spec's, else the repository's `rootfs/`.
 pub fn overlay_dir(loaded: &Loaded) -> PathBuf {
     match &loaded.spec.components.overlay {
@@ -497,19 +521,7 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
     if overlay.is_dir() {
         copy_tree(&overlay, &root)?;
     }
-    let agent = settings
-        .agent
-        .clone()
-        .or_else(|| {
-            spec.components
-                .agent
-                .as_ref()
-                .map(|a| loaded.resolve(&a.path))
-        })
-        .context("no agent binary: set components.agent.path in the spec or pass --agent")?;
-    if !agent.is_file() {
-        bail!("{}: components.agent.path: {} is not a file (build it with cargo build --release -p foothold-agent)", loaded.path.display(), agent.display());
-    }
+    let agent = agent_path(loaded, settings)?;
     let agent_dest = root.join("usr/local/bin/foothold-agent");
     fs::create_dir_all(agent_dest.parent().expect("has parent"))?;
     run(Command::new("objcopy")

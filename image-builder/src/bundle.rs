@@ -47,16 +47,7 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
         Ok(rel)
     };
     let mut spec = loaded.spec.clone();
-    let agent = settings
-        .agent
-        .clone()
-        .or_else(|| {
-            spec.components
-                .agent
-                .as_ref()
-                .map(|a| loaded.resolve(&a.path))
-        })
-        .context("no agent binary: set components.agent.path in the spec or pass --agent")?;
+    let agent = build::agent_path(loaded, settings)?;
     spec.components.agent = Some(LocalFile {
         path: local(&agent)?,
     });
