@@ -5,51 +5,13 @@
 //! data partition and gets the input layout's digests, and the agent answers /readyz. qemu is killed when each
 //! boot's checks end; every wait is bounded.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use foothold_e2e::{build_binaries, free_port, run, sha256_file, target, workspace};
 use foothold_image_builder::qemu::{self, Accel, RunOptions, Vm};
 use sha2::{Digest, Sha256};
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-fn target() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target"))
-}
-
-fn run(cmd: &mut Command) -> String {
-    let shown = format!("{cmd:?}");
-    let out = cmd.output().unwrap_or_else(|e| panic!("{shown}: {e}"));
-    assert!(
-        out.status.success(),
-        "{shown} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn sha256_file(p: &Path) -> String {
-    let mut h = Sha256::new();
-    std::io::copy(&mut std::fs::File::open(p).unwrap(), &mut h).unwrap();
-    hex::encode(h.finalize())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Boots `image`, waits for the ready marker, and checks what the agent serves against the input layout.
 /// Returns the marker line.
@@ -171,14 +133,7 @@ fn data_bytes(line: &str) -> u64 {
 #[test]
 fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     let ws = workspace();
-    run(Command::new(env!("CARGO")).current_dir(&ws).args([
-        "build",
-        "-q",
-        "-p",
-        "foothold-agent",
-        "-p",
-        "foothold-image-builder",
-    ]));
+    build_binaries();
     let layout = target().join("foothold-lab/layout");
     let manifest_digest = run(Command::new(ws.join("scripts/lab-image-layout.sh"))
         .current_dir(&ws)

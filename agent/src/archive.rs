@@ -373,8 +373,15 @@ fn plan_docker(scan: &Scan, src: &Stored<'_>) -> Result<Vec<import::Plan>, Archi
             let (repo, tag) =
                 names::normalize_reference(t).map_err(|e| at(format!("RepoTag {t:?}: {e}")))?;
             plans.push(
-                import::plan(src, repo, tag, &digest, Some(OCI_MANIFEST))
-                    .map_err(|e| at(format!("{e:#}")))?,
+                import::plan(
+                    src,
+                    repo,
+                    tag,
+                    &digest,
+                    Some(OCI_MANIFEST),
+                    import::Children::All,
+                )
+                .map_err(|e| at(format!("{e:#}")))?,
             );
         }
     }
@@ -390,6 +397,7 @@ fn plan_oci(scan: &Scan, src: &Stored<'_>) -> Result<Vec<import::Plan>, ArchiveE
         None,
         "index.json",
         "name images with full references (skopeo copy ... oci-archive:x.tar:registry.example/app:v1)",
+        import::Children::All,
     )
     .map_err(|e| invalid(format!("{e:#}")))
 }

@@ -109,6 +109,16 @@ pub(crate) struct Plan {
     manifests: Vec<(Digest, Vec<u8>, ParsedManifest)>,
 }
 
+/// Which manifests an index must bring along.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Children {
+    /// Every manifest an index lists must be in the source (a layout written with `skopeo copy --all`).
+    All,
+    /// Manifests the source lacks are left out: the source carries some platforms of the image (the image
+    /// builder writes layouts that way). The index is kept byte for byte, so its digest still resolves.
+    Present,
+}
+
 /// Reads a manifest (and for an index its children) and checks that every blob it needs is in `src`.
 pub(crate) fn plan(
     src: &dyn BlobSource,
@@ -116,6 +126,7 @@ pub(crate) fn plan(
     tag: Option<String>,
     digest: &Digest,
     media_type: Option<&str>,
+    children: Children,
 ) -> anyhow::Result<Plan> {
     let mut p = Plan {
         repo,
@@ -124,7 +135,7 @@ pub(crate) fn plan(
         blobs: Vec::new(),
         manifests: Vec::new(),
     };
-    plan_manifest(src, &mut p, digest, media_type, 0)?;
+    plan_manifest(src, &mut p, digest, media_type, children, 0)?;
     Ok(p)
 }
 
@@ -133,6 +144,7 @@ fn plan_manifest(
     p: &mut Plan,
     digest: &Digest,
     media_type: Option<&str>,
+    children: Children,
     depth: usize,
 ) -> anyhow::Result<()> {
     if depth > 4 {
@@ -150,9 +162,14 @@ fn plan_manifest(
             RefKind::Blob => p.blobs.push(child.clone()),
             // Indexes may list platforms the source does not carry (skopeo copies one unless --all).
             RefKind::Manifest if src.size(child).is_none() => {
-                bail!("index {digest} lists manifest {child}, which is missing (copy with --all)")
+                if children == Children::All {
+                    bail!(
+                        "index {digest} lists manifest {child}, which is missing (copy with --all, or import \
+                         with --present-platforms to keep the platforms the layout has)"
+                    )
+                }
             }
-            RefKind::Manifest => plan_manifest(src, p, child, None, depth + 1)?,
+            RefKind::Manifest => plan_manifest(src, p, child, None, children, depth + 1)?,
         }
     }
     p.manifests.push((digest.clone(), bytes, parsed));
@@ -188,6 +205,7 @@ pub(crate) fn plan_index(
     repo: Option<&str>,
     what: &str,
     hint: &str,
+    children: Children,
 ) -> anyhow::Result<Vec<Plan>> {
     let mut plans = Vec::new();
     for (i, entry) in index.manifests.iter().enumerate() {
@@ -218,8 +236,15 @@ pub(crate) fn plan_index(
             names::validate_tag(t).with_context(|| format!("{what}: manifests[{i}] tag {t:?}"))?;
         }
         plans.push(
-            plan(src, target_repo, tag, &digest, entry.media_type.as_deref())
-                .with_context(|| format!("{what}: manifests[{i}]"))?,
+            plan(
+                src,
+                target_repo,
+                tag,
+                &digest,
+                entry.media_type.as_deref(),
+                children,
+            )
+            .with_context(|| format!("{what}: manifests[{i}]"))?,
         );
     }
     Ok(plans)
@@ -230,6 +255,7 @@ pub fn import_layout(
     store: &Store,
     layout: &Path,
     repo: Option<&str>,
+    children: Children,
 ) -> anyhow::Result<Vec<Imported>> {
     let marker = layout.join("oci-layout");
     fs::metadata(&marker).with_context(|| {
@@ -248,7 +274,7 @@ pub fn import_layout(
     }
     let src = Layout(layout);
     let what = index_path.display().to_string();
-    let plans = plan_index(&src, &index, repo, &what, "pass --repo")?;
+    let plans = plan_index(&src, &index, repo, &what, "pass --repo", children)?;
     plans
         .iter()
         .map(|p| {

@@ -169,6 +169,10 @@ enum Command {
         /// Repository for entries whose ref.name is a bare tag (skopeo writes `oci:DIR:TAG` that way).
         #[arg(long)]
         repo: Option<String>,
+        /// Keep the platforms of a multi-platform index that the layout carries; the index is kept whole, and
+        /// its other platforms answer MANIFEST_UNKNOWN (default: every listed manifest must be present).
+        #[arg(long)]
+        present_platforms: bool,
     },
     /// Record a file as a completed BPA image record, served at /files/<owner>/<cluster>/<kind>/<name> (the image
     /// builder bakes files into the data partition this way).
@@ -208,6 +212,9 @@ enum Command {
         /// Upstream registries to mirror, comma separated.
         #[arg(long, value_delimiter = ',', default_values_t = mirror_config::DEFAULT_REGISTRIES.iter().map(|s| s.to_string()).collect::<Vec<_>>())]
         registries: Vec<String>,
+        /// More registries, added to --registries (the image builder adds those of the image's containers).
+        #[arg(long, value_delimiter = ',')]
+        extra_registries: Vec<String>,
         /// CA certificate path on the node, for an https endpoint with a site CA.
         #[arg(long)]
         ca: Option<String>,
@@ -335,11 +342,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tokio::runtime::Runtime::new()?.block_on(server::serve(cfg))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Import { layout, data, repo } => {
+        Command::Import {
+            layout,
+            data,
+            repo,
+            present_platforms,
+        } => {
             let dir = data.dir();
             let store = store::Store::open(&dir)
                 .with_context(|| format!("opening the data directory {}", dir.display()))?;
-            for i in import::import_layout(&store, &layout, repo.as_deref())? {
+            for i in import::import_layout(
+                &store,
+                &layout,
+                repo.as_deref(),
+                if present_platforms {
+                    import::Children::Present
+                } else {
+                    import::Children::All
+                },
+            )? {
                 println!(
                     "{}{} {}",
                     i.repo,
@@ -393,11 +414,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::MirrorConfig {
             target,
             endpoint,
-            registries,
+            mut registries,
+            extra_registries,
             ca,
             out,
         } => {
             let endpoint = mirror_config::check_endpoint(&endpoint)?;
+            for r in extra_registries {
+                if !r.is_empty() && !registries.contains(&r) {
+                    registries.push(r);
+                }
+            }
             for r in &registries {
                 mirror_config::check_registry(r)?;
             }

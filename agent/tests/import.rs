@@ -109,3 +109,89 @@ fn a_layout_with_a_corrupt_blob_imports_nothing_under_that_digest() {
         .exists());
     assert_fsck_clean(&data);
 }
+
+/// A multi-platform index of which the layout carries only linux/amd64 (as the image builder pulls it): refused
+/// by default, naming the absent manifest; with --present-platforms the index is kept byte for byte, the
+/// present platform is served and the absent one answers MANIFEST_UNKNOWN.
+#[test]
+fn an_index_with_absent_platforms_imports_only_with_present_platforms() {
+    use sha2::{Digest, Sha256};
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let dir = tmp.path().join("partial");
+    let amd64 = layout::write_image(&dir, 14, &[30_000], "unused");
+    let amd64_size = std::fs::metadata(dir.join("blobs/sha256").join(&amd64.manifest_digest[7..]))
+        .unwrap()
+        .len();
+    let arm64 = format!("sha256:{}", hex::encode(Sha256::digest(b"never pulled")));
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": amd64.manifest_digest,
+             "size": amd64_size, "platform": {"architecture": "amd64", "os": "linux"}},
+            {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": arm64,
+             "size": 1234, "platform": {"architecture": "arm64", "os": "linux", "variant": "v8"}},
+        ],
+    }))
+    .unwrap();
+    let index_digest = format!("sha256:{}", hex::encode(Sha256::digest(&index)));
+    std::fs::write(dir.join("blobs/sha256").join(&index_digest[7..]), &index).unwrap();
+    std::fs::write(
+        dir.join("index.json"),
+        serde_json::to_vec(&serde_json::json!({"schemaVersion": 2, "manifests": [{
+            "mediaType": "application/vnd.oci.image.index.v1+json", "digest": index_digest, "size": index.len(),
+            "annotations": {"org.opencontainers.image.ref.name": "registry.example/multi:1"},
+        }]}))
+        .unwrap(),
+    )
+    .unwrap();
+
+    let refused = import(&data, &dir, &[]);
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains(&arm64) && err.contains("--present-platforms"),
+        "{err}"
+    );
+    assert!(!data
+        .join("blobs/sha256")
+        .join(&amd64.layer_digests[0][7..])
+        .exists());
+
+    let out = import(&data, &dir, &["--present-platforms"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("registry.example/multi:1 {index_digest}")
+    );
+
+    let agent = Agent::start(&data, None);
+    let get = |reference: &str| {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "-", "-w", "\n%{http_code}", "-H"])
+            .arg("Accept: application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json")
+            .arg(agent.url(&format!("/v2/registry.example/multi/manifests/{reference}")))
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        (code.to_owned(), body.to_owned())
+    };
+    let (code, body) = get("1");
+    assert_eq!(code, "200");
+    assert_eq!(
+        body.as_bytes(),
+        &index[..],
+        "the index is served byte for byte"
+    );
+    assert_eq!(get(&amd64.manifest_digest).0, "200");
+    let (code, body) = get(&arm64);
+    assert_eq!(code, "404");
+    assert!(body.contains("MANIFEST_UNKNOWN"), "{body}");
+    drop(agent);
+    assert_fsck_clean(&data);
+}

@@ -63,6 +63,8 @@ pub struct Settings {
     pub formats: Option<Vec<Format>>,
     /// Never use the network: everything must be in the cache (or the bundle).
     pub offline: bool,
+    /// How container images are pulled.
+    pub pull: crate::images::PullSettings,
 }
 
 /// The agent binary to install: `--agent`, else the spec's `components.agent.path`; it must be a file.
@@ -280,11 +282,13 @@ fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> 
             format!("Name={iface}")
         }
     };
+    // The provisioning network may have no carrier (its compute nodes off) or no NIC yet: boot does not wait
+    // for it, and the address is configured regardless.
     if let Some(p) = &spec.network.provisioning {
         write_file(
             &root.join("etc/systemd/network/10-provisioning.network"),
             &format!(
-                "[Match]\n{}\n\n[Network]\nAddress={}\nLinkLocalAddressing=ipv6\nIPv6AcceptRA=no\n",
+                "[Match]\n{}\n\n[Link]\nRequiredForOnline=no\n\n[Network]\nAddress={}\nConfigureWithoutCarrier=yes\nLinkLocalAddressing=ipv6\nIPv6AcceptRA=no\n",
                 matcher(&p.interface),
                 p.address
             ),
@@ -324,6 +328,34 @@ fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> 
         ),
         0o644,
     )?;
+    if let Some(k) = &spec.components.k3s {
+        // k3s pulls through the agent for the usual registries and those of the image's containers.
+        let mut registries: Vec<String> = spec
+            .components
+            .images
+            .iter()
+            .map(crate::images::registry_of)
+            .collect();
+        registries.sort();
+        registries.dedup();
+        let scheme = if spec.components.agent_tls {
+            "https"
+        } else {
+            "http"
+        };
+        write_file(
+            &root.join("etc/foothold/k3s.env"),
+            &format!(
+                "K3S_ARGS={}\nFOOTHOLD_MIRROR_ENDPOINT={scheme}://127.0.0.1:5000\nFOOTHOLD_MIRROR_REGISTRIES={}\n",
+                k.args.join(" "),
+                registries.join(",")
+            ),
+            0o644,
+        )?;
+        run(Command::new("chroot")
+            .arg(root)
+            .args(["systemctl", "enable", "k3s.service"]))?;
+    }
     let mut names = Vec::new();
     if let Some(p) = &spec.network.provisioning {
         names.push(format!(
@@ -506,6 +538,12 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
     };
     let mut inputs: BTreeMap<String, serde_json::Value> = BTreeMap::new();
 
+    // 0. Inputs from the network that the cache lacks (none when it has them all).
+    if !settings.offline {
+        crate::fetch::fetch_all(loaded, &settings.cache, 4, progress)?;
+        crate::images::fetch_all(loaded, &settings.cache, &settings.pull, progress)?;
+    }
+
     // 1. The root file system.
     let (base, base_key) = rootfs(loaded, settings, progress)?;
     inputs.insert(
@@ -535,7 +573,7 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
     );
     let data = work.join("data");
     fs::create_dir_all(&data)?;
-    for (i, f) in spec.components.files.iter().enumerate() {
+    for (field, f) in spec.file_inputs() {
         let (src, origin) = match (&f.path, &f.url) {
             (Some(p), _) => (loaded.resolve(p), p.display().to_string()),
             (None, Some(url)) => {
@@ -543,7 +581,7 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
                 let cached = crate::fetch::cached(&settings.cache, hex);
                 if !cached.is_file() {
                     bail!(
-                        "{}: components.files[{i}]: {url} is not in the cache; run `foothold-build fetch` first",
+                        "{}: {field}: {url} is not in the cache; run `foothold-build fetch` first",
                         loaded.path.display()
                     );
                 }
@@ -551,12 +589,11 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             }
             (None, None) => unreachable!("validated"),
         };
-        let digest = sha256_file(&src)
-            .with_context(|| format!("components.files[{i}]: {}", src.display()))?;
+        let digest = sha256_file(&src).with_context(|| format!("{field}: {}", src.display()))?;
         if let Some(want) = &f.sha256 {
             if *want != digest {
                 bail!(
-                    "{}: components.files[{i}]: {} has sha256 {digest}, the spec pins {want}",
+                    "{}: {field}: {} has sha256 {digest}, the spec pins {want}",
                     loaded.path.display(),
                     src.display()
                 );
@@ -590,10 +627,10 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
                     "--sha256",
                     &digest,
                 ]))
-            .with_context(|| format!("components.files[{i}]: adding it to the agent's store"))?;
+            .with_context(|| format!("{field}: adding it to the agent's store"))?;
         }
         inputs.insert(
-            format!("files[{i}]"),
+            field.trim_start_matches("components.").to_owned(),
             json!({"from": origin, "sha256": digest, "dest": f.dest, "serve": f.serve}),
         );
     }
@@ -626,6 +663,27 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             format!("layout:{}", l.path.display()),
             json!({"indexSha256": hex::encode(Sha256::digest(&index))}),
         );
+    }
+    if !spec.components.images.is_empty() {
+        progress.step(
+            "data",
+            &format!(
+                "{} container images into the agent's store",
+                spec.components.images.len()
+            ),
+        );
+        let layout = work.join("images");
+        let records = crate::images::write_layout(loaded, &settings.cache, &layout)?;
+        run(Command::new(&agent)
+            .arg("import")
+            .arg(&layout)
+            .arg("--present-platforms")
+            .arg("--data")
+            .arg(&data))
+        .context("components.images: importing into the agent's store")?;
+        for (i, r) in records.into_iter().enumerate() {
+            inputs.insert(format!("images[{i}]"), r);
+        }
     }
     clamp_mtimes(&root, epoch)?;
     clamp_mtimes(&data, epoch)?;

@@ -60,6 +60,17 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
             f.path = Some(local(&loaded.resolve(p))?);
         }
     }
+    let inputs = spec
+        .components
+        .k3s
+        .iter_mut()
+        .flat_map(|k| std::iter::once(&mut k.binary).chain(k.airgap_images.iter_mut()))
+        .chain(spec.components.manifests.iter_mut());
+    for i in inputs {
+        if let Some(p) = &i.path {
+            i.path = Some(local(&loaded.resolve(p))?);
+        }
+    }
     for l in &mut spec.components.image_layouts {
         l.path = local(&loaded.resolve(&l.path))?;
     }
@@ -78,7 +89,8 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
         serde_json::to_string_pretty(&index)? + "\n",
     )?;
     let mut cached: Vec<String> = vec![format!("rootfs/{key}")];
-    for f in &spec.components.files {
+    cached.extend(crate::images::cache_paths(loaded, &settings.cache)?);
+    for (_, f) in spec.file_inputs() {
         if let (Some(_), Some(hex)) = (&f.url, &f.sha256) {
             cached.push(format!("files/sha256/{hex}"));
         }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context as _, Result};
 use sha2::{Digest, Sha256};
 
-use crate::progress::Progress;
+use crate::progress::{Bytes, Progress};
 use crate::spec::Loaded;
 
 /// Where the content with sha256 `hex` lives in the cache.
@@ -28,6 +28,16 @@ pub enum Fetched {
 
 /// Fetches `url` into the cache unless content `hex` is there already.
 pub fn fetch_one(cache: &Path, url: &str, hex: &str) -> Result<Fetched> {
+    fetch_with_progress(cache, url, hex, None)
+}
+
+/// `fetch_one`, with a byte bar on `progress`.
+pub fn fetch_with_progress(
+    cache: &Path,
+    url: &str,
+    hex: &str,
+    progress: Option<&Progress>,
+) -> Result<Fetched> {
     let done = cached(cache, hex);
     if done.is_file() {
         return Ok(Fetched::Cached);
@@ -68,6 +78,14 @@ pub fn fetch_one(cache: &Path, url: &str, hex: &str) -> Result<Fetched> {
         s => bail!("GET {url}: HTTP {s}"),
     };
     let resumed_from = have;
+    let total = resp
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|n| n + have);
+    let bar = progress.map_or_else(Bytes::none, |p| p.bytes(url, total));
+    bar.set_position(have);
     let mut body = resp.into_body().into_reader();
     let mut buf = vec![0u8; 1 << 20];
     let mut bytes = 0u64;
@@ -87,6 +105,7 @@ pub fn fetch_one(cache: &Path, url: &str, hex: &str) -> Result<Fetched> {
         hasher.update(&buf[..n]);
         out.write_all(&buf[..n])?;
         bytes += n as u64;
+        bar.inc(n as u64);
     }
     out.sync_all()?;
     drop(out);
@@ -110,13 +129,11 @@ pub fn fetch_all(
     parallel: usize,
     progress: &Progress,
 ) -> Result<Vec<(String, Fetched)>> {
-    let jobs: Vec<(usize, String, String)> = loaded
+    let jobs: Vec<(String, String, String)> = loaded
         .spec
-        .components
-        .files
-        .iter()
-        .enumerate()
-        .filter_map(|(i, f)| Some((i, f.url.clone()?, f.sha256.clone()?)))
+        .file_inputs()
+        .into_iter()
+        .filter_map(|(field, f)| Some((field, f.url?, f.sha256?)))
         .collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results = std::sync::Mutex::new(Vec::new());
@@ -124,12 +141,11 @@ pub fn fetch_all(
         for _ in 0..parallel.max(1).min(jobs.len().max(1)) {
             s.spawn(|| loop {
                 let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some((i, url, hex)) = jobs.get(k) else {
+                let Some((field, url, hex)) = jobs.get(k) else {
                     break;
                 };
-                let r = fetch_one(cache, url, hex).with_context(|| {
-                    format!("{}: components.files[{i}].url", loaded.path.display())
-                });
+                let r = fetch_with_progress(cache, url, hex, Some(progress))
+                    .with_context(|| format!("{}: {field}.url", loaded.path.display()));
                 if let Ok(f) = &r {
                     progress.step("fetch", &format!("{url}: {f:?}"));
                 }

@@ -6,6 +6,7 @@ pub mod build;
 pub mod bundle;
 pub mod fetch;
 pub mod gpt;
+pub mod images;
 pub mod progress;
 pub mod qemu;
 pub mod spec;

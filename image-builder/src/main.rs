@@ -50,8 +50,12 @@ enum Cmd {
         /// derive from it).
         #[arg(long, value_delimiter = ',', value_parser = parse_format)]
         formats: Option<Vec<spec::Format>>,
+        /// A registry (`host:port`) to pull images from over plain HTTP (repeatable).
+        #[arg(long = "insecure-registry")]
+        insecure_registries: Vec<String>,
     },
-    /// Download the spec's url inputs into the cache, verifying their sha256 (a cache hit makes no request).
+    /// Download the spec's url inputs and container images into the cache, verifying their digests (a cache hit
+    /// makes no request).
     Fetch {
         spec: PathBuf,
         /// Cache directory (default ~/.cache/foothold).
@@ -72,6 +76,9 @@ enum Cmd {
         parallel: usize,
         #[arg(long)]
         json: bool,
+        /// A registry (`host:port`) to pull images from over plain HTTP (repeatable).
+        #[arg(long = "insecure-registry")]
+        insecure_registries: Vec<String>,
     },
     /// Check a spec and print it normalised as JSON.
     Check { spec: PathBuf },
@@ -153,6 +160,7 @@ fn real_main() -> Result<ExitCode> {
             source_date_epoch,
             json,
             formats,
+            insecure_registries,
         } => {
             let (loaded, cache) = match (path, bundle) {
                 (Some(path), _) => (spec::load(&path)?, cache_dir(cache)?),
@@ -166,6 +174,9 @@ fn real_main() -> Result<ExitCode> {
                 source_date_epoch: source_date_epoch.unwrap_or(DEFAULT_EPOCH),
                 formats,
                 offline,
+                pull: foothold_image_builder::images::PullSettings {
+                    insecure: insecure_registries,
+                },
             };
             let progress = Progress::new(json);
             let outputs = build::build(&loaded, &settings, &progress)?;
@@ -180,15 +191,26 @@ fn real_main() -> Result<ExitCode> {
             source_date_epoch,
             parallel,
             json,
+            insecure_registries,
         } => {
             let loaded = spec::load(&path)?;
             let cache = cache_dir(cache)?;
             let progress = Progress::new(json);
             let fetched =
                 foothold_image_builder::fetch::fetch_all(&loaded, &cache, parallel, &progress)?;
+            let pull = foothold_image_builder::images::PullSettings {
+                insecure: insecure_registries,
+            };
+            let images =
+                foothold_image_builder::images::fetch_all(&loaded, &cache, &pull, &progress)?;
             progress.step(
                 "fetch",
-                &format!("{} url inputs in {}", fetched.len(), cache.display()),
+                &format!(
+                    "{} url inputs and {} images in {}",
+                    fetched.len(),
+                    images.len(),
+                    cache.display()
+                ),
             );
             if let Some(b) = bundle {
                 let settings = build::Settings {
@@ -198,6 +220,7 @@ fn real_main() -> Result<ExitCode> {
                     source_date_epoch: source_date_epoch.unwrap_or(DEFAULT_EPOCH),
                     formats: None,
                     offline: false,
+                    pull,
                 };
                 foothold_image_builder::bundle::write(&loaded, &settings, &b, &progress)?;
             }

@@ -101,6 +101,103 @@ pub struct Components {
     /// OCI image layouts (local directories) whose images the agent serves from first boot.
     #[serde(default)]
     pub image_layouts: Vec<LocalFile>,
+    /// Container images pulled from registries, pinned by digest, served by the agent under their names.
+    #[serde(default)]
+    pub images: Vec<ImageComponent>,
+    /// A single-node Kubernetes: k3s, started at boot with its registry mirror pointed at the agent.
+    #[serde(default)]
+    pub k3s: Option<K3s>,
+    /// Kubernetes manifests k3s applies at first boot (and keeps applied), in order; needs `k3s`.
+    #[serde(default)]
+    pub manifests: Vec<Input>,
+}
+
+/// k3s and what it needs offline.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct K3s {
+    /// The k3s binary (installed as /usr/local/bin/k3s).
+    pub binary: Input,
+    /// Air-gap image archives (`k3s-airgap-images-amd64.tar.zst`), imported by k3s at start.
+    #[serde(default)]
+    pub airgap_images: Vec<Input>,
+    /// Extra arguments for `k3s server` (default: `--disable=traefik`).
+    #[serde(default = "default_k3s_args")]
+    pub args: Vec<String>,
+}
+
+fn default_k3s_args() -> Vec<String> {
+    vec!["--disable=traefik".into()]
+}
+
+/// One input file: a URL pinned by sha256, or a local path (relative to the spec).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Input {
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Hex sha256 of the content; required for `url`.
+    #[serde(default)]
+    pub sha256: Option<String>,
+}
+
+/// Where k3s picks up air-gap images and manifests.
+pub const K3S_IMAGES_DIR: &str = "/var/lib/rancher/k3s/agent/images";
+pub const K3S_MANIFESTS_DIR: &str = "/var/lib/rancher/k3s/server/manifests";
+
+impl Input {
+    /// The input's file name (of the URL's last path segment or the path).
+    fn file_name(&self) -> String {
+        let from_url = self.url.as_deref().and_then(|u| {
+            let path = u.split(['?', '#']).next().unwrap_or(u);
+            path.rsplit('/').next().filter(|s| !s.is_empty())
+        });
+        let from_path = self
+            .path
+            .as_deref()
+            .and_then(|p| p.file_name())
+            .map(|s| s.to_string_lossy().into_owned());
+        from_url
+            .map(str::to_owned)
+            .or(from_path)
+            .unwrap_or_else(|| "input".into())
+            .replace('%', "_")
+    }
+
+    fn to_file(&self, dest: String, mode: Option<&str>) -> FileComponent {
+        FileComponent {
+            url: self.url.clone(),
+            path: self.path.clone(),
+            sha256: self.sha256.clone(),
+            dest: Some(dest),
+            serve: None,
+            mode: mode.map(str::to_owned),
+        }
+    }
+}
+
+/// A container image by reference and digest.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImageComponent {
+    /// The name compute nodes pull, e.g. `quay.io/metal3-io/ironic:v26.0.1` (the agent serves it under it).
+    pub reference: String,
+    /// `sha256:<hex>` of the manifest or index the reference resolves to.
+    pub digest: String,
+    /// Where to pull it from when not the reference's own registry (a mirror), e.g.
+    /// `mirror.example:5000/metal3-io/ironic`.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// The platforms kept from a multi-platform index (`os/arch` or `os/arch/variant`); the index itself is kept
+    /// whole so its digest resolves. Default `linux/amd64`.
+    #[serde(default = "default_platforms")]
+    pub platforms: Vec<String>,
+}
+
+fn default_platforms() -> Vec<String> {
+    vec!["linux/amd64".into()]
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -298,68 +395,23 @@ impl Spec {
                 ));
             }
         }
-        for (i, f) in self.components.files.iter().enumerate() {
-            match (&f.url, &f.path) {
-                (Some(_), Some(_)) | (None, None) => {
+        if self.components.k3s.is_none() && !self.components.manifests.is_empty() {
+            return Err("components.manifests: k3s applies them; add components.k3s".into());
+        }
+        if let Some(k) = &self.components.k3s {
+            for (i, a) in k.args.iter().enumerate() {
+                if a.contains(['\n', '"', '\\']) {
                     return Err(format!(
-                        "components.files[{i}]: give exactly one of url and path"
-                    ))
-                }
-                (Some(u), None) => {
-                    if !(u.starts_with("http://") || u.starts_with("https://")) {
-                        return Err(format!("components.files[{i}].url: {u:?} must be http(s)"));
-                    }
-                    if f.sha256.is_none() {
-                        return Err(format!(
-                            "components.files[{i}].sha256: required for a url (inputs are pinned)"
-                        ));
-                    }
-                }
-                _ => {}
-            }
-            if let Some(h) = &f.sha256 {
-                if h.len() != 64
-                    || !h
-                        .chars()
-                        .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
-                {
-                    return Err(format!(
-                        "components.files[{i}].sha256: {h:?} is not 64 lower-case hex digits"
+                        "components.k3s.args[{i}]: {a:?} holds a newline, quote or backslash"
                     ));
                 }
             }
-            if f.dest.is_none() && f.serve.is_none() {
-                return Err(format!(
-                    "components.files[{i}]: give dest (a path in the image), serve, or both"
-                ));
-            }
-            if let Some(d) = &f.dest {
-                if !d.starts_with('/') || d.contains("/../") || d.ends_with("/..") {
-                    return Err(format!(
-                        "components.files[{i}].dest: {d:?} must be an absolute path"
-                    ));
-                }
-            }
-            if let Some(sv) = &f.serve {
-                for (field, v) in [
-                    ("owner", &sv.owner),
-                    ("cluster", &sv.cluster),
-                    ("name", &sv.name),
-                ] {
-                    if v.is_empty() || v.contains(['/', '\\', ' ']) || v == "." || v == ".." {
-                        return Err(format!(
-                            "components.files[{i}].serve.{field}: {v:?} must be one path segment"
-                        ));
-                    }
-                }
-            }
-            if let Some(m) = &f.mode {
-                if u32::from_str_radix(m, 8).map_or(true, |m| m > 0o7777) {
-                    return Err(format!(
-                        "components.files[{i}].mode: {m:?} is not an octal mode like 0755"
-                    ));
-                }
-            }
+        }
+        for (field, f) in self.file_inputs() {
+            validate_file(&field, &f)?;
+        }
+        for (i, im) in self.components.images.iter().enumerate() {
+            crate::images::validate(im).map_err(|e| format!("components.images[{i}].{e}"))?;
         }
         if self.outputs.formats.is_empty() {
             return Err("outputs.formats: name at least one of raw, qcow2, iso".into());
@@ -383,6 +435,40 @@ impl Spec {
         Ok(())
     }
 
+    /// Every file the image gets, named by its spec field: `files`, then k3s's binary and air-gap images, then
+    /// the manifests (placed where k3s applies them, numbered to keep their order).
+    pub fn file_inputs(&self) -> Vec<(String, FileComponent)> {
+        let c = &self.components;
+        let mut out: Vec<(String, FileComponent)> = c
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (format!("components.files[{i}]"), f.clone()))
+            .collect();
+        if let Some(k) = &c.k3s {
+            out.push((
+                "components.k3s.binary".into(),
+                k.binary.to_file("/usr/local/bin/k3s".into(), Some("0755")),
+            ));
+            for (i, a) in k.airgap_images.iter().enumerate() {
+                out.push((
+                    format!("components.k3s.airgapImages[{i}]"),
+                    a.to_file(format!("{K3S_IMAGES_DIR}/{}", a.file_name()), None),
+                ));
+            }
+        }
+        for (i, m) in c.manifests.iter().enumerate() {
+            out.push((
+                format!("components.manifests[{i}]"),
+                m.to_file(
+                    format!("{K3S_MANIFESTS_DIR}/foothold-{i:02}-{}", m.file_name()),
+                    Some("0600"),
+                ),
+            ));
+        }
+        out
+    }
+
     pub fn data_size(&self) -> Result<u64, String> {
         match &self.outputs.data_size {
             None => Ok(1 << 30),
@@ -401,6 +487,69 @@ impl Spec {
     pub fn disk_size(&self) -> u64 {
         parse_size(&self.outputs.disk_size).expect("validated")
     }
+}
+
+/// Checks one file input; `field` names it in errors (`components.files[0]`, `components.k3s.binary`).
+fn validate_file(field: &str, f: &FileComponent) -> Result<(), String> {
+    match (&f.url, &f.path) {
+        (Some(_), Some(_)) | (None, None) => {
+            return Err(format!("{field}: give exactly one of url and path"))
+        }
+        (Some(u), None) => {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                return Err(format!("{field}.url: {u:?} must be http(s)"));
+            }
+            if f.sha256.is_none() {
+                return Err(format!(
+                    "{field}.sha256: required for a url (inputs are pinned)"
+                ));
+            }
+        }
+        _ => {}
+    }
+    if let Some(h) = &f.sha256 {
+        if h.len() != 64
+            || !h
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+        {
+            return Err(format!(
+                "{field}.sha256: {h:?} is not 64 lower-case hex digits"
+            ));
+        }
+    }
+    if f.dest.is_none() && f.serve.is_none() {
+        return Err(format!(
+            "{field}: give dest (a path in the image), serve, or both"
+        ));
+    }
+    if let Some(d) = &f.dest {
+        if !d.starts_with('/') || d.contains("/../") || d.ends_with("/..") {
+            return Err(format!("{field}.dest: {d:?} must be an absolute path"));
+        }
+    }
+    if let Some(sv) = &f.serve {
+        for (part, v) in [
+            ("owner", &sv.owner),
+            ("cluster", &sv.cluster),
+            ("name", &sv.name),
+        ] {
+            if v.is_empty() || v.contains(['/', '\\', ' ']) || v == "." || v == ".." {
+                return Err(format!(
+                    "{field}.serve.{part}: {v:?} must be one path segment"
+                ));
+            }
+        }
+    }
+    if let Some(m) = &f.mode {
+        if u32::from_str_radix(m, 8).map_or(true, |m| m > 0o7777) {
+            return Err(format!(
+                "{field}.mode: {m:?} is not an octal mode like 0755"
+            ));
+        }
+    }
+
+    Ok(())
 }
 
 /// A loaded spec: the parsed value, its directory (relative paths start there) and the hash of its text.
@@ -498,6 +647,60 @@ mod tests {
             .contains("components.files[0].serve.name"));
         assert!(with_file("path: k3s\ndest: /usr/bin/k3s\nmode: '0999'")
             .contains("components.files[0].mode"));
+    }
+
+    #[test]
+    fn k3s_and_manifests_become_files_where_k3s_looks() {
+        let mut s = parse(GOOD).unwrap();
+        s.components.manifests.push(Input {
+            url: None,
+            path: Some("metal3.yaml".into()),
+            sha256: None,
+        });
+        assert!(s.validate().unwrap_err().contains("add components.k3s"));
+        s.components.k3s = Some(
+            serde_saphyr::from_str(
+                "binary: {url: 'https://example.com/v1.31.4%2Bk3s1/k3s', sha256: '%'}\nairgapImages: [{path: a/k3s-airgap-images-amd64.tar.zst}]",
+            )
+            .unwrap(),
+        );
+        assert!(s
+            .validate()
+            .unwrap_err()
+            .starts_with("components.k3s.binary.sha256:"));
+        s.components.k3s.as_mut().unwrap().binary.sha256 = Some("a".repeat(64));
+        s.validate().unwrap();
+        assert_eq!(
+            s.components.k3s.as_ref().unwrap().args,
+            vec!["--disable=traefik"]
+        );
+        let files: Vec<(String, Option<String>)> = s
+            .file_inputs()
+            .into_iter()
+            .map(|(field, f)| (field, f.dest))
+            .collect();
+        assert_eq!(
+            files,
+            vec![
+                (
+                    "components.k3s.binary".into(),
+                    Some("/usr/local/bin/k3s".into())
+                ),
+                (
+                    "components.k3s.airgapImages[0]".into(),
+                    Some(format!("{K3S_IMAGES_DIR}/k3s-airgap-images-amd64.tar.zst"))
+                ),
+                (
+                    "components.manifests[0]".into(),
+                    Some(format!("{K3S_MANIFESTS_DIR}/foothold-00-metal3.yaml"))
+                ),
+            ]
+        );
+        s.components.k3s.as_mut().unwrap().args = vec!["--a\nb".into()];
+        assert!(s
+            .validate()
+            .unwrap_err()
+            .starts_with("components.k3s.args[0]"));
     }
 
     #[test]

@@ -195,7 +195,10 @@ impl Meta {
         Ok(Some(orphans))
     }
 
-    /// Errors with Missing unless everything the manifest references is linked in `repo`.
+    /// Errors with Missing unless every blob the manifest references is linked in `repo`. The manifests an
+    /// index lists need not be: a mirror may carry some platforms of a multi-platform image (the image builder
+    /// keeps `linux/amd64` of an index pinned by digest), and a client asking for another platform gets
+    /// MANIFEST_UNKNOWN for it.
     pub fn check_references(&self, repo: &str, parsed: &ParsedManifest) -> Result<(), MetaError> {
         for (target, kind) in &parsed.references {
             let (sql, what) = match kind {
@@ -203,10 +206,7 @@ impl Meta {
                     "SELECT 1 FROM repo_blobs WHERE repo = ?1 AND digest = ?2",
                     "blob",
                 ),
-                RefKind::Manifest => (
-                    "SELECT 1 FROM manifests WHERE repo = ?1 AND digest = ?2",
-                    "manifest",
-                ),
+                RefKind::Manifest => continue,
             };
             if self
                 .conn
@@ -466,13 +466,13 @@ impl Meta {
         Ok(out)
     }
 
-    /// Consistency problems inside the metadata itself (for fsck): dangling references and tags.
+    /// Consistency problems inside the metadata itself (for fsck): dangling blob references and tags. An index's
+    /// absent manifests are not problems (see `check_references`).
     pub fn dangling(&self) -> Result<Vec<String>, MetaError> {
         let mut problems = Vec::new();
         let mut stmt = self.conn.prepare(
             "SELECT r.repo, r.manifest, r.target, r.kind FROM manifest_refs r WHERE
-               (r.kind = 'blob' AND NOT EXISTS (SELECT 1 FROM repo_blobs b WHERE b.repo = r.repo AND b.digest = r.target)) OR
-               (r.kind = 'manifest' AND NOT EXISTS (SELECT 1 FROM manifests m WHERE m.repo = r.repo AND m.digest = r.target))",
+               r.kind = 'blob' AND NOT EXISTS (SELECT 1 FROM repo_blobs b WHERE b.repo = r.repo AND b.digest = r.target)",
         )?;
         for row in stmt.query_map([], |r| {
             Ok((

@@ -1,0 +1,668 @@
+//! Container images by reference and digest: pulled with `oci-client` into one content-addressed blob store in
+//! the cache (`<cache>/oci/blobs/sha256/<hex>`, the blobs directory of an OCI image layout), verified against
+//! their digests as they stream, resumed by Range after an interruption. From a multi-platform index only the
+//! spec's platforms are pulled; the index itself is kept byte for byte so that references by its digest
+//! resolve. Whether an image is complete is decided from the cache alone, so a cache hit makes no request.
+//!
+//! For a build, `write_layout` makes an OCI image layout naming the spec's images (its blobs a link to the
+//! cache), which `foothold-agent import --present-platforms` puts into the data partition.
+
+use std::collections::BTreeSet;
+use std::fs::{self, File};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _, Result};
+use futures_util::{StreamExt as _, TryStreamExt as _};
+use oci_client::client::{BlobResponse, ClientConfig, ClientProtocol};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use serde_json::{json, Value};
+use sha2::{Digest as _, Sha256};
+
+use crate::progress::Progress;
+use crate::spec::{ImageComponent, Loaded};
+
+/// Manifest media types asked for; registries answer with what the digest is.
+const ACCEPT: &[&str] = &[
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+];
+
+/// Blobs of one image pulled at once.
+const PARALLEL_BLOBS: usize = 4;
+
+/// Checks one image entry; errors start with the field name.
+pub fn validate(im: &ImageComponent) -> std::result::Result<(), String> {
+    let r: Reference = im.reference.parse().map_err(|e| {
+        format!(
+            "reference: {:?} is not an image reference ({e})",
+            im.reference
+        )
+    })?;
+    if r.registry().contains(':') {
+        return Err(format!(
+            "reference: {:?}: the agent serves images under their names, and a repository name cannot hold \
+             the registry's port ({}); pull through `source` and name the image without the port",
+            im.reference,
+            r.registry()
+        ));
+    }
+    if !is_digest(&im.digest) {
+        return Err(format!(
+            "digest: {:?} is not sha256: and 64 lower-case hex digits",
+            im.digest
+        ));
+    }
+    if let Some(d) = r.digest() {
+        if d != im.digest {
+            return Err(format!(
+                "reference: {:?} names digest {d}, not the pinned {}",
+                im.reference, im.digest
+            ));
+        }
+    }
+    if let Some(s) = &im.source {
+        let src: Reference = s
+            .parse()
+            .map_err(|e| format!("source: {s:?} is not a repository reference ({e})"))?;
+        if src.tag().is_some_and(|t| t != "latest") || src.digest().is_some() || s.contains('@') {
+            return Err(format!(
+                "source: {s:?} names a tag or digest; give the repository only (the digest pins the image)"
+            ));
+        }
+    }
+    if im.platforms.is_empty() {
+        return Err("platforms: name at least one, e.g. linux/amd64".into());
+    }
+    for (i, p) in im.platforms.iter().enumerate() {
+        let parts: Vec<&str> = p.split('/').collect();
+        if !(2..=3).contains(&parts.len())
+            || parts
+                .iter()
+                .any(|s| s.is_empty() || !s.chars().all(|c| c.is_ascii_alphanumeric()))
+        {
+            return Err(format!(
+                "platforms[{i}]: {p:?} is not os/arch or os/arch/variant"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn is_digest(s: &str) -> bool {
+    s.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == 64
+            && h.chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+    })
+}
+
+/// The cache's blob directory.
+pub fn blobs_dir(cache: &Path) -> PathBuf {
+    cache.join("oci/blobs/sha256")
+}
+
+fn blob_path(cache: &Path, digest: &str) -> PathBuf {
+    blobs_dir(cache).join(digest.trim_start_matches("sha256:"))
+}
+
+/// The name the image is served under: the reference without a digest (`name[:tag]`).
+pub fn served_name(im: &ImageComponent) -> String {
+    im.reference
+        .split_once('@')
+        .map_or(im.reference.as_str(), |(n, _)| n)
+        .to_owned()
+}
+
+/// The registry an image's name belongs to, as containerd's mirror configuration names it (`docker.io` for
+/// `busybox`).
+pub fn registry_of(im: &ImageComponent) -> String {
+    let r: Reference = im.reference.parse().expect("validated");
+    r.registry().to_owned()
+}
+
+/// Where an image is pulled from: `source`, or the reference's own registry and repository.
+fn source_repo(im: &ImageComponent) -> Reference {
+    let r: Reference = im
+        .source
+        .as_deref()
+        .unwrap_or(&im.reference)
+        .parse()
+        .expect("validated");
+    Reference::with_digest(
+        r.registry().to_owned(),
+        r.repository().to_owned(),
+        im.digest.clone(),
+    )
+}
+
+/// What fetching one image did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pulled {
+    /// Manifests and blobs downloaded (0: everything was in the cache and no request was made).
+    pub downloaded: usize,
+    pub bytes: u64,
+    /// Blobs of the image in all (manifests included).
+    pub blobs: usize,
+    /// Downloads that went on from a partial file left by an interrupted fetch.
+    pub resumed: usize,
+}
+
+/// The digests an image needs from the cache, or the first one missing.
+enum Walk {
+    Complete(Vec<String>),
+    Missing(String),
+}
+
+/// Walks the image from its pinned digest through the cache only.
+fn walk_local(cache: &Path, im: &ImageComponent) -> Result<Walk> {
+    let mut need = Vec::new();
+    let mut stack = vec![im.digest.clone()];
+    while let Some(d) = stack.pop() {
+        let path = blob_path(cache, &d);
+        let Ok(bytes) = fs::read(&path) else {
+            return Ok(Walk::Missing(d));
+        };
+        need.push(d.clone());
+        let (manifests, blobs) =
+            children(&bytes, &im.platforms).with_context(|| format!("{} ({})", im.reference, d))?;
+        stack.extend(manifests);
+        for b in blobs {
+            if blob_path(cache, &b).is_file() {
+                need.push(b);
+            } else {
+                return Ok(Walk::Missing(b));
+            }
+        }
+    }
+    Ok(Walk::Complete(need))
+}
+
+/// The wanted child manifests (of an index) and the blobs (of an image manifest) of a manifest.
+fn children(bytes: &[u8], platforms: &[String]) -> Result<(Vec<String>, Vec<String>)> {
+    let v: Value = serde_json::from_slice(bytes).context("the manifest is not JSON")?;
+    let digest_of = |d: &Value| -> Result<String> {
+        let s = d["digest"].as_str().context("a descriptor has no digest")?;
+        if !is_digest(s) {
+            bail!("descriptor digest {s:?} is not sha256");
+        }
+        Ok(s.to_owned())
+    };
+    if let Some(list) = v["manifests"].as_array() {
+        let mut wanted = Vec::new();
+        let mut offered = BTreeSet::new();
+        for m in list {
+            let p = &m["platform"];
+            let (Some(os), Some(arch)) = (p["os"].as_str(), p["architecture"].as_str()) else {
+                continue;
+            };
+            let name = match p["variant"].as_str() {
+                Some(v) => format!("{os}/{arch}/{v}"),
+                None => format!("{os}/{arch}"),
+            };
+            let hit = platforms.iter().any(|want| {
+                *want == name || (want.matches('/').count() == 1 && *want == format!("{os}/{arch}"))
+            });
+            if hit {
+                wanted.push(digest_of(m)?);
+            }
+            offered.insert(name);
+        }
+        if wanted.is_empty() {
+            bail!(
+                "the index offers {} and none of the platforms {}",
+                offered.into_iter().collect::<Vec<_>>().join(", "),
+                platforms.join(", ")
+            );
+        }
+        return Ok((wanted, Vec::new()));
+    }
+    if v["config"].is_object() {
+        let mut blobs = vec![digest_of(&v["config"])?];
+        for l in v["layers"].as_array().into_iter().flatten() {
+            if l["urls"].is_array() {
+                bail!(
+                    "layer {} is a foreign layer (urls); it cannot be carried offline",
+                    l["digest"]
+                );
+            }
+            blobs.push(digest_of(l)?);
+        }
+        return Ok((Vec::new(), blobs));
+    }
+    bail!("neither an image manifest nor an index")
+}
+
+/// Writes verified content into the cache atomically.
+fn store_bytes(cache: &Path, digest: &str, bytes: &[u8]) -> Result<()> {
+    let got = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
+    if got != digest {
+        bail!("the registry sent content with digest {got} for {digest}");
+    }
+    let dir = blobs_dir(cache);
+    fs::create_dir_all(&dir)?;
+    let tmp = dir.join(format!(".{}.tmp", digest.trim_start_matches("sha256:")));
+    let mut f = File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, blob_path(cache, digest))?;
+    File::open(&dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Downloads one blob into the cache, resuming a partial download, verifying the digest over the whole content.
+/// Returns the bytes downloaded and whether it resumed.
+async fn pull_blob(
+    client: &Client,
+    repo: &Reference,
+    cache: &Path,
+    digest: &str,
+    progress: &Progress,
+) -> Result<(u64, bool)> {
+    let dir = blobs_dir(cache);
+    fs::create_dir_all(&dir)?;
+    let hex = digest.trim_start_matches("sha256:");
+    let partial = dir.join(format!(".{hex}.partial"));
+    let mut hasher = Sha256::new();
+    let mut have = match File::open(&partial) {
+        Ok(mut f) => std::io::copy(&mut f, &mut hasher)?,
+        Err(_) => 0,
+    };
+    let (stream, resumed) = match client
+        .pull_blob_stream_partial(repo, digest, have, None)
+        .await
+        .with_context(|| format!("pulling blob {digest}"))?
+    {
+        BlobResponse::Partial(s) if have > 0 => (s, true),
+        BlobResponse::Partial(s) | BlobResponse::Full(s) => (s, false),
+    };
+    let mut out = if resumed {
+        fs::OpenOptions::new().append(true).open(&partial)?
+    } else {
+        hasher = Sha256::new();
+        have = 0;
+        File::create(&partial)?
+    };
+    let bar = progress.bytes(
+        &format!("{}@{}", repo.repository(), &hex[..12]),
+        stream.content_length.map(|n| n + have),
+    );
+    bar.set_position(have);
+    let mut stream = stream.stream;
+    let mut bytes = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                out.sync_all()?;
+                bail!(
+                    "blob {digest}: interrupted after {} bytes ({e}); fetch again to resume",
+                    have + bytes
+                );
+            }
+        };
+        hasher.update(&chunk);
+        out.write_all(&chunk)?;
+        bytes += chunk.len() as u64;
+        bar.inc(chunk.len() as u64);
+    }
+    out.sync_all()?;
+    drop(out);
+    let got = format!("sha256:{}", hex::encode(hasher.finalize()));
+    if got != digest {
+        fs::remove_file(&partial)?;
+        bail!("blob {digest}: the content has digest {got}; nothing was cached");
+    }
+    fs::rename(&partial, blob_path(cache, digest))?;
+    File::open(&dir)?.sync_all()?;
+    Ok((bytes, resumed))
+}
+
+/// Pulls whatever of the image the cache lacks.
+async fn pull_image(
+    client: &Client,
+    cache: &Path,
+    im: &ImageComponent,
+    progress: &Progress,
+) -> Result<Pulled> {
+    let repo = source_repo(im);
+    let auth = RegistryAuth::Anonymous;
+    let mut pulled = Pulled::default();
+    let mut last_missing = None;
+    loop {
+        let walk = walk_local(cache, im)?;
+        if let Walk::Missing(d) = &walk {
+            if last_missing.as_ref() == Some(d) {
+                bail!("{d} is still missing after pulling it");
+            }
+            last_missing = Some(d.clone());
+        }
+        match walk {
+            Walk::Complete(need) => {
+                pulled.blobs = need.len();
+                return Ok(pulled);
+            }
+            Walk::Missing(digest) => {
+                // A manifest (the pinned one or an index's child) or a blob: ask for a manifest when the parent
+                // names it as one. The walk finds manifests before their blobs, so try it as a manifest only
+                // when no cached manifest lists it as a blob.
+                let at = Reference::with_digest(
+                    repo.registry().to_owned(),
+                    repo.repository().to_owned(),
+                    digest.clone(),
+                );
+                if is_manifest(cache, im, &digest)? {
+                    let (bytes, _) = client
+                        .pull_manifest_raw(&at, &auth, ACCEPT)
+                        .await
+                        .with_context(|| format!("pulling manifest {}", at.whole()))?;
+                    store_bytes(cache, &digest, &bytes)
+                        .with_context(|| format!("manifest {}", at.whole()))?;
+                    pulled.bytes += bytes.len() as u64;
+                    pulled.downloaded += 1;
+                } else {
+                    // Every missing blob of this manifest, several at a time.
+                    let missing = missing_blobs(cache, im)?;
+                    client
+                        .store_auth_if_needed(repo.resolve_registry(), &auth)
+                        .await;
+                    let got: Vec<(u64, bool)> = futures_util::stream::iter(missing.iter())
+                        .map(|d| pull_blob(client, &repo, cache, d, progress))
+                        .buffer_unordered(PARALLEL_BLOBS)
+                        .try_collect()
+                        .await?;
+                    pulled.downloaded += got.len();
+                    pulled.bytes += got.iter().map(|g| g.0).sum::<u64>();
+                    pulled.resumed += got.iter().filter(|g| g.1).count();
+                }
+            }
+        }
+    }
+}
+
+/// Whether `digest` is the pinned manifest or a child an index in the cache lists (else it is a blob).
+fn is_manifest(cache: &Path, im: &ImageComponent, digest: &str) -> Result<bool> {
+    if digest == im.digest {
+        return Ok(true);
+    }
+    let mut stack = vec![im.digest.clone()];
+    while let Some(d) = stack.pop() {
+        let Ok(bytes) = fs::read(blob_path(cache, &d)) else {
+            continue;
+        };
+        let (manifests, _) = children(&bytes, &im.platforms)?;
+        if manifests.iter().any(|m| m == digest) {
+            return Ok(true);
+        }
+        stack.extend(manifests);
+    }
+    Ok(false)
+}
+
+/// The blobs (not manifests) of the image's cached manifests that the cache lacks.
+fn missing_blobs(cache: &Path, im: &ImageComponent) -> Result<Vec<String>> {
+    let mut missing = BTreeSet::new();
+    let mut stack = vec![im.digest.clone()];
+    while let Some(d) = stack.pop() {
+        let Ok(bytes) = fs::read(blob_path(cache, &d)) else {
+            continue;
+        };
+        let (manifests, blobs) = children(&bytes, &im.platforms)?;
+        stack.extend(manifests);
+        missing.extend(blobs.into_iter().filter(|b| !blob_path(cache, b).is_file()));
+    }
+    Ok(missing.into_iter().collect())
+}
+
+/// Settings for pulling.
+#[derive(Debug, Clone, Default)]
+pub struct PullSettings {
+    /// Registries (`host:port`) spoken to over plain HTTP.
+    pub insecure: Vec<String>,
+}
+
+/// Pulls every image of the spec that the cache lacks; a complete cache makes no request. Errors name the field.
+pub fn fetch_all(
+    loaded: &Loaded,
+    cache: &Path,
+    settings: &PullSettings,
+    progress: &Progress,
+) -> Result<Vec<(String, Pulled)>> {
+    let images = &loaded.spec.components.images;
+    let mut out = Vec::new();
+    let mut todo = Vec::new();
+    for (i, im) in images.iter().enumerate() {
+        match walk_local(cache, im)
+            .with_context(|| format!("{}: components.images[{i}]", loaded.path.display()))?
+        {
+            Walk::Complete(need) => out.push((
+                i,
+                Pulled {
+                    blobs: need.len(),
+                    ..Pulled::default()
+                },
+            )),
+            Walk::Missing(_) => todo.push(i),
+        }
+    }
+    if !todo.is_empty() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let client = Client::new(ClientConfig {
+            protocol: ClientProtocol::HttpsExcept(settings.insecure.clone()),
+            connect_timeout: Some(std::time::Duration::from_secs(30)),
+            read_timeout: Some(std::time::Duration::from_secs(120)),
+            ..ClientConfig::default()
+        });
+        for i in todo {
+            let im = &images[i];
+            progress.step("fetch", &format!("pulling {}@{}", im.reference, im.digest));
+            let p = rt
+                .block_on(pull_image(&client, cache, im, progress))
+                .with_context(|| {
+                    format!(
+                        "{}: components.images[{i}] ({} from {})",
+                        loaded.path.display(),
+                        im.reference,
+                        source_repo(im).whole()
+                    )
+                })?;
+            progress.step(
+                "fetch",
+                &format!(
+                    "{}: {} of {} blobs downloaded ({} bytes, {} resumed)",
+                    im.reference, p.downloaded, p.blobs, p.bytes, p.resumed
+                ),
+            );
+            out.push((i, p));
+        }
+    }
+    out.sort_by_key(|(i, _)| *i);
+    Ok(out
+        .into_iter()
+        .map(|(i, p)| (images[i].reference.clone(), p))
+        .collect())
+}
+
+/// Every cache path (relative to the cache) the spec's images need, for bundles; an error when one is missing.
+pub fn cache_paths(loaded: &Loaded, cache: &Path) -> Result<Vec<String>> {
+    let mut paths = BTreeSet::new();
+    for (i, im) in loaded.spec.components.images.iter().enumerate() {
+        match walk_local(cache, im)? {
+            Walk::Complete(need) => {
+                paths.extend(need.iter().map(|d| {
+                    format!("oci/blobs/sha256/{}", d.trim_start_matches("sha256:"))
+                }));
+            }
+            Walk::Missing(d) => bail!(
+                "{}: components.images[{i}] ({}): {d} is not in the cache; run `foothold-build fetch` first",
+                loaded.path.display(),
+                im.reference
+            ),
+        }
+    }
+    Ok(paths.into_iter().collect())
+}
+
+/// Writes an OCI image layout at `dir` naming the spec's images (its blobs a symbolic link to the cache's);
+/// each image must be complete in the cache. Returns the manifest's record of each image.
+pub fn write_layout(loaded: &Loaded, cache: &Path, dir: &Path) -> Result<Vec<Value>> {
+    fs::create_dir_all(dir.join("blobs"))?;
+    let mut entries = Vec::new();
+    let mut records = Vec::new();
+    for (i, im) in loaded.spec.components.images.iter().enumerate() {
+        let need = match walk_local(cache, im)? {
+            Walk::Complete(need) => need,
+            Walk::Missing(d) => bail!(
+                "{}: components.images[{i}] ({}): {d} is not in the cache; run `foothold-build fetch` (or build without --offline)",
+                loaded.path.display(),
+                im.reference
+            ),
+        };
+        let top = fs::read(blob_path(cache, &im.digest))?;
+        let v: Value = serde_json::from_slice(&top)?;
+        let media_type = v["mediaType"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| {
+                if v["manifests"].is_array() {
+                    "application/vnd.oci.image.index.v1+json".into()
+                } else {
+                    "application/vnd.oci.image.manifest.v1+json".into()
+                }
+            });
+        let name = served_name(im);
+        let mut annotations = serde_json::Map::new();
+        annotations.insert("io.containerd.image.name".into(), json!(name));
+        entries.push(json!({
+            "mediaType": media_type,
+            "digest": im.digest,
+            "size": top.len(),
+            "annotations": annotations,
+        }));
+        let bytes: u64 = need
+            .iter()
+            .map(|d| {
+                fs::metadata(blob_path(cache, d))
+                    .map(|m| m.len())
+                    .unwrap_or(0)
+            })
+            .sum();
+        records.push(json!({
+            "reference": im.reference,
+            "digest": im.digest,
+            "source": source_repo(im).whole(),
+            "platforms": im.platforms,
+            "blobs": need.len(),
+            "bytes": bytes,
+        }));
+    }
+    let link = dir.join("blobs/sha256");
+    if link.symlink_metadata().is_ok() {
+        fs::remove_file(&link)?;
+    }
+    let target = blobs_dir(cache);
+    fs::create_dir_all(&target)?;
+    std::os::unix::fs::symlink(fs::canonicalize(&target)?, &link)?;
+    fs::write(
+        dir.join("oci-layout"),
+        "{\"imageLayoutVersion\":\"1.0.0\"}\n",
+    )?;
+    fs::write(
+        dir.join("index.json"),
+        serde_json::to_vec_pretty(&json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": entries,
+        }))?,
+    )?;
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(reference: &str) -> ImageComponent {
+        ImageComponent {
+            reference: reference.into(),
+            digest: format!("sha256:{}", "a".repeat(64)),
+            source: None,
+            platforms: vec!["linux/amd64".into()],
+        }
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        validate(&image("quay.io/metal3-io/ironic:v26.0.1")).unwrap();
+        validate(&image("busybox")).unwrap();
+        assert!(validate(&image("mirror:5000/a/b:1"))
+            .unwrap_err()
+            .contains("port"));
+        let e = |im: ImageComponent| validate(&im).unwrap_err();
+        assert!(e(image("Quay.io/UPPER:x")).starts_with("reference:"));
+        let mut im = image("busybox:1");
+        im.digest = "sha256:abc".into();
+        assert!(e(im).starts_with("digest:"));
+        let im = image(&format!("busybox@sha256:{}", "b".repeat(64)));
+        assert!(e(im).contains("not the pinned"));
+        let mut im = image("busybox:1");
+        im.source = Some("mirror:5000/library/busybox:1".into());
+        assert!(e(im).starts_with("source:"));
+        let mut im = image("busybox:1");
+        im.platforms = vec!["linux".into()];
+        assert!(e(im.clone()).starts_with("platforms[0]:"));
+        im.platforms = vec![];
+        assert!(e(im).starts_with("platforms:"));
+    }
+
+    #[test]
+    fn an_index_keeps_the_wanted_platforms_only() {
+        let d = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let index = json!({"manifests": [
+            {"digest": d('1'), "platform": {"os": "linux", "architecture": "amd64"}},
+            {"digest": d('2'), "platform": {"os": "linux", "architecture": "arm64", "variant": "v8"}},
+            {"digest": d('3'), "platform": {"os": "unknown", "architecture": "unknown"}},
+            {"digest": d('4')},
+        ]})
+        .to_string();
+        let (m, b) = children(index.as_bytes(), &["linux/amd64".into()]).unwrap();
+        assert_eq!((m, b.len()), (vec![d('1')], 0));
+        let (m, _) = children(
+            index.as_bytes(),
+            &["linux/arm64".into(), "linux/amd64".into()],
+        )
+        .unwrap();
+        assert_eq!(m, vec![d('1'), d('2')]);
+        let (m, _) = children(index.as_bytes(), &["linux/arm64/v7".into()])
+            .err()
+            .map(|e| (vec![e.to_string()], ()))
+            .unwrap();
+        assert!(
+            m[0].contains("linux/arm64/v8") && m[0].contains("linux/arm64/v7"),
+            "{m:?}"
+        );
+        let manifest = json!({"config": {"digest": d('c')}, "layers": [{"digest": d('5')}, {"digest": d('6')}]}).to_string();
+        let (m, b) = children(manifest.as_bytes(), &[]).unwrap();
+        assert!(m.is_empty());
+        assert_eq!(b, vec![d('c'), d('5'), d('6')]);
+        let foreign = json!({"config": {"digest": d('c')}, "layers": [{"digest": d('5'), "urls": ["https://x"]}]}).to_string();
+        assert!(children(foreign.as_bytes(), &[])
+            .unwrap_err()
+            .to_string()
+            .contains("foreign"));
+        assert!(children(b"{}", &[]).is_err());
+    }
+
+    #[test]
+    fn served_names_drop_the_digest() {
+        let mut im = image("quay.io/a/b:1");
+        assert_eq!(served_name(&im), "quay.io/a/b:1");
+        im.reference = format!("quay.io/a/b@{}", im.digest);
+        assert_eq!(served_name(&im), "quay.io/a/b");
+    }
+}

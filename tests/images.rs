@@ -1,0 +1,563 @@
+//! Container images by reference and digest, end to end: a foothold-agent on 127.0.0.1 serves a two-platform
+//! image and a single-manifest one (seeded random layers). `foothold-build fetch` pulls them with oci-client into
+//! a fresh cache: linux/amd64 only, resuming a half-downloaded layer, every blob verified. A second fetch with the
+//! registry gone makes no request. `foothold-build build` puts them into an image's data partition; that
+//! partition, read back with debugfs and served by another agent, gives skopeo the pinned digests, and the
+//! platform left out answers MANIFEST_UNKNOWN. The image also carries k3s (a stand-in script: k3s cannot be
+//! downloaded here) and a manifest; booted in qemu, it shows the k3s unit started with the spec's arguments after
+//! its mirror configuration was written, and the ready marker waits for the Kubernetes API. The image serves
+//! HTTPS (`agentTls`) with the certificate made at first boot, which k3s's mirror configuration trusts.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use foothold_e2e::{build_binaries, free_port, run, sha256_file, target};
+use foothold_image_builder::qemu;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// Stands in for k3s, which cannot be downloaded here: it shows on the console how the image started it (its
+/// arguments, the registries of the mirror configuration written before it, the manifests laid out for it) and,
+/// once it has, answers the ready check's `k3s kubectl get --raw=/readyz`.
+const K3S_STANDIN: &str = r#"#!/bin/sh
+# Through the kernel log: serial-getty's vhangup of ttyS0 would cut off a writer holding the tty open.
+say() { echo "K3S-STANDIN $1" > /dev/kmsg; }
+case "$1" in
+server)
+  shift
+  say "args=$*"
+  say "registries=$(grep -o '^  "[^"]*":' /etc/rancher/k3s/registries.yaml | tr -d ' ":' | tr '\n' ',')"
+  say "endpoint=$(grep -m1 -o 'http[^"]*' /etc/rancher/k3s/registries.yaml)"
+  say "manifests=$(ls /var/lib/rancher/k3s/server/manifests | tr '\n' ',')"
+  ca=$(sed -n 's/.*ca_file: "\(.*\)"/\1/p' /etc/rancher/k3s/registries.yaml)
+  say "ca=$ca $(openssl x509 -noout -ext subjectAltName -in "$ca" | tail -n 1 | tr -d ' ')"
+  touch /run/k3s-standin-ready
+  systemd-notify --ready
+  exec sleep infinity ;;
+kubectl) [ -e /run/k3s-standin-ready ] && echo ok ;;
+*) exit 2 ;;
+esac
+"#;
+
+const APP: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: multi, namespace: default}
+spec:
+  selector: {matchLabels: {app: multi}}
+  template:
+    metadata: {labels: {app: multi}}
+    spec:
+      containers: [{name: multi, image: quay.io/lab/multi:2}]
+";
+
+/// A running foothold-agent, killed on drop.
+struct Agent {
+    child: Child,
+    host: String,
+}
+
+impl Agent {
+    fn start(data: &Path) -> Agent {
+        let port = free_port();
+        let host = format!("127.0.0.1:{port}");
+        let child = Command::new(target().join("debug/foothold-agent"))
+            .args(["serve", "--no-controllers", "--listen", &host, "--data"])
+            .arg(data)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut agent = Agent { child, host };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = Command::new("curl")
+                .args(["-fsS", "-o", "/dev/null", "--max-time", "2"])
+                .arg(format!("http://{}/readyz", agent.host))
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return agent;
+            }
+            if let Some(status) = agent.child.try_wait().unwrap() {
+                panic!("foothold-agent exited before it was ready: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "foothold-agent not ready in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Deterministic bytes (xorshift) so that the layers' digests are the same on every run.
+fn seeded(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// Writes a blob into the layout; returns its descriptor.
+fn blob(layout: &Path, media_type: &str, bytes: &[u8]) -> Value {
+    let d = digest(bytes);
+    std::fs::write(
+        layout
+            .join("blobs/sha256")
+            .join(d.trim_start_matches("sha256:")),
+        bytes,
+    )
+    .unwrap();
+    json!({"mediaType": media_type, "digest": d, "size": bytes.len()})
+}
+
+/// An image manifest for `arch` with two layers; returns its descriptor and its layers' descriptors.
+fn image(layout: &Path, arch: &str, seed: u64) -> (Value, Vec<Value>) {
+    let layers: Vec<Value> = (0..2)
+        .map(|i| {
+            blob(
+                layout,
+                "application/vnd.oci.image.layer.v1.tar",
+                &seeded(seed * 10 + i, 300_000 + 1000 * i as usize),
+            )
+        })
+        .collect();
+    let config = json!({
+        "architecture": arch, "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": layers.iter().map(|l| l["digest"].clone()).collect::<Vec<_>>()},
+    });
+    let config = blob(
+        layout,
+        "application/vnd.oci.image.config.v1+json",
+        config.to_string().as_bytes(),
+    );
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": config,
+        "layers": layers,
+    });
+    let d = blob(
+        layout,
+        "application/vnd.oci.image.manifest.v1+json",
+        manifest.to_string().as_bytes(),
+    );
+    (d, layers)
+}
+
+struct Source {
+    index: Value,
+    amd64: Value,
+    amd64_layers: Vec<Value>,
+    arm64: Value,
+    arm64_layers: Vec<Value>,
+    single: Value,
+}
+
+/// The registry's content: `docker.io/lab/multi:2` (an index: linux/amd64 and linux/arm64/v8) and
+/// `docker.io/lab/single:1` (one image manifest).
+fn source_layout(layout: &Path) -> Source {
+    std::fs::create_dir_all(layout.join("blobs/sha256")).unwrap();
+    let (amd64, amd64_layers) = image(layout, "amd64", 1);
+    let (arm64, arm64_layers) = image(layout, "arm64", 2);
+    let (single, _) = image(layout, "amd64", 3);
+    let mut a = amd64.clone();
+    a["platform"] = json!({"os": "linux", "architecture": "amd64"});
+    let mut b = arm64.clone();
+    b["platform"] = json!({"os": "linux", "architecture": "arm64", "variant": "v8"});
+    let index = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [a, b],
+    });
+    let index = blob(
+        layout,
+        "application/vnd.oci.image.index.v1+json",
+        index.to_string().as_bytes(),
+    );
+    let named = |d: &Value, name: &str| {
+        let mut d = d.clone();
+        d["annotations"] = json!({"io.containerd.image.name": name});
+        d
+    };
+    std::fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        layout.join("index.json"),
+        json!({"schemaVersion": 2, "manifests": [
+            named(&index, "docker.io/lab/multi:2"),
+            named(&single, "docker.io/lab/single:1"),
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    Source {
+        index,
+        amd64,
+        amd64_layers,
+        arm64,
+        arm64_layers,
+        single,
+    }
+}
+
+fn cached(cache: &Path, d: &Value) -> PathBuf {
+    cache
+        .join("oci/blobs/sha256")
+        .join(d["digest"].as_str().unwrap().trim_start_matches("sha256:"))
+}
+
+fn http_status(url: &str, accept: &str) -> String {
+    run(Command::new("curl").args([
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "30",
+        "-H",
+        &format!("Accept: {accept}"),
+        url,
+    ]))
+}
+
+#[test]
+fn images_are_pulled_by_digest_cached_and_served_from_the_built_image() {
+    build_binaries();
+    let agent_bin = target().join("debug/foothold-agent");
+    let build_bin = target().join("debug/foothold-build");
+    let tmp = tempfile::tempdir_in(target()).unwrap();
+    let dir = tmp.path();
+
+    // The registry.
+    let src = source_layout(&dir.join("layout"));
+    let registry_data = dir.join("registry");
+    run(Command::new(&agent_bin)
+        .arg("import")
+        .arg(dir.join("layout"))
+        .arg("--data")
+        .arg(&registry_data));
+    let registry = Agent::start(&registry_data);
+
+    // The spec: served under other registries' names, pulled from ours.
+    let spec = dir.join("spec.yaml");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"name: images-test
+base:
+  suite: bookworm
+  mirror: http://deb.debian.org/debian
+  packages: [openssh-server]
+hostname: images-test
+components:
+  agent:
+    path: {agent}
+  agentArgs: [--no-controllers]
+  agentTls: true
+  k3s:
+    binary: {{path: k3s-standin}}
+    args: [--disable=traefik, --node-name=images-test]
+  manifests:
+    - path: app.yaml
+  images:
+    - reference: quay.io/lab/multi:2
+      digest: {index}
+      source: {host}/docker.io/lab/multi
+    - reference: registry.example/lab/single@{single}
+      digest: {single}
+      source: {host}/docker.io/lab/single
+outputs:
+  formats: [raw]
+  diskSize: 3GiB
+  dataSize: 64MiB
+"#,
+            agent = agent_bin.display(),
+            index = src.index["digest"].as_str().unwrap(),
+            single = src.single["digest"].as_str().unwrap(),
+            host = registry.host,
+        ),
+    )
+    .unwrap();
+
+    std::fs::write(dir.join("k3s-standin"), K3S_STANDIN).unwrap();
+    std::fs::write(dir.join("app.yaml"), APP).unwrap();
+
+    // A fresh image cache that shares the machine's root file system and package caches.
+    let cache = dir.join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let home_cache = PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/foothold");
+    for sub in ["rootfs", "debs"] {
+        std::fs::create_dir_all(home_cache.join(sub)).unwrap();
+        std::os::unix::fs::symlink(home_cache.join(sub), cache.join(sub)).unwrap();
+    }
+    // Half of the first amd64 layer, as an interrupted fetch leaves it.
+    let first = &src.amd64_layers[0];
+    let whole = std::fs::read(
+        dir.join("layout/blobs/sha256").join(
+            first["digest"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("sha256:"),
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(cache.join("oci/blobs/sha256")).unwrap();
+    std::fs::write(
+        cache.join("oci/blobs/sha256").join(format!(
+            ".{}.partial",
+            first["digest"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("sha256:")
+        )),
+        &whole[..whole.len() / 2],
+    )
+    .unwrap();
+
+    let registry_host = registry.host.clone();
+    let fetch = |cache: &Path| {
+        run(Command::new(&build_bin)
+            .arg("fetch")
+            .arg(&spec)
+            .arg("--cache")
+            .arg(cache)
+            .args(["--json", "--insecure-registry", &registry_host]))
+    };
+    let events = fetch(&cache);
+    assert!(
+        events.contains("quay.io/lab/multi:2: 5 of 5 blobs downloaded")
+            && events.contains("1 resumed"),
+        "{events}"
+    );
+    assert!(
+        events.contains("registry.example/lab/single@sha256:")
+            && events.contains("4 of 4 blobs downloaded"),
+        "{events}"
+    );
+    // linux/amd64 and the index are there, verified; linux/arm64 is not.
+    for d in [&src.index, &src.amd64, &src.single]
+        .into_iter()
+        .chain(&src.amd64_layers)
+    {
+        let p = cached(&cache, d);
+        assert_eq!(
+            format!("sha256:{}", sha256_file(&p)),
+            d["digest"].as_str().unwrap(),
+            "{}",
+            p.display()
+        );
+    }
+    for d in std::iter::once(&src.arm64).chain(&src.arm64_layers) {
+        assert!(!cached(&cache, d).exists(), "arm64 {d} was pulled");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(cache.join("oci/blobs/sha256"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "partial files left: {leftovers:?}");
+
+    // A cache hit needs no registry.
+    drop(registry);
+    let events = fetch(&cache);
+    assert!(
+        events.contains("2 images") && !events.contains("pulling"),
+        "{events}"
+    );
+    // A blob gone from the cache is fetched again: with the registry gone, that fails and names the image.
+    let layer = cached(&cache, &src.single);
+    let good = std::fs::read(&layer).unwrap();
+    std::fs::remove_file(&layer).unwrap();
+    let out = Command::new(&build_bin)
+        .arg("fetch")
+        .arg(&spec)
+        .arg("--cache")
+        .arg(&cache)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("components.images[1]"),
+        "{err}"
+    );
+    std::fs::write(&layer, good).unwrap();
+
+    // The built image's data partition serves them under their names; the offline build needs no registry.
+    let out_dir = dir.join("out");
+    run(Command::new(&build_bin)
+        .arg("build")
+        .arg(&spec)
+        .arg("--offline")
+        .arg("--cache")
+        .arg(&cache)
+        .arg("--out")
+        .arg(&out_dir));
+    let raw = out_dir.join("images-test.raw");
+    let manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(out_dir.join("images-test.raw.manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        manifest["inputs"]["images[0]"]["digest"],
+        src.index["digest"]
+    );
+    assert_eq!(manifest["inputs"]["images[0]"]["blobs"], 5);
+    let offset = manifest["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "foothold-data")
+        .unwrap()["offset"]
+        .clone();
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    run(Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("rdump / {}", data.display()))
+        .arg(format!("{}?offset={offset}", raw.display())));
+    // The partial index is consistent store content, not a problem.
+    let report = run(Command::new(&agent_bin)
+        .arg("fsck")
+        .arg("--data")
+        .arg(&data));
+    assert!(report.contains(" 0 problems"), "{report}");
+    let served = Agent::start(&data);
+    let host = &served.host;
+    let raw_index = run(Command::new("skopeo").args([
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!("docker://{host}/quay.io/lab/multi:2"),
+    ]));
+    assert_eq!(digest(raw_index.as_bytes()), src.index["digest"]);
+    let pulled = dir.join("pulled");
+    run(Command::new("skopeo").args([
+        "copy",
+        "-q",
+        "--src-tls-verify=false",
+        "--override-arch",
+        "amd64",
+        "--dest-oci-accept-uncompressed-layers",
+        &format!("docker://{host}/quay.io/lab/multi:2"),
+        &format!("oci:{}:multi", pulled.display()),
+    ]));
+    // skopeo copied the amd64 manifest unchanged (layers, config and all).
+    let pulled_index: Value =
+        serde_json::from_slice(&std::fs::read(pulled.join("index.json")).unwrap()).unwrap();
+    assert_eq!(pulled_index["manifests"][0]["digest"], src.amd64["digest"]);
+    for l in &src.amd64_layers {
+        let p = pulled
+            .join("blobs/sha256")
+            .join(l["digest"].as_str().unwrap().trim_start_matches("sha256:"));
+        assert!(p.is_file(), "{} not pulled", l["digest"]);
+    }
+    let single = run(Command::new("skopeo").args([
+        "inspect",
+        "--raw",
+        "--tls-verify=false",
+        &format!(
+            "docker://{host}/registry.example/lab/single@{}",
+            src.single["digest"].as_str().unwrap()
+        ),
+    ]));
+    assert_eq!(digest(single.as_bytes()), src.single["digest"]);
+    let oci = "application/vnd.oci.image.manifest.v1+json";
+    assert_eq!(
+        http_status(
+            &format!(
+                "http://{host}/v2/quay.io/lab/multi/manifests/{}",
+                src.arm64["digest"].as_str().unwrap()
+            ),
+            oci
+        ),
+        "404",
+        "the left-out platform"
+    );
+    assert_eq!(
+        http_status(
+            &format!(
+                "http://{host}/v2/quay.io/lab/multi/manifests/{}",
+                src.amd64["digest"].as_str().unwrap()
+            ),
+            oci
+        ),
+        "200"
+    );
+    drop(served);
+
+    // Booted: the agent is ready, and k3s (the stand-in) was started with the spec's arguments, a mirror
+    // configuration naming the agent for the images' registries, and the manifests.
+    let accel = if qemu::probe_kvm(Duration::from_secs(5)) {
+        qemu::Accel::Kvm
+    } else {
+        qemu::Accel::Tcg
+    };
+    let serial = dir.join("console.log");
+    let port = free_port();
+    let mut vm = qemu::Vm::start(&qemu::RunOptions {
+        image: raw.clone(),
+        bios: false,
+        forwards: vec![(port, 5000)],
+        memory_mib: 1536,
+        cpus: 2,
+        serial_log: Some(serial.clone()),
+        snapshot: true,
+        accel,
+        vars: dir.join("vars.fd"),
+    })
+    .unwrap();
+    let line = vm.wait_ready(Duration::from_secs(600)).unwrap();
+    assert!(line.contains("k3s=ready"), "{line}");
+    let console = String::from_utf8_lossy(&std::fs::read(&serial).unwrap()).into_owned();
+    let standin = |key: &str| -> String {
+        console
+            .lines()
+            .find_map(|l| {
+                let at = format!("K3S-STANDIN {key}=");
+                l.find(&at).map(|i| l[i + at.len()..].trim())
+            })
+            .unwrap_or_else(|| panic!("no K3S-STANDIN {key} on the console:\n{console}"))
+            .to_owned()
+    };
+    assert_eq!(standin("args"), "--disable=traefik --node-name=images-test");
+    let registries = standin("registries");
+    for r in ["docker.io", "quay.io", "registry.example"] {
+        assert!(registries.split(',').any(|x| x == r), "{r} in {registries}");
+    }
+    // agentTls: the agent serves HTTPS with the certificate made at first boot, and k3s trusts it.
+    assert_eq!(standin("endpoint"), "https://127.0.0.1:5000");
+    assert_eq!(
+        standin("ca"),
+        "/etc/foothold/tls/cert.pem DNS:images-test,DNS:localhost,IPAddress:127.0.0.1"
+    );
+    run(Command::new("curl").args([
+        "-kfsS",
+        "--max-time",
+        "30",
+        &format!("https://127.0.0.1:{port}/readyz"),
+    ]));
+    assert_eq!(standin("manifests"), "foothold-00-app.yaml,");
+    drop(vm);
+}
