@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian tools foothold-build needs (root): mmdebstrap, GRUB's BIOS and UEFI images, mkfs.ext4,
-# mkfs.vfat and mtools, objcopy, qemu-img, and for `foothold-build run` qemu and OVMF. Idempotent.
+# Installs the Debian tools foothold-build needs (root): mmdebstrap, GRUB's BIOS and UEFI images, systemd-boot,
+# mkfs.ext4, mkfs.vfat and mtools, objcopy, qemu-img, and for `foothold-build run` qemu and OVMF. Idempotent.
 set -euo pipefail
 need=()
 check() { # <path or command> <package>
@@ -13,6 +13,7 @@ check mmdebstrap mmdebstrap
 check /usr/lib/grub/i386-pc/boot.img grub-pc-bin
 check /usr/lib/grub/x86_64-efi/linux.mod grub-efi-amd64-bin
 check grub-mkimage grub-common
+check /usr/lib/systemd/boot/efi/systemd-bootx64.efi systemd-boot-efi
 check mkfs.ext4 e2fsprogs
 check mkfs.vfat dosfstools
 check mcopy mtools

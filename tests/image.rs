@@ -1,9 +1,10 @@
 //! `packages/lab.yaml` built by the real `foothold-build` (as root: mmdebstrap) twice, bit-identical, and once
-//! more from a bundle in a network namespace with no network (bit-identical too), then
-//! booted in qemu: the raw image under UEFI and under BIOS, the qcow2 under UEFI, the ISO from CD under BIOS. Each boot must print the ready
-//! marker on its serial console; then, through a port forward, skopeo pulls the image that was baked into the
-//! data partition and gets the input layout's digests, and the agent answers /readyz. qemu is killed when each
-//! boot's checks end; every wait is bounded.
+//! more from a bundle in a network namespace with no network (bit-identical too), then booted in qemu: the raw
+//! image under UEFI and under BIOS, the qcow2 under UEFI, the ISO from CD under BIOS, and the spec built with
+//! systemd-boot under UEFI. Each boot must print the ready marker on its serial console, naming the firmware;
+//! then, through a port forward, skopeo pulls the image that was baked into the data partition and gets the
+//! input layout's digests, and the agent answers /readyz. qemu is killed when each boot's checks end; every wait
+//! is bounded.
 
 use std::path::Path;
 use std::process::Command;
@@ -46,6 +47,12 @@ fn boot_and_check(
         .wait_ready(Duration::from_secs(600))
         .unwrap_or_else(|e| panic!("{what}: {e:#}"));
     assert!(line.contains("host=foothold-lab"), "{what}: {line}");
+    let firmware = if bios {
+        "firmware=bios"
+    } else {
+        "firmware=uefi"
+    };
+    assert!(line.contains(firmware), "{what}: {line}");
     let host = format!("127.0.0.1:{port}");
     run(Command::new("curl").args(["-fsS", "--max-time", "30", &format!("http://{host}/readyz")]));
     // Writes need the token made at first boot.
@@ -168,6 +175,19 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     .unwrap();
     assert_eq!(manifest["output"]["sha256"], digest.as_str());
     assert_eq!(manifest["name"], "foothold-lab");
+    assert_eq!(manifest["bootloader"], "grub");
+    for (tool, starts) in [
+        ("mke2fs", "mke2fs 1."),
+        ("grub-mkimage", "grub-mkimage (GRUB)"),
+    ] {
+        assert!(
+            manifest["tools"][tool]
+                .as_str()
+                .is_some_and(|v| v.starts_with(starts)),
+            "{tool}: {}",
+            manifest["tools"]
+        );
+    }
     assert!(manifest["inputs"]["agent"]["sha256"]
         .as_str()
         .is_some_and(|s| s.len() == 64));
@@ -243,4 +263,60 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         &layout,
         &manifest_digest,
     );
+    std::fs::remove_dir_all(&a).unwrap();
+
+    // The same spec with systemd-boot: UEFI only, no BIOS boot partition, the kernel and initrd on the ESP.
+    let spec = std::fs::read_to_string(ws.join("packages/lab.yaml"))
+        .unwrap()
+        .replace("../target/", &format!("{}/", target().display()))
+        .replace("outputs:\n", "outputs:\n  bootloader: systemd-boot\n");
+    let sd_spec = tmp.path().join("lab-systemd-boot.yaml");
+    std::fs::write(&sd_spec, spec).unwrap();
+    let sd = tmp.path().join("systemd-boot");
+    run(Command::new(target().join("debug/foothold-build"))
+        .args(["build", "--formats", "raw"])
+        .arg(&sd_spec)
+        .arg("--out")
+        .arg(&sd)
+        .arg("--agent")
+        .arg(target().join("debug/foothold-agent")));
+    let raw = sd.join("foothold-lab.raw");
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(sd.join("foothold-lab.raw.manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["bootloader"], "systemd-boot");
+    assert!(manifest["tools"]["systemd-boot"]
+        .as_str()
+        .is_some_and(|v| v.starts_with("systemd-boot ")));
+    let names: Vec<&str> = manifest["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["esp", "root", "foothold-data"]);
+    let esp = format!("{}@@{}", raw.display(), manifest["partitions"][0]["offset"]);
+    let entry = run(Command::new("mtype").env("MTOOLS_SKIP_CHECK", "1").args([
+        "-i",
+        &esp,
+        "::/loader/entries/foothold.conf",
+    ]));
+    let root_uuid = manifest["filesystems"]["root"].as_str().unwrap();
+    assert!(
+        entry.contains(&format!("options root=UUID={root_uuid} ")),
+        "{entry}"
+    );
+    let refused = Command::new(target().join("debug/foothold-build"))
+        .args(["run", "--bios"])
+        .arg(&raw)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("boots under UEFI only"),
+        "{err}"
+    );
+    let line = boot_and_check(&raw, false, tmp.path(), accel, &layout, &manifest_digest);
+    assert!(line.contains("loader=systemd-boot-"), "{line}");
 }

@@ -1,6 +1,6 @@
 //! `foothold-build build`: spec → root file system (mmdebstrap, cached) → staged tree with the overlay, the agent
-//! and generated configuration → data partition (the agent's store) → a GPT disk with BIOS boot, ESP, root and
-//! data partitions, written without loop devices or mounts → qcow2 → manifest.
+//! and generated configuration → data partition (the agent's store) → a GPT disk with BIOS boot (GRUB only),
+//! ESP, root and data partitions, written without loop devices or mounts → qcow2, ISO → manifest.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::gpt::{self, Partition, SECTOR};
 use crate::progress::Progress;
-use crate::spec::{Format, Loaded};
+use crate::spec::{Bootloader, Format, Loaded};
 
 const MIB: u64 = 1 << 20;
 /// Packages every image needs to boot and report readiness.
@@ -32,6 +32,9 @@ const BOOT_PACKAGES: &[&str] = &[
     "live-boot",
 ];
 const ESP_SIZE: u64 = 64 * MIB;
+/// systemd-boot reads the kernel and initrd from the ESP itself.
+const SYSTEMD_BOOT_ESP_SIZE: u64 = 256 * MIB;
+const SYSTEMD_BOOT_EFI: &str = "/usr/lib/systemd/boot/efi/systemd-bootx64.efi";
 const BIOS_BOOT_SIZE: u64 = MIB;
 const GRUB_MODULES: &[&str] = &[
     "part_gpt",
@@ -132,16 +135,19 @@ fn sha256_file(path: &Path) -> Result<String> {
     Ok(hex::encode(h.finalize()))
 }
 
+/// The first line a tool prints for `arg` (on stdout, or stderr as mke2fs does).
 fn tool_version(cmd: &str, arg: &str) -> String {
     Command::new(cmd)
         .arg(arg)
         .output()
         .ok()
         .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .map(str::to_owned)
+            [o.stdout, o.stderr].iter().find_map(|out| {
+                String::from_utf8_lossy(out)
+                    .lines()
+                    .next()
+                    .map(str::to_owned)
+            })
         })
         .unwrap_or_else(|| "unknown".into())
 }
@@ -238,6 +244,48 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 }
 
 /// Everything generated from the spec into the staged root.
+/// The kernel command line of the disk images (GRUB's menu entry and systemd-boot's loader entry).
+fn kernel_cmdline(ids: &Ids) -> String {
+    format!(
+        "root=UUID={} ro console=tty0 console=ttyS0,115200n8",
+        ids.root
+    )
+}
+
+/// systemd-boot's configuration on the ESP (Boot Loader Specification type 1): the loader settings and one
+/// entry booting `/foothold/vmlinuz` with `/foothold/initrd.img`, both copied from the root file system.
+fn systemd_boot_config(name: &str, cmdline: &str) -> [(&'static str, String); 2] {
+    [
+        (
+            "loader/loader.conf",
+            "timeout 1\ndefault foothold.conf\nconsole-mode keep\n".to_owned(),
+        ),
+        (
+            "loader/entries/foothold.conf",
+            format!(
+                "title Foothold {name}\nlinux /foothold/vmlinuz\ninitrd /foothold/initrd.img\noptions {cmdline}\n"
+            ),
+        ),
+    ]
+}
+
+/// The file a symlink in the root file system points at (`vmlinuz` → `boot/vmlinuz-6.1.0-…`), inside `root`.
+fn resolve_in_root(root: &Path, link: &str) -> Result<PathBuf> {
+    let target = fs::read_link(root.join(link))
+        .with_context(|| format!("/{link} in the root file system (linux-image-amd64)"))?;
+    let rel = target.strip_prefix("/").unwrap_or(&target);
+    Ok(root.join(rel))
+}
+
+/// The version systemd-boot's EFI binary reports as LoaderInfo (`systemd-boot 252.39-1~deb12u2`).
+fn systemd_boot_version(efi: &[u8]) -> Option<String> {
+    let marker = b"LoaderInfo: ";
+    let at = efi.windows(marker.len()).position(|w| w == marker)? + marker.len();
+    let rest = &efi[at..];
+    let end = rest.iter().position(|&b| b == b'#' || b == 0)?;
+    Some(String::from_utf8_lossy(&rest[..end]).trim().to_owned())
+}
+
 fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> Result<()> {
     let spec = &loaded.spec;
     write_file(
@@ -262,10 +310,7 @@ fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> 
         0o644,
     )?;
     fs::create_dir_all(root.join("var/lib/foothold"))?;
-    let cmdline = format!(
-        "root=UUID={} ro console=tty0 console=ttyS0,115200n8",
-        ids.root
-    );
+    let cmdline = kernel_cmdline(ids);
     write_file(
         &root.join("boot/grub/grub.cfg"),
         &format!(
@@ -689,31 +734,42 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
     clamp_mtimes(&data, epoch)?;
 
     // 3. The disk.
+    let sd_boot = spec.outputs.bootloader == Bootloader::SystemdBoot;
     progress.step(
         "disk",
-        "GPT, GRUB (BIOS and UEFI), ESP, root and data file systems",
+        if sd_boot {
+            "GPT, systemd-boot (UEFI), ESP with the kernel, root and data file systems"
+        } else {
+            "GPT, GRUB (BIOS and UEFI), ESP, root and data file systems"
+        },
     );
     let size = spec.disk_size();
     let data_size = spec.data_size().map_err(anyhow::Error::msg)?;
     let sectors = size / SECTOR;
     let lba = |bytes: u64| bytes / SECTOR;
     let g = |s: &str| uuid::Uuid::parse_str(s).expect("constant GUID");
-    let bios = Partition {
+    // GRUB's BIOS core image lives in a BIOS boot partition; systemd-boot is UEFI-only and has none.
+    let bios = (!sd_boot).then(|| Partition {
         type_guid: g(gpt::BIOS_BOOT),
         guid: derived_uuid(&loaded.sha256, "bios"),
         first_lba: lba(MIB),
         last_lba: lba(MIB + BIOS_BOOT_SIZE) - 1,
         name: "bios".into(),
+    });
+    let esp_start = MIB + bios.as_ref().map_or(0, |b| b.size());
+    let esp_size = if sd_boot {
+        SYSTEMD_BOOT_ESP_SIZE
+    } else {
+        ESP_SIZE
     };
-    let esp_start = MIB + BIOS_BOOT_SIZE;
     let esp = Partition {
         type_guid: g(gpt::EFI_SYSTEM),
         guid: derived_uuid(&loaded.sha256, "esp"),
         first_lba: lba(esp_start),
-        last_lba: lba(esp_start + ESP_SIZE) - 1,
+        last_lba: lba(esp_start + esp_size) - 1,
         name: "esp".into(),
     };
-    let root_start = esp_start + ESP_SIZE;
+    let root_start = esp_start + esp_size;
     let data_start = size - MIB - data_size;
     let root_part = Partition {
         type_guid: g(gpt::LINUX_ROOT_X86_64),
@@ -729,6 +785,11 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         last_lba: lba(data_start + data_size) - 1,
         name: "foothold-data".into(),
     };
+    let partitions: Vec<Partition> = bios
+        .iter()
+        .chain([&esp, &root_part, &data_part])
+        .cloned()
+        .collect();
     let raw = settings.out.join(format!("{}.raw", spec.name));
     let tmp_raw = settings.out.join(format!(".{}.raw.tmp", spec.name));
     {
@@ -752,39 +813,78 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         epoch,
     )?;
 
-    // GRUB: both images find the root by its UUID and read /boot/grub/grub.cfg there.
-    let early = work.join("early.cfg");
-    fs::write(
-        &early,
-        format!(
-            "search --no-floppy --fs-uuid --set=root {}\nset prefix=($root)/boot/grub\n",
-            ids.root
-        ),
-    )?;
-    let efi = work.join("BOOTX64.EFI");
-    run(Command::new("grub-mkimage")
-        .args(["-O", "x86_64-efi", "-p", "/boot/grub", "-c"])
-        .arg(&early)
-        .arg("-o")
-        .arg(&efi)
-        .args(GRUB_MODULES)
-        .args(["fat", "efi_gop", "all_video"]))
-    .context("grub-mkimage for UEFI (Debian grub-efi-amd64-bin)")?;
-    let core = work.join("core.img");
-    run(Command::new("grub-mkimage")
-        .args(["-O", "i386-pc", "-p", "/boot/grub", "-c"])
-        .arg(&early)
-        .arg("-o")
-        .arg(&core)
-        .args(GRUB_MODULES)
-        .arg("biosdisk"))
-    .context("grub-mkimage for BIOS (Debian grub-pc-bin)")?;
-    let core_bytes = fs::read(&core)?;
-    if core_bytes.len() as u64 > bios.size() {
-        bail!(
-            "the BIOS core image ({} bytes) does not fit the BIOS boot partition",
-            core_bytes.len()
+    // The ESP's tree: GRUB's EFI image, or systemd-boot with its configuration, the kernel and the initrd.
+    let esp_tree = work.join("esp");
+    fs::create_dir_all(esp_tree.join("EFI/BOOT"))?;
+    let mut tools = BTreeMap::new();
+    let mut bios_core = None;
+    if sd_boot {
+        let efi = fs::read(SYSTEMD_BOOT_EFI)
+            .with_context(|| format!("reading {SYSTEMD_BOOT_EFI} (Debian systemd-boot-efi)"))?;
+        tools.insert(
+            "systemd-boot",
+            systemd_boot_version(&efi).unwrap_or_else(|| "unknown".into()),
         );
+        fs::write(esp_tree.join("EFI/BOOT/BOOTX64.EFI"), &efi)?;
+        for (path, text) in systemd_boot_config(&spec.name, &kernel_cmdline(&ids)) {
+            write_file(&esp_tree.join(path), &text, 0o644)?;
+        }
+        fs::create_dir_all(esp_tree.join("foothold"))?;
+        let mut needed = efi.len() as u64;
+        for (link, name) in [("vmlinuz", "vmlinuz"), ("initrd.img", "initrd.img")] {
+            let from = resolve_in_root(&root, link)?;
+            needed += fs::metadata(&from)
+                .with_context(|| format!("{} (linux-image-amd64)", from.display()))?
+                .len();
+            fs::copy(&from, esp_tree.join("foothold").join(name))?;
+        }
+        // FAT32's tables and directories take a few MiB of the partition.
+        if needed + 8 * MIB > esp_size {
+            bail!(
+                "outputs.bootloader: systemd-boot needs the kernel and initrd on the ESP ({} MiB), which holds {} MiB",
+                needed.div_ceil(MIB),
+                esp_size / MIB - 8
+            );
+        }
+    } else {
+        // GRUB: both images find the root by its UUID and read /boot/grub/grub.cfg there.
+        tools.insert("grub-mkimage", tool_version("grub-mkimage", "--version"));
+        let early = work.join("early.cfg");
+        fs::write(
+            &early,
+            format!(
+                "search --no-floppy --fs-uuid --set=root {}\nset prefix=($root)/boot/grub\n",
+                ids.root
+            ),
+        )?;
+        run(Command::new("grub-mkimage")
+            .args(["-O", "x86_64-efi", "-p", "/boot/grub", "-c"])
+            .arg(&early)
+            .arg("-o")
+            .arg(esp_tree.join("EFI/BOOT/BOOTX64.EFI"))
+            .args(GRUB_MODULES)
+            .args(["fat", "efi_gop", "all_video"]))
+        .context("grub-mkimage for UEFI (Debian grub-efi-amd64-bin)")?;
+        let core = work.join("core.img");
+        run(Command::new("grub-mkimage")
+            .args(["-O", "i386-pc", "-p", "/boot/grub", "-c"])
+            .arg(&early)
+            .arg("-o")
+            .arg(&core)
+            .args(GRUB_MODULES)
+            .arg("biosdisk"))
+        .context("grub-mkimage for BIOS (Debian grub-pc-bin)")?;
+        let core_bytes = fs::read(&core)?;
+        let part = bios
+            .as_ref()
+            .expect("GRUB disks have a BIOS boot partition");
+        if core_bytes.len() as u64 > part.size() {
+            bail!(
+                "the BIOS core image ({} bytes) does not fit the BIOS boot partition",
+                core_bytes.len()
+            );
+        }
+        bios_core = Some((part, core_bytes));
     }
 
     // The ESP, formatted and filled in a file of its own, then copied in.
@@ -807,43 +907,36 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             &serial,
         ])
         .arg(&esp_img)
-        .arg((ESP_SIZE / 1024).to_string()))
+        .arg((esp_size / 1024).to_string()))
     .context("mkfs.vfat (Debian dosfstools)")?;
-    let esp_tree = work.join("esp");
-    fs::create_dir_all(esp_tree.join("EFI/BOOT"))?;
-    fs::copy(&efi, esp_tree.join("EFI/BOOT/BOOTX64.EFI"))?;
     clamp_mtimes(&esp_tree, epoch)?;
+    let mut top: Vec<PathBuf> = fs::read_dir(&esp_tree)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    top.sort();
     run(Command::new("mcopy")
         .env("SOURCE_DATE_EPOCH", epoch.to_string())
         .env("MTOOLS_SKIP_CHECK", "1")
         .args(["-s", "-m", "-i"])
         .arg(&esp_img)
-        .arg(esp_tree.join("EFI"))
+        .args(&top)
         .arg("::"))
     .context("mcopy (Debian mtools)")?;
 
     let mut f = fs::OpenOptions::new().write(true).open(&tmp_raw)?;
     copy_into(&mut f, esp.offset(), &esp_img)?;
-    // BIOS: core.img in the BIOS boot partition, boot.img's code in the MBR (see `bios`).
-    let boot_img = fs::read("/usr/lib/grub/i386-pc/boot.img")
-        .context("reading GRUB's boot.img (Debian grub-pc-bin)")?;
-    let (mbr, core_patched) =
-        crate::bios::embed(&boot_img, &core_bytes, bios.first_lba).map_err(anyhow::Error::msg)?;
-    f.seek(SeekFrom::Start(bios.offset()))?;
-    f.write_all(&core_patched)?;
-    f.seek(SeekFrom::Start(0))?;
-    f.write_all(&mbr)?;
-    gpt::write(
-        &mut f,
-        sectors,
-        ids.disk,
-        &[
-            bios.clone(),
-            esp.clone(),
-            root_part.clone(),
-            data_part.clone(),
-        ],
-    )?;
+    if let Some((part, core_bytes)) = bios_core {
+        // BIOS: core.img in the BIOS boot partition, boot.img's code in the MBR (see `bios`).
+        let boot_img = fs::read("/usr/lib/grub/i386-pc/boot.img")
+            .context("reading GRUB's boot.img (Debian grub-pc-bin)")?;
+        let (mbr, core_patched) = crate::bios::embed(&boot_img, &core_bytes, part.first_lba)
+            .map_err(anyhow::Error::msg)?;
+        f.seek(SeekFrom::Start(part.offset()))?;
+        f.write_all(&core_patched)?;
+        f.seek(SeekFrom::Start(0))?;
+        f.write_all(&mbr)?;
+    }
+    gpt::write(&mut f, sectors, ids.disk, &partitions)?;
     f.sync_all()?;
     drop(f);
     fs::rename(&tmp_raw, &raw)?;
@@ -868,18 +961,16 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             "squashfs root with the store inside, GRUB for BIOS and UEFI, hybrid for CD and USB",
         );
         outputs.push(iso(loaded, settings, &work, &root, &data, &ids)?);
+        tools.insert("grub-mkrescue", tool_version("grub-mkrescue", "--version"));
     }
 
     // 5. Manifests.
     progress.step("manifest", "inputs, tools, output digests");
-    let tools = json!({
-        "foothold-build": crate::VERSION,
-        "mmdebstrap": tool_version("mmdebstrap", "--version"),
-        "grub-mkimage": tool_version("grub-mkimage", "--version"),
-        "mke2fs": tool_version("mkfs.ext4", "-V"),
-        "qemu-img": tool_version("qemu-img", "--version"),
-    });
-    let partitions: Vec<serde_json::Value> = [&bios, &esp, &root_part, &data_part]
+    tools.insert("foothold-build", crate::VERSION.to_owned());
+    tools.insert("mmdebstrap", tool_version("mmdebstrap", "--version"));
+    tools.insert("mke2fs", tool_version("mkfs.ext4", "-V"));
+    tools.insert("qemu-img", tool_version("qemu-img", "--version"));
+    let partitions: Vec<serde_json::Value> = partitions
         .iter()
         .map(|p| json!({"name": p.name, "guid": p.guid.to_string(), "offset": p.offset(), "size": p.size()}))
         .collect();
@@ -888,6 +979,7 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             "name": spec.name,
             "spec": {"path": loaded.path, "sha256": loaded.sha256},
             "sourceDateEpoch": epoch,
+            "bootloader": spec.outputs.bootloader,
             "inputs": inputs,
             "tools": tools,
             "partitions": partitions,
@@ -975,4 +1067,60 @@ fn iso(
     fs::rename(&tmp, &out)?;
     let _ = ids;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn systemd_boot_boots_the_kernel_it_finds_on_the_esp_with_the_disk_cmdline() {
+        let ids = Ids {
+            disk: uuid::Uuid::nil(),
+            root: uuid::Uuid::parse_str("6e1f0c2a-0000-4000-8000-000000000001").unwrap(),
+            data: uuid::Uuid::nil(),
+        };
+        let [loader, entry] = systemd_boot_config("foothold-lab", &kernel_cmdline(&ids));
+        assert_eq!(loader.0, "loader/loader.conf");
+        assert!(loader.1.contains("default foothold.conf\n"), "{}", loader.1);
+        assert_eq!(entry.0, "loader/entries/foothold.conf");
+        assert_eq!(
+            entry.1,
+            "title Foothold foothold-lab\nlinux /foothold/vmlinuz\ninitrd /foothold/initrd.img\n\
+             options root=UUID=6e1f0c2a-0000-4000-8000-000000000001 ro console=tty0 console=ttyS0,115200n8\n"
+        );
+    }
+
+    #[test]
+    fn systemd_boot_version_is_read_from_the_loader_info_string() {
+        let mut efi = vec![0u8; 64];
+        efi.extend_from_slice(b"#### LoaderInfo: systemd-boot 252.39-1~deb12u2 ####\0rest");
+        assert_eq!(
+            systemd_boot_version(&efi).as_deref(),
+            Some("systemd-boot 252.39-1~deb12u2")
+        );
+        assert_eq!(systemd_boot_version(b"no marker here"), None);
+        if let Ok(real) = fs::read(SYSTEMD_BOOT_EFI) {
+            assert!(systemd_boot_version(&real).is_some_and(|v| v.starts_with("systemd-boot ")));
+        }
+    }
+
+    #[test]
+    fn links_in_the_root_resolve_inside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("boot")).unwrap();
+        fs::write(dir.path().join("boot/vmlinuz-6.1.0-1-amd64"), b"kernel").unwrap();
+        std::os::unix::fs::symlink("boot/vmlinuz-6.1.0-1-amd64", dir.path().join("vmlinuz"))
+            .unwrap();
+        std::os::unix::fs::symlink("/boot/vmlinuz-6.1.0-1-amd64", dir.path().join("abs")).unwrap();
+        for link in ["vmlinuz", "abs"] {
+            let got = resolve_in_root(dir.path(), link).unwrap();
+            assert_eq!(got, dir.path().join("boot/vmlinuz-6.1.0-1-amd64"));
+        }
+        let e = resolve_in_root(dir.path(), "initrd.img").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("/initrd.img in the root file system"),
+            "{e:#}"
+        );
+    }
 }

@@ -247,6 +247,22 @@ fn real_main() -> Result<ExitCode> {
             if !image.is_file() {
                 anyhow::bail!("{}: no such image", image.display());
             }
+            // The manifest beside a built image says how it boots; a systemd-boot disk has nothing for BIOS.
+            let manifest = PathBuf::from(format!("{}.manifest.json", image.display()));
+            if bios {
+                if let Ok(text) = std::fs::read_to_string(&manifest) {
+                    let m: serde_json::Value = serde_json::from_str(&text)
+                        .with_context(|| format!("{}: not JSON", manifest.display()))?;
+                    if m["bootloader"] == "systemd-boot" {
+                        anyhow::bail!(
+                            "{}: built with outputs.bootloader systemd-boot, which boots under UEFI only \
+                             (see {}); run it without --bios",
+                            image.display(),
+                            manifest.display()
+                        );
+                    }
+                }
+            }
             if forwards.is_empty() {
                 forwards.push((5000, 5000));
             }

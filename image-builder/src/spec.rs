@@ -282,6 +282,18 @@ pub struct Outputs {
     /// Size of the data partition (the agent's store), default `1GiB`.
     #[serde(default)]
     pub data_size: Option<String>,
+    /// What boots the disk images (raw, qcow2): `grub` (default; BIOS and UEFI) or `systemd-boot` (UEFI only:
+    /// no BIOS boot partition, the kernel and initrd on a larger ESP). The ISO always boots with GRUB.
+    #[serde(default)]
+    pub bootloader: Bootloader,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Bootloader {
+    #[default]
+    Grub,
+    SystemdBoot,
 }
 
 /// A problem in a spec, naming the file and, where known, the line and field.
@@ -617,6 +629,9 @@ mod tests {
         assert_eq!(s.base.mirror, "http://deb.debian.org/debian");
         assert_eq!(s.disk_size(), 4 << 30);
         assert_eq!(s.data_size().unwrap(), 1 << 30);
+        assert_eq!(s.outputs.bootloader, Bootloader::Grub);
+        let sd = parse(&format!("{GOOD}  bootloader: systemd-boot\n")).unwrap();
+        assert_eq!(sd.outputs.bootloader, Bootloader::SystemdBoot);
     }
 
     #[test]
@@ -625,6 +640,8 @@ mod tests {
         assert!(e.contains("hostnme") && e.contains("line 4"), "{e}");
         let e = parse(&GOOD.replace("[raw]", "[raw, vmdk]")).unwrap_err();
         assert!(e.contains("vmdk") && e.contains("line 6"), "{e}");
+        let e = parse(&format!("{GOOD}  bootloader: lilo\n")).unwrap_err();
+        assert!(e.contains("lilo") && e.contains("line 8"), "{e}");
         let bad = |from: &str, to: &str| {
             parse(&GOOD.replace(from, to))
                 .unwrap()
