@@ -277,6 +277,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // One TLS provider for the whole process (served TLS and the kube client), chosen here
+    // rather than left to whichever rustls backends the dependency graph happens to enable.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {

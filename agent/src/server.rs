@@ -211,6 +211,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
                 .await
         }
         Some((cert, key)) => {
+            // Also here for callers that embed the server without going through main.
             let _ = rustls::crypto::ring::default_provider().install_default();
             let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(&cert, &key)
                 .await

@@ -326,10 +326,10 @@ async fn pull_image(
     client: &Client,
     cache: &Path,
     im: &ImageComponent,
+    auth: &RegistryAuth,
     progress: &Progress,
 ) -> Result<Pulled> {
     let repo = source_repo(im);
-    let auth = RegistryAuth::Anonymous;
     let mut pulled = Pulled::default();
     let mut last_missing = None;
     loop {
@@ -356,7 +356,7 @@ async fn pull_image(
                 );
                 if is_manifest(cache, im, &digest)? {
                     let (bytes, _) = client
-                        .pull_manifest_raw(&at, &auth, ACCEPT)
+                        .pull_manifest_raw(&at, auth, ACCEPT)
                         .await
                         .with_context(|| format!("pulling manifest {}", at.whole()))?;
                     store_bytes(cache, &digest, &bytes)
@@ -367,7 +367,7 @@ async fn pull_image(
                     // Every missing blob of this manifest, several at a time.
                     let missing = missing_blobs(cache, im)?;
                     client
-                        .store_auth_if_needed(repo.resolve_registry(), &auth)
+                        .store_auth_if_needed(repo.resolve_registry(), auth)
                         .await;
                     let got: Vec<(u64, bool)> = futures_util::stream::iter(missing.iter())
                         .map(|d| pull_blob(client, &repo, cache, d, progress))
@@ -422,6 +422,22 @@ fn missing_blobs(cache: &Path, im: &ImageComponent) -> Result<Vec<String>> {
 pub struct PullSettings {
     /// Registries (`host:port`) spoken to over plain HTTP.
     pub insecure: Vec<String>,
+    /// Registry credentials (see `auth`); None: the default auth file, if there is one.
+    pub auth_file: Option<PathBuf>,
+}
+
+/// Whether an error says the registry wants credentials (or refused the ones given).
+fn is_auth_error(e: &anyhow::Error) -> bool {
+    use oci_client::errors::{OciDistributionError as E, OciErrorCode as C};
+    e.chain().any(|c| match c.downcast_ref::<E>() {
+        Some(E::AuthenticationFailure(_) | E::UnauthorizedError { .. }) => true,
+        Some(E::ServerError { code, .. }) => *code == 401 || *code == 403,
+        Some(E::RegistryError { envelope, .. }) => envelope
+            .errors
+            .iter()
+            .any(|o| matches!(o.code, C::Unauthorized | C::Denied)),
+        _ => false,
+    })
 }
 
 /// Pulls every image of the spec that the cache lacks; a complete cache makes no request. Errors name the field.
@@ -452,24 +468,70 @@ pub fn fetch_all(
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
+        // oci-client is built without a rustls backend; ring is the one the workspace uses.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = Client::new(ClientConfig {
             protocol: ClientProtocol::HttpsExcept(settings.insecure.clone()),
             connect_timeout: Some(std::time::Duration::from_secs(30)),
             read_timeout: Some(std::time::Duration::from_secs(120)),
             ..ClientConfig::default()
         });
+        // Credentials are read only when something is pulled.
+        let auth_file = match settings
+            .auth_file
+            .clone()
+            .or_else(crate::auth::default_path)
+        {
+            Some(path) => Some(crate::auth::AuthFile::load(&path)?),
+            None => None,
+        };
         for i in todo {
             let im = &images[i];
-            progress.step("fetch", &format!("pulling {}@{}", im.reference, im.digest));
+            let repo = source_repo(im);
+            let creds = auth_file
+                .as_ref()
+                .and_then(|f| Some((f, f.lookup(repo.registry(), repo.repository())?)));
+            let auth = match creds {
+                Some((f, (key, user, password))) => {
+                    progress.step(
+                        "fetch",
+                        &format!(
+                            "pulling {}@{} as {user} (credentials for {key} in {})",
+                            im.reference,
+                            im.digest,
+                            f.path.display()
+                        ),
+                    );
+                    RegistryAuth::Basic(user.to_owned(), password.to_owned())
+                }
+                None => {
+                    progress.step("fetch", &format!("pulling {}@{}", im.reference, im.digest));
+                    RegistryAuth::Anonymous
+                }
+            };
             let p = rt
-                .block_on(pull_image(&client, cache, im, progress))
-                .with_context(|| {
-                    format!(
-                        "{}: components.images[{i}] ({} from {})",
+                .block_on(pull_image(&client, cache, im, &auth, progress))
+                .map_err(|e| {
+                    let hint = match (&auth, is_auth_error(&e), &auth_file) {
+                        (RegistryAuth::Anonymous, true, Some(f)) => format!(
+                            "; the registry wants credentials and {} has none for {}",
+                            f.path.display(),
+                            repo.registry()
+                        ),
+                        (RegistryAuth::Anonymous, true, None) => format!(
+                            "; the registry wants credentials: log in to {} with `skopeo login` or give \
+                             --authfile",
+                            repo.registry()
+                        ),
+                        (_, true, _) => "; the registry refused the credentials".to_owned(),
+                        _ => String::new(),
+                    };
+                    e.context(format!(
+                        "{}: components.images[{i}] ({} from {}){hint}",
                         loaded.path.display(),
                         im.reference,
-                        source_repo(im).whole()
-                    )
+                        repo.whole()
+                    ))
                 })?;
             progress.step(
                 "fetch",

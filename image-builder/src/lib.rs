@@ -1,6 +1,7 @@
 //! Foothold's image builder: turns an appliance spec into bootable media (see `build`), and boots them in qemu
 //! for labs and tests (see `qemu`).
 
+pub mod auth;
 pub mod bios;
 pub mod build;
 pub mod bundle;

@@ -50,9 +50,8 @@ enum Cmd {
         /// derive from it).
         #[arg(long, value_delimiter = ',', value_parser = parse_format)]
         formats: Option<Vec<spec::Format>>,
-        /// A registry (`host:port`) to pull images from over plain HTTP (repeatable).
-        #[arg(long = "insecure-registry")]
-        insecure_registries: Vec<String>,
+        #[command(flatten)]
+        pull: PullArgs,
     },
     /// Download the spec's url inputs and container images into the cache, verifying their digests (a cache hit
     /// makes no request).
@@ -76,9 +75,8 @@ enum Cmd {
         parallel: usize,
         #[arg(long)]
         json: bool,
-        /// A registry (`host:port`) to pull images from over plain HTTP (repeatable).
-        #[arg(long = "insecure-registry")]
-        insecure_registries: Vec<String>,
+        #[command(flatten)]
+        pull: PullArgs,
     },
     /// Check a spec and print it normalised as JSON.
     Check { spec: PathBuf },
@@ -104,6 +102,29 @@ enum Cmd {
         #[arg(long)]
         snapshot: bool,
     },
+}
+
+/// How container images are pulled (build and fetch).
+#[derive(clap::Args)]
+struct PullArgs {
+    /// A registry (`host:port`) to pull images from over plain HTTP (repeatable).
+    #[arg(long = "insecure-registry")]
+    insecure_registries: Vec<String>,
+    /// Registry credentials in the file `skopeo login` writes (containers-auth.json). Default:
+    /// $REGISTRY_AUTH_FILE, else $XDG_RUNTIME_DIR/containers/auth.json (or /run/containers/<uid>/auth.json),
+    /// ~/.config/containers/auth.json or ~/.docker/config.json, the first that exists. Read only when an image
+    /// is pulled.
+    #[arg(long)]
+    authfile: Option<PathBuf>,
+}
+
+impl From<PullArgs> for foothold_image_builder::images::PullSettings {
+    fn from(a: PullArgs) -> Self {
+        Self {
+            insecure: a.insecure_registries,
+            auth_file: a.authfile,
+        }
+    }
 }
 
 fn parse_format(s: &str) -> Result<spec::Format, String> {
@@ -160,7 +181,7 @@ fn real_main() -> Result<ExitCode> {
             source_date_epoch,
             json,
             formats,
-            insecure_registries,
+            pull,
         } => {
             let (loaded, cache) = match (path, bundle) {
                 (Some(path), _) => (spec::load(&path)?, cache_dir(cache)?),
@@ -174,9 +195,7 @@ fn real_main() -> Result<ExitCode> {
                 source_date_epoch: source_date_epoch.unwrap_or(DEFAULT_EPOCH),
                 formats,
                 offline,
-                pull: foothold_image_builder::images::PullSettings {
-                    insecure: insecure_registries,
-                },
+                pull: pull.into(),
             };
             let progress = Progress::new(json);
             let outputs = build::build(&loaded, &settings, &progress)?;
@@ -191,16 +210,14 @@ fn real_main() -> Result<ExitCode> {
             source_date_epoch,
             parallel,
             json,
-            insecure_registries,
+            pull,
         } => {
             let loaded = spec::load(&path)?;
             let cache = cache_dir(cache)?;
             let progress = Progress::new(json);
             let fetched =
                 foothold_image_builder::fetch::fetch_all(&loaded, &cache, parallel, &progress)?;
-            let pull = foothold_image_builder::images::PullSettings {
-                insecure: insecure_registries,
-            };
+            let pull = pull.into();
             let images =
                 foothold_image_builder::images::fetch_all(&loaded, &cache, &pull, &progress)?;
             progress.step(
