@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use foothold_e2e::{build_binaries, free_port, run, sha256_file, target, workspace};
+use foothold_e2e::{build_binaries, free_port, http_code, run, sha256_file, target, workspace};
 use foothold_image_builder::qemu::{self, Accel, RunOptions, Vm};
 use sha2::{Digest, Sha256};
 
@@ -56,18 +56,11 @@ fn boot_and_check(
     let host = format!("127.0.0.1:{port}");
     run(Command::new("curl").args(["-fsS", "--max-time", "30", &format!("http://{host}/readyz")]));
     // Writes need the token made at first boot.
-    let status = run(Command::new("curl").args([
-        "-s",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        "--max-time",
-        "30",
+    let status = http_code(&[
         "-X",
         "POST",
         &format!("http://{host}/v2/lab/pushed/blobs/uploads/"),
-    ]));
+    ]);
     assert_eq!(status, "401", "{what}: an anonymous push was not refused");
     // The manifest as served has the input's digest; a full pull verifies every blob against its digest.
     let raw = Command::new("skopeo")

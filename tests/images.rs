@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use foothold_e2e::{build_binaries, free_port, run, sha256_file, target};
+use foothold_e2e::{build_binaries, free_port, http_code, run, sha256_file, target};
 use foothold_image_builder::qemu;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -162,6 +162,20 @@ fn image(layout: &Path, arch: &str, seed: u64) -> (Value, Vec<Value>) {
     (d, layers)
 }
 
+/// Makes `layout` an OCI image layout whose index lists `manifests`.
+fn write_index(layout: &Path, manifests: &[Value]) {
+    std::fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        layout.join("index.json"),
+        json!({"schemaVersion": 2, "manifests": manifests}).to_string(),
+    )
+    .unwrap();
+}
+
 struct Source {
     index: Value,
     amd64: Value,
@@ -197,20 +211,13 @@ fn source_layout(layout: &Path) -> Source {
         d["annotations"] = json!({"io.containerd.image.name": name});
         d
     };
-    std::fs::write(
-        layout.join("oci-layout"),
-        r#"{"imageLayoutVersion":"1.0.0"}"#,
-    )
-    .unwrap();
-    std::fs::write(
-        layout.join("index.json"),
-        json!({"schemaVersion": 2, "manifests": [
+    write_index(
+        layout,
+        &[
             named(&index, "docker.io/lab/multi:2"),
             named(&single, "docker.io/lab/single:1"),
-        ]})
-        .to_string(),
-    )
-    .unwrap();
+        ],
+    );
     Source {
         index,
         amd64,
@@ -228,18 +235,7 @@ fn cached(cache: &Path, d: &Value) -> PathBuf {
 }
 
 fn http_status(url: &str, accept: &str) -> String {
-    run(Command::new("curl").args([
-        "-s",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        "--max-time",
-        "30",
-        "-H",
-        &format!("Accept: {accept}"),
-        url,
-    ]))
+    http_code(&["-H", &format!("Accept: {accept}"), url])
 }
 
 #[test]
@@ -600,21 +596,7 @@ impl PrivateRegistry {
             .unwrap();
         // Up when /v2/ asks for credentials.
         let deadline = Instant::now() + Duration::from_secs(30);
-        let asks_for_credentials = || {
-            Command::new("curl")
-                .args([
-                    "-s",
-                    "-o",
-                    "/dev/null",
-                    "-w",
-                    "%{http_code}",
-                    "--max-time",
-                    "2",
-                ])
-                .arg(format!("http://{host}/v2/"))
-                .output()
-                .is_ok_and(|o| o.stdout == b"401")
-        };
+        let asks_for_credentials = || http_code(&[&format!("http://{host}/v2/")]) == "401";
         while !asks_for_credentials() {
             if let Some(status) = child.try_wait().unwrap() {
                 panic!("docker-registry exited: {status}");
@@ -639,16 +621,7 @@ fn private_images_are_pulled_with_the_credentials_skopeo_login_wrote() {
     let (manifest, layers) = image(&layout, "amd64", 7);
     let mut named = manifest.clone();
     named["annotations"] = json!({"org.opencontainers.image.ref.name": "1"});
-    std::fs::write(
-        layout.join("oci-layout"),
-        r#"{"imageLayoutVersion":"1.0.0"}"#,
-    )
-    .unwrap();
-    std::fs::write(
-        layout.join("index.json"),
-        json!({"schemaVersion": 2, "manifests": [named]}).to_string(),
-    )
-    .unwrap();
+    write_index(&layout, &[named]);
     let pushed = dir.join("pushed-digest");
     run(Command::new("skopeo").args([
         "copy",

@@ -35,6 +35,24 @@ pub fn sha256_file(p: &Path) -> String {
     hex::encode(h.finalize())
 }
 
+/// The HTTP status curl gets for `args` (the URL and any options); "000" when nothing answers.
+pub fn http_code(args: &[&str]) -> String {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "30",
+        ])
+        .args(args)
+        .output()
+        .expect("running curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
