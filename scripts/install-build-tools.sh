@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian tools foothold-build needs (root): mmdebstrap, GRUB's BIOS and UEFI images, systemd-boot,
-# mkfs.ext4, mkfs.vfat and mtools, objcopy, qemu-img, and for `foothold-build run` qemu and OVMF. Idempotent.
+# mkfs.ext4, mkfs.vfat and mtools, objcopy, qemu-img, zstd and xz, and for
+# `foothold-build run` qemu and OVMF. Idempotent.
 set -euo pipefail
 need=()
 check() { # <path or command> <package>
@@ -24,6 +25,8 @@ check qemu-system-x86_64 qemu-system-x86
 check /usr/share/OVMF/OVMF_CODE_4M.fd ovmf
 check xorriso xorriso
 check mksquashfs squashfs-tools
+check zstd zstd
+check xz xz-utils
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-build-tools: apt-get install ${need[*]}"
   apt-get update -qq

@@ -1,7 +1,7 @@
 //! `packages/lab.yaml` built by the real `foothold-build` (as root: mmdebstrap) twice, bit-identical, and once
 //! more from a bundle in a network namespace with no network (bit-identical too), then booted in qemu: the raw
 //! image under UEFI and under BIOS, the qcow2 under UEFI, the ISO from CD under BIOS, and the spec built with
-//! systemd-boot under UEFI. Each boot must print the ready marker on its serial console, naming the firmware;
+//! systemd-boot and zstd compression under UEFI (the raw decompressed from its .zst). Each boot must print the ready marker on its serial console, naming the firmware;
 //! then, through a port forward, skopeo pulls the image that was baked into the data partition and gets the
 //! input layout's digests, and the agent answers /readyz. qemu is killed when each boot's checks end; every wait
 //! is bounded.
@@ -258,26 +258,89 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     );
     std::fs::remove_dir_all(&a).unwrap();
 
-    // The same spec with systemd-boot: UEFI only, no BIOS boot partition, the kernel and initrd on the ESP.
+    // The same spec with systemd-boot (UEFI only, no BIOS boot partition, the kernel and initrd on the ESP) and
+    // zstd compression: the raw image also as .raw.zst, the qcow2's clusters compressed. The raw that boots is
+    // the one decompressed from the .zst.
     let spec = std::fs::read_to_string(ws.join("packages/lab.yaml"))
         .unwrap()
         .replace("../target/", &format!("{}/", target().display()))
-        .replace("outputs:\n", "outputs:\n  bootloader: systemd-boot\n");
+        .replace(
+            "outputs:\n",
+            "outputs:\n  bootloader: systemd-boot\n  compression: zstd\n",
+        );
     let sd_spec = tmp.path().join("lab-systemd-boot.yaml");
     std::fs::write(&sd_spec, spec).unwrap();
     let sd = tmp.path().join("systemd-boot");
     run(Command::new(target().join("debug/foothold-build"))
-        .args(["build", "--formats", "raw"])
+        .args(["build", "--formats", "raw,qcow2"])
         .arg(&sd_spec)
         .arg("--out")
         .arg(&sd)
         .arg("--agent")
         .arg(target().join("debug/foothold-agent")));
     let raw = sd.join("foothold-lab.raw");
-    let manifest: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(sd.join("foothold-lab.raw.manifest.json")).unwrap(),
-    )
-    .unwrap();
+    let read_manifest = |file: &str| -> serde_json::Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(sd.join(format!("{file}.manifest.json"))).unwrap(),
+        )
+        .unwrap()
+    };
+    let manifest = read_manifest("foothold-lab.raw");
+    let raw_sha256 = sha256_file(&raw);
+    assert_eq!(manifest["output"]["sha256"], raw_sha256.as_str());
+    let zst = sd.join("foothold-lab.raw.zst");
+    let zst_manifest = read_manifest("foothold-lab.raw.zst");
+    assert_eq!(zst_manifest["output"]["compression"], "zstd");
+    assert_eq!(zst_manifest["output"]["sha256"], sha256_file(&zst).as_str());
+    assert_eq!(
+        zst_manifest["output"]["uncompressed"],
+        serde_json::json!({"file": "foothold-lab.raw", "sha256": raw_sha256, "size": std::fs::metadata(&raw).unwrap().len()})
+    );
+    assert!(zst_manifest["tools"]["zstd"]
+        .as_str()
+        .is_some_and(|v| v.starts_with("zstd 1.")));
+    let refused = Command::new(target().join("debug/foothold-build"))
+        .arg("run")
+        .arg(&zst)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("decompress it first (zstd -dk"),
+        "{err}"
+    );
+    // The qcow2 holds the same disk in compressed clusters.
+    let qcow2 = sd.join("foothold-lab.qcow2");
+    assert_eq!(
+        read_manifest("foothold-lab.qcow2")["output"]["compression"],
+        "zstd"
+    );
+    run(Command::new("qemu-img")
+        .args(["compare", "-q", "-f", "raw", "-F", "qcow2"])
+        .arg(&raw)
+        .arg(&qcow2));
+    let info = |image: &Path| -> serde_json::Value {
+        serde_json::from_str(&run(Command::new("qemu-img")
+            .args(["info", "--output=json"])
+            .arg(image)))
+        .unwrap()
+    };
+    assert_eq!(
+        info(&qcow2)["format-specific"]["data"]["compression-type"],
+        "zstd"
+    );
+    let allocated = info(&raw)["actual-size"].as_u64().unwrap();
+    let qcow2_size = std::fs::metadata(&qcow2).unwrap().len();
+    assert!(
+        qcow2_size * 10 < allocated * 8,
+        "a compressed qcow2 of {qcow2_size} bytes for {allocated} bytes allocated in the raw image"
+    );
+    std::fs::remove_file(&raw).unwrap();
+    run(Command::new("zstd")
+        .args(["-q", "-d", "--sparse", "-o"])
+        .arg(&raw)
+        .arg(&zst));
+    assert_eq!(sha256_file(&raw), raw_sha256);
     assert_eq!(manifest["bootloader"], "systemd-boot");
     assert!(manifest["tools"]["systemd-boot"]
         .as_str()

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::gpt::{self, Partition, SECTOR};
 use crate::progress::Progress;
-use crate::spec::{Bootloader, Format, Loaded};
+use crate::spec::{Bootloader, Compression, Format, Loaded};
 
 const MIB: u64 = 1 << 20;
 /// Packages every image needs to boot and report readiness.
@@ -943,15 +943,35 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
     let mut outputs = vec![raw.clone()];
 
     // 4. Conversions.
+    let compression = spec.outputs.compression;
+    if compression != Compression::None && wanted(Format::Raw) {
+        let tool = compressor(compression).expect("compression is not none").0;
+        progress.step("compress", &format!("{tool} of the raw image"));
+        outputs.push(compress_raw(&raw, compression)?);
+        let version = match compression {
+            // zstd's --version is a banner; -qV is the bare number.
+            Compression::Zstd => format!("zstd {}", tool_version("zstd", "-qV")),
+            _ => tool_version(tool, "--version"),
+        };
+        tools.insert(tool, version);
+    }
     if wanted(Format::Qcow2) {
         progress.step("qcow2", "qemu-img convert");
         let q = settings.out.join(format!("{}.qcow2", spec.name));
         let tmp = settings.out.join(format!(".{}.qcow2.tmp", spec.name));
-        run(Command::new("qemu-img")
-            .args(["convert", "-q", "-f", "raw", "-O", "qcow2"])
-            .arg(&raw)
-            .arg(&tmp))
-        .context("qemu-img (Debian qemu-utils)")?;
+        let mut cmd = Command::new("qemu-img");
+        cmd.args(["convert", "-q", "-f", "raw", "-O", "qcow2"]);
+        match compression {
+            Compression::None => {}
+            // Compressed clusters: read as they are, written back uncompressed.
+            Compression::Zstd => {
+                cmd.args(["-c", "-o", "compression_type=zstd"]);
+            }
+            Compression::Xz => {
+                cmd.arg("-c");
+            }
+        }
+        run(cmd.arg(&raw).arg(&tmp)).context("qemu-img (Debian qemu-utils)")?;
         fs::rename(&tmp, &q)?;
         outputs.push(q);
     }
@@ -974,7 +994,31 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         .iter()
         .map(|p| json!({"name": p.name, "guid": p.guid.to_string(), "offset": p.offset(), "size": p.size()}))
         .collect();
+    let mut digests = BTreeMap::new();
     for out in &outputs {
+        digests.insert(out.clone(), (sha256_file(out)?, fs::metadata(out)?.len()));
+    }
+    for out in &outputs {
+        let (sha256, size) = &digests[out];
+        let mut output = json!({
+            "file": out.file_name().map(|n| n.to_string_lossy().into_owned()),
+            "sha256": sha256,
+            "size": size,
+        });
+        let compressed_raw =
+            out != &raw && out.extension().is_some_and(|e| e == "zst" || e == "xz");
+        let qcow2 = out.extension().is_some_and(|e| e == "qcow2");
+        if compression != Compression::None && (compressed_raw || qcow2) {
+            output["compression"] = json!(compression);
+        }
+        if compressed_raw {
+            let (sha256, size) = &digests[&raw];
+            output["uncompressed"] = json!({
+                "file": raw.file_name().map(|n| n.to_string_lossy().into_owned()),
+                "sha256": sha256,
+                "size": size,
+            });
+        }
         let m = json!({
             "name": spec.name,
             "spec": {"path": loaded.path, "sha256": loaded.sha256},
@@ -984,7 +1028,7 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             "tools": tools,
             "partitions": partitions,
             "filesystems": {"root": ids.root.to_string(), "data": ids.data.to_string()},
-            "output": {"file": out.file_name().map(|n| n.to_string_lossy().into_owned()), "sha256": sha256_file(out)?, "size": fs::metadata(out)?.len()},
+            "output": output,
         });
         let path = PathBuf::from(format!("{}.manifest.json", out.display()));
         let tmp = PathBuf::from(format!("{}.manifest.json.tmp", out.display()));
@@ -993,6 +1037,41 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
     }
     fs::remove_dir_all(&work)?;
     Ok(outputs)
+}
+
+/// The command and file extension of a compression, with its Debian package; `None` for none.
+fn compressor(c: Compression) -> Option<(&'static str, &'static str, &'static str)> {
+    match c {
+        Compression::None => None,
+        Compression::Zstd => Some(("zstd", "zst", "zstd")),
+        Compression::Xz => Some(("xz", "xz", "xz-utils")),
+    }
+}
+
+/// `<raw>.zst` or `<raw>.xz`, written under a temporary name, synced and renamed. Both compressors run on
+/// every core and give the same bytes for any number of threads, so the output stays reproducible.
+fn compress_raw(raw: &Path, c: Compression) -> Result<PathBuf> {
+    let (tool, ext, package) = compressor(c).context("no compression")?;
+    let name = raw
+        .file_name()
+        .context("raw image has no name")?
+        .to_string_lossy();
+    let out = raw.with_file_name(format!("{name}.{ext}"));
+    let tmp = raw.with_file_name(format!(".{name}.{ext}.tmp"));
+    let file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let level = match c {
+        Compression::Xz => "-6",
+        _ => "-10",
+    };
+    run(Command::new(tool)
+        .args(["-q", "-T0", level, "-c"])
+        .arg(raw)
+        .stdout(file.try_clone()?))
+    .with_context(|| format!("{tool} (Debian {package})"))?;
+    file.sync_all()?;
+    drop(file);
+    fs::rename(&tmp, &out)?;
+    Ok(out)
 }
 
 /// The hybrid ISO: live-boot's squashfs root (the agent's store inside it; writes go to memory), booted by GRUB

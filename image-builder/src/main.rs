@@ -264,6 +264,21 @@ fn real_main() -> Result<ExitCode> {
             if !image.is_file() {
                 anyhow::bail!("{}: no such image", image.display());
             }
+            // qemu would boot the compressed bytes as a disk and find nothing.
+            if let Some(tool) = image
+                .extension()
+                .and_then(|e| e.to_str())
+                .and_then(|e| match e {
+                    "zst" => Some("zstd"),
+                    "xz" => Some("xz"),
+                    _ => None,
+                })
+            {
+                anyhow::bail!(
+                    "{}: a compressed image; decompress it first ({tool} -dk {0}) and run the .raw",
+                    image.display()
+                );
+            }
             // The manifest beside a built image says how it boots; a systemd-boot disk has nothing for BIOS.
             let manifest = PathBuf::from(format!("{}.manifest.json", image.display()));
             if bios {

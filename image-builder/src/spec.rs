@@ -286,6 +286,20 @@ pub struct Outputs {
     /// no BIOS boot partition, the kernel and initrd on a larger ESP). The ISO always boots with GRUB.
     #[serde(default)]
     pub bootloader: Bootloader,
+    /// For shipping: `none` (default), `zstd` or `xz`. The raw image is also written compressed
+    /// (`<name>.raw.zst`, `<name>.raw.xz`) and the qcow2's clusters are compressed (zstd, or zlib for `xz`).
+    /// The ISO's squashfs is zstd-compressed either way.
+    #[serde(default)]
+    pub compression: Compression,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    #[default]
+    None,
+    Zstd,
+    Xz,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -632,6 +646,9 @@ mod tests {
         assert_eq!(s.outputs.bootloader, Bootloader::Grub);
         let sd = parse(&format!("{GOOD}  bootloader: systemd-boot\n")).unwrap();
         assert_eq!(sd.outputs.bootloader, Bootloader::SystemdBoot);
+        assert_eq!(s.outputs.compression, Compression::None);
+        let z = parse(&format!("{GOOD}  compression: zstd\n")).unwrap();
+        assert_eq!(z.outputs.compression, Compression::Zstd);
     }
 
     #[test]
@@ -642,6 +659,8 @@ mod tests {
         assert!(e.contains("vmdk") && e.contains("line 6"), "{e}");
         let e = parse(&format!("{GOOD}  bootloader: lilo\n")).unwrap_err();
         assert!(e.contains("lilo") && e.contains("line 8"), "{e}");
+        let e = parse(&format!("{GOOD}  compression: gzip\n")).unwrap_err();
+        assert!(e.contains("gzip") && e.contains("line 8"), "{e}");
         let bad = |from: &str, to: &str| {
             parse(&GOOD.replace(from, to))
                 .unwrap()
