@@ -1152,6 +1152,58 @@ fn iso(
 mod tests {
     use super::*;
 
+    /// Needs Debian's zstd and xz-utils (scripts/install-build-tools.sh).
+    #[test]
+    fn compressed_raw_images_give_back_the_raw_and_the_same_bytes_on_one_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        // 30 MiB, mostly a hole, with seeded data at both ends: more than one xz block (24 MiB at -6).
+        let raw = dir.path().join("disk.raw");
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let data: Vec<u8> = (0..1 << 20)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let mut f = File::create(&raw).unwrap();
+        f.write_all(&data).unwrap();
+        f.seek(SeekFrom::Start((29 << 20) as u64)).unwrap();
+        f.write_all(&data).unwrap();
+        drop(f);
+        let raw_sha256 = sha256_file(&raw).unwrap();
+        for (c, one_thread) in [(Compression::Zstd, "-T1"), (Compression::Xz, "-T+1")] {
+            let (tool, ext, _) = compressor(c).unwrap();
+            let out = compress_raw(&raw, c).unwrap();
+            assert_eq!(out, dir.path().join(format!("disk.raw.{ext}")));
+            assert!(!dir.path().join(format!(".disk.raw.{ext}.tmp")).exists());
+            let back = Command::new(tool)
+                .args(["-d", "-c"])
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert!(back.status.success(), "{tool} -d");
+            assert_eq!(
+                hex::encode(Sha256::digest(&back.stdout)),
+                raw_sha256,
+                "{tool}"
+            );
+            let level = if c == Compression::Xz { "-6" } else { "-10" };
+            let single = Command::new(tool)
+                .args(["-q", one_thread, level, "-c"])
+                .arg(&raw)
+                .output()
+                .unwrap();
+            assert_eq!(
+                sha256_file(&out).unwrap(),
+                hex::encode(Sha256::digest(&single.stdout)),
+                "{tool}: output depends on the thread count"
+            );
+        }
+        assert_eq!(compressor(Compression::None), None);
+    }
+
     #[test]
     fn systemd_boot_boots_the_kernel_it_finds_on_the_esp_with_the_disk_cmdline() {
         let ids = Ids {
