@@ -684,19 +684,17 @@ fn private_images_are_pulled_with_the_credentials_skopeo_login_wrote() {
         .join(&pushed.trim()[7..])
         .exists());
 
+    // Writes the auth file `skopeo login` makes for the registry.
+    let login = |file: &Path| {
+        run(Command::new("skopeo")
+            .args(["login", "--tls-verify=false", "--authfile"])
+            .arg(file)
+            .args(["-u", "foothold", "-p", "s3cret", &registry.host]));
+    };
+
     // A wrong password from $REGISTRY_AUTH_FILE: refused.
     let wrong = dir.join("wrong.json");
-    run(Command::new("skopeo").args([
-        "login",
-        "--tls-verify=false",
-        "--authfile",
-        wrong.to_str().unwrap(),
-        "-u",
-        "foothold",
-        "-p",
-        "s3cret",
-        &registry.host,
-    ]));
+    login(&wrong);
     let text = std::fs::read_to_string(&wrong).unwrap();
     let v: Value = serde_json::from_str(&text).unwrap();
     let good_auth = v["auths"][&registry.host]["auth"]
@@ -716,17 +714,7 @@ fn private_images_are_pulled_with_the_credentials_skopeo_login_wrote() {
 
     // The file `skopeo login` wrote, given with --authfile: pulled and verified.
     let good = dir.join("auth.json");
-    run(Command::new("skopeo").args([
-        "login",
-        "--tls-verify=false",
-        "--authfile",
-        good.to_str().unwrap(),
-        "-u",
-        "foothold",
-        "-p",
-        "s3cret",
-        &registry.host,
-    ]));
+    login(&good);
     let out = fetch(
         "cache-c",
         Some(&wrong),
