@@ -117,8 +117,7 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
         .arg(&settings.cache)
         .args(&cached))
     .context("writing the bundle with tar")?;
-    fs::File::open(&tmp)?.sync_all()?;
-    fs::rename(&tmp, out)?;
+    crate::build::publish(&tmp, out)?;
     fs::remove_dir_all(&staging)?;
     Ok(())
 }

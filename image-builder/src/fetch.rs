@@ -114,8 +114,7 @@ pub fn fetch_with_progress(
         fs::remove_file(&partial)?;
         bail!("GET {url}: the content has sha256 {got}, the spec pins {hex}; nothing was cached");
     }
-    fs::rename(&partial, &done)?;
-    File::open(dir)?.sync_all()?;
+    crate::build::publish(&partial, &done)?;
     Ok(Fetched::Downloaded {
         bytes: resumed_from + bytes,
         resumed_from,

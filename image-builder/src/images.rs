@@ -247,9 +247,8 @@ fn store_bytes(cache: &Path, digest: &str, bytes: &[u8]) -> Result<()> {
     let tmp = dir.join(format!(".{}.tmp", digest.trim_start_matches("sha256:")));
     let mut f = File::create(&tmp)?;
     f.write_all(bytes)?;
-    f.sync_all()?;
-    fs::rename(&tmp, blob_path(cache, digest))?;
-    File::open(&dir)?.sync_all()?;
+    drop(f);
+    crate::build::publish(&tmp, &blob_path(cache, digest))?;
     Ok(())
 }
 
@@ -316,8 +315,7 @@ async fn pull_blob(
         fs::remove_file(&partial)?;
         bail!("blob {digest}: the content has digest {got}; nothing was cached");
     }
-    fs::rename(&partial, blob_path(cache, digest))?;
-    File::open(&dir)?.sync_all()?;
+    crate::build::publish(&partial, &blob_path(cache, digest))?;
     Ok((bytes, resumed))
 }
 

@@ -308,8 +308,13 @@ fn real_main() -> Result<ExitCode> {
                 image.display(),
                 if bios { "BIOS" } else { "UEFI" }
             );
-            let vars =
-                std::env::temp_dir().join(format!("foothold-ovmf-vars-{}.fd", std::process::id()));
+            // The VM's UEFI variable store is a writable copy of OVMF's; it lives as long as
+            // this command and is removed with it.
+            let scratch = tempfile::Builder::new()
+                .prefix("foothold-run-")
+                .tempdir()
+                .context("creating a scratch directory for the VM's UEFI variables")?;
+            let vars = scratch.path().join("ovmf-vars.fd");
             let opts = qemu::RunOptions {
                 image,
                 bios,
