@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -128,21 +128,9 @@ pub fn derived_uuid(spec_sha256: &str, label: &str) -> uuid::Uuid {
     uuid::Uuid::from_bytes(b)
 }
 
-/// A file's sha256, read in 1 MiB pieces (`io::copy`'s 8 KiB buffer halves the hashing speed of a disk image).
-fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = match f.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-        };
-        h.update(&buf[..n]);
-    }
-    Ok(hex::encode(h.finalize()))
+/// A file's sha256 (its holes are not read).
+pub(crate) fn sha256_file(path: &Path) -> Result<String> {
+    crate::sparse::sha256(path)
 }
 
 /// Makes `tmp` visible as `dest` only once it is whole: its data on disk, renamed, the rename on disk.
@@ -519,71 +507,182 @@ struct Ids {
 }
 
 /// Formats ext4 from `dir` into `image` at `part`, deterministic for equal inputs.
-fn mkfs_ext4(
-    image: &Path,
-    part: &Partition,
-    dir: &Path,
-    label: &str,
-    id: uuid::Uuid,
+/// A cached root partition's entry (`<cache>/root/<key>/`): the ext4 image of the root partition without the
+/// agent, its kernel and initrd, and the squashfs of the same tree for the ISO.
+const ROOT_EXT4: &str = "root.ext4";
+const LIVE_SQUASHFS: &str = "filesystem.squashfs";
+const VMLINUZ: &str = "vmlinuz";
+const INITRD: &str = "initrd.img";
+/// How many root partitions the cache keeps (the most recently used); each takes about 1 GiB.
+const ROOT_CACHE_KEEP: usize = 3;
+/// Where the agent binary lives in the root file system.
+const AGENT_DIR: &str = "/usr/local/bin";
+
+/// One of the spec's file inputs, found and checked against its pin.
+struct FileInput {
+    field: String,
+    component: crate::spec::FileComponent,
+    src: PathBuf,
+    /// Where it came from: the spec's path or URL.
+    origin: String,
+    sha256: String,
+}
+
+/// Every file input of the spec with its source (the spec's path, or the cache for a URL) and its sha256,
+/// which must match the pin where there is one.
+fn resolve_file_inputs(loaded: &Loaded, settings: &Settings) -> Result<Vec<FileInput>> {
+    let mut out = Vec::new();
+    for (field, f) in loaded.spec.file_inputs() {
+        let (src, origin) = match (&f.path, &f.url) {
+            (Some(p), _) => (loaded.resolve(p), p.display().to_string()),
+            (None, Some(url)) => {
+                let hex = f.sha256.as_deref().expect("validated: urls are pinned");
+                let cached = crate::fetch::cached(&settings.cache, hex);
+                if !cached.is_file() {
+                    bail!(
+                        "{}: {field}: {url} is not in the cache; run `foothold-build fetch` first",
+                        loaded.path.display()
+                    );
+                }
+                (cached, url.clone())
+            }
+            (None, None) => unreachable!("validated"),
+        };
+        let digest = sha256_file(&src).with_context(|| format!("{field}: {}", src.display()))?;
+        if let Some(want) = &f.sha256 {
+            if *want != digest {
+                bail!(
+                    "{}: {field}: {} has sha256 {digest}, the spec pins {want}",
+                    loaded.path.display(),
+                    src.display()
+                );
+            }
+        }
+        out.push(FileInput {
+            field,
+            component: f,
+            src,
+            origin,
+            sha256: digest,
+        });
+    }
+    Ok(out)
+}
+
+/// The hash of everything in the root partition but the agent: this builder (its code writes the
+/// configuration), the Debian tree, the spec, the overlay's content, the files placed in the root, the
+/// partition's size, the epoch and the formatting tools.
+fn root_key(
+    loaded: &Loaded,
+    base_key: &str,
+    files: &[FileInput],
+    size: u64,
     epoch: u64,
-) -> Result<()> {
-    run(Command::new("mkfs.ext4")
-        .env("E2FSPROGS_FAKE_TIME", epoch.to_string())
-        .args([
-            "-q",
-            "-F",
-            "-t",
-            "ext4",
-            "-b",
-            "4096",
-            "-L",
-            label,
-            "-U",
-            &id.to_string(),
-            "-d",
-        ])
-        .arg(dir)
-        .arg("-E")
-        .arg(format!(
-            "offset={},hash_seed={id},root_owner=0:0,nodiscard",
-            part.offset()
-        ))
-        .arg(image)
-        .arg(format!("{}k", part.size() / 1024)))
-    .with_context(|| format!("formatting the {label} partition"))?;
-    // mke2fs copies each source file's ctime, which no one can set, and atime, which reading changes: make both
-    // `epoch` on every in-use inode.
-    // `mke2fs -d` allocates inodes in order, so the in-use ones are 1 ..= count - free.
-    let device = format!("{}?offset={}", image.display(), part.offset());
-    let stats = run(Command::new("debugfs").args(["-R", "stats", &device]))?;
-    let field = |name: &str| -> Result<u64> {
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().parse::<u64>()))
-            .with_context(|| format!("debugfs stats of the {label} partition: no {name}"))?
-            .with_context(|| format!("debugfs stats of the {label} partition: {name}"))
+) -> Result<String> {
+    let exe = std::env::current_exe().context("finding this program's own binary")?;
+    let overlay = overlay_dir(loaded);
+    let overlay = if overlay.is_dir() {
+        tree_digest(&overlay)?
+    } else {
+        String::new()
     };
-    let used = field("Inode count:")? - field("Free inodes:")?;
-    let script: String = (1..=used)
-        .map(|i| format!("sif <{i}> ctime @{epoch}\nsif <{i}> atime @{epoch}\n"))
+    let placed: Vec<_> = files
+        .iter()
+        .filter(|f| f.component.dest.is_some())
+        .map(|f| json!([f.field, f.sha256, f.component.dest, f.component.mode]))
         .collect();
-    let script_path = image.with_extension(format!("{label}.debugfs"));
-    fs::write(&script_path, script)?;
-    run(Command::new("debugfs")
-        .env("E2FSPROGS_FAKE_TIME", epoch.to_string())
-        .arg("-w")
-        .arg("-f")
-        .arg(&script_path)
-        .arg(&device))
-    .with_context(|| format!("setting ctimes on the {label} partition"))?;
-    fs::remove_file(&script_path)?;
+    let key = json!({
+        "v": 1,
+        "builder": sha256_file(&exe)?,
+        "rootfs": base_key,
+        "spec": loaded.sha256,
+        "overlay": overlay,
+        "files": placed,
+        "size": size,
+        "sourceDateEpoch": epoch,
+        "mke2fs": tool_version("mkfs.ext4", "-V"),
+        "mksquashfs": tool_version("mksquashfs", "-version"),
+    });
+    Ok(hex::encode(Sha256::digest(key.to_string().as_bytes())))
+}
+
+/// The sha256 of a directory tree: every entry's relative path, type, permission bits and content (a file's
+/// sha256, a link's target), in sorted order.
+fn tree_digest(dir: &Path) -> Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut h = Sha256::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let mut entries: Vec<_> = fs::read_dir(dir.join(&rel))
+            .with_context(|| format!("reading {}", dir.join(&rel).display()))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<std::io::Result<_>>()?;
+        entries.sort();
+        // Depth first in sorted order: push in reverse so the smallest name comes off the stack first.
+        for name in entries.into_iter().rev() {
+            let rel = rel.join(name);
+            let path = dir.join(&rel);
+            let md = path.symlink_metadata()?;
+            let mode = md.permissions().mode() & 0o7777;
+            let line = if md.is_dir() {
+                stack.push(rel.clone());
+                format!("d {mode:o} {}\n", rel.display())
+            } else if md.file_type().is_symlink() {
+                format!("l {} {}\n", rel.display(), fs::read_link(&path)?.display())
+            } else {
+                format!("f {mode:o} {} {}\n", rel.display(), sha256_file(&path)?)
+            };
+            h.update(line.as_bytes());
+        }
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// Marks `used` as just used and removes all but the `ROOT_CACHE_KEEP` most recently used entries of `dir`.
+fn prune_root_cache(dir: &Path, used: &Path) -> Result<()> {
+    filetime::set_file_mtime(used, filetime::FileTime::now())?;
+    let mut entries: Vec<(filetime::FileTime, PathBuf)> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| {
+            let md = e.metadata().ok()?;
+            Some((
+                filetime::FileTime::from_last_modification_time(&md),
+                e.path(),
+            ))
+        })
+        .collect();
+    entries.sort_by(|a, b| b.cmp(a));
+    for (_, old) in entries.into_iter().skip(ROOT_CACHE_KEEP) {
+        if old != used {
+            fs::remove_dir_all(&old)
+                .with_context(|| format!("removing the old cache entry {}", old.display()))?;
+        }
+    }
     Ok(())
 }
 
-fn copy_into(image: &mut File, offset: u64, from: &Path) -> Result<()> {
-    let mut src = File::open(from)?;
-    image.seek(SeekFrom::Start(offset))?;
-    std::io::copy(&mut src, image)?;
+/// A reproducible squashfs of `dir` (zstd, every time `epoch`).
+fn mksquashfs(dir: &Path, out: &Path, epoch: u64, extra: &[&str]) -> Result<()> {
+    let _ = fs::remove_file(out);
+    run(Command::new("mksquashfs")
+        .arg(dir)
+        .arg(out)
+        .args([
+            "-noappend",
+            "-no-progress",
+            "-quiet",
+            "-comp",
+            "zstd",
+            "-Xcompression-level",
+            "6",
+            "-mkfs-time",
+            &epoch.to_string(),
+            "-all-time",
+            &epoch.to_string(),
+        ])
+        .args(extra))
+    .context("mksquashfs (Debian squashfs-tools)")?;
     Ok(())
 }
 
@@ -615,66 +714,96 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         crate::images::fetch_all(loaded, &settings.cache, &settings.pull, progress)?;
     }
 
-    // 1. The root file system.
+    // The disk's layout depends on the spec alone.
+    let sd_boot = spec.outputs.bootloader == Bootloader::SystemdBoot;
+    let size = spec.disk_size();
+    let data_size = spec.data_size().map_err(anyhow::Error::msg)?;
+    let sectors = size / SECTOR;
+    let lba = |bytes: u64| bytes / SECTOR;
+    let g = |s: &str| uuid::Uuid::parse_str(s).expect("constant GUID");
+    // GRUB's BIOS core image lives in a BIOS boot partition; systemd-boot is UEFI-only and has none.
+    let bios = (!sd_boot).then(|| Partition {
+        type_guid: g(gpt::BIOS_BOOT),
+        guid: derived_uuid(&loaded.sha256, "bios"),
+        first_lba: lba(MIB),
+        last_lba: lba(MIB + BIOS_BOOT_SIZE) - 1,
+        name: "bios".into(),
+    });
+    let esp_start = MIB + bios.as_ref().map_or(0, |b| b.size());
+    let esp_size = if sd_boot {
+        SYSTEMD_BOOT_ESP_SIZE
+    } else {
+        ESP_SIZE
+    };
+    let esp = Partition {
+        type_guid: g(gpt::EFI_SYSTEM),
+        guid: derived_uuid(&loaded.sha256, "esp"),
+        first_lba: lba(esp_start),
+        last_lba: lba(esp_start + esp_size) - 1,
+        name: "esp".into(),
+    };
+    let root_start = esp_start + esp_size;
+    let data_start = size - MIB - data_size;
+    let root_part = Partition {
+        type_guid: g(gpt::LINUX_ROOT_X86_64),
+        guid: derived_uuid(&loaded.sha256, "root-part"),
+        first_lba: lba(root_start),
+        last_lba: lba(data_start) - 1,
+        name: "root".into(),
+    };
+    let data_part = Partition {
+        type_guid: g(gpt::LINUX_FS),
+        guid: derived_uuid(&loaded.sha256, "data-part"),
+        first_lba: lba(data_start),
+        last_lba: lba(data_start + data_size) - 1,
+        name: "foothold-data".into(),
+    };
+    let partitions: Vec<Partition> = bios
+        .iter()
+        .chain([&esp, &root_part, &data_part])
+        .cloned()
+        .collect();
+
+    // 1. The root file system: mmdebstrap's tree (cached), with the overlay, the file inputs and the generated
+    //    configuration, formatted as the root partition and squashed for the ISO. Both are cached under the
+    //    hash of everything in them, which leaves out the agent: a new agent reuses them and is written into the
+    //    partition with debugfs and into an ISO layer of its own. Hit or miss, the bytes are the same.
     let (base, base_key) = rootfs(loaded, settings, progress)?;
-    inputs.insert(
-        "rootfs".into(),
-        json!({"suite": spec.base.suite, "mirror": spec.base.mirror, "cacheKey": base_key}),
-    );
-    progress.step("stage", "root file system, overlay, agent, configuration");
-    let root = work.join("root");
-    fs::create_dir_all(&root)?;
-    copy_tree(&base, &root)?;
-    let _ = fs::remove_file(root.join(".complete"));
-    let overlay = overlay_dir(loaded);
-    if overlay.is_dir() {
-        copy_tree(&overlay, &root)?;
-    }
+    let files = resolve_file_inputs(loaded, settings)?;
     let agent = agent_path(loaded, settings)?;
-    let agent_dest = root.join("usr/local/bin/foothold-agent");
-    fs::create_dir_all(agent_dest.parent().expect("has parent"))?;
-    run(Command::new("objcopy")
-        .arg("--strip-debug")
-        .arg(&agent)
-        .arg(&agent_dest))
-    .context("copying the agent binary without debug information")?;
     inputs.insert(
         "agent".into(),
         json!({"path": agent, "sha256": sha256_file(&agent)?}),
     );
-    let data = work.join("data");
-    fs::create_dir_all(&data)?;
-    for (field, f) in spec.file_inputs() {
-        let (src, origin) = match (&f.path, &f.url) {
-            (Some(p), _) => (loaded.resolve(p), p.display().to_string()),
-            (None, Some(url)) => {
-                let hex = f.sha256.as_deref().expect("validated: urls are pinned");
-                let cached = crate::fetch::cached(&settings.cache, hex);
-                if !cached.is_file() {
-                    bail!(
-                        "{}: {field}: {url} is not in the cache; run `foothold-build fetch` first",
-                        loaded.path.display()
-                    );
-                }
-                (cached, url.clone())
-            }
-            (None, None) => unreachable!("validated"),
-        };
-        let digest = sha256_file(&src).with_context(|| format!("{field}: {}", src.display()))?;
-        if let Some(want) = &f.sha256 {
-            if *want != digest {
-                bail!(
-                    "{}: {field}: {} has sha256 {digest}, the spec pins {want}",
-                    loaded.path.display(),
-                    src.display()
-                );
-            }
+    let root_key = root_key(loaded, &base_key, &files, root_part.size(), epoch)?;
+    inputs.insert(
+        "rootfs".into(),
+        json!({"suite": spec.base.suite, "mirror": spec.base.mirror, "cacheKey": base_key, "partitionCacheKey": root_key}),
+    );
+    let cached = settings.cache.join("root").join(&root_key);
+    let squash = wanted(Format::Iso);
+    if cached.join(ROOT_EXT4).is_file() && (!squash || cached.join(LIVE_SQUASHFS).is_file()) {
+        progress.step(
+            "stage",
+            &format!("root partition cached {}", &root_key[..12]),
+        );
+    } else {
+        progress.step("stage", "root file system, overlay, files, configuration");
+        let root = work.join("root");
+        fs::create_dir_all(&root)?;
+        copy_tree(&base, &root)?;
+        let _ = fs::remove_file(root.join(".complete"));
+        let overlay = overlay_dir(loaded);
+        if overlay.is_dir() {
+            copy_tree(&overlay, &root)?;
         }
-        if let Some(d) = &f.dest {
+        for f in &files {
+            let Some(d) = &f.component.dest else { continue };
             let dest = root.join(d.trim_start_matches('/'));
             fs::create_dir_all(dest.parent().expect("absolute"))?;
-            fs::copy(&src, &dest)?;
+            fs::copy(&f.src, &dest)?;
             let mode = f
+                .component
                 .mode
                 .as_deref()
                 .map(|m| u32::from_str_radix(m, 8).expect("validated"))
@@ -682,11 +811,59 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             use std::os::unix::fs::PermissionsExt;
             fs::set_permissions(&dest, fs::Permissions::from_mode(mode))?;
         }
-        if let Some(sv) = &f.serve {
+        // Where the agent goes (see AGENT_DIR).
+        fs::create_dir_all(root.join(AGENT_DIR.trim_start_matches('/')))?;
+        configure(&root, loaded, &ids, &spec.components.agent_args)?;
+        clamp_mtimes(&root, epoch)?;
+        fs::create_dir_all(&cached)?;
+        if !cached.join(ROOT_EXT4).is_file() {
+            progress.step("stage", "formatting the root partition");
+            // The kernel and initrd (for systemd-boot's ESP and the ISO) first: the partition marks the entry whole.
+            for (link, name) in [("vmlinuz", VMLINUZ), ("initrd.img", INITRD)] {
+                let from = resolve_in_root(&root, link)?;
+                let tmp = cached.join(format!(".{name}.tmp"));
+                fs::copy(&from, &tmp)
+                    .with_context(|| format!("{} (linux-image-amd64)", from.display()))?;
+                publish(&tmp, &cached.join(name))?;
+            }
+            let tmp = cached.join(format!(".{ROOT_EXT4}.tmp"));
+            File::create(&tmp)?.set_len(root_part.size())?;
+            crate::ext4::mkfs(
+                &tmp,
+                0,
+                root_part.size(),
+                &root,
+                "foothold-root",
+                ids.root,
+                epoch,
+            )?;
+            publish(&tmp, &cached.join(ROOT_EXT4))?;
+        }
+        if squash && !cached.join(LIVE_SQUASHFS).is_file() {
+            progress.step("stage", "squashing the root file system for the ISO");
+            let tmp = cached.join(format!(".{LIVE_SQUASHFS}.tmp"));
+            mksquashfs(&root, &tmp, epoch, &[])?;
+            publish(&tmp, &cached.join(LIVE_SQUASHFS))?;
+        }
+        fs::remove_dir_all(&root)?;
+    }
+    prune_root_cache(&settings.cache.join("root"), &cached)?;
+    let stripped = work.join("foothold-agent");
+    run(Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(&agent)
+        .arg(&stripped))
+    .context("copying the agent binary without debug information")?;
+
+    // 2. The data partition: the agent's store with the served files, and images imported at build time.
+    let data = work.join("data");
+    fs::create_dir_all(&data)?;
+    for f in &files {
+        if let Some(sv) = &f.component.serve {
             run(Command::new(&agent)
                 .env("SOURCE_DATE_EPOCH", epoch.to_string())
                 .arg("add-file")
-                .arg(&src)
+                .arg(&f.src)
                 .arg("--data")
                 .arg(&data)
                 .args(["--owner", &sv.owner, "--cluster", &sv.cluster])
@@ -696,18 +873,15 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
                     "--name",
                     &sv.name,
                     "--sha256",
-                    &digest,
+                    &f.sha256,
                 ]))
-            .with_context(|| format!("{field}: adding it to the agent's store"))?;
+            .with_context(|| format!("{}: adding it to the agent's store", f.field))?;
         }
         inputs.insert(
-            field.trim_start_matches("components.").to_owned(),
-            json!({"from": origin, "sha256": digest, "dest": f.dest, "serve": f.serve}),
+            f.field.trim_start_matches("components.").to_owned(),
+            json!({"from": f.origin, "sha256": f.sha256, "dest": f.component.dest, "serve": f.component.serve}),
         );
     }
-    configure(&root, loaded, &ids, &spec.components.agent_args)?;
-
-    // 2. The data partition: the agent's store, images imported at build time (served files are in already).
     progress.step(
         "data",
         &format!(
@@ -756,11 +930,10 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             inputs.insert(format!("images[{i}]"), r);
         }
     }
-    clamp_mtimes(&root, epoch)?;
     clamp_mtimes(&data, epoch)?;
 
-    // 3. The disk.
-    let sd_boot = spec.outputs.bootloader == Bootloader::SystemdBoot;
+    // 3. The disk: the cached root partition copied in (its holes stay holes), the agent written into it, the
+    //    data file system, then the ESP and the boot code.
     progress.step(
         "disk",
         if sd_boot {
@@ -769,70 +942,28 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             "GPT, GRUB (BIOS and UEFI), ESP, root and data file systems"
         },
     );
-    let size = spec.disk_size();
-    let data_size = spec.data_size().map_err(anyhow::Error::msg)?;
-    let sectors = size / SECTOR;
-    let lba = |bytes: u64| bytes / SECTOR;
-    let g = |s: &str| uuid::Uuid::parse_str(s).expect("constant GUID");
-    // GRUB's BIOS core image lives in a BIOS boot partition; systemd-boot is UEFI-only and has none.
-    let bios = (!sd_boot).then(|| Partition {
-        type_guid: g(gpt::BIOS_BOOT),
-        guid: derived_uuid(&loaded.sha256, "bios"),
-        first_lba: lba(MIB),
-        last_lba: lba(MIB + BIOS_BOOT_SIZE) - 1,
-        name: "bios".into(),
-    });
-    let esp_start = MIB + bios.as_ref().map_or(0, |b| b.size());
-    let esp_size = if sd_boot {
-        SYSTEMD_BOOT_ESP_SIZE
-    } else {
-        ESP_SIZE
-    };
-    let esp = Partition {
-        type_guid: g(gpt::EFI_SYSTEM),
-        guid: derived_uuid(&loaded.sha256, "esp"),
-        first_lba: lba(esp_start),
-        last_lba: lba(esp_start + esp_size) - 1,
-        name: "esp".into(),
-    };
-    let root_start = esp_start + esp_size;
-    let data_start = size - MIB - data_size;
-    let root_part = Partition {
-        type_guid: g(gpt::LINUX_ROOT_X86_64),
-        guid: derived_uuid(&loaded.sha256, "root-part"),
-        first_lba: lba(root_start),
-        last_lba: lba(data_start) - 1,
-        name: "root".into(),
-    };
-    let data_part = Partition {
-        type_guid: g(gpt::LINUX_FS),
-        guid: derived_uuid(&loaded.sha256, "data-part"),
-        first_lba: lba(data_start),
-        last_lba: lba(data_start + data_size) - 1,
-        name: "foothold-data".into(),
-    };
-    let partitions: Vec<Partition> = bios
-        .iter()
-        .chain([&esp, &root_part, &data_part])
-        .cloned()
-        .collect();
     let raw = settings.out.join(format!("{}.raw", spec.name));
     let tmp_raw = settings.out.join(format!(".{}.raw.tmp", spec.name));
     {
+        let _ = fs::remove_file(&tmp_raw);
         let f = File::create(&tmp_raw)?;
         f.set_len(size)?;
+        crate::sparse::copy_into(&cached.join(ROOT_EXT4), &f, root_part.offset())?;
     }
-    mkfs_ext4(
+    crate::ext4::add_file(
         &tmp_raw,
-        &root_part,
-        &root,
-        "foothold-root",
-        ids.root,
+        root_part.offset(),
+        &stripped,
+        AGENT_DIR,
+        "foothold-agent",
+        0o755,
         epoch,
-    )?;
-    mkfs_ext4(
+    )
+    .context("writing the agent into the root partition")?;
+    crate::ext4::mkfs(
         &tmp_raw,
-        &data_part,
+        data_part.offset(),
+        data_part.size(),
         &data,
         "foothold-data",
         ids.data,
@@ -857,10 +988,10 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         }
         fs::create_dir_all(esp_tree.join("foothold"))?;
         let mut needed = efi.len() as u64;
-        for (link, name) in [("vmlinuz", "vmlinuz"), ("initrd.img", "initrd.img")] {
-            let from = resolve_in_root(&root, link)?;
+        for name in [VMLINUZ, INITRD] {
+            let from = cached.join(name);
             needed += fs::metadata(&from)
-                .with_context(|| format!("{} (linux-image-amd64)", from.display()))?
+                .with_context(|| format!("{}", from.display()))?
                 .len();
             fs::copy(&from, esp_tree.join("foothold").join(name))?;
         }
@@ -950,7 +1081,7 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
     .context("mcopy (Debian mtools)")?;
 
     let mut f = fs::OpenOptions::new().write(true).open(&tmp_raw)?;
-    copy_into(&mut f, esp.offset(), &esp_img)?;
+    crate::sparse::copy_into(&esp_img, &f, esp.offset())?;
     if let Some((part, core_bytes)) = bios_core {
         // BIOS: core.img in the BIOS boot partition, boot.img's code in the MBR (see `bios`).
         let boot_img = fs::read("/usr/lib/grub/i386-pc/boot.img")
@@ -1005,7 +1136,7 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             "iso",
             "squashfs root with the store inside, GRUB for BIOS and UEFI, hybrid for CD and USB",
         );
-        outputs.push(iso(loaded, settings, &work, &root, &data, &ids)?);
+        outputs.push(iso(loaded, settings, &work, &cached, &stripped, &data)?);
         tools.insert("grub-mkrescue", tool_version("grub-mkrescue", "--version"));
     }
 
@@ -1112,51 +1243,65 @@ fn compress_raw(raw: &Path, c: Compression) -> Result<PathBuf> {
 
 /// The hybrid ISO: live-boot's squashfs root (the agent's store inside it; writes go to memory), booted by GRUB
 /// from CD (El Torito, BIOS and UEFI) or USB (the MBR and GPT xorriso writes).
+/// The hybrid ISO: live-boot stacks `live/*.squashfs` in name order, so the cached squashfs of the root
+/// (`filesystem.squashfs`) is the bottom layer and `foothold.squashfs` above it holds what changes from build to
+/// build: the agent, the store (no data partition is mounted) and the live system's fstab.
 fn iso(
     loaded: &Loaded,
     settings: &Settings,
     work: &Path,
-    root: &Path,
+    cached: &Path,
+    agent: &Path,
     data: &Path,
-    ids: &Ids,
 ) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
     let spec = &loaded.spec;
     let epoch = settings.source_date_epoch;
     let tree = work.join("iso");
     fs::create_dir_all(tree.join("live"))?;
     fs::create_dir_all(tree.join("boot/grub"))?;
-    // The store lives in the squashfs; no data partition is mounted.
-    copy_tree(data, &root.join("var/lib/foothold"))?;
-    let fstab = root.join("etc/fstab");
-    fs::write(&fstab, "# live system: the root is live-boot's overlay\n")?;
-    for (from, to) in [
-        ("vmlinuz", "live/vmlinuz"),
-        ("initrd.img", "live/initrd.img"),
-    ] {
-        let target = fs::canonicalize(root.join(from)).or_else(|_| {
-            // The links are absolute inside the root (boot/vmlinuz-…): resolve them there.
-            fs::read_link(root.join(from)).map(|l| root.join(l.strip_prefix("/").unwrap_or(&l)))
-        })?;
-        fs::copy(&target, tree.join(to)).with_context(|| format!("copying {from} into the ISO"))?;
+    let base = tree.join("live").join(LIVE_SQUASHFS);
+    if fs::hard_link(cached.join(LIVE_SQUASHFS), &base).is_err() {
+        fs::copy(cached.join(LIVE_SQUASHFS), &base)?;
     }
-    clamp_mtimes(root, epoch)?;
-    run(Command::new("mksquashfs")
-        .arg(root)
-        .arg(tree.join("live/filesystem.squashfs"))
-        .args([
-            "-noappend",
-            "-no-progress",
-            "-quiet",
-            "-comp",
-            "zstd",
-            "-Xcompression-level",
-            "6",
-            "-mkfs-time",
-            &epoch.to_string(),
-            "-all-time",
-            &epoch.to_string(),
-        ]))
-    .context("mksquashfs (Debian squashfs-tools)")?;
+    for name in [VMLINUZ, INITRD] {
+        fs::copy(cached.join(name), tree.join("live").join(name))
+            .with_context(|| format!("copying {name} into the ISO"))?;
+    }
+    let layer = work.join("iso-layer");
+    fs::create_dir_all(layer.join("var/lib/foothold"))?;
+    copy_tree(data, &layer.join("var/lib/foothold"))?;
+    // The layer's directories are the merged ones the live system sees: the root's modes.
+    for d in [
+        "",
+        "etc",
+        "usr",
+        "usr/local",
+        "usr/local/bin",
+        "var",
+        "var/lib",
+        "var/lib/foothold",
+    ] {
+        fs::create_dir_all(layer.join(d))?;
+        fs::set_permissions(layer.join(d), fs::Permissions::from_mode(0o755))?;
+    }
+    write_file(
+        &layer.join("etc/fstab"),
+        "# live system: the root is live-boot's overlay\n",
+        0o644,
+    )?;
+    fs::copy(agent, layer.join("usr/local/bin/foothold-agent"))?;
+    fs::set_permissions(
+        layer.join("usr/local/bin/foothold-agent"),
+        fs::Permissions::from_mode(0o755),
+    )?;
+    clamp_mtimes(&layer, epoch)?;
+    mksquashfs(
+        &layer,
+        &tree.join("live/foothold.squashfs"),
+        epoch,
+        &["-all-root"],
+    )?;
     fs::write(
         tree.join("boot/grub/grub.cfg"),
         format!(
@@ -1180,7 +1325,6 @@ fn iso(
         .args(["--", "-volid", &volid]))
     .context("grub-mkrescue (Debian grub-common, xorriso, mtools)")?;
     publish(&tmp, &out)?;
-    let _ = ids;
     Ok(out)
 }
 

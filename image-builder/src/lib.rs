@@ -5,11 +5,13 @@ pub mod auth;
 pub mod bios;
 pub mod build;
 pub mod bundle;
+pub mod ext4;
 pub mod fetch;
 pub mod gpt;
 pub mod images;
 pub mod progress;
 pub mod qemu;
+pub mod sparse;
 pub mod spec;
 
 /// The builder's version, reported in image manifests.
