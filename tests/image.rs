@@ -140,17 +140,28 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         .arg(&layout));
     let manifest_digest = manifest_digest.trim().to_owned();
     let tmp = tempfile::tempdir_in(target()).unwrap();
-    let build = |out: &Path, formats: &str| {
+    // Progress events (`--json`) on stdout.
+    let build = |out: &Path, formats: &str| -> String {
         run(Command::new(target().join("debug/foothold-build"))
             .current_dir(&ws)
-            .args(["build", "packages/lab.yaml", "--formats", formats, "--out"])
+            .args([
+                "build",
+                "--json",
+                "packages/lab.yaml",
+                "--formats",
+                formats,
+                "--out",
+            ])
             .arg(out)
             .arg("--agent")
-            .arg(target().join("debug/foothold-agent")));
+            .arg(target().join("debug/foothold-agent")))
     };
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     build(&a, "raw,qcow2,iso");
-    build(&b, "raw");
+    // The second build finds the root partition in the cache; the offline build below formats it, and all
+    // three raw images must be the same.
+    let events = build(&b, "raw");
+    assert!(events.contains("root partition cached"), "{events}");
     assert!(
         !b.join("foothold-lab.iso").exists(),
         "--formats raw made an ISO"
@@ -208,13 +219,21 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         .arg("--agent")
         .arg(target().join("debug/foothold-agent")));
     let offline = tmp.path().join("offline");
-    run(Command::new("unshare")
+    let events = run(Command::new("unshare")
         .arg("--net")
         .arg(target().join("debug/foothold-build"))
-        .args(["build", "--offline", "--formats", "raw", "--bundle"])
+        .args([
+            "build",
+            "--json",
+            "--offline",
+            "--formats",
+            "raw",
+            "--bundle",
+        ])
         .arg(&bundle)
         .arg("--out")
         .arg(&offline));
+    assert!(events.contains("formatting the root partition"), "{events}");
     assert_eq!(
         digest,
         sha256_file(&offline.join("foothold-lab.raw")),

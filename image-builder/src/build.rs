@@ -1096,6 +1096,13 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
     gpt::write(&mut f, sectors, ids.disk, &partitions)?;
     drop(f);
     publish(&tmp_raw, &raw)?;
+    // The raw image is hashed for its manifest while the conversions run.
+    let raw_digest = {
+        let raw = raw.clone();
+        std::thread::spawn(move || -> Result<(String, u64)> {
+            Ok((sha256_file(&raw)?, fs::metadata(&raw)?.len()))
+        })
+    };
     let mut outputs = vec![raw.clone()];
 
     // 4. Conversions.
@@ -1134,7 +1141,7 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
     if wanted(Format::Iso) {
         progress.step(
             "iso",
-            "squashfs root with the store inside, GRUB for BIOS and UEFI, hybrid for CD and USB",
+            "the cached root's squashfs, a layer with the agent and its store, GRUB for BIOS and UEFI, hybrid for CD and USB",
         );
         outputs.push(iso(loaded, settings, &work, &cached, &stripped, &data)?);
         tools.insert("grub-mkrescue", tool_version("grub-mkrescue", "--version"));
@@ -1150,10 +1157,11 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         .iter()
         .map(|p| json!({"name": p.name, "guid": p.guid.to_string(), "offset": p.offset(), "size": p.size()}))
         .collect();
-    // Each output hashed on a thread of its own: the raw image dominates, the others overlap it.
-    let digests: BTreeMap<PathBuf, (String, u64)> = std::thread::scope(|s| {
+    // Each other output hashed on a thread of its own.
+    let mut digests: BTreeMap<PathBuf, (String, u64)> = std::thread::scope(|s| {
         let hashing: Vec<_> = outputs
             .iter()
+            .filter(|out| **out != raw)
             .map(|out| {
                 s.spawn(move || -> Result<(PathBuf, (String, u64))> {
                     Ok((out.clone(), (sha256_file(out)?, fs::metadata(out)?.len())))
@@ -1165,6 +1173,10 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             .map(|h| h.join().expect("hashing does not panic"))
             .collect::<Result<_>>()
     })?;
+    digests.insert(
+        raw.clone(),
+        raw_digest.join().expect("hashing does not panic")?,
+    );
     for out in &outputs {
         let (sha256, size) = &digests[out];
         let mut output = json!({
