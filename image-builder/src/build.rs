@@ -606,10 +606,10 @@ fn root_key(
     Ok(hex::encode(Sha256::digest(key.to_string().as_bytes())))
 }
 
-/// The sha256 of a directory tree: every entry's relative path, type, permission bits and content (a file's
-/// sha256, a link's target), in sorted order.
+/// The sha256 of a directory tree: every entry's relative path, type, permission bits, owner and content (a
+/// file's sha256, a link's target), in sorted order.
 fn tree_digest(dir: &Path) -> Result<String> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let mut h = Sha256::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
@@ -623,14 +623,20 @@ fn tree_digest(dir: &Path) -> Result<String> {
             let rel = rel.join(name);
             let path = dir.join(&rel);
             let md = path.symlink_metadata()?;
-            let mode = md.permissions().mode() & 0o7777;
+            // `cp -a` carries the owner into the root too.
+            let mode = format!(
+                "{:o} {}:{}",
+                md.permissions().mode() & 0o7777,
+                md.uid(),
+                md.gid()
+            );
             let line = if md.is_dir() {
                 stack.push(rel.clone());
-                format!("d {mode:o} {}\n", rel.display())
+                format!("d {mode} {}\n", rel.display())
             } else if md.file_type().is_symlink() {
                 format!("l {} {}\n", rel.display(), fs::read_link(&path)?.display())
             } else {
-                format!("f {mode:o} {} {}\n", rel.display(), sha256_file(&path)?)
+                format!("f {mode} {} {}\n", rel.display(), sha256_file(&path)?)
             };
             h.update(line.as_bytes());
         }
@@ -1426,6 +1432,43 @@ mod tests {
         if let Ok(real) = fs::read(SYSTEMD_BOOT_EFI) {
             assert!(systemd_boot_version(&real).is_some_and(|v| v.starts_with("systemd-boot ")));
         }
+    }
+
+    /// The overlay's digest is part of the root partition's cache key: whatever `cp -a` would carry into the
+    /// root must change it, and nothing else.
+    #[test]
+    fn the_tree_digest_follows_content_modes_owners_and_links() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path();
+        fs::create_dir_all(t.join("etc/foothold")).unwrap();
+        fs::write(t.join("etc/foothold/a.conf"), b"a=1\n").unwrap();
+        fs::write(t.join("b"), b"b").unwrap();
+        std::os::unix::fs::symlink("b", t.join("link")).unwrap();
+        let first = tree_digest(t).unwrap();
+        assert_eq!(tree_digest(t).unwrap(), first);
+        let mut seen = vec![first];
+        let mut changed = |what: &str| {
+            let d = tree_digest(t).unwrap();
+            assert!(!seen.contains(&d), "{what} did not change the digest");
+            seen.push(d);
+        };
+        fs::write(t.join("etc/foothold/a.conf"), b"a=2\n").unwrap();
+        changed("content");
+        fs::set_permissions(t.join("b"), fs::Permissions::from_mode(0o755)).unwrap();
+        changed("a file's mode");
+        fs::set_permissions(t.join("etc"), fs::Permissions::from_mode(0o700)).unwrap();
+        changed("a directory's mode");
+        fs::remove_file(t.join("link")).unwrap();
+        std::os::unix::fs::symlink("etc", t.join("link")).unwrap();
+        changed("a link's target");
+        fs::create_dir(t.join("empty")).unwrap();
+        changed("an empty directory");
+        std::os::unix::fs::lchown(t.join("b"), Some(1), Some(1)).unwrap();
+        changed("an owner");
+        // Times are clamped in the root; they do not count.
+        filetime::set_file_mtime(t.join("b"), filetime::FileTime::from_unix_time(1, 0)).unwrap();
+        assert_eq!(tree_digest(t).unwrap(), *seen.last().unwrap());
     }
 
     #[test]

@@ -154,13 +154,9 @@ mod tests {
             .collect();
         fs::write(&payload, &bytes).unwrap();
         let id = uuid::Uuid::parse_str("6e1f0c2a-0000-4000-8000-000000000001").unwrap();
-        let mut digests = Vec::new();
-        for n in 0..2 {
-            let image = dir.path().join(format!("disk{n}.img"));
-            fs::File::create(&image).unwrap().set_len(80 << 20).unwrap();
-            mkfs(&image, 1 << 20, 64 << 20, &tree, "t", id, 1_700_000_000).unwrap();
+        let add = |image: &Path| {
             add_file(
-                &image,
+                image,
                 1 << 20,
                 &payload,
                 "/usr/local/bin",
@@ -168,7 +164,13 @@ mod tests {
                 0o755,
                 1_700_000_000,
             )
-            .unwrap();
+        };
+        let mut digests = Vec::new();
+        for n in 0..2 {
+            let image = dir.path().join(format!("disk{n}.img"));
+            fs::File::create(&image).unwrap().set_len(80 << 20).unwrap();
+            mkfs(&image, 1 << 20, 64 << 20, &tree, "t", id, 1_700_000_000).unwrap();
+            add(&image).unwrap();
             run(Command::new("e2fsck")
                 .arg("-fn")
                 .arg(device(&image, 1 << 20)))
@@ -189,17 +191,7 @@ mod tests {
             digests.push(crate::build::sha256_file(&image).unwrap());
         }
         assert_eq!(digests[0], digests[1]);
-        let image = dir.path().join("disk0.img");
-        let e = add_file(
-            &image,
-            1 << 20,
-            &payload,
-            "/usr/local/bin",
-            "foothold-agent",
-            0o755,
-            1,
-        )
-        .unwrap_err();
+        let e = add(&dir.path().join("disk0.img")).unwrap_err();
         assert!(
             format!("{e:#}").contains("/usr/local/bin/foothold-agent already exists"),
             "{e:#}"
