@@ -505,20 +505,24 @@ async fn vino_builder_follows_the_node_plan_with_its_own_account() {
     vinos.create(&PostParams::default(), &vino).await.unwrap();
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let plan_map = format!("v-node-{n1}");
-    until("the node plan and the builder's account", || async {
-        let plan = maps.get_opt(&plan_map).await.unwrap();
-        let binding =
-            Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), &ns)
-                .get_opt("v-vino-builder")
+    // The reconciler writes the plans and the builder's account before the DaemonSet: wait for all three.
+    let ds = until(
+        "the node plan, the builder's account and the DaemonSet",
+        || async {
+            let plan = maps.get_opt(&plan_map).await.unwrap();
+            let binding =
+                Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), &ns)
+                    .get_opt("v-vino-builder")
+                    .await
+                    .unwrap();
+            let ds = Api::<DaemonSet>::namespaced(client.clone(), &ns)
+                .get_opt("v-vino")
                 .await
                 .unwrap();
-        (plan.is_some() && binding.is_some()).then_some(())
-    })
+            ds.filter(|_| plan.is_some() && binding.is_some())
+        },
+    )
     .await;
-    let ds = Api::<DaemonSet>::namespaced(client.clone(), &ns)
-        .get("v-vino")
-        .await
-        .unwrap();
     let pod = ds.spec.unwrap().template.spec.unwrap();
     assert_eq!(pod.service_account_name.as_deref(), Some("v-vino-builder"));
     let builder_container = pod

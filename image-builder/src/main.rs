@@ -245,13 +245,9 @@ fn real_main() -> Result<ExitCode> {
         }
         Cmd::Check { spec: path } => {
             let loaded = spec::load(&path)?;
-            println!("{}", serde_json::to_string_pretty(&loaded.spec)?);
-            Ok(ExitCode::SUCCESS)
+            print_document(&serde_json::to_string_pretty(&loaded.spec)?)
         }
-        Cmd::Schema => {
-            println!("{}", serde_json::to_string_pretty(&spec::schema())?);
-            Ok(ExitCode::SUCCESS)
-        }
+        Cmd::Schema => print_document(&serde_json::to_string_pretty(&spec::schema())?),
         Cmd::Run {
             image,
             bios,
@@ -348,5 +344,17 @@ fn real_main() -> Result<ExitCode> {
                 }
             }
         }
+    }
+}
+
+/// Writes a document to standard output. A reader that stops early (`| head`) is not an error.
+fn print_document(text: &str) -> Result<ExitCode> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::Error::new(e).context("writing to standard output"))
+        }
+        _ => Ok(ExitCode::SUCCESS),
     }
 }

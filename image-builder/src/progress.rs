@@ -1,8 +1,11 @@
 //! Progress of a build. On a terminal: a spinner naming the running phase and its elapsed time, and a byte bar per
 //! download (indicatif), above which each finished step is printed. Elsewhere (logs, CI): a line per step on
 //! standard error. With `--json`: events on standard output for automation —
-//! `{"event":"phase","phase":"rootfs","message":"…","elapsedMs":…}`, then `{"event":"done",…}`.
+//! `{"event":"phase","phase":"rootfs","message":"…","elapsedMs":…}`, then `{"event":"done",…}`. When the
+//! reader of those events goes away (a closed pipe), the build goes on: the outputs are the job, the events a
+//! report of it. The loss is said once on standard error.
 
+use std::io::Write;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -10,6 +13,8 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 pub struct Progress {
     json: bool,
+    /// Where `--json` events go (standard output); `None` once a write to it has failed.
+    events: Mutex<Option<Box<dyn Write + Send>>>,
     started: Instant,
     /// Bars, when standard error is a terminal and not `--json`.
     multi: Option<MultiProgress>,
@@ -49,10 +54,16 @@ impl Drop for Bytes {
 
 impl Progress {
     pub fn new(json: bool) -> Progress {
+        Progress::with_events(json, Box::new(std::io::stdout()))
+    }
+
+    /// Like `new`, with `--json` events written to `events`.
+    pub fn with_events(json: bool, events: Box<dyn Write + Send>) -> Progress {
         let target = ProgressDrawTarget::stderr();
         let multi = (!json && !target.is_hidden()).then(|| MultiProgress::with_draw_target(target));
         Progress {
             json,
+            events: Mutex::new(Some(events)),
             started: Instant::now(),
             multi,
             phase: Mutex::new(None),
@@ -62,10 +73,7 @@ impl Progress {
     pub fn step(&self, phase: &str, message: &str) {
         let elapsed = self.started.elapsed();
         if self.json {
-            println!(
-                "{}",
-                serde_json::json!({"event": "phase", "phase": phase, "message": message, "elapsedMs": elapsed.as_millis() as u64})
-            );
+            self.event(&serde_json::json!({"event": "phase", "phase": phase, "message": message, "elapsedMs": elapsed.as_millis() as u64}));
             return;
         }
         let line = format!("[{:>6.1}s] {phase}: {message}", elapsed.as_secs_f64());
@@ -116,14 +124,98 @@ impl Progress {
             b.finish_and_clear();
         }
         if self.json {
-            println!(
-                "{}",
-                serde_json::json!({"event": "done", "outputs": outputs, "elapsedMs": elapsed.as_millis() as u64})
-            );
+            self.event(&serde_json::json!({"event": "done", "outputs": outputs, "elapsedMs": elapsed.as_millis() as u64}));
         } else {
             for o in outputs {
                 eprintln!("[{:>6.1}s] wrote {}", elapsed.as_secs_f64(), o.display());
             }
         }
+    }
+
+    /// One `--json` event: a line, flushed, so a reader sees each phase as it starts.
+    fn event(&self, event: &serde_json::Value) {
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(out) = events.as_mut() else {
+            return;
+        };
+        if let Err(e) = writeln!(out, "{event}").and_then(|()| out.flush()) {
+            *events = None;
+            eprintln!(
+                "foothold-build: the --json events can no longer be written ({e}); the build goes on"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A reader that goes away after `left` writes, as a pipe whose reader exited.
+    struct Closing {
+        lines: Arc<Mutex<Vec<u8>>>,
+        left: usize,
+    }
+
+    impl Write for Closing {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.left == 0 {
+                return Err(std::io::ErrorKind::BrokenPipe.into());
+            }
+            self.lines.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.left = self.left.saturating_sub(1);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn json_events_are_lines_and_a_closed_reader_does_not_stop_the_build() {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let p = Progress::with_events(
+            true,
+            Box::new(Closing {
+                lines: lines.clone(),
+                left: 2,
+            }),
+        );
+        p.step("rootfs", "mmdebstrap");
+        p.step("partition", "ext4");
+        // The reader is gone: neither these nor `done` panic, and nothing more is written.
+        p.step("qcow2", "convert");
+        p.step("iso", "xorriso");
+        p.done(&[std::path::PathBuf::from("/out/lab.raw")]);
+        assert!(p.events.lock().unwrap().is_none());
+        let text = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+        let events: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(events.len(), 2, "{text}");
+        assert_eq!(events[0]["event"], "phase");
+        assert_eq!(events[0]["phase"], "rootfs");
+        assert_eq!(events[1]["phase"], "partition");
+        assert!(events[1]["elapsedMs"].is_u64());
+    }
+
+    #[test]
+    fn done_names_the_outputs() {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let p = Progress::with_events(
+            true,
+            Box::new(Closing {
+                lines: lines.clone(),
+                left: usize::MAX,
+            }),
+        );
+        p.done(&[std::path::PathBuf::from("/out/lab.raw")]);
+        let text = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
+        let done: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
+        assert_eq!(done["event"], "done");
+        assert_eq!(done["outputs"], serde_json::json!(["/out/lab.raw"]));
     }
 }

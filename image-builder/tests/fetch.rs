@@ -153,3 +153,41 @@ fn fetch_all_names_the_spec_field_of_a_failure() {
     );
     assert!(cached(&cache, &hex).is_file(), "the good one is cached");
 }
+
+/// `fetch --json` whose reader has gone (a closed pipe): the download completes and the loss is said once.
+#[test]
+fn json_events_to_a_closed_pipe_do_not_stop_a_fetch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (body, hex) = content();
+    let server = serve(body, 0);
+    let spec = dir.path().join("site.yaml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name: site\nbase: {{suite: bookworm}}\nhostname: site\noutputs: {{formats: [raw], diskSize: 4GiB}}\ncomponents:\n  files:\n    - url: http://127.0.0.1:{p}/a\n      sha256: {hex}\n      dest: /usr/local/bin/a\n",
+            p = server.port,
+        ),
+    )
+    .unwrap();
+    let cache = dir.path().join("cache");
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_foothold-build"))
+        .arg("fetch")
+        .arg("--json")
+        .arg("--cache")
+        .arg(&cache)
+        .arg(&spec)
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        stderr.matches("can no longer be written").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(cached(&cache, &hex).is_file());
+}
