@@ -5,6 +5,7 @@ pub mod auth;
 pub mod bios;
 pub mod build;
 pub mod bundle;
+pub mod cache_lock;
 pub mod ext4;
 pub mod fetch;
 pub mod gpt;

@@ -188,6 +188,7 @@ fn real_main() -> Result<ExitCode> {
                 (None, Some(b)) => foothold_image_builder::bundle::open(&b, &out.join(".bundle"))?,
                 (None, None) => unreachable!("clap requires one"),
             };
+            let _lock = foothold_image_builder::cache_lock::lock(&cache)?;
             let settings = build::Settings {
                 out,
                 cache,
@@ -214,6 +215,7 @@ fn real_main() -> Result<ExitCode> {
         } => {
             let loaded = spec::load(&path)?;
             let cache = cache_dir(cache)?;
+            let _lock = foothold_image_builder::cache_lock::lock(&cache)?;
             let progress = Progress::new(json);
             let fetched =
                 foothold_image_builder::fetch::fetch_all(&loaded, &cache, parallel, &progress)?;

@@ -191,3 +191,66 @@ fn json_events_to_a_closed_pipe_do_not_stop_a_fetch() {
     );
     assert!(cached(&cache, &hex).is_file());
 }
+
+/// A fetch on a cache another process holds waits, says whose it is, and goes on once the holder lets go.
+#[test]
+fn a_second_fetch_on_one_cache_waits_for_the_first() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (body, hex) = content();
+    let server = serve(body, 0);
+    let spec = dir.path().join("site.yaml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name: site\nbase: {{suite: bookworm}}\nhostname: site\noutputs: {{formats: [raw], diskSize: 4GiB}}\ncomponents:\n  files:\n    - url: http://127.0.0.1:{p}/a\n      sha256: {hex}\n      dest: /usr/local/bin/a\n",
+            p = server.port,
+        ),
+    )
+    .unwrap();
+    let cache = dir.path().join("cache");
+    let held = foothold_image_builder::cache_lock::lock(&cache).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_foothold-build"))
+        .arg("fetch")
+        .arg("--cache")
+        .arg(&cache)
+        .arg(&spec)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (lines_tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let _ = lines_tx.send(line.unwrap());
+        }
+    });
+    let waiting = lines
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the second fetch says it waits");
+    assert!(
+        waiting.contains("waiting for the cache")
+            && waiting.contains(&format!("process {}", std::process::id())),
+        "{waiting}"
+    );
+    assert!(child.try_wait().unwrap().is_none(), "it waits");
+    assert!(
+        !cached(&cache, &hex).exists(),
+        "nothing fetched while waiting"
+    );
+    assert!(server.ranges.lock().unwrap().is_empty());
+
+    drop(held);
+    let (status_tx, status) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = status_tx.send(child.wait().unwrap());
+    });
+    let status = status
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the fetch finishes once the lock is free");
+    let rest: Vec<String> = lines.try_iter().collect();
+    assert!(status.success(), "{status}: {rest:?}");
+    assert!(cached(&cache, &hex).is_file());
+}
