@@ -36,6 +36,26 @@ const ESP_SIZE: u64 = 64 * MIB;
 const SYSTEMD_BOOT_ESP_SIZE: u64 = 256 * MIB;
 const SYSTEMD_BOOT_EFI: &str = "/usr/lib/systemd/boot/efi/systemd-bootx64.efi";
 const BIOS_BOOT_SIZE: u64 = MIB;
+/// The ISO's GRUB modules (its BIOS image adds `biosdisk`, its UEFI image the video drivers).
+const ISO_GRUB_MODULES: &[&str] = &[
+    "iso9660",
+    "search",
+    "search_fs_file",
+    "normal",
+    "linux",
+    "configfile",
+    "echo",
+    "serial",
+    "terminal",
+    "test",
+    "boot",
+    "gzio",
+    "sleep",
+    "minicmd",
+];
+/// Where the ISO's El Torito images are, in the ISO.
+const ISO_ELTORITO: &str = "boot/grub/i386-pc/eltorito.img";
+const ISO_EFI_IMAGE: &str = "boot/grub/efi.img";
 const GRUB_MODULES: &[&str] = &[
     "part_gpt",
     "ext2",
@@ -506,7 +526,6 @@ struct Ids {
     data: uuid::Uuid,
 }
 
-/// Formats ext4 from `dir` into `image` at `part`, deterministic for equal inputs.
 /// A cached root partition's entry (`<cache>/root/<key>/`): the ext4 image of the root partition without the
 /// agent, its kernel and initrd, and the squashfs of the same tree for the ISO.
 const ROOT_EXT4: &str = "root.ext4";
@@ -1150,7 +1169,8 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             "the cached root's squashfs, a layer with the agent and its store, GRUB for BIOS and UEFI, hybrid for CD and USB",
         );
         outputs.push(iso(loaded, settings, &work, &cached, &stripped, &data)?);
-        tools.insert("grub-mkrescue", tool_version("grub-mkrescue", "--version"));
+        tools.insert("xorriso", tool_version("xorriso", "-version"));
+        tools.insert("grub-mkimage", tool_version("grub-mkimage", "--version"));
     }
 
     // 5. Manifests.
@@ -1260,10 +1280,15 @@ fn compress_raw(raw: &Path, c: Compression) -> Result<PathBuf> {
 }
 
 /// The hybrid ISO: live-boot's squashfs root (the agent's store inside it; writes go to memory), booted by GRUB
-/// from CD (El Torito, BIOS and UEFI) or USB (the MBR and GPT xorriso writes).
-/// The hybrid ISO: live-boot stacks `live/*.squashfs` in name order, so the cached squashfs of the root
-/// (`filesystem.squashfs`) is the bottom layer and `foothold.squashfs` above it holds what changes from build to
-/// build: the agent, the store (no data partition is mounted) and the live system's fstab.
+/// from CD (El Torito, BIOS and UEFI) or USB (the MBR and GPT xorriso writes). live-boot stacks
+/// `live/*.squashfs` in name order, so the cached squashfs of the root (`filesystem.squashfs`) is the bottom
+/// layer and `foothold.squashfs` above it holds what changes from build to build: the agent, the store (no data
+/// partition is mounted) and the live system's fstab.
+///
+/// GRUB's images and the EFI boot image are made here and xorriso is run directly, not through grub-mkrescue:
+/// grub-mkrescue stamps the ISO with the time of the build (`--modification-date`, which also makes the GPT's
+/// GUIDs) and formats its EFI image with a random FAT serial, so two builds of one spec differed. Here every
+/// date is `SOURCE_DATE_EPOCH` and the serial derives from the spec.
 fn iso(
     loaded: &Loaded,
     settings: &Settings,
@@ -1327,6 +1352,57 @@ fn iso(
             name = spec.name
         ),
     )?;
+    // GRUB for both firmwares finds the ISO by a marker file named after the spec (on a CD drive or, written
+    // to a USB stick, on the whole disk), then reads /boot/grub/grub.cfg there.
+    let id = derived_uuid(&loaded.sha256, "iso");
+    let marker = format!(".disk/foothold-{}", id.simple());
+    write_file(&tree.join(&marker), "", 0o644)?;
+    let early = work.join("iso-early.cfg");
+    fs::write(
+        &early,
+        format!("search --no-floppy --file --set=root /{marker}\nset prefix=($root)/boot/grub\n"),
+    )?;
+    fs::create_dir_all(tree.join("boot/grub/i386-pc"))?;
+    run(Command::new("grub-mkimage")
+        .args(["-O", "i386-pc-eltorito", "-p", "/boot/grub", "-c"])
+        .arg(&early)
+        .arg("-o")
+        .arg(tree.join(ISO_ELTORITO))
+        .args(ISO_GRUB_MODULES)
+        .arg("biosdisk"))
+    .context("grub-mkimage for the ISO under BIOS (Debian grub-pc-bin)")?;
+    let efi_tree = work.join("iso-efi");
+    fs::create_dir_all(efi_tree.join("EFI/BOOT"))?;
+    run(Command::new("grub-mkimage")
+        .args(["-O", "x86_64-efi", "-p", "/boot/grub", "-c"])
+        .arg(&early)
+        .arg("-o")
+        .arg(efi_tree.join("EFI/BOOT/BOOTX64.EFI"))
+        .args(ISO_GRUB_MODULES)
+        .args(["efi_gop", "all_video"]))
+    .context("grub-mkimage for the ISO under UEFI (Debian grub-efi-amd64-bin)")?;
+    // The El Torito EFI image: a small FAT holding BOOTX64.EFI, with room for its tables.
+    let efi_size = fs::metadata(efi_tree.join("EFI/BOOT/BOOTX64.EFI"))?.len() + MIB;
+    let efi_img = tree.join(ISO_EFI_IMAGE);
+    let serial = format!(
+        "{:08X}",
+        u32::from_le_bytes(id.as_bytes()[..4].try_into().expect("4 bytes"))
+    );
+    run(Command::new("mkfs.vfat")
+        .env("SOURCE_DATE_EPOCH", epoch.to_string())
+        .args(["-C", "--invariant", "-n", "FOOTHOLDEFI", "-i", &serial])
+        .arg(&efi_img)
+        .arg(efi_size.div_ceil(MIB).saturating_mul(1024).to_string()))
+    .context("mkfs.vfat (Debian dosfstools)")?;
+    clamp_mtimes(&efi_tree, epoch)?;
+    run(Command::new("mcopy")
+        .env("SOURCE_DATE_EPOCH", epoch.to_string())
+        .env("MTOOLS_SKIP_CHECK", "1")
+        .args(["-s", "-m", "-i"])
+        .arg(&efi_img)
+        .arg(efi_tree.join("EFI"))
+        .arg("::"))
+    .context("mcopy (Debian mtools)")?;
     clamp_mtimes(&tree, epoch)?;
     let out = settings.out.join(format!("{}.iso", spec.name));
     let tmp = settings.out.join(format!(".{}.iso.tmp", spec.name));
@@ -1335,13 +1411,24 @@ fn iso(
         .chars()
         .take(32)
         .collect();
-    run(Command::new("grub-mkrescue")
+    // With SOURCE_DATE_EPOCH, xorriso takes the volume's dates, its UUID and the GPT's GUIDs from it and gives
+    // every file its (clamped) mtime.
+    run(Command::new("xorriso")
         .env("SOURCE_DATE_EPOCH", epoch.to_string())
-        .arg("-o")
+        .args(["-as", "mkisofs", "-quiet", "-r", "-V", &volid, "-o"])
         .arg(&tmp)
-        .arg(&tree)
-        .args(["--", "-volid", &volid]))
-    .context("grub-mkrescue (Debian grub-common, xorriso, mtools)")?;
+        .args(["-b", ISO_ELTORITO, "-no-emul-boot", "-boot-load-size", "4"])
+        .args(["-boot-info-table", "--grub2-boot-info"])
+        .args(["--grub2-mbr", "/usr/lib/grub/i386-pc/boot_hybrid.img"])
+        .args([
+            "--efi-boot",
+            ISO_EFI_IMAGE,
+            "-efi-boot-part",
+            "--efi-boot-image",
+        ])
+        .arg("--protective-msdos-label")
+        .arg(&tree))
+    .context("xorriso (Debian xorriso)")?;
     publish(&tmp, &out)?;
     Ok(out)
 }
