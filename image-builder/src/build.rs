@@ -36,31 +36,12 @@ const ESP_SIZE: u64 = 64 * MIB;
 const SYSTEMD_BOOT_ESP_SIZE: u64 = 256 * MIB;
 const SYSTEMD_BOOT_EFI: &str = "/usr/lib/systemd/boot/efi/systemd-bootx64.efi";
 const BIOS_BOOT_SIZE: u64 = MIB;
-/// The ISO's GRUB modules (its BIOS image adds `biosdisk`, its UEFI image the video drivers).
-const ISO_GRUB_MODULES: &[&str] = &[
-    "iso9660",
-    "search",
-    "search_fs_file",
-    "normal",
-    "linux",
-    "configfile",
-    "echo",
-    "serial",
-    "terminal",
-    "test",
-    "boot",
-    "gzio",
-    "sleep",
-    "minicmd",
-];
 /// Where the ISO's El Torito images are, in the ISO.
 const ISO_ELTORITO: &str = "boot/grub/i386-pc/eltorito.img";
 const ISO_EFI_IMAGE: &str = "boot/grub/efi.img";
+/// GRUB modules every image of ours embeds: its menu, the serial console, Linux.
 const GRUB_MODULES: &[&str] = &[
-    "part_gpt",
-    "ext2",
     "search",
-    "search_fs_uuid",
     "normal",
     "linux",
     "configfile",
@@ -73,6 +54,9 @@ const GRUB_MODULES: &[&str] = &[
     "sleep",
     "minicmd",
 ];
+/// The disk's GRUB finds its ext4 root by UUID; the ISO's finds the ISO by a marker file.
+const GRUB_DISK_MODULES: &[&str] = &["part_gpt", "ext2", "search_fs_uuid"];
+const GRUB_ISO_MODULES: &[&str] = &["iso9660", "search_fs_file"];
 
 /// Where things go and come from.
 pub struct Settings {
@@ -1045,6 +1029,7 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             .arg("-o")
             .arg(esp_tree.join("EFI/BOOT/BOOTX64.EFI"))
             .args(GRUB_MODULES)
+            .args(GRUB_DISK_MODULES)
             .args(["fat", "efi_gop", "all_video"]))
         .context("grub-mkimage for UEFI (Debian grub-efi-amd64-bin)")?;
         let core = work.join("core.img");
@@ -1054,6 +1039,7 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
             .arg("-o")
             .arg(&core)
             .args(GRUB_MODULES)
+            .args(GRUB_DISK_MODULES)
             .arg("biosdisk"))
         .context("grub-mkimage for BIOS (Debian grub-pc-bin)")?;
         let core_bytes = fs::read(&core)?;
@@ -1368,7 +1354,8 @@ fn iso(
         .arg(&early)
         .arg("-o")
         .arg(tree.join(ISO_ELTORITO))
-        .args(ISO_GRUB_MODULES)
+        .args(GRUB_MODULES)
+        .args(GRUB_ISO_MODULES)
         .arg("biosdisk"))
     .context("grub-mkimage for the ISO under BIOS (Debian grub-pc-bin)")?;
     let efi_tree = work.join("iso-efi");
@@ -1378,7 +1365,8 @@ fn iso(
         .arg(&early)
         .arg("-o")
         .arg(efi_tree.join("EFI/BOOT/BOOTX64.EFI"))
-        .args(ISO_GRUB_MODULES)
+        .args(GRUB_MODULES)
+        .args(GRUB_ISO_MODULES)
         .args(["efi_gop", "all_video"]))
     .context("grub-mkimage for the ISO under UEFI (Debian grub-efi-amd64-bin)")?;
     // The El Torito EFI image: a small FAT holding BOOTX64.EFI, with room for its tables.

@@ -154,21 +154,26 @@ fn fetch_all_names_the_spec_field_of_a_failure() {
     assert!(cached(&cache, &hex).is_file(), "the good one is cached");
 }
 
+/// A spec with one url input, `http://127.0.0.1:<port>/a` pinned to `hex`.
+fn one_file_spec(dir: &std::path::Path, port: u16, hex: &str) -> std::path::PathBuf {
+    let spec = dir.join("site.yaml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name: site\nbase: {{suite: bookworm}}\nhostname: site\noutputs: {{formats: [raw], diskSize: 4GiB}}\ncomponents:\n  files:\n    - url: http://127.0.0.1:{port}/a\n      sha256: {hex}\n      dest: /usr/local/bin/a\n",
+        ),
+    )
+    .unwrap();
+    spec
+}
+
 /// `fetch --json` whose reader has gone (a closed pipe): the download completes and the loss is said once.
 #[test]
 fn json_events_to_a_closed_pipe_do_not_stop_a_fetch() {
     let dir = tempfile::tempdir().unwrap();
     let (body, hex) = content();
     let server = serve(body, 0);
-    let spec = dir.path().join("site.yaml");
-    std::fs::write(
-        &spec,
-        format!(
-            "name: site\nbase: {{suite: bookworm}}\nhostname: site\noutputs: {{formats: [raw], diskSize: 4GiB}}\ncomponents:\n  files:\n    - url: http://127.0.0.1:{p}/a\n      sha256: {hex}\n      dest: /usr/local/bin/a\n",
-            p = server.port,
-        ),
-    )
-    .unwrap();
+    let spec = one_file_spec(dir.path(), server.port, &hex);
     let cache = dir.path().join("cache");
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
@@ -201,15 +206,7 @@ fn a_second_fetch_on_one_cache_waits_for_the_first() {
     let dir = tempfile::tempdir().unwrap();
     let (body, hex) = content();
     let server = serve(body, 0);
-    let spec = dir.path().join("site.yaml");
-    std::fs::write(
-        &spec,
-        format!(
-            "name: site\nbase: {{suite: bookworm}}\nhostname: site\noutputs: {{formats: [raw], diskSize: 4GiB}}\ncomponents:\n  files:\n    - url: http://127.0.0.1:{p}/a\n      sha256: {hex}\n      dest: /usr/local/bin/a\n",
-            p = server.port,
-        ),
-    )
-    .unwrap();
+    let spec = one_file_spec(dir.path(), server.port, &hex);
     let cache = dir.path().join("cache");
     let held = foothold_image_builder::cache_lock::lock(&cache).unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_foothold-build"))
