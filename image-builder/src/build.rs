@@ -1023,25 +1023,14 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
                 ids.root
             ),
         )?;
-        run(Command::new("grub-mkimage")
-            .args(["-O", "x86_64-efi", "-p", "/boot/grub", "-c"])
-            .arg(&early)
-            .arg("-o")
-            .arg(esp_tree.join("EFI/BOOT/BOOTX64.EFI"))
-            .args(GRUB_MODULES)
-            .args(GRUB_DISK_MODULES)
-            .args(["fat", "efi_gop", "all_video"]))
-        .context("grub-mkimage for UEFI (Debian grub-efi-amd64-bin)")?;
+        grub_image(
+            GrubImage::Efi,
+            &early,
+            GRUB_DISK_MODULES,
+            &esp_tree.join("EFI/BOOT/BOOTX64.EFI"),
+        )?;
         let core = work.join("core.img");
-        run(Command::new("grub-mkimage")
-            .args(["-O", "i386-pc", "-p", "/boot/grub", "-c"])
-            .arg(&early)
-            .arg("-o")
-            .arg(&core)
-            .args(GRUB_MODULES)
-            .args(GRUB_DISK_MODULES)
-            .arg("biosdisk"))
-        .context("grub-mkimage for BIOS (Debian grub-pc-bin)")?;
+        grub_image(GrubImage::BiosDisk, &early, GRUB_DISK_MODULES, &core)?;
         let core_bytes = fs::read(&core)?;
         let part = bios
             .as_ref()
@@ -1057,39 +1046,17 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
 
     // The ESP, formatted and filled in a file of its own, then copied in.
     let esp_img = work.join("esp.img");
-    let _ = fs::remove_file(&esp_img);
-    let serial = format!(
-        "{:08X}",
-        u32::from_le_bytes(ids.disk.as_bytes()[..4].try_into().expect("4 bytes"))
-    );
-    run(Command::new("mkfs.vfat")
-        .env("SOURCE_DATE_EPOCH", epoch.to_string())
-        .args([
-            "-C",
-            "--invariant",
-            "-F",
-            "32",
-            "-n",
-            "FOOTHOLDESP",
-            "-i",
-            &serial,
-        ])
-        .arg(&esp_img)
-        .arg((esp_size / 1024).to_string()))
-    .context("mkfs.vfat (Debian dosfstools)")?;
-    clamp_mtimes(&esp_tree, epoch)?;
-    let mut top: Vec<PathBuf> = fs::read_dir(&esp_tree)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<std::io::Result<_>>()?;
-    top.sort();
-    run(Command::new("mcopy")
-        .env("SOURCE_DATE_EPOCH", epoch.to_string())
-        .env("MTOOLS_SKIP_CHECK", "1")
-        .args(["-s", "-m", "-i"])
-        .arg(&esp_img)
-        .args(&top)
-        .arg("::"))
-    .context("mcopy (Debian mtools)")?;
+    fat_image(
+        &esp_img,
+        &Fat {
+            size: esp_size,
+            fat32: true,
+            label: "FOOTHOLDESP",
+            id: ids.disk,
+            epoch,
+        },
+        &esp_tree,
+    )?;
 
     let mut f = fs::OpenOptions::new().write(true).open(&tmp_raw)?;
     crate::sparse::copy_into(&esp_img, &f, esp.offset())?;
@@ -1265,6 +1232,88 @@ fn compress_raw(raw: &Path, c: Compression) -> Result<PathBuf> {
     Ok(out)
 }
 
+/// What a GRUB image boots from.
+#[derive(Clone, Copy)]
+enum GrubImage {
+    /// `BOOTX64.EFI`.
+    Efi,
+    /// `core.img` for the BIOS boot partition.
+    BiosDisk,
+    /// The El Torito image a BIOS loads from a CD (and the hybrid MBR from a USB stick).
+    BiosCdrom,
+}
+
+/// Makes a GRUB image at `out` with `early` as its embedded config and [`GRUB_MODULES`] plus `modules` built in.
+fn grub_image(kind: GrubImage, early: &Path, modules: &[&str], out: &Path) -> Result<()> {
+    let (format, firmware, package): (_, &[&str], _) = match kind {
+        GrubImage::Efi => (
+            "x86_64-efi",
+            &["fat", "efi_gop", "all_video"],
+            "grub-efi-amd64-bin",
+        ),
+        GrubImage::BiosDisk => ("i386-pc", &["biosdisk"], "grub-pc-bin"),
+        GrubImage::BiosCdrom => ("i386-pc-eltorito", &["biosdisk"], "grub-pc-bin"),
+    };
+    run(Command::new("grub-mkimage")
+        .args(["-O", format, "-p", "/boot/grub", "-c"])
+        .arg(early)
+        .arg("-o")
+        .arg(out)
+        .args(GRUB_MODULES)
+        .args(modules)
+        .args(firmware))
+    .with_context(|| format!("grub-mkimage -O {format} (Debian {package})"))?;
+    Ok(())
+}
+
+/// A FAT file system made reproducibly: its serial from `id`, every date `epoch`.
+struct Fat {
+    /// Bytes, a multiple of 1 KiB.
+    size: u64,
+    fat32: bool,
+    label: &'static str,
+    id: uuid::Uuid,
+    epoch: u64,
+}
+
+/// Formats a FAT image file at `img` and copies `tree`'s entries into its root, in name order.
+fn fat_image(img: &Path, fat: &Fat, tree: &Path) -> Result<()> {
+    let _ = fs::remove_file(img);
+    let serial = format!(
+        "{:08X}",
+        u32::from_le_bytes(fat.id.as_bytes()[..4].try_into().expect("4 bytes"))
+    );
+    let epoch = fat.epoch.to_string();
+    let mut mkfs = Command::new("mkfs.vfat");
+    mkfs.env("SOURCE_DATE_EPOCH", &epoch).args([
+        "-C",
+        "--invariant",
+        "-n",
+        fat.label,
+        "-i",
+        &serial,
+    ]);
+    if fat.fat32 {
+        mkfs.args(["-F", "32"]);
+    }
+    run(mkfs.arg(img).arg((fat.size / 1024).to_string()))
+        .context("mkfs.vfat (Debian dosfstools)")?;
+    clamp_mtimes(tree, fat.epoch)?;
+    let mut top: Vec<PathBuf> = fs::read_dir(tree)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    top.sort();
+    run(Command::new("mcopy")
+        .env("SOURCE_DATE_EPOCH", &epoch)
+        .env("MTOOLS_SKIP_CHECK", "1")
+        .args(["-s", "-m", "-i"])
+        .arg(img)
+        .args(&top)
+        .arg("::"))
+    .context("mcopy (Debian mtools)")?;
+    Ok(())
+}
+
 /// The hybrid ISO: live-boot's squashfs root (the agent's store inside it; writes go to memory), booted by GRUB
 /// from CD (El Torito, BIOS and UEFI) or USB (the MBR and GPT xorriso writes). live-boot stacks
 /// `live/*.squashfs` in name order, so the cached squashfs of the root (`filesystem.squashfs`) is the bottom
@@ -1349,48 +1398,28 @@ fn iso(
         format!("search --no-floppy --file --set=root /{marker}\nset prefix=($root)/boot/grub\n"),
     )?;
     fs::create_dir_all(tree.join("boot/grub/i386-pc"))?;
-    run(Command::new("grub-mkimage")
-        .args(["-O", "i386-pc-eltorito", "-p", "/boot/grub", "-c"])
-        .arg(&early)
-        .arg("-o")
-        .arg(tree.join(ISO_ELTORITO))
-        .args(GRUB_MODULES)
-        .args(GRUB_ISO_MODULES)
-        .arg("biosdisk"))
-    .context("grub-mkimage for the ISO under BIOS (Debian grub-pc-bin)")?;
+    grub_image(
+        GrubImage::BiosCdrom,
+        &early,
+        GRUB_ISO_MODULES,
+        &tree.join(ISO_ELTORITO),
+    )?;
     let efi_tree = work.join("iso-efi");
     fs::create_dir_all(efi_tree.join("EFI/BOOT"))?;
-    run(Command::new("grub-mkimage")
-        .args(["-O", "x86_64-efi", "-p", "/boot/grub", "-c"])
-        .arg(&early)
-        .arg("-o")
-        .arg(efi_tree.join("EFI/BOOT/BOOTX64.EFI"))
-        .args(GRUB_MODULES)
-        .args(GRUB_ISO_MODULES)
-        .args(["efi_gop", "all_video"]))
-    .context("grub-mkimage for the ISO under UEFI (Debian grub-efi-amd64-bin)")?;
+    let bootx64 = efi_tree.join("EFI/BOOT/BOOTX64.EFI");
+    grub_image(GrubImage::Efi, &early, GRUB_ISO_MODULES, &bootx64)?;
     // The El Torito EFI image: a small FAT holding BOOTX64.EFI, with room for its tables.
-    let efi_size = fs::metadata(efi_tree.join("EFI/BOOT/BOOTX64.EFI"))?.len() + MIB;
-    let efi_img = tree.join(ISO_EFI_IMAGE);
-    let serial = format!(
-        "{:08X}",
-        u32::from_le_bytes(id.as_bytes()[..4].try_into().expect("4 bytes"))
-    );
-    run(Command::new("mkfs.vfat")
-        .env("SOURCE_DATE_EPOCH", epoch.to_string())
-        .args(["-C", "--invariant", "-n", "FOOTHOLDEFI", "-i", &serial])
-        .arg(&efi_img)
-        .arg(efi_size.div_ceil(MIB).saturating_mul(1024).to_string()))
-    .context("mkfs.vfat (Debian dosfstools)")?;
-    clamp_mtimes(&efi_tree, epoch)?;
-    run(Command::new("mcopy")
-        .env("SOURCE_DATE_EPOCH", epoch.to_string())
-        .env("MTOOLS_SKIP_CHECK", "1")
-        .args(["-s", "-m", "-i"])
-        .arg(&efi_img)
-        .arg(efi_tree.join("EFI"))
-        .arg("::"))
-    .context("mcopy (Debian mtools)")?;
+    fat_image(
+        &tree.join(ISO_EFI_IMAGE),
+        &Fat {
+            size: (fs::metadata(&bootx64)?.len() + MIB).next_multiple_of(MIB),
+            fat32: false,
+            label: "FOOTHOLDEFI",
+            id,
+            epoch,
+        },
+        &efi_tree,
+    )?;
     clamp_mtimes(&tree, epoch)?;
     let out = settings.out.join(format!("{}.iso", spec.name));
     let tmp = settings.out.join(format!(".{}.iso.tmp", spec.name));
