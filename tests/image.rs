@@ -1,7 +1,9 @@
 //! `packages/lab.yaml` built by the real `foothold-build` (as root: mmdebstrap) twice, bit-identical, and once
 //! more from a bundle in a network namespace with no network (bit-identical too), then booted in qemu: the raw
-//! image under UEFI and under BIOS, the qcow2 under UEFI, the ISO from CD under BIOS and under UEFI (both builds' ISOs bit-identical too), and the spec built with
-//! systemd-boot and zstd compression under UEFI (the raw decompressed from its .zst). Each boot must print the ready marker on its serial console, naming the firmware;
+//! image from a virtio disk under UEFI and from a USB stick under BIOS, the qcow2 under UEFI, the ISO (both
+//! builds' ISOs bit-identical too) from a CD drive and from a USB stick under BIOS and under UEFI, and the spec
+//! built with systemd-boot and zstd compression from a USB stick under UEFI (the raw decompressed from its .zst).
+//! Each boot must print the ready marker on its serial console, naming the firmware;
 //! then, through a port forward, skopeo pulls the image that was baked into the data partition and gets the
 //! input layout's digests, and the agent answers /readyz. qemu is killed when each boot's checks end; every wait
 //! is bounded.
@@ -11,13 +13,14 @@ use std::process::Command;
 use std::time::Duration;
 
 use foothold_e2e::{build_binaries, free_port, http_code, run, sha256_file, target, workspace};
-use foothold_image_builder::qemu::{self, Accel, RunOptions, Vm};
+use foothold_image_builder::qemu::{self, Accel, Media, RunOptions, Vm};
 use sha2::{Digest, Sha256};
 
 /// Boots `image`, waits for the ready marker, and checks what the agent serves against the input layout.
 /// Returns the marker line.
 fn boot_and_check(
     image: &Path,
+    media: Media,
     bios: bool,
     dir: &Path,
     accel: Accel,
@@ -26,13 +29,14 @@ fn boot_and_check(
 ) -> String {
     let port = free_port();
     let what = format!(
-        "{} under {}",
+        "{} ({media:?}) under {}",
         image.display(),
         if bios { "BIOS" } else { "UEFI" }
     );
     let serial = dir.join(format!("console-{port}.log"));
     let mut vm = Vm::start(&RunOptions {
         image: image.to_owned(),
+        media,
         bios,
         forwards: vec![(port, 5000)],
         memory_mib: 1536,
@@ -252,13 +256,30 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     } else {
         Accel::Tcg
     };
-    let line = boot_and_check(&raw, false, tmp.path(), accel, &layout, &manifest_digest);
+    let line = boot_and_check(
+        &raw,
+        Media::Disk,
+        false,
+        tmp.path(),
+        accel,
+        &layout,
+        &manifest_digest,
+    );
     let built = data_bytes(&line);
     assert!(
         built < 300 << 20,
         "the 256 MiB data partition of a 3 GiB image reports {built} bytes"
     );
-    boot_and_check(&raw, true, tmp.path(), accel, &layout, &manifest_digest);
+    // The raw image is what is written to a USB stick: under BIOS it boots from one.
+    boot_and_check(
+        &raw,
+        Media::Usb,
+        true,
+        tmp.path(),
+        accel,
+        &layout,
+        &manifest_digest,
+    );
     // On a bigger disk (a 6 GiB qcow2 over the built one) the data partition grows to the end at first boot.
     let bigger = tmp.path().join("bigger.qcow2");
     run(Command::new("qemu-img")
@@ -266,15 +287,30 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         .arg(&qcow2)
         .arg(&bigger)
         .arg("6G"));
-    let line = boot_and_check(&bigger, false, tmp.path(), accel, &layout, &manifest_digest);
+    let line = boot_and_check(
+        &bigger,
+        Media::Disk,
+        false,
+        tmp.path(),
+        accel,
+        &layout,
+        &manifest_digest,
+    );
     assert!(
         data_bytes(&line) > 2 << 30,
         "the data partition did not grow: {line}"
     );
-    // The ISO from a CD drive under both firmwares: the live system with the store in its squashfs.
-    for bios in [true, false] {
+    // The hybrid ISO from a CD drive and written to a USB stick, under both firmwares: the live system with the
+    // store in its squashfs.
+    for (media, bios) in [
+        (Media::Cdrom, true),
+        (Media::Cdrom, false),
+        (Media::Usb, true),
+        (Media::Usb, false),
+    ] {
         boot_and_check(
             &a.join("foothold-lab.iso"),
+            media,
             bios,
             tmp.path(),
             accel,
@@ -399,6 +435,15 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         !refused.status.success() && err.contains("boots under UEFI only"),
         "{err}"
     );
-    let line = boot_and_check(&raw, false, tmp.path(), accel, &layout, &manifest_digest);
+    // A UEFI-only disk is for a USB stick too: it boots from one.
+    let line = boot_and_check(
+        &raw,
+        Media::Usb,
+        false,
+        tmp.path(),
+        accel,
+        &layout,
+        &manifest_digest,
+    );
     assert!(line.contains("loader=systemd-boot-"), "{line}");
 }

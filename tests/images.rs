@@ -288,6 +288,7 @@ outputs:
   formats: [raw]
   diskSize: 3GiB
   dataSize: 64MiB
+  compression: xz
 "#,
             agent = agent_bin.display(),
             index = src.index["digest"].as_str().unwrap(),
@@ -415,6 +416,39 @@ outputs:
         &std::fs::read_to_string(out_dir.join("images-test.raw.manifest.json")).unwrap(),
     )
     .unwrap();
+    // `compression: xz`: the raw is also written as .raw.xz, whose manifest names the raw it decompresses to;
+    // `xz -d` gives back that raw bit for bit (the one booted below).
+    let xz = out_dir.join("images-test.raw.xz");
+    let xz_manifest: Value = serde_json::from_str(
+        &std::fs::read_to_string(out_dir.join("images-test.raw.xz.manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(xz_manifest["output"]["compression"], "xz");
+    assert_eq!(xz_manifest["output"]["sha256"], sha256_file(&xz).as_str());
+    let raw_sha256 = sha256_file(&raw);
+    assert_eq!(manifest["output"]["sha256"], raw_sha256.as_str());
+    assert_eq!(
+        xz_manifest["output"]["uncompressed"],
+        json!({"file": "images-test.raw", "sha256": raw_sha256, "size": std::fs::metadata(&raw).unwrap().len()})
+    );
+    assert!(xz_manifest["tools"]["xz"]
+        .as_str()
+        .is_some_and(|v| v.starts_with("xz (XZ Utils) 5.")));
+    let mut xz_d = Command::new("xz")
+        .arg("-dc")
+        .arg(&xz)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut xz_d.stdout.take().unwrap(), &mut hasher).unwrap();
+    assert!(xz_d.wait().unwrap().success());
+    assert_eq!(
+        hex::encode(hasher.finalize()),
+        raw_sha256,
+        "xz -d of {}",
+        xz.display()
+    );
     assert_eq!(
         manifest["inputs"]["images[0]"]["digest"],
         src.index["digest"]
@@ -514,6 +548,7 @@ outputs:
     let port = free_port();
     let mut vm = qemu::Vm::start(&qemu::RunOptions {
         image: raw.clone(),
+        media: qemu::Media::Disk,
         bios: false,
         forwards: vec![(port, 5000)],
         memory_mib: 1536,

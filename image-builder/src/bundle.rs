@@ -123,11 +123,24 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
 }
 
 /// Unpacks `bundle` into `dir`; returns the spec (with the original's hash) and the cache inside the bundle.
+///
+/// `dir` is the build's cache, so the caller holds its lock ([`crate::cache_lock`]) before this unpacks into it:
+/// what an earlier build left there is removed, all but the lock file.
 pub fn open(bundle: &Path, dir: &Path) -> Result<(Loaded, PathBuf)> {
-    if dir.exists() {
-        fs::remove_dir_all(dir)?;
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let lock = crate::cache_lock::path(dir);
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path == lock {
+            continue;
+        }
+        if path.is_dir() && !path.is_symlink() {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        }
+        .with_context(|| format!("removing {}", path.display()))?;
     }
-    fs::create_dir_all(dir)?;
     run(Command::new("tar")
         .arg("-xf")
         .arg(bundle)

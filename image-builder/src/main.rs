@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
-use foothold_image_builder::{build, progress::Progress, qemu, spec};
+use foothold_image_builder::{build, cache_lock, progress::Progress, qemu, spec};
 
 #[derive(Parser)]
 #[command(
@@ -88,6 +88,10 @@ enum Cmd {
         /// Boot with SeaBIOS instead of UEFI.
         #[arg(long)]
         bios: bool,
+        /// Attach the image as a USB stick (xHCI mass storage), as it boots once written to one. By default an
+        /// .iso goes in a CD drive and any other image on a virtio disk.
+        #[arg(long)]
+        usb: bool,
         /// host:guest TCP port forward on 127.0.0.1 (repeatable). Default 5000:5000.
         #[arg(long = "forward", value_parser = parse_forward)]
         forwards: Vec<(u16, u16)>,
@@ -183,12 +187,22 @@ fn real_main() -> Result<ExitCode> {
             formats,
             pull,
         } => {
-            let (loaded, cache) = match (path, bundle) {
-                (Some(path), _) => (spec::load(&path)?, cache_dir(cache)?),
-                (None, Some(b)) => foothold_image_builder::bundle::open(&b, &out.join(".bundle"))?,
+            // A bundle is unpacked into `<out>/.bundle`, the build's cache: its lock is taken first.
+            let (loaded, cache, _lock) = match (path, bundle) {
+                (Some(path), _) => {
+                    let loaded = spec::load(&path)?;
+                    let cache = cache_dir(cache)?;
+                    let lock = cache_lock::lock(&cache)?;
+                    (loaded, cache, lock)
+                }
+                (None, Some(b)) => {
+                    let dir = out.join(".bundle");
+                    let lock = cache_lock::lock(&dir)?;
+                    let (loaded, cache) = foothold_image_builder::bundle::open(&b, &dir)?;
+                    (loaded, cache, lock)
+                }
                 (None, None) => unreachable!("clap requires one"),
             };
-            let _lock = foothold_image_builder::cache_lock::lock(&cache)?;
             let settings = build::Settings {
                 out,
                 cache,
@@ -215,7 +229,7 @@ fn real_main() -> Result<ExitCode> {
         } => {
             let loaded = spec::load(&path)?;
             let cache = cache_dir(cache)?;
-            let _lock = foothold_image_builder::cache_lock::lock(&cache)?;
+            let _lock = cache_lock::lock(&cache)?;
             let progress = Progress::new(json);
             let fetched =
                 foothold_image_builder::fetch::fetch_all(&loaded, &cache, parallel, &progress)?;
@@ -253,6 +267,7 @@ fn real_main() -> Result<ExitCode> {
         Cmd::Run {
             image,
             bios,
+            usb,
             mut forwards,
             memory,
             cpus,
@@ -301,8 +316,13 @@ fn real_main() -> Result<ExitCode> {
             } else {
                 qemu::Accel::Tcg
             };
+            let media = if usb {
+                qemu::Media::Usb
+            } else {
+                qemu::Media::for_image(&image)
+            };
             eprintln!(
-                "foothold-build run: {} under {}, {accel:?}",
+                "foothold-build run: {} ({media:?}) under {}, {accel:?}",
                 image.display(),
                 if bios { "BIOS" } else { "UEFI" }
             );
@@ -315,6 +335,7 @@ fn real_main() -> Result<ExitCode> {
             let vars = scratch.path().join("ovmf-vars.fd");
             let opts = qemu::RunOptions {
                 image,
+                media,
                 bios,
                 forwards,
                 memory_mib: memory,

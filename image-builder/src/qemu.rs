@@ -84,8 +84,30 @@ fn tempfile_dir() -> std::io::Result<PathBuf> {
     Ok(d)
 }
 
+/// How the image is attached to the VM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Media {
+    /// A virtio disk.
+    Disk,
+    /// A CD drive (read-only).
+    Cdrom,
+    /// A USB stick: mass storage on an xHCI controller, as the image would be written to a stick.
+    Usb,
+}
+
+impl Media {
+    /// Where an image goes by default: an `.iso` in a CD drive, anything else on a disk.
+    pub fn for_image(image: &Path) -> Media {
+        match image.extension().and_then(|e| e.to_str()) {
+            Some("iso") => Media::Cdrom,
+            _ => Media::Disk,
+        }
+    }
+}
+
 pub struct RunOptions {
     pub image: PathBuf,
+    pub media: Media,
     pub bios: bool,
     /// (host port on 127.0.0.1, guest port)
     pub forwards: Vec<(u16, u16)>,
@@ -106,7 +128,6 @@ pub fn command(o: &RunOptions) -> Result<Command> {
         Some("qcow2") => "qcow2",
         _ => "raw",
     };
-    let iso = o.image.extension().and_then(|e| e.to_str()) == Some("iso");
     let mut c = Command::new("qemu-system-x86_64");
     c.args([
         "-M",
@@ -134,17 +155,22 @@ pub fn command(o: &RunOptions) -> Result<Command> {
             o.vars.display()
         ));
     }
-    if iso {
-        c.arg("-drive").arg(format!(
-            "file={},media=cdrom,readonly=on",
-            o.image.display()
-        ));
-    } else {
-        c.arg("-drive").arg(format!(
-            "file={},format={format},if=virtio",
-            o.image.display()
-        ));
-    }
+    // qemu's -drive options are comma-separated: a comma in the path is written twice.
+    let file = o.image.display().to_string().replace(',', ",,");
+    match o.media {
+        Media::Disk => c
+            .arg("-drive")
+            .arg(format!("file={file},format={format},if=virtio")),
+        Media::Cdrom => c
+            .arg("-drive")
+            .arg(format!("file={file},format=raw,media=cdrom,readonly=on")),
+        // The stick is the first boot device for both firmwares.
+        Media::Usb => c
+            .args(["-device", "qemu-xhci,id=xhci"])
+            .arg("-drive")
+            .arg(format!("file={file},format={format},if=none,id=stick"))
+            .args(["-device", "usb-storage,bus=xhci.0,drive=stick,bootindex=0"]),
+    };
     if o.snapshot {
         c.arg("-snapshot");
     }
@@ -231,5 +257,64 @@ impl Drop for Vm {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(image: &str, media: Media) -> Vec<String> {
+        let o = RunOptions {
+            image: PathBuf::from(image),
+            media,
+            bios: true,
+            forwards: vec![(8080, 5000)],
+            memory_mib: 512,
+            cpus: 1,
+            serial_log: None,
+            snapshot: true,
+            accel: Accel::Tcg,
+            vars: PathBuf::from("/nonexistent"),
+        };
+        command(&o)
+            .unwrap()
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn an_iso_goes_in_a_cd_drive_and_anything_else_on_a_disk_by_default() {
+        assert_eq!(Media::for_image(Path::new("a/site.iso")), Media::Cdrom);
+        assert_eq!(Media::for_image(Path::new("a/site.qcow2")), Media::Disk);
+        assert_eq!(Media::for_image(Path::new("a/site.raw")), Media::Disk);
+        assert_eq!(Media::for_image(Path::new("a/site")), Media::Disk);
+    }
+
+    #[test]
+    fn each_medium_attaches_the_image_its_own_way() {
+        let disk = args("/i/site.qcow2", Media::Disk);
+        assert!(disk.contains(&"file=/i/site.qcow2,format=qcow2,if=virtio".to_owned()));
+        let cd = args("/i/site.iso", Media::Cdrom);
+        assert!(cd.contains(&"file=/i/site.iso,format=raw,media=cdrom,readonly=on".to_owned()));
+        let usb = args("/i/a,b.iso", Media::Usb);
+        assert!(usb.contains(&"file=/i/a,,b.iso,format=raw,if=none,id=stick".to_owned()));
+        let i = usb
+            .iter()
+            .position(|a| a.starts_with("usb-storage,"))
+            .unwrap();
+        assert_eq!(usb[i - 1], "-device");
+        assert!(usb[i].contains("drive=stick") && usb[i].contains("bootindex=0"));
+        assert!(usb.contains(&"qemu-xhci,id=xhci".to_owned()));
+        for a in [&disk, &cd] {
+            assert!(!a.iter().any(|a| a.contains("usb")), "{a:?}");
+        }
+        // BIOS: no pflash; -snapshot and the forward as asked.
+        assert!(!usb.iter().any(|a| a.contains("pflash")));
+        assert!(usb.contains(&"-snapshot".to_owned()));
+        assert!(usb
+            .iter()
+            .any(|a| a.contains("hostfwd=tcp:127.0.0.1:8080-:5000")));
     }
 }

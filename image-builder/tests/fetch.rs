@@ -251,3 +251,90 @@ fn a_second_fetch_on_one_cache_waits_for_the_first() {
     assert!(status.success(), "{status}: {rest:?}");
     assert!(cached(&cache, &hex).is_file());
 }
+
+/// `build --bundle` unpacks into `<out>/.bundle`, the build's cache: while another process holds that cache, the
+/// build waits before touching it; then it clears what an earlier build left there and reads the bundle.
+#[test]
+fn a_bundle_build_waits_for_its_cache_before_unpacking() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    // A tar with no bundle index in it.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    std::fs::write(empty.join("readme"), "not a bundle\n").unwrap();
+    let tar = dir.path().join("not-a-bundle.tar");
+    let made = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&empty)
+        .arg("readme")
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let out = dir.path().join("out");
+    let cache = out.join(".bundle");
+    std::fs::create_dir_all(cache.join("rootfs/earlier")).unwrap();
+    std::fs::write(cache.join("rootfs/earlier/.complete"), "").unwrap();
+    let held = foothold_image_builder::cache_lock::lock(&cache).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_foothold-build"))
+        .arg("build")
+        .arg("--offline")
+        .arg("--bundle")
+        .arg(&tar)
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (lines_tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let _ = lines_tx.send(line.unwrap());
+        }
+    });
+    let waiting = lines
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the build says it waits");
+    assert!(
+        waiting.contains("waiting for the cache")
+            && waiting.contains(&format!("process {}", std::process::id())),
+        "{waiting}"
+    );
+    assert!(child.try_wait().unwrap().is_none(), "it waits");
+    assert!(
+        cache.join("rootfs/earlier/.complete").exists() && !cache.join("readme").exists(),
+        "the cache was changed while another process held it"
+    );
+
+    drop(held);
+    let (status_tx, status) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = status_tx.send(child.wait().unwrap());
+    });
+    let status = status
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the build ends once the lock is free");
+    // The rest of its standard error, to the end (the reader's channel closes at EOF).
+    let mut rest = String::new();
+    loop {
+        match lines.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => rest += &(line + "\n"),
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(e) => panic!("standard error did not end: {e}"),
+        }
+    }
+    assert!(!status.success());
+    assert!(
+        rest.contains("not-a-bundle.tar: no foothold-bundle.json; not a foothold-build bundle"),
+        "{rest}"
+    );
+    assert!(
+        !cache.join("rootfs").exists() && cache.join("readme").is_file(),
+        "the earlier build's files were cleared and the tar unpacked"
+    );
+    assert!(foothold_image_builder::cache_lock::path(&cache).is_file());
+}
