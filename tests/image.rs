@@ -256,30 +256,25 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     } else {
         Accel::Tcg
     };
-    let line = boot_and_check(
-        &raw,
-        Media::Disk,
-        false,
-        tmp.path(),
-        accel,
-        &layout,
-        &manifest_digest,
-    );
+    let boot = |image: &Path, media: Media, bios: bool| {
+        boot_and_check(
+            image,
+            media,
+            bios,
+            tmp.path(),
+            accel,
+            &layout,
+            &manifest_digest,
+        )
+    };
+    let line = boot(&raw, Media::Disk, false);
     let built = data_bytes(&line);
     assert!(
         built < 300 << 20,
         "the 256 MiB data partition of a 3 GiB image reports {built} bytes"
     );
     // The raw image is what is written to a USB stick: under BIOS it boots from one.
-    boot_and_check(
-        &raw,
-        Media::Usb,
-        true,
-        tmp.path(),
-        accel,
-        &layout,
-        &manifest_digest,
-    );
+    boot(&raw, Media::Usb, true);
     // On a bigger disk (a 6 GiB qcow2 over the built one) the data partition grows to the end at first boot.
     let bigger = tmp.path().join("bigger.qcow2");
     run(Command::new("qemu-img")
@@ -287,15 +282,7 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         .arg(&qcow2)
         .arg(&bigger)
         .arg("6G"));
-    let line = boot_and_check(
-        &bigger,
-        Media::Disk,
-        false,
-        tmp.path(),
-        accel,
-        &layout,
-        &manifest_digest,
-    );
+    let line = boot(&bigger, Media::Disk, false);
     assert!(
         data_bytes(&line) > 2 << 30,
         "the data partition did not grow: {line}"
@@ -308,15 +295,7 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         (Media::Usb, true),
         (Media::Usb, false),
     ] {
-        boot_and_check(
-            &a.join("foothold-lab.iso"),
-            media,
-            bios,
-            tmp.path(),
-            accel,
-            &layout,
-            &manifest_digest,
-        );
+        boot(&a.join("foothold-lab.iso"), media, bios);
     }
     std::fs::remove_dir_all(&a).unwrap();
 
@@ -436,14 +415,6 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         "{err}"
     );
     // A UEFI-only disk is for a USB stick too: it boots from one.
-    let line = boot_and_check(
-        &raw,
-        Media::Usb,
-        false,
-        tmp.path(),
-        accel,
-        &layout,
-        &manifest_digest,
-    );
+    let line = boot(&raw, Media::Usb, false);
     assert!(line.contains("loader=systemd-boot-"), "{line}");
 }

@@ -4,7 +4,8 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
 
 use foothold_image_builder::fetch::{cached, fetch_all, fetch_one, Fetched};
 use foothold_image_builder::progress::Progress;
@@ -197,42 +198,73 @@ fn json_events_to_a_closed_pipe_do_not_stop_a_fetch() {
     assert!(cached(&cache, &hex).is_file());
 }
 
+/// A `foothold-build` run started while this process holds its cache: it must say it waits for the cache,
+/// naming this process, and still be running.
+struct Waiting {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Waiting {
+    fn start(cmd: &mut std::process::Command) -> Waiting {
+        let mut child = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let _ = lines_tx.send(line.unwrap());
+            }
+        });
+        let waiting = lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("it says it waits");
+        assert!(
+            waiting.contains("waiting for the cache")
+                && waiting.contains(&format!("process {}", std::process::id())),
+            "{waiting}"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "it waits");
+        Waiting { child, lines }
+    }
+
+    /// Its exit status and the rest of its standard error, once the lock is free.
+    fn finish(mut self) -> (std::process::ExitStatus, String) {
+        let (status_tx, status) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = status_tx.send(self.child.wait().unwrap());
+        });
+        let status = status
+            .recv_timeout(Duration::from_secs(60))
+            .expect("it ends once the lock is free");
+        // The reader's channel closes at EOF.
+        let mut rest = String::new();
+        loop {
+            match self.lines.recv_timeout(Duration::from_secs(30)) {
+                Ok(line) => rest += &(line + "\n"),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(e) => panic!("standard error did not end: {e}"),
+            }
+        }
+        (status, rest)
+    }
+}
+
 /// A fetch on a cache another process holds waits, says whose it is, and goes on once the holder lets go.
 #[test]
 fn a_second_fetch_on_one_cache_waits_for_the_first() {
-    use std::sync::mpsc;
-    use std::time::Duration;
-
     let dir = tempfile::tempdir().unwrap();
     let (body, hex) = content();
     let server = serve(body, 0);
     let spec = one_file_spec(dir.path(), server.port, &hex);
     let cache = dir.path().join("cache");
     let held = foothold_image_builder::cache_lock::lock(&cache).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_foothold-build"))
-        .arg("fetch")
-        .arg("--cache")
-        .arg(&cache)
-        .arg(&spec)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (lines_tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let _ = lines_tx.send(line.unwrap());
-        }
-    });
-    let waiting = lines
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the second fetch says it waits");
-    assert!(
-        waiting.contains("waiting for the cache")
-            && waiting.contains(&format!("process {}", std::process::id())),
-        "{waiting}"
+    let waiting = Waiting::start(
+        std::process::Command::new(env!("CARGO_BIN_EXE_foothold-build"))
+            .arg("fetch")
+            .arg("--cache")
+            .arg(&cache)
+            .arg(&spec),
     );
-    assert!(child.try_wait().unwrap().is_none(), "it waits");
     assert!(
         !cached(&cache, &hex).exists(),
         "nothing fetched while waiting"
@@ -240,15 +272,8 @@ fn a_second_fetch_on_one_cache_waits_for_the_first() {
     assert!(server.ranges.lock().unwrap().is_empty());
 
     drop(held);
-    let (status_tx, status) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = status_tx.send(child.wait().unwrap());
-    });
-    let status = status
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the fetch finishes once the lock is free");
-    let rest: Vec<String> = lines.try_iter().collect();
-    assert!(status.success(), "{status}: {rest:?}");
+    let (status, rest) = waiting.finish();
+    assert!(status.success(), "{status}: {rest}");
     assert!(cached(&cache, &hex).is_file());
 }
 
@@ -256,9 +281,6 @@ fn a_second_fetch_on_one_cache_waits_for_the_first() {
 /// build waits before touching it; then it clears what an earlier build left there and reads the bundle.
 #[test]
 fn a_bundle_build_waits_for_its_cache_before_unpacking() {
-    use std::sync::mpsc;
-    use std::time::Duration;
-
     let dir = tempfile::tempdir().unwrap();
     // A tar with no bundle index in it.
     let empty = dir.path().join("empty");
@@ -279,54 +301,22 @@ fn a_bundle_build_waits_for_its_cache_before_unpacking() {
     std::fs::create_dir_all(cache.join("rootfs/earlier")).unwrap();
     std::fs::write(cache.join("rootfs/earlier/.complete"), "").unwrap();
     let held = foothold_image_builder::cache_lock::lock(&cache).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_foothold-build"))
-        .arg("build")
-        .arg("--offline")
-        .arg("--bundle")
-        .arg(&tar)
-        .arg("--out")
-        .arg(&out)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (lines_tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let _ = lines_tx.send(line.unwrap());
-        }
-    });
-    let waiting = lines
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the build says it waits");
-    assert!(
-        waiting.contains("waiting for the cache")
-            && waiting.contains(&format!("process {}", std::process::id())),
-        "{waiting}"
+    let waiting = Waiting::start(
+        std::process::Command::new(env!("CARGO_BIN_EXE_foothold-build"))
+            .arg("build")
+            .arg("--offline")
+            .arg("--bundle")
+            .arg(&tar)
+            .arg("--out")
+            .arg(&out),
     );
-    assert!(child.try_wait().unwrap().is_none(), "it waits");
     assert!(
         cache.join("rootfs/earlier/.complete").exists() && !cache.join("readme").exists(),
         "the cache was changed while another process held it"
     );
 
     drop(held);
-    let (status_tx, status) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = status_tx.send(child.wait().unwrap());
-    });
-    let status = status
-        .recv_timeout(Duration::from_secs(60))
-        .expect("the build ends once the lock is free");
-    // The rest of its standard error, to the end (the reader's channel closes at EOF).
-    let mut rest = String::new();
-    loop {
-        match lines.recv_timeout(Duration::from_secs(30)) {
-            Ok(line) => rest += &(line + "\n"),
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(e) => panic!("standard error did not end: {e}"),
-        }
-    }
+    let (status, rest) = waiting.finish();
     assert!(!status.success());
     assert!(
         rest.contains("not-a-bundle.tar: no foothold-bundle.json; not a foothold-build bundle"),
