@@ -51,47 +51,45 @@ spec:
       containers: [{name: multi, image: quay.io/lab/multi:2}]
 ";
 
-/// A running foothold-agent, killed on drop.
-struct Agent {
+/// A server started by a test (a foothold-agent, a registry, a file server) on 127.0.0.1, killed on drop.
+struct Server {
     child: Child,
+    /// `127.0.0.1:<port>`.
     host: String,
 }
 
-impl Agent {
-    fn start(data: &Path) -> Agent {
-        let port = free_port();
-        let host = format!("127.0.0.1:{port}");
-        let child = Command::new(target().join("debug/foothold-agent"))
-            .args(["serve", "--no-controllers", "--listen", &host, "--data"])
-            .arg(data)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut agent = Agent { child, host };
+impl Server {
+    /// Starts `cmd` (which listens on `host`) and waits, at most 30 s, until `up(host)`.
+    fn start(what: &str, cmd: &mut Command, host: String, up: impl Fn(&str) -> bool) -> Server {
+        let child = cmd.stdout(Stdio::null()).spawn().unwrap();
+        let mut server = Server { child, host };
         let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let ok = Command::new("curl")
-                .args(["-fsS", "-o", "/dev/null", "--max-time", "2"])
-                .arg(format!("http://{}/readyz", agent.host))
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok {
-                return agent;
+        while !up(&server.host) {
+            if let Some(status) = server.child.try_wait().unwrap() {
+                panic!("{what} exited before it was up: {status}");
             }
-            if let Some(status) = agent.child.try_wait().unwrap() {
-                panic!("foothold-agent exited before it was ready: {status}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "foothold-agent not ready in 30 s"
-            );
+            assert!(Instant::now() < deadline, "{what} not up in 30 s");
             std::thread::sleep(Duration::from_millis(100));
         }
+        server
+    }
+
+    /// A foothold-agent serving `data`.
+    fn agent(data: &Path) -> Server {
+        let host = format!("127.0.0.1:{}", free_port());
+        Server::start(
+            "foothold-agent",
+            Command::new(target().join("debug/foothold-agent"))
+                .args(["serve", "--no-controllers", "--listen", &host, "--data"])
+                .arg(data)
+                .stderr(Stdio::null()),
+            host,
+            |host| http_code(&[&format!("http://{host}/readyz")]) == "200",
+        )
     }
 }
 
-impl Drop for Agent {
+impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -254,7 +252,7 @@ fn images_are_pulled_by_digest_cached_and_served_from_the_built_image() {
         .arg(dir.join("layout"))
         .arg("--data")
         .arg(&registry_data));
-    let registry = Agent::start(&registry_data);
+    let registry = Server::agent(&registry_data);
 
     // The spec: served under other registries' names, pulled from ours.
     let spec = dir.join("spec.yaml");
@@ -473,7 +471,7 @@ outputs:
         .arg("--data")
         .arg(&data));
     assert!(report.contains(" 0 problems"), "{report}");
-    let served = Agent::start(&data);
+    let served = Server::agent(&data);
     let host = &served.host;
     let raw_index = run(Command::new("skopeo").args([
         "inspect",
@@ -593,54 +591,30 @@ outputs:
     drop(vm);
 }
 
-/// CNCF distribution (Debian's docker-registry) with htpasswd auth on 127.0.0.1, killed on drop.
-struct PrivateRegistry {
-    child: Child,
-    host: String,
-}
-
-impl Drop for PrivateRegistry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl PrivateRegistry {
-    fn start(dir: &Path, user: &str, password: &str) -> PrivateRegistry {
-        let port = free_port();
-        let host = format!("127.0.0.1:{port}");
-        let htpasswd = run(Command::new("htpasswd").args(["-Bbn", user, password]));
-        std::fs::write(dir.join("htpasswd"), htpasswd).unwrap();
-        std::fs::write(
-            dir.join("config.yml"),
-            format!(
-                "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\n\
-                 http: {{addr: \"{host}\"}}\nauth: {{htpasswd: {{realm: foothold-test, path: {}}}}}\n",
-                dir.join("storage").display(),
-                dir.join("htpasswd").display()
-            ),
-        )
-        .unwrap();
-        let mut child = Command::new("docker-registry")
+/// CNCF distribution (Debian's docker-registry) with htpasswd auth; up when /v2/ asks for credentials.
+fn private_registry(dir: &Path, user: &str, password: &str) -> Server {
+    let host = format!("127.0.0.1:{}", free_port());
+    let htpasswd = run(Command::new("htpasswd").args(["-Bbn", user, password]));
+    std::fs::write(dir.join("htpasswd"), htpasswd).unwrap();
+    std::fs::write(
+        dir.join("config.yml"),
+        format!(
+            "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\n\
+             http: {{addr: \"{host}\"}}\nauth: {{htpasswd: {{realm: foothold-test, path: {}}}}}\n",
+            dir.join("storage").display(),
+            dir.join("htpasswd").display()
+        ),
+    )
+    .unwrap();
+    Server::start(
+        "docker-registry",
+        Command::new("docker-registry")
             .arg("serve")
             .arg(dir.join("config.yml"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        // Up when /v2/ asks for credentials.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let asks_for_credentials = || http_code(&[&format!("http://{host}/v2/")]) == "401";
-        while !asks_for_credentials() {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("docker-registry exited: {status}");
-            }
-            assert!(Instant::now() < deadline, "docker-registry not up in 30 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        PrivateRegistry { child, host }
-    }
+            .stderr(Stdio::null()),
+        host,
+        |host| http_code(&[&format!("http://{host}/v2/")]) == "401",
+    )
 }
 
 #[test]
@@ -648,7 +622,7 @@ fn private_images_are_pulled_with_the_credentials_skopeo_login_wrote() {
     build_binaries();
     let tmp = tempfile::tempdir_in(target()).unwrap();
     let dir = tmp.path();
-    let registry = PrivateRegistry::start(dir, "foothold", "s3cret");
+    let registry = private_registry(dir, "foothold", "s3cret");
 
     // One image, pushed with credentials.
     let layout = dir.join("layout");
@@ -796,4 +770,202 @@ fn private_images_are_pulled_with_the_credentials_skopeo_login_wrote() {
         "{log}"
     );
     assert_eq!(names(&dir.join("cache-d/oci/blobs/sha256")), names(&got));
+}
+
+/// A directory served over HTTP by Python's http.server, which logs each request on stderr (into `log`).
+fn file_server(dir: &Path, log: &Path) -> Server {
+    let host = format!("127.0.0.1:{}", free_port());
+    let port = host.rsplit(':').next().unwrap().to_owned();
+    Server::start(
+        "python3 -m http.server",
+        Command::new("python3")
+            .args(["-m", "http.server", "--bind", "127.0.0.1", "--directory"])
+            .arg(dir)
+            .arg(port)
+            .stderr(std::fs::File::create(log).unwrap()),
+        host,
+        |host| http_code(&[&format!("http://{host}/")]) == "200",
+    )
+}
+
+/// The GET requests for `path` in an http.server log.
+fn gets(log: &Path, path: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .matches(&format!("\"GET {path} "))
+        .count()
+}
+
+#[test]
+fn pin_writes_the_missing_pins_into_the_spec_and_keeps_the_rest_of_it() {
+    build_binaries();
+    let tmp = tempfile::tempdir_in(target()).unwrap();
+    let dir = tmp.path();
+    let src = source_layout(&dir.join("layout"));
+    run(Command::new(target().join("debug/foothold-agent"))
+        .arg("import")
+        .arg(dir.join("layout"))
+        .arg("--data")
+        .arg(dir.join("registry")));
+    let registry = Server::agent(&dir.join("registry"));
+    let files = dir.join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    let put = |name: &str, seed: u64| {
+        let bytes = seeded(seed, 200_000 + seed as usize);
+        std::fs::write(files.join(name), &bytes).unwrap();
+        hex::encode(Sha256::digest(&bytes))
+    };
+    let (k3s, airgap, tool) = (put("k3s", 7), put("airgap.tar.zst", 8), put("node-tool", 9));
+    let log = dir.join("http.log");
+    let web = file_server(&files, &log);
+
+    // Comments, flow and block mappings, quoting: all of it must survive.
+    let unpinned = format!(
+        "# Pins are written by `foothold-build pin` — this comment stays.\n\
+         name: pin-test\n\
+         base: {{suite: bookworm}}\n\
+         hostname: pin-test\n\
+         components:\n  \
+           k3s:\n    \
+             binary: {{url: 'http://{web}/k3s'}}  # flow\n    \
+             airgapImages:\n      \
+               - url: http://{web}/airgap.tar.zst\n  \
+           files:\n    \
+             - url: \"http://{web}/node-tool\"\n      \
+               sha256: {tool}  # pinned already: left alone\n      \
+               dest: /usr/local/bin/node-tool\n  \
+           images:\n    \
+             - reference: quay.io/lab/multi:2\n      \
+               source: {host}/docker.io/lab/multi\n    \
+             - reference: registry.example/lab/single:1\n      \
+               source: {host}/docker.io/lab/single\n\
+         outputs: {{formats: [raw], diskSize: 3GiB}}\n",
+        web = web.host,
+        host = registry.host,
+    );
+    let spec = dir.join("spec.yaml");
+    std::fs::write(&spec, &unpinned).unwrap();
+    let cache = dir.join("cache");
+    let build = |args: &[&str]| {
+        let out = Command::new(target().join("debug/foothold-build"))
+            .args(args)
+            .arg(&spec)
+            .arg("--cache")
+            .arg(&cache)
+            .args(["--insecure-registry", &registry.host])
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let check = |args: &[&str]| {
+        let out = Command::new(target().join("debug/foothold-build"))
+            .arg("check")
+            .arg(&spec)
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let read = || std::fs::read_to_string(&spec).unwrap();
+
+    // Unpinned: no build or fetch, and the error says what to run.
+    let (ok, err) = check(&[]);
+    assert!(!ok, "an unpinned spec passed the check");
+    assert!(
+        err.contains("components.k3s.binary.sha256: required")
+            && err.contains("foothold-build pin"),
+        "{err}"
+    );
+    let (ok, text) = build(&["fetch"]);
+    assert!(!ok && text.contains("foothold-build pin"), "{text}");
+    assert!(check(&["--allow-unpinned"]).0);
+
+    let (ok, text) = build(&["pin"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("4 pins written"), "{text}");
+    let index = src.index["digest"].as_str().unwrap();
+    let single = src.single["digest"].as_str().unwrap();
+    let pinned = unpinned
+        .replace("/k3s'}", &format!("/k3s', sha256: {k3s}}}"))
+        .replace(
+            "/airgap.tar.zst\n",
+            &format!("/airgap.tar.zst\n        sha256: {airgap}\n"),
+        )
+        .replace("multi:2\n", &format!("multi:2\n      digest: {index}\n"))
+        .replace("single:1\n", &format!("single:1\n      digest: {single}\n"));
+    assert_eq!(read(), pinned);
+    assert!(check(&[]).0, "the pinned spec fails the check");
+    assert_eq!(gets(&log, "/k3s"), 1);
+    assert_eq!(gets(&log, "/node-tool"), 0, "a pinned input was downloaded");
+
+    // The downloads were kept: the fetch that follows asks the file server nothing.
+    let (ok, text) = build(&["fetch"]);
+    assert!(ok, "{text}");
+    assert_eq!(
+        (
+            gets(&log, "/k3s"),
+            gets(&log, "/airgap.tar.zst"),
+            gets(&log, "/node-tool")
+        ),
+        (1, 1, 1),
+        "only the input pinned by hand is fetched"
+    );
+
+    // Pinned: nothing to do, nothing asked, the file untouched.
+    let before = std::fs::metadata(&spec).unwrap().modified().unwrap();
+    let (ok, text) = build(&["pin"]);
+    assert!(ok && text.contains("nothing to pin"), "{text}");
+    assert_eq!(gets(&log, "/k3s"), 1);
+    assert_eq!(
+        std::fs::metadata(&spec).unwrap().modified().unwrap(),
+        before
+    );
+
+    // A new k3s at the same URL: --update rewrites its pin and only its pin.
+    let k3s2 = put("k3s", 10);
+    let (ok, text) = build(&["pin", "--update"]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(&format!("components.k3s.binary.sha256: {k3s2} (was {k3s})"))
+            && text.contains("1 pins written"),
+        "{text}"
+    );
+    assert_eq!(read(), pinned.replace(&k3s, &k3s2));
+
+    // What cannot be pinned leaves the spec as it was, and says which input.
+    let broken = |from: &str, to: &str| {
+        let text = pinned.replace(&k3s, &k3s2).replace(from, to);
+        std::fs::write(&spec, &text).unwrap();
+        let (ok, out) = build(&["pin"]);
+        assert!(!ok, "pinning succeeded with {to:?}");
+        assert_eq!(read(), text, "a failed pin changed the spec");
+        out
+    };
+    std::fs::remove_file(files.join("airgap.tar.zst")).unwrap();
+    let out = broken(&format!("        sha256: {airgap}\n"), "");
+    assert!(
+        out.contains("components.k3s.airgapImages[0].url") && out.contains("HTTP 404"),
+        "{out}"
+    );
+    let out = broken(&format!("multi:2\n      digest: {index}\n"), "multi:9\n");
+    assert!(
+        out.contains("components.images[0]") && out.contains("docker.io/lab/multi:9"),
+        "{out}"
+    );
+    let out = broken(
+        &format!("multi:2\n      digest: {index}\n"),
+        "multi:2\n      platforms: [linux/s390x]\n",
+    );
+    assert!(
+        out.contains("components.images[0]") && out.contains("none of the platforms linux/s390x"),
+        "{out}"
+    );
 }

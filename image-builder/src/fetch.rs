@@ -50,13 +50,7 @@ pub fn fetch_with_progress(
     if let Ok(mut f) = File::open(&partial) {
         have = std::io::copy(&mut f, &mut hasher)?;
     }
-    let agent = ureq::Agent::new_with_config(
-        ureq::config::Config::builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(std::time::Duration::from_secs(30)))
-            .build(),
-    );
-    let mut req = agent.get(url);
+    let mut req = agent().get(url);
     if have > 0 {
         req = req.header("Range", &format!("bytes={have}-"));
     }
@@ -78,6 +72,40 @@ pub fn fetch_with_progress(
         s => bail!("GET {url}: HTTP {s}"),
     };
     let resumed_from = have;
+    let bytes = stream(url, resp, &mut out, &mut hasher, have, progress)
+        .map_err(|e| anyhow::anyhow!("{e:#}; fetch again to resume"))?;
+    drop(out);
+    let got = hex::encode(hasher.finalize());
+    if got != hex {
+        fs::remove_file(&partial)?;
+        bail!("GET {url}: the content has sha256 {got}, the spec pins {hex}; nothing was cached");
+    }
+    crate::build::publish(&partial, &done)?;
+    Ok(Fetched::Downloaded {
+        bytes: resumed_from + bytes,
+        resumed_from,
+    })
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::new_with_config(
+        ureq::config::Config::builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(std::time::Duration::from_secs(30)))
+            .build(),
+    )
+}
+
+/// Streams a response's body into `out` (which holds `have` bytes already), hashing it; returns the bytes
+/// written. A body cut short is an error that names how far it got, with `out` synced.
+fn stream(
+    url: &str,
+    resp: ureq::http::Response<ureq::Body>,
+    out: &mut File,
+    hasher: &mut Sha256,
+    have: u64,
+    progress: Option<&Progress>,
+) -> Result<u64> {
     let total = resp
         .headers()
         .get("content-length")
@@ -96,10 +124,7 @@ pub fn fetch_with_progress(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 out.sync_all()?;
-                bail!(
-                    "GET {url}: interrupted after {} bytes ({e}); fetch again to resume",
-                    have + bytes
-                );
+                bail!("GET {url}: interrupted after {} bytes ({e})", have + bytes);
             }
         };
         hasher.update(&buf[..n]);
@@ -108,17 +133,39 @@ pub fn fetch_with_progress(
         bar.inc(n as u64);
     }
     out.sync_all()?;
-    drop(out);
-    let got = hex::encode(hasher.finalize());
-    if got != hex {
-        fs::remove_file(&partial)?;
-        bail!("GET {url}: the content has sha256 {got}, the spec pins {hex}; nothing was cached");
+    Ok(bytes)
+}
+
+/// Downloads `url` whole to learn its sha256, for `pin`, and keeps it in the cache under that hash, so that the
+/// fetch that follows makes no request. Returns the hex sha256.
+pub fn fetch_unpinned(cache: &Path, url: &str, progress: Option<&Progress>) -> Result<String> {
+    let dir = cache.join("files/sha256");
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let resp = agent()
+        .get(url)
+        .call()
+        .with_context(|| format!("GET {url}"))?;
+    match resp.status().as_u16() {
+        200 => {}
+        s => bail!("GET {url}: HTTP {s}"),
     }
-    crate::build::publish(&partial, &done)?;
-    Ok(Fetched::Downloaded {
-        bytes: resumed_from + bytes,
-        resumed_from,
-    })
+    // Removed on drop unless published.
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".pin-")
+        .suffix(".partial")
+        .tempfile_in(&dir)
+        .with_context(|| format!("creating a file in {}", dir.display()))?;
+    let mut hasher = Sha256::new();
+    stream(url, resp, tmp.as_file_mut(), &mut hasher, 0, progress)?;
+    let hex = hex::encode(hasher.finalize());
+    let done = cached(cache, &hex);
+    if !done.is_file() {
+        let tmp = tmp.into_temp_path();
+        crate::build::publish(&tmp, &done)?;
+        // Already renamed: nothing left to remove.
+        tmp.keep()?;
+    }
+    Ok(hex)
 }
 
 /// Fetches every `url` input of the spec, up to `parallel` at a time. Errors name the spec field.

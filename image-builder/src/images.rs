@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
 
 use crate::progress::Progress;
-use crate::spec::{ImageComponent, Loaded};
+use crate::spec::{ImageComponent, Loaded, Pins};
 
 /// Manifest media types asked for; registries answer with what the digest is.
 const ACCEPT: &[&str] = &[
@@ -35,7 +35,7 @@ const ACCEPT: &[&str] = &[
 const PARALLEL_BLOBS: usize = 4;
 
 /// Checks one image entry; errors start with the field name.
-pub fn validate(im: &ImageComponent) -> std::result::Result<(), String> {
+pub fn validate(im: &ImageComponent, pins: Pins) -> std::result::Result<(), String> {
     let r: Reference = im.reference.parse().map_err(|e| {
         format!(
             "reference: {:?} is not an image reference ({e})",
@@ -50,19 +50,26 @@ pub fn validate(im: &ImageComponent) -> std::result::Result<(), String> {
             r.registry()
         ));
     }
-    if !is_digest(&im.digest) {
-        return Err(format!(
-            "digest: {:?} is not sha256: and 64 lower-case hex digits",
-            im.digest
-        ));
-    }
-    if let Some(d) = r.digest() {
-        if d != im.digest {
+    match (&im.digest, r.digest()) {
+        (Some(pin), _) if !is_digest(pin) => {
             return Err(format!(
-                "reference: {:?} names digest {d}, not the pinned {}",
-                im.reference, im.digest
-            ));
+                "digest: {pin:?} is not sha256: and 64 lower-case hex digits"
+            ))
         }
+        (Some(pin), Some(d)) if d != pin => {
+            return Err(format!(
+                "reference: {:?} names digest {d}, not the pinned {pin}",
+                im.reference
+            ))
+        }
+        (None, _) if pins == Pins::Required => {
+            return Err(format!(
+                "digest: required (images are pinned by digest); `foothold-build pin` resolves {:?} and fills \
+                 it in",
+                im.reference
+            ))
+        }
+        _ => {}
     }
     if let Some(s) = &im.source {
         let src: Reference = s
@@ -135,7 +142,7 @@ fn source_repo(im: &ImageComponent) -> Reference {
     Reference::with_digest(
         r.registry().to_owned(),
         r.repository().to_owned(),
-        im.digest.clone(),
+        im.pinned().to_owned(),
     )
 }
 
@@ -160,7 +167,7 @@ enum Walk {
 /// Walks the image from its pinned digest through the cache only.
 fn walk_local(cache: &Path, im: &ImageComponent) -> Result<Walk> {
     let mut need = Vec::new();
-    let mut stack = vec![im.digest.clone()];
+    let mut stack = vec![im.pinned().to_owned()];
     while let Some(d) = stack.pop() {
         let path = blob_path(cache, &d);
         let Ok(bytes) = fs::read(&path) else {
@@ -383,10 +390,10 @@ async fn pull_image(
 
 /// Whether `digest` is the pinned manifest or a child an index in the cache lists (else it is a blob).
 fn is_manifest(cache: &Path, im: &ImageComponent, digest: &str) -> Result<bool> {
-    if digest == im.digest {
+    if digest == im.pinned() {
         return Ok(true);
     }
-    let mut stack = vec![im.digest.clone()];
+    let mut stack = vec![im.pinned().to_owned()];
     while let Some(d) = stack.pop() {
         let Ok(bytes) = fs::read(blob_path(cache, &d)) else {
             continue;
@@ -403,7 +410,7 @@ fn is_manifest(cache: &Path, im: &ImageComponent, digest: &str) -> Result<bool> 
 /// The blobs (not manifests) of the image's cached manifests that the cache lacks.
 fn missing_blobs(cache: &Path, im: &ImageComponent) -> Result<Vec<String>> {
     let mut missing = BTreeSet::new();
-    let mut stack = vec![im.digest.clone()];
+    let mut stack = vec![im.pinned().to_owned()];
     while let Some(d) = stack.pop() {
         let Ok(bytes) = fs::read(blob_path(cache, &d)) else {
             continue;
@@ -438,6 +445,76 @@ fn is_auth_error(e: &anyhow::Error) -> bool {
     })
 }
 
+/// What talking to registries needs: a runtime, a client and the credentials file.
+struct Registries {
+    rt: tokio::runtime::Runtime,
+    client: Client,
+    auth_file: Option<crate::auth::AuthFile>,
+}
+
+impl Registries {
+    /// Reads the credentials file: only call this when something is to be pulled.
+    fn new(settings: &PullSettings) -> Result<Registries> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        // oci-client is built without a rustls backend; ring is the one the workspace uses.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = Client::new(ClientConfig {
+            protocol: ClientProtocol::HttpsExcept(settings.insecure.clone()),
+            connect_timeout: Some(std::time::Duration::from_secs(30)),
+            read_timeout: Some(std::time::Duration::from_secs(120)),
+            ..ClientConfig::default()
+        });
+        let auth_file = match settings
+            .auth_file
+            .clone()
+            .or_else(crate::auth::default_path)
+        {
+            Some(path) => Some(crate::auth::AuthFile::load(&path)?),
+            None => None,
+        };
+        Ok(Registries {
+            rt,
+            client,
+            auth_file,
+        })
+    }
+
+    /// The credentials for `repo`, and for progress lines who they are (` as <user> (credentials for <key> in
+    /// <file>)`, or nothing when anonymous).
+    fn auth(&self, repo: &Reference) -> (RegistryAuth, String) {
+        let found = self
+            .auth_file
+            .as_ref()
+            .and_then(|f| Some((f, f.lookup(repo.registry(), repo.repository())?)));
+        match found {
+            Some((f, (key, user, password))) => (
+                RegistryAuth::Basic(user.to_owned(), password.to_owned()),
+                format!(" as {user} (credentials for {key} in {})", f.path.display()),
+            ),
+            None => (RegistryAuth::Anonymous, String::new()),
+        }
+    }
+
+    /// What to add to an error from `repo` when the registry wants credentials or refused them.
+    fn hint(&self, auth: &RegistryAuth, e: &anyhow::Error, repo: &Reference) -> String {
+        match (auth, is_auth_error(e), &self.auth_file) {
+            (RegistryAuth::Anonymous, true, Some(f)) => format!(
+                "; the registry wants credentials and {} has none for {}",
+                f.path.display(),
+                repo.registry()
+            ),
+            (RegistryAuth::Anonymous, true, None) => format!(
+                "; the registry wants credentials: log in to {} with `skopeo login` or give --authfile",
+                repo.registry()
+            ),
+            (_, true, _) => "; the registry refused the credentials".to_owned(),
+            _ => String::new(),
+        }
+    }
+}
+
 /// Pulls every image of the spec that the cache lacks; a complete cache makes no request. Errors name the field.
 pub fn fetch_all(
     loaded: &Loaded,
@@ -463,67 +540,20 @@ pub fn fetch_all(
         }
     }
     if !todo.is_empty() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        // oci-client is built without a rustls backend; ring is the one the workspace uses.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = Client::new(ClientConfig {
-            protocol: ClientProtocol::HttpsExcept(settings.insecure.clone()),
-            connect_timeout: Some(std::time::Duration::from_secs(30)),
-            read_timeout: Some(std::time::Duration::from_secs(120)),
-            ..ClientConfig::default()
-        });
-        // Credentials are read only when something is pulled.
-        let auth_file = match settings
-            .auth_file
-            .clone()
-            .or_else(crate::auth::default_path)
-        {
-            Some(path) => Some(crate::auth::AuthFile::load(&path)?),
-            None => None,
-        };
+        let reg = Registries::new(settings)?;
         for i in todo {
             let im = &images[i];
             let repo = source_repo(im);
-            let creds = auth_file
-                .as_ref()
-                .and_then(|f| Some((f, f.lookup(repo.registry(), repo.repository())?)));
-            let auth = match creds {
-                Some((f, (key, user, password))) => {
-                    progress.step(
-                        "fetch",
-                        &format!(
-                            "pulling {}@{} as {user} (credentials for {key} in {})",
-                            im.reference,
-                            im.digest,
-                            f.path.display()
-                        ),
-                    );
-                    RegistryAuth::Basic(user.to_owned(), password.to_owned())
-                }
-                None => {
-                    progress.step("fetch", &format!("pulling {}@{}", im.reference, im.digest));
-                    RegistryAuth::Anonymous
-                }
-            };
-            let p = rt
-                .block_on(pull_image(&client, cache, im, &auth, progress))
+            let (auth, as_user) = reg.auth(&repo);
+            progress.step(
+                "fetch",
+                &format!("pulling {}@{}{as_user}", im.reference, im.pinned()),
+            );
+            let p = reg
+                .rt
+                .block_on(pull_image(&reg.client, cache, im, &auth, progress))
                 .map_err(|e| {
-                    let hint = match (&auth, is_auth_error(&e), &auth_file) {
-                        (RegistryAuth::Anonymous, true, Some(f)) => format!(
-                            "; the registry wants credentials and {} has none for {}",
-                            f.path.display(),
-                            repo.registry()
-                        ),
-                        (RegistryAuth::Anonymous, true, None) => format!(
-                            "; the registry wants credentials: log in to {} with `skopeo login` or give \
-                             --authfile",
-                            repo.registry()
-                        ),
-                        (_, true, _) => "; the registry refused the credentials".to_owned(),
-                        _ => String::new(),
-                    };
+                    let hint = reg.hint(&auth, &e, &repo);
                     e.context(format!(
                         "{}: components.images[{i}] ({} from {}){hint}",
                         loaded.path.display(),
@@ -546,6 +576,65 @@ pub fn fetch_all(
         .into_iter()
         .map(|(i, p)| (images[i].reference.clone(), p))
         .collect())
+}
+
+/// For `pin`: the digest each image's reference resolves to now (`images` are `(spec field, image)`). A
+/// reference that names a digest resolves to it without a request; otherwise the tag (default `latest`) is
+/// asked of the image's source. The digest is the sha256 of the manifest or index as served, which is checked to
+/// be one and to offer the image's platforms; it is kept in the cache for the fetch that follows.
+pub fn resolve_all(
+    images: &[(String, &ImageComponent)],
+    cache: &Path,
+    settings: &PullSettings,
+    progress: &Progress,
+) -> Result<Vec<String>> {
+    let mut reg = None;
+    let mut out = Vec::new();
+    for (field, im) in images {
+        let r: Reference = im.reference.parse().expect("validated");
+        if let Some(d) = r.digest() {
+            out.push(d.to_owned());
+            continue;
+        }
+        let reg = match &mut reg {
+            Some(reg) => reg,
+            None => reg.insert(Registries::new(settings)?),
+        };
+        let src: Reference = im
+            .source
+            .as_deref()
+            .unwrap_or(&im.reference)
+            .parse()
+            .expect("validated");
+        let at = Reference::with_tag(
+            src.registry().to_owned(),
+            src.repository().to_owned(),
+            r.tag().unwrap_or("latest").to_owned(),
+        );
+        let (auth, as_user) = reg.auth(&at);
+        progress.step("pin", &format!("resolving {}{as_user}", at.whole()));
+        let found = reg
+            .rt
+            .block_on(reg.client.pull_manifest_raw(&at, &auth, ACCEPT))
+            .map_err(anyhow::Error::from)
+            .and_then(|(bytes, _)| {
+                let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+                children(&bytes, &im.platforms)?;
+                store_bytes(cache, &digest, &bytes)?;
+                Ok(digest)
+            })
+            .map_err(|e| {
+                let hint = reg.hint(&auth, &e, &at);
+                e.context(format!(
+                    "{field} ({} from {}){hint}",
+                    im.reference,
+                    at.whole()
+                ))
+            })?;
+        progress.step("pin", &format!("{}: {found}", im.reference));
+        out.push(found);
+    }
+    Ok(out)
 }
 
 /// Every cache path (relative to the cache) the spec's images need, for bundles; an error when one is missing.
@@ -583,7 +672,7 @@ pub fn write_layout(loaded: &Loaded, cache: &Path, dir: &Path) -> Result<Vec<Val
                 im.reference
             ),
         };
-        let top = fs::read(blob_path(cache, &im.digest))?;
+        let top = fs::read(blob_path(cache, im.pinned()))?;
         let v: Value = serde_json::from_slice(&top)?;
         let media_type = v["mediaType"]
             .as_str()
@@ -600,7 +689,7 @@ pub fn write_layout(loaded: &Loaded, cache: &Path, dir: &Path) -> Result<Vec<Val
         annotations.insert("io.containerd.image.name".into(), json!(name));
         entries.push(json!({
             "mediaType": media_type,
-            "digest": im.digest,
+            "digest": im.pinned(),
             "size": top.len(),
             "annotations": annotations,
         }));
@@ -614,7 +703,7 @@ pub fn write_layout(loaded: &Loaded, cache: &Path, dir: &Path) -> Result<Vec<Val
             .sum();
         records.push(json!({
             "reference": im.reference,
-            "digest": im.digest,
+            "digest": im.pinned(),
             "source": source_repo(im).whole(),
             "platforms": im.platforms,
             "blobs": need.len(),
@@ -650,7 +739,7 @@ mod tests {
     fn image(reference: &str) -> ImageComponent {
         ImageComponent {
             reference: reference.into(),
-            digest: format!("sha256:{}", "a".repeat(64)),
+            digest: Some(format!("sha256:{}", "a".repeat(64))),
             source: None,
             platforms: vec!["linux/amd64".into()],
         }
@@ -658,16 +747,24 @@ mod tests {
 
     #[test]
     fn validation_names_the_field() {
-        validate(&image("quay.io/metal3-io/ironic:v26.0.1")).unwrap();
-        validate(&image("busybox")).unwrap();
-        assert!(validate(&image("mirror:5000/a/b:1"))
+        let ok = |im: ImageComponent| validate(&im, Pins::Required).unwrap();
+        ok(image("quay.io/metal3-io/ironic:v26.0.1"));
+        ok(image("busybox"));
+        assert!(validate(&image("mirror:5000/a/b:1"), Pins::Required)
             .unwrap_err()
             .contains("port"));
-        let e = |im: ImageComponent| validate(&im).unwrap_err();
+        let e = |im: ImageComponent| validate(&im, Pins::Required).unwrap_err();
         assert!(e(image("Quay.io/UPPER:x")).starts_with("reference:"));
         let mut im = image("busybox:1");
-        im.digest = "sha256:abc".into();
-        assert!(e(im).starts_with("digest:"));
+        im.digest = Some("sha256:abc".into());
+        assert!(e(im.clone()).starts_with("digest:"));
+        assert!(validate(&im, Pins::Optional)
+            .unwrap_err()
+            .starts_with("digest:"));
+        // Unpinned: an error for a build, fine for `pin`.
+        im.digest = None;
+        assert!(e(im.clone()).contains("foothold-build pin"));
+        validate(&im, Pins::Optional).unwrap();
         let im = image(&format!("busybox@sha256:{}", "b".repeat(64)));
         assert!(e(im).contains("not the pinned"));
         let mut im = image("busybox:1");
@@ -722,7 +819,7 @@ mod tests {
     fn served_names_drop_the_digest() {
         let mut im = image("quay.io/a/b:1");
         assert_eq!(served_name(&im), "quay.io/a/b:1");
-        im.reference = format!("quay.io/a/b@{}", im.digest);
+        im.reference = format!("quay.io/a/b@{}", im.pinned());
         assert_eq!(served_name(&im), "quay.io/a/b");
     }
 }

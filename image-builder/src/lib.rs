@@ -10,6 +10,7 @@ pub mod ext4;
 pub mod fetch;
 pub mod gpt;
 pub mod images;
+pub mod pin;
 pub mod progress;
 pub mod qemu;
 pub mod sparse;

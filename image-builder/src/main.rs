@@ -78,8 +78,29 @@ enum Cmd {
         #[command(flatten)]
         pull: PullArgs,
     },
+    /// Fill in the spec's missing pins, in place: the sha256 of each url input (downloaded, and kept in the
+    /// cache) and the digest each image's tag resolves to. Comments and layout are kept. Review the change
+    /// before you commit it: the pins are what every later build verifies against.
+    Pin {
+        spec: PathBuf,
+        /// Resolve every url and tag again, and rewrite the pins that changed.
+        #[arg(long)]
+        update: bool,
+        /// Cache directory (default ~/.cache/foothold).
+        #[arg(long)]
+        cache: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        pull: PullArgs,
+    },
     /// Check a spec and print it normalised as JSON.
-    Check { spec: PathBuf },
+    Check {
+        spec: PathBuf,
+        /// Accept url inputs and images that are not pinned yet (what `pin` fills in).
+        #[arg(long)]
+        allow_unpinned: bool,
+    },
     /// Print the spec format's JSON Schema.
     Schema,
     /// Boot an image in qemu: UEFI by default, serial console here, agent ports forwarded.
@@ -259,8 +280,37 @@ fn real_main() -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Check { spec: path } => {
-            let loaded = spec::load(&path)?;
+        Cmd::Pin {
+            spec: path,
+            update,
+            cache,
+            json,
+            pull,
+        } => {
+            let cache = cache_dir(cache)?;
+            let _lock = cache_lock::lock(&cache)?;
+            let progress = Progress::new(json);
+            let changes =
+                foothold_image_builder::pin::pin(&path, &cache, update, &pull.into(), &progress)?;
+            progress.step(
+                "pin",
+                &match changes.len() {
+                    0 => format!("{}: nothing to pin", path.display()),
+                    n => format!("{}: {n} pins written", path.display()),
+                },
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Check {
+            spec: path,
+            allow_unpinned,
+        } => {
+            let pins = if allow_unpinned {
+                spec::Pins::Optional
+            } else {
+                spec::Pins::Required
+            };
+            let loaded = spec::load_with(&path, pins)?;
             print_document(&serde_json::to_string_pretty(&loaded.spec)?)
         }
         Cmd::Schema => print_document(&serde_json::to_string_pretty(&spec::schema())?),

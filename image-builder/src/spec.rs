@@ -138,7 +138,7 @@ pub struct Input {
     pub url: Option<String>,
     #[serde(default)]
     pub path: Option<PathBuf>,
-    /// Hex sha256 of the content; required for `url`.
+    /// Hex sha256 of the content; required for `url` (`foothold-build pin` fills it in).
     #[serde(default)]
     pub sha256: Option<String>,
 }
@@ -184,8 +184,10 @@ impl Input {
 pub struct ImageComponent {
     /// The name compute nodes pull, e.g. `quay.io/metal3-io/ironic:v26.0.1` (the agent serves it under it).
     pub reference: String,
-    /// `sha256:<hex>` of the manifest or index the reference resolves to.
-    pub digest: String,
+    /// `sha256:<hex>` of the manifest or index the reference resolves to. Required to build or fetch;
+    /// `foothold-build pin` resolves the reference's tag and fills it in.
+    #[serde(default)]
+    pub digest: Option<String>,
     /// Where to pull it from when not the reference's own registry (a mirror), e.g.
     /// `mirror.example:5000/metal3-io/ironic`.
     #[serde(default)]
@@ -194,6 +196,15 @@ pub struct ImageComponent {
     /// whole so its digest resolves. Default `linux/amd64`.
     #[serde(default = "default_platforms")]
     pub platforms: Vec<String>,
+}
+
+impl ImageComponent {
+    /// The pinned digest; a spec loaded with `Pins::Required` has one for every image.
+    pub fn pinned(&self) -> &str {
+        self.digest
+            .as_deref()
+            .expect("a spec loaded for a build or fetch pins every image")
+    }
 }
 
 fn default_platforms() -> Vec<String> {
@@ -341,9 +352,22 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
+/// Whether a spec must carry every pin (to build or fetch) or may lack some (to be pinned).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pins {
+    Required,
+    Optional,
+}
+
 impl Spec {
-    /// Checks what the types cannot: names, digests, sizes, addresses. Errors name the field.
+    /// Checks what the types cannot: names, digests, sizes, addresses, and that every remote input is pinned.
+    /// Errors name the field.
     pub fn validate(&self) -> Result<(), String> {
+        self.validate_with(Pins::Required)
+    }
+
+    /// `validate`, with the pins required or not.
+    pub fn validate_with(&self, pins: Pins) -> Result<(), String> {
         let dns = |s: &str| {
             !s.is_empty()
                 && s.len() <= 63
@@ -434,10 +458,10 @@ impl Spec {
             }
         }
         for (field, f) in self.file_inputs() {
-            validate_file(&field, &f)?;
+            validate_file(&field, &f, pins)?;
         }
         for (i, im) in self.components.images.iter().enumerate() {
-            crate::images::validate(im).map_err(|e| format!("components.images[{i}].{e}"))?;
+            crate::images::validate(im, pins).map_err(|e| format!("components.images[{i}].{e}"))?;
         }
         if self.outputs.formats.is_empty() {
             return Err("outputs.formats: name at least one of raw, qcow2, iso".into());
@@ -516,7 +540,7 @@ impl Spec {
 }
 
 /// Checks one file input; `field` names it in errors (`components.files[0]`, `components.k3s.binary`).
-fn validate_file(field: &str, f: &FileComponent) -> Result<(), String> {
+fn validate_file(field: &str, f: &FileComponent, pins: Pins) -> Result<(), String> {
     match (&f.url, &f.path) {
         (Some(_), Some(_)) | (None, None) => {
             return Err(format!("{field}: give exactly one of url and path"))
@@ -525,9 +549,10 @@ fn validate_file(field: &str, f: &FileComponent) -> Result<(), String> {
             if !(u.starts_with("http://") || u.starts_with("https://")) {
                 return Err(format!("{field}.url: {u:?} must be http(s)"));
             }
-            if f.sha256.is_none() {
+            if f.sha256.is_none() && pins == Pins::Required {
                 return Err(format!(
-                    "{field}.sha256: required for a url (inputs are pinned)"
+                    "{field}.sha256: required for a url (inputs are pinned); `foothold-build pin` downloads it \
+                     and fills it in"
                 ));
             }
         }
@@ -596,8 +621,13 @@ impl Loaded {
     }
 }
 
-/// Reads and validates the spec at `path`.
+/// Reads and validates the spec at `path`; every remote input must be pinned.
 pub fn load(path: &Path) -> Result<Loaded, SpecError> {
+    load_with(path, Pins::Required)
+}
+
+/// Reads and validates the spec at `path`, with the pins required or not.
+pub fn load_with(path: &Path, pins: Pins) -> Result<Loaded, SpecError> {
     let file = path.display().to_string();
     let err = |message: String| SpecError {
         file: file.clone(),
@@ -605,7 +635,7 @@ pub fn load(path: &Path) -> Result<Loaded, SpecError> {
     };
     let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
     let spec = parse(&text).map_err(err)?;
-    spec.validate().map_err(err)?;
+    spec.validate_with(pins).map_err(err)?;
     let dir = path.parent().map(Path::to_owned).unwrap_or_default();
     let dir = if dir.as_os_str().is_empty() {
         PathBuf::from(".")
@@ -677,6 +707,17 @@ mod tests {
         };
         assert!(with_file("url: https://x/k3s\ndest: /usr/local/bin/k3s")
             .contains("components.files[0].sha256: required"));
+        // Before `pin`, a url may lack its sha256; nothing else is relaxed.
+        let mut s = parse(GOOD).unwrap();
+        s.components
+            .files
+            .push(serde_saphyr::from_str("url: https://x/k3s\ndest: /usr/local/bin/k3s").unwrap());
+        s.validate_with(Pins::Optional).unwrap();
+        s.components.files[0].dest = None;
+        assert!(s
+            .validate_with(Pins::Optional)
+            .unwrap_err()
+            .contains("components.files[0]: give dest"));
         assert!(with_file("path: k3s\ndest: usr/bin/k3s").contains("components.files[0].dest"));
         assert!(with_file("path: k3s").contains("components.files[0]: give dest"));
         assert!(with_file("path: k3s\nserve: {kind: os_images, name: a/b}")
