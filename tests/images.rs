@@ -968,4 +968,13 @@ fn pin_writes_the_missing_pins_into_the_spec_and_keeps_the_rest_of_it() {
         out.contains("components.images[0]") && out.contains("none of the platforms linux/s390x"),
         "{out}"
     );
+    let out = broken(
+        &format!("single:1\n      digest: {single}\n"),
+        "single:1\n      platforms: [linux/arm64]\n",
+    );
+    assert!(
+        out.contains("components.images[1]")
+            && out.contains("the image is for linux/amd64, not one of the platforms linux/arm64"),
+        "{out}"
+    );
 }

@@ -188,6 +188,20 @@ fn walk_local(cache: &Path, im: &ImageComponent) -> Result<Walk> {
     Ok(Walk::Complete(need))
 }
 
+fn platform_name(os: &str, arch: &str, variant: Option<&str>) -> String {
+    match variant {
+        Some(v) => format!("{os}/{arch}/{v}"),
+        None => format!("{os}/{arch}"),
+    }
+}
+
+/// Whether the platform `name` (of `os` and `arch`) is one of `platforms`; `linux/arm64` takes any variant.
+fn is_wanted(platforms: &[String], os: &str, arch: &str, name: &str) -> bool {
+    platforms.iter().any(|want| {
+        *want == name || (want.matches('/').count() == 1 && *want == format!("{os}/{arch}"))
+    })
+}
+
 /// The wanted child manifests (of an index) and the blobs (of an image manifest) of a manifest.
 fn children(bytes: &[u8], platforms: &[String]) -> Result<(Vec<String>, Vec<String>)> {
     let v: Value = serde_json::from_slice(bytes).context("the manifest is not JSON")?;
@@ -206,14 +220,8 @@ fn children(bytes: &[u8], platforms: &[String]) -> Result<(Vec<String>, Vec<Stri
             let (Some(os), Some(arch)) = (p["os"].as_str(), p["architecture"].as_str()) else {
                 continue;
             };
-            let name = match p["variant"].as_str() {
-                Some(v) => format!("{os}/{arch}/{v}"),
-                None => format!("{os}/{arch}"),
-            };
-            let hit = platforms.iter().any(|want| {
-                *want == name || (want.matches('/').count() == 1 && *want == format!("{os}/{arch}"))
-            });
-            if hit {
+            let name = platform_name(os, arch, p["variant"].as_str());
+            if is_wanted(platforms, os, arch, &name) {
                 wanted.push(digest_of(m)?);
             }
             offered.insert(name);
@@ -615,14 +623,14 @@ pub fn resolve_all(
         progress.step("pin", &format!("resolving {}{as_user}", at.whole()));
         let found = reg
             .rt
-            .block_on(reg.client.pull_manifest_raw(&at, &auth, ACCEPT))
-            .map_err(anyhow::Error::from)
-            .and_then(|(bytes, _)| {
-                let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
-                children(&bytes, &im.platforms)?;
-                store_bytes(cache, &digest, &bytes)?;
-                Ok(digest)
-            })
+            .block_on(resolve_one(
+                &reg.client,
+                cache,
+                &at,
+                &auth,
+                &im.platforms,
+                progress,
+            ))
             .map_err(|e| {
                 let hint = reg.hint(&auth, &e, &at);
                 e.context(format!(
@@ -635,6 +643,40 @@ pub fn resolve_all(
         out.push(found);
     }
     Ok(out)
+}
+
+/// The digest of what `at` (a tag) names now, checked to be an index offering one of `platforms` or an image
+/// manifest for one of them (its config says which). The manifest and a single image's config are cached.
+async fn resolve_one(
+    client: &Client,
+    cache: &Path,
+    at: &Reference,
+    auth: &RegistryAuth,
+    platforms: &[String],
+    progress: &Progress,
+) -> Result<String> {
+    let (bytes, _) = client.pull_manifest_raw(at, auth, ACCEPT).await?;
+    let digest = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+    let (_, blobs) = children(&bytes, platforms)?;
+    store_bytes(cache, &digest, &bytes)?;
+    if let Some(config) = blobs.first() {
+        if !blob_path(cache, config).is_file() {
+            pull_blob(client, at, cache, config, progress).await?;
+        }
+        let v: Value = serde_json::from_slice(&fs::read(blob_path(cache, config))?)
+            .with_context(|| format!("the image's config {config} is not JSON"))?;
+        let (Some(os), Some(arch)) = (v["os"].as_str(), v["architecture"].as_str()) else {
+            bail!("the image's config {config} names no os and architecture");
+        };
+        let name = platform_name(os, arch, v["variant"].as_str());
+        if !is_wanted(platforms, os, arch, &name) {
+            bail!(
+                "the image is for {name}, not one of the platforms {}",
+                platforms.join(", ")
+            );
+        }
+    }
+    Ok(digest)
 }
 
 /// Every cache path (relative to the cache) the spec's images need, for bundles; an error when one is missing.
