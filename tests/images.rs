@@ -977,4 +977,17 @@ fn pin_writes_the_missing_pins_into_the_spec_and_keeps_the_rest_of_it() {
             && out.contains("the image is for linux/amd64, not one of the platforms linux/arm64"),
         "{out}"
     );
+    // A digest pinned by hand is checked too: fetch refuses a single image for another platform.
+    std::fs::write(
+        &spec,
+        pinned.replace("single:1\n", "single:1\n      platforms: [linux/arm64]\n"),
+    )
+    .unwrap();
+    let (ok, out) = build(&["fetch"]);
+    assert!(!ok, "fetched an amd64 image for linux/arm64");
+    assert!(
+        out.contains("components.images[1]")
+            && out.contains("the image is for linux/amd64, not one of the platforms linux/arm64"),
+        "{out}"
+    );
 }

@@ -177,6 +177,7 @@ fn walk_local(cache: &Path, im: &ImageComponent) -> Result<Walk> {
         let (manifests, blobs) =
             children(&bytes, &im.platforms).with_context(|| format!("{} ({})", im.reference, d))?;
         stack.extend(manifests);
+        let config = blobs.first().cloned();
         for b in blobs {
             if blob_path(cache, &b).is_file() {
                 need.push(b);
@@ -184,8 +185,30 @@ fn walk_local(cache: &Path, im: &ImageComponent) -> Result<Walk> {
                 return Ok(Walk::Missing(b));
             }
         }
+        // A single image (not an index's child, chosen by platform already) says its platform in its config.
+        if let Some(config) = config.filter(|_| d == im.pinned()) {
+            check_platform(cache, &config, &im.platforms)
+                .with_context(|| format!("{} ({})", im.reference, d))?;
+        }
     }
     Ok(Walk::Complete(need))
+}
+
+/// Checks that the cached image config `config` is for one of `platforms`.
+fn check_platform(cache: &Path, config: &str, platforms: &[String]) -> Result<()> {
+    let v: Value = serde_json::from_slice(&fs::read(blob_path(cache, config))?)
+        .with_context(|| format!("the image's config {config} is not JSON"))?;
+    let (Some(os), Some(arch)) = (v["os"].as_str(), v["architecture"].as_str()) else {
+        bail!("the image's config {config} names no os and architecture");
+    };
+    let name = platform_name(os, arch, v["variant"].as_str());
+    if !is_wanted(platforms, os, arch, &name) {
+        bail!(
+            "the image is for {name}, not one of the platforms {}",
+            platforms.join(", ")
+        );
+    }
+    Ok(())
 }
 
 fn platform_name(os: &str, arch: &str, variant: Option<&str>) -> String {
@@ -663,18 +686,7 @@ async fn resolve_one(
         if !blob_path(cache, config).is_file() {
             pull_blob(client, at, cache, config, progress).await?;
         }
-        let v: Value = serde_json::from_slice(&fs::read(blob_path(cache, config))?)
-            .with_context(|| format!("the image's config {config} is not JSON"))?;
-        let (Some(os), Some(arch)) = (v["os"].as_str(), v["architecture"].as_str()) else {
-            bail!("the image's config {config} names no os and architecture");
-        };
-        let name = platform_name(os, arch, v["variant"].as_str());
-        if !is_wanted(platforms, os, arch, &name) {
-            bail!(
-                "the image is for {name}, not one of the platforms {}",
-                platforms.join(", ")
-            );
-        }
+        check_platform(cache, config, platforms)?;
     }
     Ok(digest)
 }
