@@ -950,33 +950,35 @@ fn pin_writes_the_missing_pins_into_the_spec_and_keeps_the_rest_of_it() {
         out
     };
     std::fs::remove_file(files.join("airgap.tar.zst")).unwrap();
-    let out = broken(&format!("        sha256: {airgap}\n"), "");
-    assert!(
-        out.contains("components.k3s.airgapImages[0].url") && out.contains("HTTP 404"),
-        "{out}"
-    );
-    let out = broken(&format!("multi:2\n      digest: {index}\n"), "multi:9\n");
-    assert!(
-        out.contains("components.images[0]") && out.contains("docker.io/lab/multi:9"),
-        "{out}"
-    );
-    let out = broken(
-        &format!("multi:2\n      digest: {index}\n"),
-        "multi:2\n      platforms: [linux/s390x]\n",
-    );
-    assert!(
-        out.contains("components.images[0]") && out.contains("none of the platforms linux/s390x"),
-        "{out}"
-    );
-    let out = broken(
-        &format!("single:1\n      digest: {single}\n"),
-        "single:1\n      platforms: [linux/arm64]\n",
-    );
-    assert!(
-        out.contains("components.images[1]")
-            && out.contains("the image is for linux/amd64, not one of the platforms linux/arm64"),
-        "{out}"
-    );
+    let other_platform = "the image is for linux/amd64, not one of the platforms linux/arm64";
+    for (from, to, says) in [
+        (
+            format!("        sha256: {airgap}\n"),
+            "",
+            ["components.k3s.airgapImages[0].url", "HTTP 404"],
+        ),
+        (
+            format!("multi:2\n      digest: {index}\n"),
+            "multi:9\n",
+            ["components.images[0]", "docker.io/lab/multi:9"],
+        ),
+        (
+            format!("multi:2\n      digest: {index}\n"),
+            "multi:2\n      platforms: [linux/s390x]\n",
+            ["components.images[0]", "none of the platforms linux/s390x"],
+        ),
+        (
+            format!("single:1\n      digest: {single}\n"),
+            "single:1\n      platforms: [linux/arm64]\n",
+            ["components.images[1]", other_platform],
+        ),
+    ] {
+        let out = broken(&from, to);
+        assert!(
+            says.iter().all(|s| out.contains(s)),
+            "{says:?} not in {out}"
+        );
+    }
     // A digest pinned by hand is checked too: fetch refuses a single image for another platform.
     std::fs::write(
         &spec,
@@ -986,8 +988,7 @@ fn pin_writes_the_missing_pins_into_the_spec_and_keeps_the_rest_of_it() {
     let (ok, out) = build(&["fetch"]);
     assert!(!ok, "fetched an amd64 image for linux/arm64");
     assert!(
-        out.contains("components.images[1]")
-            && out.contains("the image is for linux/amd64, not one of the platforms linux/arm64"),
+        out.contains("components.images[1]") && out.contains(other_platform),
         "{out}"
     );
 }

@@ -132,13 +132,17 @@ pub fn registry_of(im: &ImageComponent) -> String {
 }
 
 /// Where an image is pulled from: `source`, or the reference's own registry and repository.
-fn source_repo(im: &ImageComponent) -> Reference {
-    let r: Reference = im
-        .source
+fn source(im: &ImageComponent) -> Reference {
+    im.source
         .as_deref()
         .unwrap_or(&im.reference)
         .parse()
-        .expect("validated");
+        .expect("validated")
+}
+
+/// The image's pinned digest at its source.
+fn source_repo(im: &ImageComponent) -> Reference {
+    let r = source(im);
     Reference::with_digest(
         r.registry().to_owned(),
         r.repository().to_owned(),
@@ -631,12 +635,7 @@ pub fn resolve_all(
             Some(reg) => reg,
             None => reg.insert(Registries::new(settings)?),
         };
-        let src: Reference = im
-            .source
-            .as_deref()
-            .unwrap_or(&im.reference)
-            .parse()
-            .expect("validated");
+        let src = source(im);
         let at = Reference::with_tag(
             src.registry().to_owned(),
             src.repository().to_owned(),
