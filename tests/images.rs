@@ -6,7 +6,9 @@
 //! platform left out answers MANIFEST_UNKNOWN. The image also carries k3s (a stand-in script: k3s cannot be
 //! downloaded here) and a manifest; booted in qemu, it shows the k3s unit started with the spec's arguments after
 //! its mirror configuration was written, and the ready marker waits for the Kubernetes API. The image serves
-//! HTTPS (`agentTls`) with the certificate made at first boot, which k3s's mirror configuration trusts.
+//! HTTPS (`agentTls`) with the certificate made at first boot, which k3s's mirror configuration trusts, and runs
+//! its reconcilers with k3s's kubeconfig as `packages/appliance.yaml` does: they wait for the apiserver while the
+//! agent serves. `foothold-build pin` resolves the same registry's tags, and a file server's urls, into a spec.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -32,6 +34,11 @@ server)
   say "manifests=$(ls /var/lib/rancher/k3s/server/manifests | tr '\n' ',')"
   ca=$(sed -n 's/.*ca_file: "\(.*\)"/\1/p' /etc/rancher/k3s/registries.yaml)
   say "ca=$ca $(openssl x509 -noout -ext subjectAltName -in "$ca" | tail -n 1 | tr -d ' ')"
+  # A kubeconfig where k3s writes its own, for an apiserver that is not there.
+  printf '%s\n' 'apiVersion: v1' 'kind: Config' 'current-context: k3s' \
+    'clusters: [{name: k3s, cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}}]' \
+    'users: [{name: k3s, user: {token: standin}}]' \
+    'contexts: [{name: k3s, context: {cluster: k3s, user: k3s}}]' > /etc/rancher/k3s/k3s.yaml
   touch /run/k3s-standin-ready
   systemd-notify --ready
   exec sleep infinity ;;
@@ -268,7 +275,8 @@ hostname: images-test
 components:
   agent:
     path: {agent}
-  agentArgs: [--no-controllers]
+  # As in packages/appliance.yaml: the reconcilers on, with k3s's kubeconfig.
+  agentArgs: [--kubeconfig, /etc/rancher/k3s/k3s.yaml]
   agentTls: true
   k3s:
     binary: {{path: k3s-standin}}
@@ -581,12 +589,27 @@ outputs:
         standin("ca"),
         "/etc/foothold/tls/cert.pem DNS:images-test,DNS:localhost,IPAddress:127.0.0.1"
     );
-    run(Command::new("curl").args([
-        "-kfsS",
-        "--max-time",
-        "30",
-        &format!("https://127.0.0.1:{port}/readyz"),
-    ]));
+    // The agent's reconcilers read the kubeconfig k3s wrote, and wait for its apiserver while the agent serves.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let ready: Value = serde_json::from_str(&run(Command::new("curl").args([
+            "-kfsS",
+            "--max-time",
+            "30",
+            &format!("https://127.0.0.1:{port}/readyz"),
+        ])))
+        .unwrap();
+        let error = ready["controllers"]["error"].as_str().unwrap_or_default();
+        if ready["controllers"]["state"] == "connecting" && error.contains("apiserver unreachable")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the controllers did not reach k3s's kubeconfig in 90 s: {ready}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
     assert_eq!(standin("manifests"), "foothold-00-app.yaml,");
     drop(vm);
 }
