@@ -911,9 +911,13 @@ fn pin_writes_the_missing_pins_into_the_spec_and_keeps_the_rest_of_it() {
     assert!(!ok && text.contains("foothold-build pin"), "{text}");
     assert!(check(&["--allow-unpinned"]).0);
 
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&spec, std::fs::Permissions::from_mode(0o640)).unwrap();
     let (ok, text) = build(&["pin"]);
     assert!(ok, "{text}");
     assert!(text.contains("4 pins written"), "{text}");
+    let mode = std::fs::metadata(&spec).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o640, "pin changed the spec's mode");
     let index = src.index["digest"].as_str().unwrap();
     let single = src.single["digest"].as_str().unwrap();
     let pinned = unpinned

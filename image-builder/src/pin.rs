@@ -166,37 +166,32 @@ fn mappings(text: &str) -> Result<BTreeMap<String, Mapping>> {
     };
     let mut out: BTreeMap<String, Mapping> = BTreeMap::new();
     let mut stack: Vec<Frame> = Vec::new();
-    // The path of the node that starts now, and whether it is a key.
-    fn place(stack: &mut [Frame]) -> (Option<String>, bool) {
+    // The path of the node that starts now; None when it is a mapping key.
+    fn place(stack: &mut [Frame]) -> Option<String> {
         match stack.last_mut() {
-            None => (Some(String::new()), false),
+            None => Some(String::new()),
             Some(Frame::Seq { path, next }) => {
                 *next += 1;
-                (Some(format!("{path}[{}]", *next - 1)), false)
+                Some(format!("{path}[{}]", *next - 1))
             }
-            Some(Frame::Map { key: None, .. }) => (None, true),
+            Some(Frame::Map { key: None, .. }) => None,
             Some(Frame::Map {
                 path,
                 key: Some((k, _)),
-            }) => (
-                Some(if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                }),
-                false,
-            ),
+            }) => Some(if path.is_empty() {
+                k.clone()
+            } else {
+                format!("{path}.{k}")
+            }),
         }
     }
     for ev in Parser::new_from_str(text) {
         let (ev, span) = ev.map_err(|e| anyhow::anyhow!("{e}"))?;
         match ev {
             Event::MappingStart(style, ..) | Event::SequenceStart(style, ..) => {
-                let (path, is_key) = place(&mut stack);
-                if is_key {
+                let Some(path) = place(&mut stack) else {
                     bail!("line {}: a collection as a mapping key", span.start.line());
-                }
-                let path = path.expect("not a key");
+                };
                 if let Some(Frame::Map {
                     path: parent,
                     key: Some((k, at)),
@@ -226,7 +221,7 @@ fn mappings(text: &str) -> Result<BTreeMap<String, Mapping>> {
                 }
             }
             Event::Scalar(..) | Event::Alias(..) => {
-                let (_, is_key) = place(&mut stack);
+                let is_key = place(&mut stack).is_none();
                 let value = match ev {
                     Event::Scalar(v, ..) => Some(v.into_owned()),
                     _ => None,
