@@ -38,7 +38,8 @@ pub fn pin(
 ) -> Result<Vec<Change>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let loaded = spec::load_with(path, Pins::Optional)?;
+    // The text that is edited is the text that was validated.
+    let loaded = spec::load_text(path, &text, Pins::Optional)?;
     let file = path.display();
     let mut changes = Vec::new();
     for (field, f) in loaded.spec.file_inputs() {
@@ -66,7 +67,7 @@ pub fn pin(
         .map(|(i, im)| (format!("components.images[{i}]"), im))
         .collect();
     let digests = crate::images::resolve_all(&images, cache, settings, progress)
-        .with_context(|| format!("{file}: resolving an image"))?;
+        .with_context(|| file.to_string())?;
     for ((field, im), digest) in images.into_iter().zip(digests) {
         changes.push(Change {
             field,

@@ -628,13 +628,20 @@ pub fn load(path: &Path) -> Result<Loaded, SpecError> {
 
 /// Reads and validates the spec at `path`, with the pins required or not.
 pub fn load_with(path: &Path, pins: Pins) -> Result<Loaded, SpecError> {
-    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| SpecError {
+        file: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    load_text(path, &text, pins)
+}
+
+/// Validates `text`, read from the spec at `path`.
+pub fn load_text(path: &Path, text: &str, pins: Pins) -> Result<Loaded, SpecError> {
     let err = |message: String| SpecError {
-        file: file.clone(),
+        file: path.display().to_string(),
         message,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    let spec = parse(&text).map_err(err)?;
+    let spec = parse(text).map_err(err)?;
     spec.validate_with(pins).map_err(err)?;
     let dir = path.parent().map(Path::to_owned).unwrap_or_default();
     let dir = if dir.as_os_str().is_empty() {
