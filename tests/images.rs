@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use foothold_e2e::{build_binaries, free_port, http_code, run, sha256_file, target};
+use foothold_e2e::{
+    boot_options, boot_until_ready, build_binaries, free_port, http_code, run, sha256_file, target,
+};
 use foothold_image_builder::qemu;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -545,27 +547,15 @@ outputs:
 
     // Booted: the agent is ready, and k3s (the stand-in) was started with the spec's arguments, a mirror
     // configuration naming the agent for the images' registries, and the manifests.
-    let accel = if qemu::probe_kvm(Duration::from_secs(5)) {
-        qemu::Accel::Kvm
-    } else {
-        qemu::Accel::Tcg
-    };
     let serial = dir.join("console.log");
     let port = free_port();
-    let mut vm = qemu::Vm::start(&qemu::RunOptions {
-        image: raw.clone(),
-        media: qemu::Media::Disk,
-        bios: false,
-        forwards: vec![(port, 5000)],
-        memory_mib: 1536,
-        cpus: 2,
-        serial_log: Some(serial.clone()),
-        snapshot: true,
-        accel,
-        vars: dir.join("vars.fd"),
-    })
-    .unwrap();
-    let line = vm.wait_ready(Duration::from_secs(600)).unwrap();
+    let (vm, line) = boot_until_ready(
+        "the image with k3s's stand-in",
+        qemu::RunOptions {
+            forwards: vec![(port, 5000)],
+            ..boot_options(&raw, serial.clone())
+        },
+    );
     assert!(line.contains("k3s=ready"), "{line}");
     let console = String::from_utf8_lossy(&std::fs::read(&serial).unwrap()).into_owned();
     let standin = |key: &str| -> String {

@@ -1,7 +1,9 @@
 //! Helpers shared by the end-to-end tests (`image.rs`, `images.rs`).
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
+use foothold_image_builder::qemu::{AccelChoice, RunOptions, Vm};
 use sha2::{Digest, Sha256};
 
 pub fn workspace() -> PathBuf {
@@ -71,4 +73,49 @@ pub fn build_binaries() {
         "-p",
         "foothold-image-builder",
     ]));
+}
+
+/// The options the boot tests start a VM with: 1.5 GiB and 2 CPUs, the console in `console`, writes discarded,
+/// and the accelerator `$FOOTHOLD_ACCEL` asks for (auto when unset).
+pub fn boot_options(image: &Path, console: PathBuf) -> RunOptions {
+    RunOptions {
+        memory_mib: 1536,
+        serial_log: Some(console),
+        snapshot: true,
+        accel: AccelChoice::from_env().unwrap(),
+        ..RunOptions::new(image.to_owned())
+    }
+}
+
+/// Starts `o` and waits up to 10 minutes for the ready marker; says which accelerator ran the boot (and why it
+/// left KVM, if it did). The VM and the marker line.
+pub fn boot_until_ready(what: &str, o: RunOptions) -> (Vm, String) {
+    let mut vm = Vm::start(o).unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    let line = vm
+        .wait_ready(Duration::from_secs(600))
+        .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    match vm.fallback() {
+        Some(why) => eprintln!("{what}: ready under {} (KVM failed: {why})", vm.accel()),
+        None => eprintln!("{what}: ready under {}", vm.accel()),
+    }
+    (vm, line)
+}
+
+/// A copy of `image-builder/tests/fixtures/fake-qemu.sh` in `dir` that fails KVM as some hosts do — its probe
+/// passes, then the boot prints "KVM internal error" and stalls — and runs the real qemu under TCG. Every call
+/// is logged to `dir/calls.log`.
+pub fn qemu_with_broken_kvm(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let qemu = dir.join("qemu");
+    std::fs::copy(
+        workspace().join("image-builder/tests/fixtures/fake-qemu.sh"),
+        &qemu,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("behaviour"),
+        "PROBE=pass\nBOOT=internal-error\nTCG=real\n",
+    )
+    .unwrap();
+    qemu
 }

@@ -126,6 +126,13 @@ enum Cmd {
         /// Keep the image unchanged (writes go to a temporary overlay).
         #[arg(long)]
         snapshot: bool,
+        /// auto: KVM where a probe with the boot's firmware passes, and the boot again under TCG if KVM then
+        /// fails it (a KVM internal error, qemu exiting, or a silent console for 30 s); kvm or tcg: that one only.
+        #[arg(long, env = "FOOTHOLD_ACCEL", default_value = "auto")]
+        accel: qemu::AccelChoice,
+        /// The qemu binary.
+        #[arg(long, env = "FOOTHOLD_QEMU", default_value = qemu::QEMU)]
+        qemu: PathBuf,
     },
 }
 
@@ -323,6 +330,8 @@ fn real_main() -> Result<ExitCode> {
             cpus,
             serial_log,
             snapshot,
+            accel,
+            qemu: qemu_binary,
         } => {
             if !image.is_file() {
                 anyhow::bail!("{}: no such image", image.display());
@@ -361,61 +370,40 @@ fn real_main() -> Result<ExitCode> {
             if forwards.is_empty() {
                 forwards.push((5000, 5000));
             }
-            let accel = if qemu::probe_kvm(Duration::from_secs(5)) {
-                qemu::Accel::Kvm
-            } else {
-                qemu::Accel::Tcg
-            };
             let media = if usb {
                 qemu::Media::Usb
             } else {
                 qemu::Media::for_image(&image)
             };
             eprintln!(
-                "foothold-build run: {} ({media:?}) under {}, {accel:?}",
+                "foothold-build run: {} ({media:?}) under {}, accel {accel}",
                 image.display(),
                 if bios { "BIOS" } else { "UEFI" }
             );
-            // The VM's UEFI variable store is a writable copy of OVMF's; it lives as long as
-            // this command and is removed with it.
-            let scratch = tempfile::Builder::new()
-                .prefix("foothold-run-")
-                .tempdir()
-                .context("creating a scratch directory for the VM's UEFI variables")?;
-            let vars = scratch.path().join("ovmf-vars.fd");
-            let opts = qemu::RunOptions {
+            let waits = serial_log.is_some();
+            let mut vm = qemu::Vm::start(qemu::RunOptions {
                 image,
                 media,
                 bios,
                 forwards,
                 memory_mib: memory,
                 cpus,
-                serial_log: serial_log.clone(),
+                serial_log,
                 snapshot,
                 accel,
-                vars,
-            };
-            match serial_log {
-                None => {
-                    let status = qemu::command(&opts)?.status().context("starting qemu")?;
-                    Ok(if status.success() {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::FAILURE
-                    })
-                }
-                Some(_) => {
-                    let mut vm = qemu::Vm::start(&opts)?;
-                    let line = vm.wait_ready(Duration::from_secs(600))?;
-                    eprintln!("{line}");
-                    let status = vm.child.wait()?;
-                    Ok(if status.success() {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::FAILURE
-                    })
-                }
+                qemu: qemu_binary,
+                kvm_first_output: qemu::KVM_FIRST_OUTPUT,
+            })?;
+            eprintln!("foothold-build run: qemu under {}", vm.accel());
+            if waits {
+                let line = vm.wait_ready(Duration::from_secs(600))?;
+                eprintln!("{line} (under {})", vm.accel());
             }
+            Ok(if vm.wait()?.success() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
     }
 }

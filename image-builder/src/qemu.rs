@@ -1,10 +1,17 @@
-//! `foothold-build run`: boot an image in qemu with a serial console and port forwards, UEFI (OVMF) by default
-//! or BIOS (SeaBIOS). KVM is used only when a probe boot shows it works: on some hosts /dev/kvm exists but
-//! guests stall ("KVM internal error"), so the probe runs SeaBIOS for a few seconds and checks it reached its
-//! boot menu; otherwise TCG.
+//! `foothold-build run` and the boot tests: boot an image in qemu with a serial console and port forwards, UEFI
+//! (OVMF) by default or BIOS (SeaBIOS), under KVM where KVM runs the guest and under TCG otherwise.
+//!
+//! KVM is decided by what will actually run. On some hosts /dev/kvm opens and SeaBIOS runs under it, yet OVMF
+//! dies at its first instruction ("KVM internal error. Suberror: 1") and qemu stalls with an empty console. So
+//! `auto` probes with the boot's own firmware, machine type and CPU model, and then watches the real boot: a KVM
+//! internal error on qemu's stderr, qemu exiting, or a console still empty after `kvm_first_output` stops it
+//! and boots again under TCG, said once on stderr. A `Vm` never outlives its owner: qemu is stopped on drop.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::str::FromStr;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
@@ -16,72 +23,197 @@ pub const FAILED_MARKER: &str = "FOOTHOLD-FAILED";
 pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 
+/// The qemu binary `run` starts unless `--qemu` or `$FOOTHOLD_QEMU` names another.
+pub const QEMU: &str = "qemu-system-x86_64";
+/// `auto`, `kvm` or `tcg`: what `run --accel` defaults to and what the boot tests use.
+pub const ACCEL_ENV: &str = "FOOTHOLD_ACCEL";
+
+/// What qemu prints (and then stalls) when KVM cannot execute the guest's code.
+const KVM_INTERNAL_ERROR: &str = "KVM internal error";
+
+/// The accelerator a qemu runs under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Accel {
     Kvm,
     Tcg,
 }
 
-/// Whether KVM runs guests here: SeaBIOS must reach its boot menu within `timeout`.
-pub fn probe_kvm(timeout: Duration) -> bool {
-    if std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_err()
-    {
-        return false;
-    }
-    let Ok(dir) = tempfile_dir() else {
-        return false;
-    };
-    let log = dir.join("debugcon.log");
-    let child = Command::new("qemu-system-x86_64")
-        .args([
-            "-accel",
-            "kvm",
-            "-cpu",
-            "host",
-            "-M",
-            "q35",
-            "-m",
-            "64",
-            "-nodefaults",
-            "-display",
-            "none",
-            "-no-reboot",
-        ])
-        .arg("-chardev")
-        .arg(format!("file,id=dbg,path={}", log.display()))
-        .args(["-device", "isa-debugcon,iobase=0x402,chardev=dbg"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
-    let Ok(mut child) = child else { return false };
-    let deadline = Instant::now() + timeout;
-    let mut ok = false;
-    while Instant::now() < deadline {
-        let text = String::from_utf8_lossy(&std::fs::read(&log).unwrap_or_default()).into_owned();
-        if text.contains("Booting from") || text.contains("No bootable device") {
-            ok = true;
-            break;
+impl Accel {
+    /// The accelerator and the CPU model that go with it.
+    fn args(self) -> [&'static str; 4] {
+        match self {
+            Accel::Kvm => ["-accel", "kvm", "-cpu", "host"],
+            Accel::Tcg => ["-accel", "tcg", "-cpu", "max"],
         }
-        if matches!(child.try_wait(), Ok(Some(_))) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
-    ok
 }
 
-fn tempfile_dir() -> std::io::Result<PathBuf> {
-    let d = std::env::temp_dir().join(format!("foothold-kvm-probe-{}", std::process::id()));
-    std::fs::create_dir_all(&d)?;
-    Ok(d)
+impl fmt::Display for Accel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Accel::Kvm => "KVM",
+            Accel::Tcg => "TCG",
+        })
+    }
+}
+
+/// The accelerator asked for: `auto` uses KVM where a probe and the boot itself show it works and TCG
+/// otherwise; `kvm` and `tcg` force one (a forced KVM that fails is an error, not a fallback).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AccelChoice {
+    #[default]
+    Auto,
+    Kvm,
+    Tcg,
+}
+
+impl FromStr for AccelChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(AccelChoice::Auto),
+            "kvm" => Ok(AccelChoice::Kvm),
+            "tcg" => Ok(AccelChoice::Tcg),
+            _ => Err(format!("{s:?} is not one of auto, kvm, tcg")),
+        }
+    }
+}
+
+impl fmt::Display for AccelChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AccelChoice::Auto => "auto",
+            AccelChoice::Kvm => "kvm",
+            AccelChoice::Tcg => "tcg",
+        })
+    }
+}
+
+impl AccelChoice {
+    /// `$FOOTHOLD_ACCEL`, `auto` when unset or empty.
+    pub fn from_env() -> Result<AccelChoice> {
+        match std::env::var(ACCEL_ENV) {
+            Ok(v) if !v.is_empty() => v
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!("{ACCEL_ENV}: {e}")),
+            _ => Ok(AccelChoice::Auto),
+        }
+    }
+}
+
+/// Whether KVM runs this firmware here: a guest with the boot's machine type, CPU model and firmware (OVMF, or
+/// SeaBIOS with `bios`) must show output within `timeout` — OVMF on the serial console, SeaBIOS reaching its boot
+/// menu on the debug console — with no KVM internal error. Err says why not.
+pub fn probe_kvm(qemu: &Path, bios: bool, timeout: Duration) -> Result<(), String> {
+    // No /dev/kvm, or one this user may not open, is qemu's to say ("Could not access KVM kernel module").
+    let dir = tempfile::Builder::new()
+        .prefix("foothold-kvm-probe-")
+        .tempdir()
+        .map_err(|e| format!("a scratch directory for the probe: {e}"))?;
+    let (console, debugcon, stderr) = (
+        dir.path().join("console.log"),
+        dir.path().join("debugcon.log"),
+        dir.path().join("stderr.log"),
+    );
+    let mut c = Command::new(qemu);
+    c.args(["-M", "q35", "-m", "128"])
+        .args(Accel::Kvm.args())
+        .args(["-nodefaults", "-display", "none", "-no-reboot"])
+        .arg("-serial")
+        .arg(format!("file:{}", console.display()))
+        .arg("-chardev")
+        .arg(format!("file,id=dbg,path={}", debugcon.display()))
+        .args(["-device", "isa-debugcon,iobase=0x402,chardev=dbg"]);
+    if !bios {
+        firmware_args(&mut c, &dir.path().join("vars.fd")).map_err(|e| format!("{e:#}"))?;
+    }
+    let firmware = if bios { "SeaBIOS" } else { "OVMF" };
+    let err_file = std::fs::File::create(&stderr).map_err(|e| e.to_string())?;
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err_file)
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", qemu.display()))?;
+    let deadline = Instant::now() + timeout;
+    let verdict = loop {
+        let err = read_lossy(&stderr);
+        if let Some(line) = err.lines().find(|l| l.contains(KVM_INTERNAL_ERROR)) {
+            break Err(format!("{firmware} under KVM: {}", line.trim()));
+        }
+        let booted = if bios {
+            let d = read_lossy(&debugcon);
+            d.contains("Booting from") || d.contains("No bootable device")
+        } else {
+            file_len(&console) > 0
+        };
+        if booted {
+            break Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            break Err(format!(
+                "{firmware} under KVM: qemu exited ({status}): {}",
+                first_line(&err)
+            ));
+        }
+        if Instant::now() > deadline {
+            break Err(format!(
+                "{firmware} under KVM: no output within {timeout:?}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    verdict
+}
+
+/// What this process knows of KVM, per qemu binary and firmware (`bios`): a probe's verdict, or the failure of
+/// a boot whose probe passed. Every boot of a test run asks; a host where KVM failed one boot is not asked to
+/// fail the next (SeaBIOS alone may run under a KVM that stalls once it reads a disk).
+type KvmVerdicts = Vec<((PathBuf, bool), Result<(), String>)>;
+static KVM_VERDICTS: Mutex<KvmVerdicts> = Mutex::new(Vec::new());
+
+/// `probe_kvm` once per qemu binary and firmware in this process, unless a boot failed first.
+fn kvm_verdict(qemu: &Path, bios: bool) -> Result<(), String> {
+    let mut verdicts = KVM_VERDICTS.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (qemu.to_owned(), bios);
+    if let Some((_, verdict)) = verdicts.iter().find(|(k, _)| *k == key) {
+        return verdict.clone();
+    }
+    let verdict = probe_kvm(qemu, bios, PROBE_TIMEOUT);
+    if let Err(why) = &verdict {
+        eprintln!("qemu: not using KVM ({why}); booting under TCG");
+    }
+    verdicts.push((key, verdict.clone()));
+    verdict
+}
+
+/// KVM failed a boot of this qemu and firmware: later boots in this process go straight to TCG.
+fn remember_kvm_failure(qemu: &Path, bios: bool, why: &str) {
+    let mut verdicts = KVM_VERDICTS.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (qemu.to_owned(), bios);
+    verdicts.retain(|(k, _)| *k != key);
+    verdicts.push((key, Err(format!("a boot under KVM failed: {why}"))));
+}
+
+/// OVMF prints its boot manager's first line in about a second under KVM (nine under TCG).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn read_lossy(p: &Path) -> String {
+    String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned()
+}
+
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("(no message)")
 }
 
 /// How the image is attached to the VM.
@@ -105,6 +237,11 @@ impl Media {
     }
 }
 
+/// Under `auto`, how long a KVM boot may leave the console empty: OVMF, GRUB and the kernel all print within a
+/// few seconds under KVM, and a guest KVM cannot run prints nothing at all.
+pub const KVM_FIRST_OUTPUT: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Debug)]
 pub struct RunOptions {
     pub image: PathBuf,
     pub media: Media,
@@ -113,22 +250,61 @@ pub struct RunOptions {
     pub forwards: Vec<(u16, u16)>,
     pub memory_mib: u32,
     pub cpus: u32,
-    /// Where the serial console goes (None: this terminal).
+    /// Where the serial console goes (None: this terminal, with a copy in the VM's scratch directory that the
+    /// boot is watched by).
     pub serial_log: Option<PathBuf>,
     /// Discard writes to the image (qemu -snapshot).
     pub snapshot: bool,
-    pub accel: Accel,
-    /// For UEFI: where to keep the firmware variables copy.
-    pub vars: PathBuf,
+    pub accel: AccelChoice,
+    /// The qemu binary.
+    pub qemu: PathBuf,
+    /// Under `auto`: a KVM boot whose console is still empty after this long is restarted under TCG.
+    pub kvm_first_output: Duration,
 }
 
-/// The qemu command for `o`.
-pub fn command(o: &RunOptions) -> Result<Command> {
+impl RunOptions {
+    /// `image` on its default medium under UEFI, 2 GiB and 2 CPUs, console on the terminal, `auto`.
+    pub fn new(image: PathBuf) -> RunOptions {
+        RunOptions {
+            media: Media::for_image(&image),
+            image,
+            bios: false,
+            forwards: Vec::new(),
+            memory_mib: 2048,
+            cpus: 2,
+            serial_log: None,
+            snapshot: false,
+            accel: AccelChoice::Auto,
+            qemu: PathBuf::from(QEMU),
+            kvm_first_output: KVM_FIRST_OUTPUT,
+        }
+    }
+}
+
+/// OVMF's code, read-only, and a fresh copy of its variable store at `vars`.
+fn firmware_args(c: &mut Command, vars: &Path) -> Result<()> {
+    if !Path::new(OVMF_CODE).exists() {
+        bail!("UEFI needs {OVMF_CODE} (Debian ovmf); or boot with --bios");
+    }
+    std::fs::copy(OVMF_VARS, vars).with_context(|| format!("copying {OVMF_VARS}"))?;
+    c.arg("-drive").arg(format!(
+        "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
+    ));
+    c.arg("-drive").arg(format!(
+        "if=pflash,format=raw,unit=1,file={}",
+        vars.display()
+    ));
+    Ok(())
+}
+
+/// The qemu command for `o` under `accel`; the firmware variables and the terminal console's copy go in
+/// `scratch`.
+pub fn command(o: &RunOptions, accel: Accel, scratch: &Path) -> Result<Command> {
     let format = match o.image.extension().and_then(|e| e.to_str()) {
         Some("qcow2") => "qcow2",
         _ => "raw",
     };
-    let mut c = Command::new("qemu-system-x86_64");
+    let mut c = Command::new(&o.qemu);
     c.args([
         "-M",
         "q35",
@@ -137,23 +313,10 @@ pub fn command(o: &RunOptions) -> Result<Command> {
         "-smp",
         &o.cpus.to_string(),
     ]);
-    match o.accel {
-        Accel::Kvm => c.args(["-accel", "kvm", "-cpu", "host"]),
-        Accel::Tcg => c.args(["-accel", "tcg", "-cpu", "max"]),
-    };
+    c.args(accel.args());
     c.args(["-nodefaults", "-display", "none", "-no-reboot"]);
     if !o.bios {
-        if !Path::new(OVMF_CODE).exists() {
-            bail!("UEFI needs {OVMF_CODE} (Debian ovmf); or boot with --bios");
-        }
-        std::fs::copy(OVMF_VARS, &o.vars).with_context(|| format!("copying {OVMF_VARS}"))?;
-        c.arg("-drive").arg(format!(
-            "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
-        ));
-        c.arg("-drive").arg(format!(
-            "if=pflash,format=raw,unit=1,file={}",
-            o.vars.display()
-        ));
+        firmware_args(&mut c, &scratch.join("ovmf-vars.fd"))?;
     }
     // qemu's -drive options are comma-separated: a comma in the path is written twice.
     let file = o.image.display().to_string().replace(',', ",,");
@@ -187,65 +350,256 @@ pub fn command(o: &RunOptions) -> Result<Command> {
     ]);
     match &o.serial_log {
         Some(p) => c.arg("-serial").arg(format!("file:{}", p.display())),
-        None => c.args(["-serial", "stdio"]),
+        // The terminal, and a copy of what the guest prints for the watcher.
+        None => c
+            .arg("-chardev")
+            .arg(format!(
+                "stdio,id=console,signal=on,logfile={}",
+                scratch.join("console.log").display()
+            ))
+            .args(["-serial", "chardev:console"]),
     };
     Ok(c)
 }
 
-/// A booted image; qemu is killed on drop.
+/// A booted image, watched: under `auto`, a boot KVM fails is restarted under TCG. qemu is stopped on drop.
 pub struct Vm {
-    pub child: Child,
-    pub serial: PathBuf,
+    opts: RunOptions,
+    child: Child,
+    accel: Accel,
+    /// Why this boot left KVM for TCG, if it did.
+    fallback: Option<String>,
+    /// What the guest printed: `serial_log`, or the terminal's copy in `scratch`.
+    console: PathBuf,
+    /// qemu's stderr, kept in a file so that the watcher can read it whatever qemu does.
+    stderr: PathBuf,
+    /// How much of qemu's stderr has been copied to ours (console on the terminal only).
+    stderr_shown: usize,
+    started: Instant,
+    /// The console has shown output since this qemu started.
+    spoke: bool,
+    scratch: tempfile::TempDir,
 }
 
 impl Vm {
-    pub fn start(o: &RunOptions) -> Result<Vm> {
-        let serial = o
+    /// Starts `opts.image` under the accelerator asked for (`auto`: KVM if the probe passes).
+    pub fn start(opts: RunOptions) -> Result<Vm> {
+        let accel = match opts.accel {
+            AccelChoice::Kvm => Accel::Kvm,
+            AccelChoice::Tcg => Accel::Tcg,
+            AccelChoice::Auto => match kvm_verdict(&opts.qemu, opts.bios) {
+                Ok(()) => Accel::Kvm,
+                Err(_) => Accel::Tcg,
+            },
+        };
+        let scratch = tempfile::Builder::new()
+            .prefix("foothold-vm-")
+            .tempdir()
+            .context("creating a scratch directory for the VM")?;
+        let console = opts
             .serial_log
             .clone()
-            .context("a started VM logs its console to a file")?;
-        let child = command(o)?
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("starting qemu-system-x86_64 (Debian qemu-system-x86)")?;
-        Ok(Vm { child, serial })
+            .unwrap_or_else(|| scratch.path().join("console.log"));
+        let stderr = scratch.path().join("qemu-stderr.log");
+        let child = spawn(&opts, accel, scratch.path(), &console, &stderr)?;
+        Ok(Vm {
+            opts,
+            child,
+            accel,
+            fallback: None,
+            console,
+            stderr,
+            stderr_shown: 0,
+            started: Instant::now(),
+            spoke: false,
+            scratch,
+        })
     }
 
-    /// Waits for the ready marker on the console; fails on the failure marker, qemu's exit or `timeout`.
-    pub fn wait_ready(&mut self, timeout: Duration) -> Result<String> {
-        let deadline = Instant::now() + timeout;
+    /// The accelerator the guest runs under now.
+    pub fn accel(&self) -> Accel {
+        self.accel
+    }
+
+    /// Why the boot was restarted under TCG, if it was.
+    pub fn fallback(&self) -> Option<&str> {
+        self.fallback.as_deref()
+    }
+
+    /// The console log the boot is watched by.
+    pub fn console(&self) -> &Path {
+        &self.console
+    }
+
+    /// One look at the boot; under `auto`, restarts it under TCG if KVM failed it. qemu's exit status once it
+    /// has ended.
+    pub fn poll(&mut self) -> Result<Option<ExitStatus>> {
+        let err = read_lossy(&self.stderr);
+        let status = self.child.try_wait().context("waiting for qemu")?;
+        if self.accel == Accel::Kvm {
+            if !self.spoke && file_len(&self.console) > 0 {
+                self.spoke = true;
+            }
+            let failed = if let Some(line) = err.lines().find(|l| l.contains(KVM_INTERNAL_ERROR)) {
+                Some(line.trim().to_owned())
+            } else if self.spoke || self.opts.accel == AccelChoice::Kvm {
+                None
+            } else if let Some(status) = status {
+                Some(format!(
+                    "qemu exited ({status}) before the guest printed anything: {}",
+                    first_line(&err)
+                ))
+            } else if self.started.elapsed() > self.opts.kvm_first_output {
+                Some(format!(
+                    "no console output within {:?}",
+                    self.opts.kvm_first_output
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = failed {
+                if self.opts.accel == AccelChoice::Kvm {
+                    bail!(
+                        "{why} under KVM (--accel kvm / {ACCEL_ENV}=kvm): the guest cannot run here; \
+                         boot with --accel tcg, or auto to fall back by itself"
+                    );
+                }
+                self.restart_under_tcg(why)?;
+                return Ok(None);
+            }
+        }
+        self.show_stderr(&err);
+        Ok(status)
+    }
+
+    fn restart_under_tcg(&mut self, why: String) -> Result<()> {
+        stop(&mut self.child);
+        eprintln!("qemu: KVM failed this boot ({why}); booting it again under TCG");
+        remember_kvm_failure(&self.opts.qemu, self.opts.bios, &why);
+        self.child = spawn(
+            &self.opts,
+            Accel::Tcg,
+            self.scratch.path(),
+            &self.console,
+            &self.stderr,
+        )?;
+        self.accel = Accel::Tcg;
+        self.fallback = Some(why);
+        self.stderr_shown = 0;
+        self.started = Instant::now();
+        self.spoke = false;
+        Ok(())
+    }
+
+    /// With the console on the terminal, qemu's own messages follow it — except a KVM boot's under `auto`
+    /// before the guest spoke, which may yet be restarted under TCG with a message of ours.
+    fn show_stderr(&mut self, err: &str) {
+        let undecided =
+            self.accel == Accel::Kvm && self.opts.accel == AccelChoice::Auto && !self.spoke;
+        if self.opts.serial_log.is_some() || undecided || err.len() <= self.stderr_shown {
+            return;
+        }
+        eprint!("{}", &err[self.stderr_shown..]);
+        self.stderr_shown = err.len();
+    }
+
+    /// Waits for qemu to end (the console on the terminal), watching the boot.
+    pub fn wait(&mut self) -> Result<ExitStatus> {
         loop {
+            if let Some(status) = self.poll()? {
+                return Ok(status);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits for the ready marker on the console; fails on the failure marker, qemu's exit, or `timeout` after
+    /// the boot (re)started.
+    pub fn wait_ready(&mut self, timeout: Duration) -> Result<String> {
+        loop {
+            let exited = self.poll()?;
             // The console carries firmware and GRUB escape sequences, not always UTF-8.
-            let text = String::from_utf8_lossy(&std::fs::read(&self.serial).unwrap_or_default())
-                .into_owned();
+            let text = read_lossy(&self.console);
             if let Some(line) = text.lines().find(|l| l.contains(READY_MARKER)) {
                 return Ok(line.trim().to_owned());
             }
             if let Some(line) = text.lines().find(|l| l.contains(FAILED_MARKER)) {
                 bail!("the image reported failure: {line}");
             }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                let mut err = String::new();
-                if let Some(mut e) = self.child.stderr.take() {
-                    use std::io::Read;
-                    let _ = e.read_to_string(&mut err);
-                }
+            if let Some(status) = exited {
                 bail!(
-                    "qemu exited ({status}) before the ready marker: {err}\nconsole tail:\n{}",
+                    "qemu exited ({status}) before the ready marker under {}: {}\nconsole tail:\n{}",
+                    self.accel,
+                    read_lossy(&self.stderr).trim(),
                     tail(&text)
                 );
             }
-            if Instant::now() > deadline {
+            if self.started.elapsed() > timeout {
                 bail!(
-                    "no {READY_MARKER} on the console within {timeout:?}; console tail:\n{}",
+                    "no {READY_MARKER} on the console within {timeout:?} under {}; console tail:\n{}",
+                    self.accel,
                     tail(&text)
                 );
             }
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+}
+
+/// Starts qemu for `o` under `accel`, its console log and stderr file emptied first.
+fn spawn(
+    o: &RunOptions,
+    accel: Accel,
+    scratch: &Path,
+    console: &Path,
+    stderr: &Path,
+) -> Result<Child> {
+    // A restarted boot must not be judged by what the one before it printed.
+    for p in [console, stderr] {
+        match std::fs::remove_file(p) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", p.display()))
+            }
+            _ => {}
+        }
+    }
+    let err =
+        std::fs::File::create(stderr).with_context(|| format!("creating {}", stderr.display()))?;
+    let mut c = command(o, accel, scratch)?;
+    // A `run` or a test killed before it could stop its VM takes the VM with it.
+    // SAFETY: prctl(2) is async-signal-safe and touches only the child's own state.
+    unsafe {
+        use std::os::unix::process::CommandExt as _;
+        c.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    if o.serial_log.is_some() {
+        c.stdin(Stdio::null()).stdout(Stdio::null());
+    }
+    c.stderr(err)
+        .spawn()
+        .with_context(|| format!("starting {} (Debian qemu-system-x86)", o.qemu.display()))
+}
+
+/// Asks qemu to quit (SIGTERM: it restores the terminal it put in raw mode), then kills it after 5 s.
+fn stop(child: &mut Child) {
+    if let Ok(None) = child.try_wait() {
+        // SAFETY: kill(2) with a pid of a child not yet waited for, which cannot have been reused.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if !matches!(child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 fn tail(text: &str) -> String {
@@ -255,8 +609,7 @@ fn tail(text: &str) -> String {
 
 impl Drop for Vm {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop(&mut self.child);
     }
 }
 
@@ -266,18 +619,15 @@ mod tests {
 
     fn args(image: &str, media: Media) -> Vec<String> {
         let o = RunOptions {
-            image: PathBuf::from(image),
             media,
             bios: true,
             forwards: vec![(8080, 5000)],
             memory_mib: 512,
             cpus: 1,
-            serial_log: None,
             snapshot: true,
-            accel: Accel::Tcg,
-            vars: PathBuf::from("/nonexistent"),
+            ..RunOptions::new(PathBuf::from(image))
         };
-        command(&o)
+        command(&o, Accel::Tcg, Path::new("/nonexistent"))
             .unwrap()
             .get_args()
             .map(|a| a.to_string_lossy().into_owned())
@@ -310,11 +660,150 @@ mod tests {
         for a in [&disk, &cd] {
             assert!(!a.iter().any(|a| a.contains("usb")), "{a:?}");
         }
-        // BIOS: no pflash; -snapshot and the forward as asked.
+        // BIOS: no pflash; -snapshot and the forward as asked; TCG with its CPU model.
         assert!(!usb.iter().any(|a| a.contains("pflash")));
         assert!(usb.contains(&"-snapshot".to_owned()));
         assert!(usb
             .iter()
             .any(|a| a.contains("hostfwd=tcp:127.0.0.1:8080-:5000")));
+        assert!(usb
+            .windows(4)
+            .any(|w| w == ["-accel", "tcg", "-cpu", "max"]));
+        // The console on the terminal keeps a copy for the watcher.
+        let i = usb.iter().position(|a| a.starts_with("stdio,")).unwrap();
+        assert_eq!(
+            usb[i],
+            "stdio,id=console,signal=on,logfile=/nonexistent/console.log"
+        );
+        assert_eq!(usb[i + 1..i + 3], ["-serial", "chardev:console"]);
+    }
+
+    #[test]
+    fn accel_choices_parse_and_name_the_alternatives() {
+        assert_eq!("auto".parse(), Ok(AccelChoice::Auto));
+        assert_eq!("kvm".parse(), Ok(AccelChoice::Kvm));
+        assert_eq!("tcg".parse(), Ok(AccelChoice::Tcg));
+        assert_eq!(
+            "hvf".parse::<AccelChoice>(),
+            Err("\"hvf\" is not one of auto, kvm, tcg".to_owned())
+        );
+    }
+
+    /// A copy of tests/fixtures/fake-qemu.sh with its behaviour, and the calls it will log.
+    struct FakeQemu {
+        dir: tempfile::TempDir,
+    }
+
+    impl FakeQemu {
+        fn new(probe: &str, boot: &str) -> FakeQemu {
+            let dir = tempfile::tempdir().unwrap();
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fake-qemu.sh");
+            std::fs::copy(script, dir.path().join("qemu")).unwrap();
+            std::fs::write(
+                dir.path().join("behaviour"),
+                format!("PROBE={probe}\nBOOT={boot}\nTCG=marker\n"),
+            )
+            .unwrap();
+            FakeQemu { dir }
+        }
+
+        fn options(&self, bios: bool, accel: AccelChoice) -> RunOptions {
+            RunOptions {
+                bios,
+                serial_log: Some(self.dir.path().join("console.log")),
+                accel,
+                qemu: self.dir.path().join("qemu"),
+                kvm_first_output: Duration::from_secs(2),
+                ..RunOptions::new(self.dir.path().join("site.raw"))
+            }
+        }
+
+        fn calls(&self) -> String {
+            read_lossy(&self.dir.path().join("calls.log"))
+        }
+    }
+
+    #[test]
+    fn auto_boots_again_under_tcg_when_kvm_fails_a_boot_its_probe_passed() {
+        for (boot, why) in [
+            ("internal-error", "KVM internal error. Suberror: 1"),
+            ("silent", "no console output within 2s"),
+            (
+                "exit",
+                "before the guest printed anything: qemu-system-x86_64: error: failed to set MSR",
+            ),
+        ] {
+            for bios in [false, true] {
+                let fake = FakeQemu::new("pass", boot);
+                let mut vm = Vm::start(fake.options(bios, AccelChoice::Auto)).unwrap();
+                assert_eq!(vm.accel(), Accel::Kvm, "{boot}: the probe passed");
+                let line = vm.wait_ready(Duration::from_secs(30)).unwrap();
+                assert_eq!(line, "FOOTHOLD-READY host=fake accel=tcg", "{boot}");
+                assert_eq!(vm.accel(), Accel::Tcg, "{boot}");
+                let fallback = vm.fallback().unwrap();
+                assert!(fallback.contains(why), "{boot}: {fallback}");
+                assert_eq!(fake.calls(), "kvm probe\nkvm boot\ntcg boot\n", "{boot}");
+                drop(vm);
+                // The next boot of that firmware in this process goes straight to TCG.
+                let mut vm = Vm::start(fake.options(bios, AccelChoice::Auto)).unwrap();
+                assert_eq!(vm.accel(), Accel::Tcg, "{boot}");
+                vm.wait_ready(Duration::from_secs(30)).unwrap();
+                assert_eq!(
+                    fake.calls(),
+                    "kvm probe\nkvm boot\ntcg boot\ntcg boot\n",
+                    "{boot}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn auto_keeps_kvm_where_it_works_and_skips_it_where_the_probe_fails() {
+        for bios in [false, true] {
+            let fake = FakeQemu::new("pass", "works");
+            let mut vm = Vm::start(fake.options(bios, AccelChoice::Auto)).unwrap();
+            let line = vm.wait_ready(Duration::from_secs(30)).unwrap();
+            assert_eq!(line, "FOOTHOLD-READY host=fake accel=kvm");
+            assert_eq!((vm.accel(), vm.fallback()), (Accel::Kvm, None));
+            assert_eq!(fake.calls(), "kvm probe\nkvm boot\n");
+
+            let fake = FakeQemu::new("internal-error", "works");
+            let mut vm = Vm::start(fake.options(bios, AccelChoice::Auto)).unwrap();
+            vm.wait_ready(Duration::from_secs(30)).unwrap();
+            assert_eq!((vm.accel(), vm.fallback()), (Accel::Tcg, None));
+            assert_eq!(fake.calls(), "kvm probe\ntcg boot\n");
+        }
+    }
+
+    #[test]
+    fn a_forced_accelerator_is_used_as_it_is_and_a_failing_kvm_names_the_override() {
+        let fake = FakeQemu::new("pass", "internal-error");
+        let mut vm = Vm::start(fake.options(false, AccelChoice::Kvm)).unwrap();
+        let err = format!("{:#}", vm.wait_ready(Duration::from_secs(30)).unwrap_err());
+        assert!(
+            err.contains("KVM internal error") && err.contains("--accel tcg"),
+            "{err}"
+        );
+        assert_eq!(fake.calls(), "kvm boot\n");
+
+        let fake = FakeQemu::new("pass", "works");
+        let mut vm = Vm::start(fake.options(false, AccelChoice::Tcg)).unwrap();
+        vm.wait_ready(Duration::from_secs(30)).unwrap();
+        assert_eq!(fake.calls(), "tcg boot\n");
+    }
+
+    #[test]
+    fn a_console_on_the_terminal_is_watched_through_its_copy() {
+        let fake = FakeQemu::new("pass", "internal-error");
+        let mut vm = Vm::start(RunOptions {
+            serial_log: None,
+            ..fake.options(false, AccelChoice::Auto)
+        })
+        .unwrap();
+        // The stand-in under TCG prints the marker to the terminal and to its copy, then quits.
+        assert!(vm.wait().unwrap().success());
+        assert_eq!(vm.accel(), Accel::Tcg);
+        assert!(read_lossy(vm.console()).contains("FOOTHOLD-READY host=fake accel=tcg"));
+        assert_eq!(fake.calls(), "kvm probe\nkvm boot\ntcg boot\n");
     }
 }

@@ -1,0 +1,120 @@
+//! `foothold-build run` where KVM half-works: a stand-in for qemu (tests/fixtures/fake-qemu.sh) whose KVM probe
+//! passes and whose KVM boot prints "KVM internal error" and stalls. `run` boots again under TCG and says so once,
+//! with the console in a file or on the terminal; a forced `--accel kvm` fails naming the override.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+struct Site {
+    dir: tempfile::TempDir,
+}
+
+impl Site {
+    fn new() -> Site {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fake-qemu.sh"),
+            dir.path().join("qemu"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("behaviour"),
+            "PROBE=pass\nBOOT=internal-error\nTCG=marker\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("site.raw"), b"").unwrap();
+        Site { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `foothold-build run site.raw ARGS` with the stand-in as qemu and $FOOTHOLD_ACCEL as given.
+    fn run(&self, args: &[&str], accel_env: Option<&str>) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_foothold-build"));
+        c.arg("run").arg(self.path("site.raw")).args(args);
+        c.env("FOOTHOLD_QEMU", self.path("qemu"));
+        match accel_env {
+            Some(v) => c.env("FOOTHOLD_ACCEL", v),
+            None => c.env_remove("FOOTHOLD_ACCEL"),
+        };
+        c.output().unwrap()
+    }
+
+    fn calls(&self) -> String {
+        std::fs::read_to_string(self.path("calls.log")).unwrap_or_default()
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const FELL_BACK: &str =
+    "qemu: KVM failed this boot (KVM internal error. Suberror: 1); booting it again under TCG";
+
+#[test]
+fn run_boots_again_under_tcg_when_kvm_fails_the_boot_and_says_so_once() {
+    let site = Site::new();
+    let log = site.path("console.log");
+    let out = site.run(&["--serial-log", log.to_str().unwrap()], None);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.matches(FELL_BACK).count(), 1, "{err}");
+    assert!(
+        err.contains("FOOTHOLD-READY host=fake accel=tcg (under TCG)"),
+        "{err}"
+    );
+    assert_eq!(site.calls(), "kvm probe\nkvm boot\ntcg boot\n");
+
+    // The console on the terminal: the guest's output on stdout, qemu's KVM dump kept off stderr.
+    let site = Site::new();
+    let out = site.run(&[], None);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.matches(FELL_BACK).count(), 1, "{err}");
+    assert!(!err.contains("emulation failure"), "{err}");
+    assert!(
+        text(&out.stdout).contains("FOOTHOLD-READY host=fake accel=tcg"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(site.calls(), "kvm probe\nkvm boot\ntcg boot\n");
+}
+
+#[test]
+fn the_accelerator_can_be_forced_by_flag_or_environment() {
+    // --accel kvm: no probe, no fallback; the stall is an error that names the way out.
+    let site = Site::new();
+    let log = site.path("console.log");
+    let out = site.run(
+        &["--serial-log", log.to_str().unwrap(), "--accel", "kvm"],
+        None,
+    );
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("KVM internal error") && err.contains("--accel tcg"),
+        "{err}"
+    );
+    assert_eq!(site.calls(), "kvm boot\n");
+
+    // FOOTHOLD_ACCEL=tcg: straight to TCG; the flag wins over the variable.
+    let site = Site::new();
+    let out = site.run(&["--serial-log", log.to_str().unwrap()], Some("tcg"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(site.calls(), "tcg boot\n");
+    let site = Site::new();
+    let args = ["--serial-log", log.to_str().unwrap(), "--accel", "tcg"];
+    let out = site.run(&args, Some("kvm"));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(site.calls(), "tcg boot\n");
+
+    let out = Site::new().run(&[], Some("hvf"));
+    let err = text(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("\"hvf\" is not one of auto, kvm, tcg"),
+        "{err}"
+    );
+}
