@@ -3,12 +3,8 @@
 //! a fresh cache: linux/amd64 only, resuming a half-downloaded layer, every blob verified. A second fetch with the
 //! registry gone makes no request. `foothold-build build` puts them into an image's data partition; that
 //! partition, read back with debugfs and served by another agent, gives skopeo the pinned digests, and the
-//! platform left out answers MANIFEST_UNKNOWN. The image also carries k3s (a stand-in script: k3s cannot be
-//! downloaded here) and a manifest; booted in qemu, it shows the k3s unit started with the spec's arguments after
-//! its mirror configuration was written, and the ready marker waits for the Kubernetes API. The image serves
-//! HTTPS (`agentTls`) with the certificate made at first boot, which k3s's mirror configuration trusts, and runs
-//! its reconcilers with k3s's kubeconfig as `packages/appliance.yaml` does: they wait for the apiserver while the
-//! agent serves. `foothold-build pin` resolves the same registry's tags, and a file server's urls, into a spec.
+//! platform left out answers MANIFEST_UNKNOWN. Booted in qemu, the image serves HTTPS
+//! (`agentTls`) with the certificate made at first boot. `foothold-build pin` resolves the same registry's tags, and a file server's urls, into a spec.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -20,45 +16,6 @@ use foothold_e2e::{
 use foothold_image_builder::qemu;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-
-/// Stands in for k3s, which cannot be downloaded here: it shows on the console how the image started it (its
-/// arguments, the registries of the mirror configuration written before it, the manifests laid out for it) and,
-/// once it has, answers the ready check's `k3s kubectl get --raw=/readyz`.
-const K3S_STANDIN: &str = r#"#!/bin/sh
-# Through the kernel log: serial-getty's vhangup of ttyS0 would cut off a writer holding the tty open.
-say() { echo "K3S-STANDIN $1" > /dev/kmsg; }
-case "$1" in
-server)
-  shift
-  say "args=$*"
-  say "registries=$(grep -o '^  "[^"]*":' /etc/rancher/k3s/registries.yaml | tr -d ' ":' | tr '\n' ',')"
-  say "endpoint=$(grep -m1 -o 'http[^"]*' /etc/rancher/k3s/registries.yaml)"
-  say "manifests=$(ls /var/lib/rancher/k3s/server/manifests | tr '\n' ',')"
-  ca=$(sed -n 's/.*ca_file: "\(.*\)"/\1/p' /etc/rancher/k3s/registries.yaml)
-  say "ca=$ca $(openssl x509 -noout -ext subjectAltName -in "$ca" | tail -n 1 | tr -d ' ')"
-  # A kubeconfig where k3s writes its own, for an apiserver that is not there.
-  printf '%s\n' 'apiVersion: v1' 'kind: Config' 'current-context: k3s' \
-    'clusters: [{name: k3s, cluster: {server: "https://127.0.0.1:6443", insecure-skip-tls-verify: true}}]' \
-    'users: [{name: k3s, user: {token: standin}}]' \
-    'contexts: [{name: k3s, context: {cluster: k3s, user: k3s}}]' > /etc/rancher/k3s/k3s.yaml
-  touch /run/k3s-standin-ready
-  systemd-notify --ready
-  exec sleep infinity ;;
-kubectl) [ -e /run/k3s-standin-ready ] && echo ok ;;
-*) exit 2 ;;
-esac
-"#;
-
-const APP: &str = "apiVersion: apps/v1
-kind: Deployment
-metadata: {name: multi, namespace: default}
-spec:
-  selector: {matchLabels: {app: multi}}
-  template:
-    metadata: {labels: {app: multi}}
-    spec:
-      containers: [{name: multi, image: quay.io/lab/multi:2}]
-";
 
 /// A server started by a test (a foothold-agent, a registry, a file server) on 127.0.0.1, killed on drop.
 struct Server {
@@ -277,14 +234,8 @@ hostname: images-test
 components:
   agent:
     path: {agent}
-  # As in packages/appliance.yaml: the reconcilers on, with k3s's kubeconfig.
-  agentArgs: [--kubeconfig, /etc/rancher/k3s/k3s.yaml]
+  agentArgs: [--no-controllers]
   agentTls: true
-  k3s:
-    binary: {{path: k3s-standin}}
-    args: [--disable=traefik, --node-name=images-test]
-  manifests:
-    - path: app.yaml
   images:
     - reference: quay.io/lab/multi:2
       digest: {index}
@@ -306,8 +257,6 @@ outputs:
     )
     .unwrap();
 
-    std::fs::write(dir.join("k3s-standin"), K3S_STANDIN).unwrap();
-    std::fs::write(dir.join("app.yaml"), APP).unwrap();
 
     // A fresh image cache that shares the machine's root file system and package caches.
     let cache = dir.join("cache");
@@ -545,62 +494,31 @@ outputs:
     );
     drop(served);
 
-    // Booted: the agent is ready, and k3s (the stand-in) was started with the spec's arguments, a mirror
-    // configuration naming the agent for the images' registries, and the manifests.
+    // Booted: the agent is ready and serves HTTPS (agentTls) with the certificate made at first boot.
     let serial = dir.join("console.log");
     let port = free_port();
     let (vm, line) = boot_until_ready(
-        "the image with k3s's stand-in",
+        "the image with agentTls",
         qemu::RunOptions {
             forwards: vec![(port, 5000)],
             ..boot_options(&raw, serial.clone())
         },
     );
-    assert!(line.contains("k3s=ready"), "{line}");
-    let console = String::from_utf8_lossy(&std::fs::read(&serial).unwrap()).into_owned();
-    let standin = |key: &str| -> String {
-        console
-            .lines()
-            .find_map(|l| {
-                let at = format!("K3S-STANDIN {key}=");
-                l.find(&at).map(|i| l[i + at.len()..].trim())
-            })
-            .unwrap_or_else(|| panic!("no K3S-STANDIN {key} on the console:\n{console}"))
-            .to_owned()
-    };
-    assert_eq!(standin("args"), "--disable=traefik --node-name=images-test");
-    let registries = standin("registries");
-    for r in ["docker.io", "quay.io", "registry.example"] {
-        assert!(registries.split(',').any(|x| x == r), "{r} in {registries}");
+    assert!(line.contains("host=images-test"), "{line}");
+    let ready: Value = serde_json::from_str(&run(Command::new("curl").args([
+        "-kfsS",
+        "--max-time",
+        "30",
+        &format!("https://127.0.0.1:{port}/readyz"),
+    ])))
+    .unwrap();
+    assert_eq!(ready["http"], "ok", "{ready}");
+    let pem = run(Command::new("sh").arg("-c").arg(format!(
+        "openssl s_client -connect 127.0.0.1:{port} -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -ext subjectAltName"
+    )));
+    for name in ["DNS:images-test", "DNS:localhost", "IP Address:127.0.0.1"] {
+        assert!(pem.contains(name), "{name} in the first boot's certificate: {pem}");
     }
-    // agentTls: the agent serves HTTPS with the certificate made at first boot, and k3s trusts it.
-    assert_eq!(standin("endpoint"), "https://127.0.0.1:5000");
-    assert_eq!(
-        standin("ca"),
-        "/etc/foothold/tls/cert.pem DNS:images-test,DNS:localhost,IPAddress:127.0.0.1"
-    );
-    // The agent's reconcilers read the kubeconfig k3s wrote, and wait for its apiserver while the agent serves.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let ready: Value = serde_json::from_str(&run(Command::new("curl").args([
-            "-kfsS",
-            "--max-time",
-            "30",
-            &format!("https://127.0.0.1:{port}/readyz"),
-        ])))
-        .unwrap();
-        let error = ready["controllers"]["error"].as_str().unwrap_or_default();
-        if ready["controllers"]["state"] == "connecting" && error.contains("apiserver unreachable")
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the controllers did not reach k3s's kubeconfig in 90 s: {ready}"
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    assert_eq!(standin("manifests"), "foothold-00-app.yaml,");
     drop(vm);
 }
 
@@ -839,11 +757,10 @@ fn pin_writes_the_missing_pins_into_the_spec_and_keeps_the_rest_of_it() {
          base: {{suite: bookworm}}\n\
          hostname: pin-test\n\
          components:\n  \
-           k3s:\n    \
-             binary: {{url: 'http://{web}/k3s'}}  # flow\n    \
-             airgapImages:\n      \
-               - url: http://{web}/airgap.tar.zst\n  \
            files:\n    \
+             - {{url: 'http://{web}/k3s', dest: /usr/local/bin/k3s}}  # flow\n    \
+             - url: http://{web}/airgap.tar.zst\n      \
+               dest: /var/lib/images/airgap.tar.zst\n    \
              - url: \"http://{web}/node-tool\"\n      \
                sha256: {tool}  # pinned already: left alone\n      \
                dest: /usr/local/bin/node-tool\n  \
@@ -893,7 +810,7 @@ fn pin_writes_the_missing_pins_into_the_spec_and_keeps_the_rest_of_it() {
     let (ok, err) = check(&[]);
     assert!(!ok, "an unpinned spec passed the check");
     assert!(
-        err.contains("components.k3s.binary.sha256: required")
+        err.contains("components.files[0].sha256: required")
             && err.contains("foothold-build pin"),
         "{err}"
     );
@@ -911,10 +828,10 @@ fn pin_writes_the_missing_pins_into_the_spec_and_keeps_the_rest_of_it() {
     let index = src.index["digest"].as_str().unwrap();
     let single = src.single["digest"].as_str().unwrap();
     let pinned = unpinned
-        .replace("/k3s'}", &format!("/k3s', sha256: {k3s}}}"))
+        .replace("/k3s',", &format!("/k3s', sha256: {k3s},"))
         .replace(
             "/airgap.tar.zst\n",
-            &format!("/airgap.tar.zst\n        sha256: {airgap}\n"),
+            &format!("/airgap.tar.zst\n      sha256: {airgap}\n"),
         )
         .replace("multi:2\n", &format!("multi:2\n      digest: {index}\n"))
         .replace("single:1\n", &format!("single:1\n      digest: {single}\n"));
@@ -951,7 +868,7 @@ fn pin_writes_the_missing_pins_into_the_spec_and_keeps_the_rest_of_it() {
     let (ok, text) = build(&["pin", "--update"]);
     assert!(ok, "{text}");
     assert!(
-        text.contains(&format!("components.k3s.binary.sha256: {k3s2} (was {k3s})"))
+        text.contains(&format!("components.files[0].sha256: {k3s2} (was {k3s})"))
             && text.contains("1 pins written"),
         "{text}"
     );
@@ -970,9 +887,9 @@ fn pin_writes_the_missing_pins_into_the_spec_and_keeps_the_rest_of_it() {
     let other_platform = "the image is for linux/amd64, not one of the platforms linux/arm64";
     for (from, to, says) in [
         (
-            format!("        sha256: {airgap}\n"),
+            format!("      sha256: {airgap}\n"),
             "",
-            ["components.k3s.airgapImages[0].url", "HTTP 404"],
+            ["components.files[1].url", "HTTP 404"],
         ),
         (
             format!("multi:2\n      digest: {index}\n"),

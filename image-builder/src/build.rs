@@ -179,6 +179,16 @@ pub fn rootfs(
 ) -> Result<(PathBuf, String)> {
     let base = &loaded.spec.base;
     let mut packages: Vec<String> = BOOT_PACKAGES.iter().map(|s| s.to_string()).collect();
+    // systemd-repart (which grows the data partition) is a package of its own from trixie on.
+    if !matches!(base.suite.as_str(), "bookworm" | "bullseye") {
+        packages.push("systemd-repart".into());
+    }
+    if loaded.spec.users.iter().any(|u| u.sudo) {
+        packages.push("sudo".into());
+    }
+    if loaded.spec.components.kubernetes.is_some() {
+        packages.extend(crate::kube::PACKAGES.iter().map(|s| s.to_string()));
+    }
     packages.extend(base.packages.iter().cloned());
     packages.sort();
     packages.dedup();
@@ -391,33 +401,34 @@ fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> 
         ),
         0o644,
     )?;
-    if let Some(k) = &spec.components.k3s {
-        // k3s pulls through the agent for the usual registries and those of the image's containers.
+    if let Some(k) = &spec.components.kubernetes {
+        // containerd pulls through the agent for the usual registries and those of the image's containers.
         let mut registries: Vec<String> = spec
             .components
             .images
             .iter()
             .map(crate::images::registry_of)
+            .chain([&k.pause.reference, &k.coredns.reference].map(|r| {
+                r.split('/').next().unwrap_or_default().to_owned()
+            }))
             .collect();
         registries.sort();
         registries.dedup();
-        let scheme = if spec.components.agent_tls {
-            "https"
-        } else {
-            "http"
-        };
-        write_file(
-            &root.join("etc/foothold/k3s.env"),
-            &format!(
-                "K3S_ARGS={}\nFOOTHOLD_MIRROR_ENDPOINT={scheme}://127.0.0.1:5000\nFOOTHOLD_MIRROR_REGISTRIES={}\n",
-                k.args.join(" "),
-                registries.join(",")
-            ),
-            0o644,
-        )?;
+        for (path, text, mode) in crate::kube::render(spec, k, &registries, spec.components.agent_tls) {
+            write_file(&root.join(path.trim_start_matches('/')), &text, mode)?;
+        }
         run(Command::new("chroot")
             .arg(root)
-            .args(["systemctl", "enable", "k3s.service"]))?;
+            .arg("systemctl")
+            .arg("enable")
+            .args(crate::kube::UNITS))?;
+    } else {
+        // Debian enables these at installation; without Kubernetes they are not started.
+        for unit in ["etcd.service", "containerd.service"] {
+            if root.join("usr/lib/systemd/system").join(unit).exists() {
+                run(Command::new("chroot").arg(root).args(["systemctl", "disable", unit]))?;
+            }
+        }
     }
     let mut names = Vec::new();
     if let Some(p) = &spec.network.provisioning {
@@ -444,6 +455,14 @@ fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> 
             .args(groups)
             .arg(&u.name))
         .with_context(|| format!("adding user {}", u.name))?;
+        // Users log in with keys only (their password is locked): sudo must not ask for one.
+        if u.sudo {
+            write_file(
+                &root.join("etc/sudoers.d").join(format!("foothold-{}", u.name)),
+                &format!("{} ALL=(ALL:ALL) NOPASSWD: ALL\n", u.name),
+                0o440,
+            )?;
+        }
         if !u.authorized_keys.is_empty() {
             let home = root.join("home").join(&u.name);
             write_file(
@@ -535,21 +554,25 @@ struct FileInput {
 /// which must match the pin where there is one.
 fn resolve_file_inputs(loaded: &Loaded, settings: &Settings) -> Result<Vec<FileInput>> {
     let mut out = Vec::new();
-    for (field, f) in loaded.spec.file_inputs() {
+    for (field, f) in loaded.spec.sources() {
         let (src, origin) = match (&f.path, &f.url) {
             (Some(p), _) => (loaded.resolve(p), p.display().to_string()),
-            (None, Some(url)) => {
-                let hex = f.sha256.as_deref().expect("validated: urls are pinned");
+            (None, url) => {
+                let hex = f.sha256.as_deref().expect("validated: remote and built inputs are pinned");
                 let cached = crate::fetch::cached(&settings.cache, hex);
+                let what = url.clone().or(f.go.clone()).or(f.cc.clone()).unwrap_or_default();
                 if !cached.is_file() {
                     bail!(
-                        "{}: {field}: {url} is not in the cache; run `foothold-build fetch` first",
+                        "{}: {field}: {what} is not in the cache; run `foothold-build fetch` first",
                         loaded.path.display()
                     );
                 }
-                (cached, url.clone())
+                let origin = match crate::fetch::provenance(&settings.cache, hex) {
+                    Some(p) if url.is_none() => p,
+                    _ => what,
+                };
+                (cached, origin)
             }
-            (None, None) => unreachable!("validated"),
         };
         let digest = sha256_file(&src).with_context(|| format!("{field}: {}", src.display()))?;
         if let Some(want) = &f.sha256 {
@@ -937,6 +960,45 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         .context("components.images: importing into the agent's store")?;
         for (i, r) in records.into_iter().enumerate() {
             inputs.insert(format!("images[{i}]"), r);
+        }
+    }
+    if let Some(k) = &spec.components.kubernetes {
+        progress.step("data", "the pause and CoreDNS images, made from their binaries");
+        let src = |field: &str| {
+            files
+                .iter()
+                .find(|f| f.field == field)
+                .map(|f| f.src.clone())
+                .expect("every image binary is an input")
+        };
+        let (pause, coredns) = (
+            src("components.kubernetes.pause.binary"),
+            src("components.kubernetes.coredns.binary"),
+        );
+        let built = [
+            crate::built_images::BuiltImage {
+                reference: &k.pause.reference,
+                binary: &pause,
+                entrypoint: "/pause",
+                user: "65535:65535",
+            },
+            crate::built_images::BuiltImage {
+                reference: &k.coredns.reference,
+                binary: &coredns,
+                entrypoint: "/coredns",
+                user: "0:0",
+            },
+        ];
+        let layout = work.join("built-images");
+        let records = crate::built_images::write_layout(&built, &layout, epoch)?;
+        run(Command::new(&agent)
+            .arg("import")
+            .arg(&layout)
+            .arg("--data")
+            .arg(&data))
+        .context("components.kubernetes: importing the pause and CoreDNS images")?;
+        for (name, r) in ["pause", "coredns"].into_iter().zip(records) {
+            inputs.insert(format!("kubernetes.{name}.image"), r);
         }
     }
     clamp_mtimes(&data, epoch)?;

@@ -62,9 +62,9 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
     }
     let inputs = spec
         .components
-        .k3s
+        .kubernetes
         .iter_mut()
-        .flat_map(|k| std::iter::once(&mut k.binary).chain(k.airgap_images.iter_mut()))
+        .flat_map(|k| k.inputs_mut())
         .chain(spec.components.manifests.iter_mut());
     for i in inputs {
         if let Some(p) = &i.path {
@@ -90,9 +90,13 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
     )?;
     let mut cached: Vec<String> = vec![format!("rootfs/{key}")];
     cached.extend(crate::images::cache_paths(loaded, &settings.cache)?);
-    for (_, f) in spec.file_inputs() {
-        if let (Some(_), Some(hex)) = (&f.url, &f.sha256) {
+    for (_, f) in spec.sources() {
+        if let (None, Some(hex)) = (&f.path, &f.sha256) {
             cached.push(format!("files/sha256/{hex}"));
+            // How it was built, for the manifest of the air-gapped build.
+            if f.recipe().is_some() && settings.cache.join(format!("files/built/{hex}.txt")).is_file() {
+                cached.push(format!("files/built/{hex}.txt"));
+            }
         }
     }
     let tmp = out.with_extension("tar.tmp");

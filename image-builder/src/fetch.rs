@@ -1,6 +1,7 @@
 //! The fetch phase: every `url` input of a spec into a content-addressed cache (`<cache>/files/sha256/<hex>`),
 //! verified against its pinned sha256 while it streams, resumed with a Range request after an interruption,
-//! several at a time. A cache hit makes no network request at all.
+//! several at a time. A cache hit makes no network request at all. Inputs built from source (`go`, `cc`) are
+//! built into the same cache, one at a time, and checked against their pins the same way.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -24,6 +25,64 @@ pub enum Fetched {
     Cached,
     /// Downloaded, resuming after `resumed_from` bytes already on disk.
     Downloaded { bytes: u64, resumed_from: u64 },
+    /// Built here from source (what from, which toolchain).
+    Built(String),
+}
+
+/// What the cache says of how content `hex` was built, when it was built here (see `build_source`).
+pub fn provenance(cache: &Path, hex: &str) -> Option<String> {
+    fs::read_to_string(cache.join("files/built").join(format!("{hex}.txt")))
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+/// Builds `recipe` into the cache and returns its sha256; with `pin`, the result must have that sha256 and
+/// nothing is cached otherwise. A cache hit for `pin` builds nothing.
+pub fn build_source(
+    cache: &Path,
+    recipe: &crate::source::Recipe,
+    pin: Option<&str>,
+) -> Result<(String, Fetched)> {
+    if let Some(hex) = pin {
+        if cached(cache, hex).is_file() {
+            return Ok((hex.to_owned(), Fetched::Cached));
+        }
+    }
+    let dir = cache.join("files/sha256");
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let reference = match recipe {
+        crate::source::Recipe::Go(r) | crate::source::Recipe::Cc(r) => r,
+    };
+    let work = cache.join("go/work").join(
+        reference
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+            .collect::<String>(),
+    );
+    let tmp = tempfile::Builder::new()
+        .prefix(".built-")
+        .tempfile_in(&dir)
+        .with_context(|| format!("creating a file in {}", dir.display()))?
+        .into_temp_path();
+    let made = crate::source::build(recipe, &work, &tmp)?;
+    let hex = crate::build::sha256_file(&tmp)?;
+    if let Some(want) = pin {
+        if want != hex {
+            bail!(
+                "{reference} {made} has sha256 {hex}, the spec pins {want}; nothing was cached (another toolchain \
+                 builds other bytes: if you trust this one, `foothold-build pin --update` pins what it built)"
+            );
+        }
+    }
+    let built = cache.join("files/built");
+    fs::create_dir_all(&built)?;
+    let note = built.join(format!("{hex}.txt"));
+    fs::write(note.with_extension("tmp"), format!("{reference} {made}\n"))?;
+    crate::build::publish(&note.with_extension("tmp"), &note)?;
+    let done = cached(cache, &hex);
+    crate::build::publish(&tmp, &done)?;
+    tmp.keep()?;
+    Ok((hex, Fetched::Built(made)))
 }
 
 /// Fetches `url` into the cache unless content `hex` is there already.
@@ -168,8 +227,33 @@ pub fn fetch_unpinned(cache: &Path, url: &str, progress: Option<&Progress>) -> R
     Ok(hex)
 }
 
-/// Fetches every `url` input of the spec, up to `parallel` at a time. Errors name the spec field.
+/// Fetches every `url` input of the spec, up to `parallel` at a time, then builds every `go` and `cc` input one at
+/// a time (each build uses every core). Errors name the spec field.
 pub fn fetch_all(
+    loaded: &Loaded,
+    cache: &Path,
+    parallel: usize,
+    progress: &Progress,
+) -> Result<Vec<(String, Fetched)>> {
+    let mut done = download_all(loaded, cache, parallel, progress)?;
+    for (field, f) in loaded.spec.sources() {
+        let (Some(recipe), Some(hex)) = (f.recipe(), f.sha256.as_deref()) else {
+            continue;
+        };
+        let what = f.go.clone().or(f.cc.clone()).unwrap_or_default();
+        if !cached(cache, hex).is_file() {
+            progress.step("fetch", &format!("building {what} ({field})"));
+        }
+        let (_, fetched) = build_source(cache, &recipe, Some(hex)).with_context(|| {
+            format!("{}: {field}.{}", loaded.path.display(), if f.go.is_some() { "go" } else { "cc" })
+        })?;
+        progress.step("fetch", &format!("{what}: {fetched:?}"));
+        done.push((what, fetched));
+    }
+    Ok(done)
+}
+
+fn download_all(
     loaded: &Loaded,
     cache: &Path,
     parallel: usize,
@@ -177,7 +261,7 @@ pub fn fetch_all(
 ) -> Result<Vec<(String, Fetched)>> {
     let jobs: Vec<(String, String, String)> = loaded
         .spec
-        .file_inputs()
+        .sources()
         .into_iter()
         .filter_map(|(field, f)| Some((field, f.url?, f.sha256?)))
         .collect();

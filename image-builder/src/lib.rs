@@ -4,15 +4,18 @@
 pub mod auth;
 pub mod bios;
 pub mod build;
+pub mod built_images;
 pub mod bundle;
 pub mod cache_lock;
 pub mod ext4;
 pub mod fetch;
 pub mod gpt;
 pub mod images;
+pub mod kube;
 pub mod pin;
 pub mod progress;
 pub mod qemu;
+pub mod source;
 pub mod sparse;
 pub mod spec;
 

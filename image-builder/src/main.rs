@@ -113,7 +113,8 @@ enum Cmd {
         /// .iso goes in a CD drive and any other image on a virtio disk.
         #[arg(long)]
         usb: bool,
-        /// host:guest TCP port forward on 127.0.0.1 (repeatable). Default 5000:5000.
+        /// host:guest TCP port forward on 127.0.0.1 (repeatable). Default 5000:5000 (the agent) and 6443:6443
+        /// (the Kubernetes API of an appliance, for kubectl on this host).
         #[arg(long = "forward", value_parser = parse_forward)]
         forwards: Vec<(u16, u16)>,
         #[arg(long, default_value_t = 2048)]
@@ -368,7 +369,7 @@ fn real_main() -> Result<ExitCode> {
                 }
             }
             if forwards.is_empty() {
-                forwards.push((5000, 5000));
+                forwards.extend([(5000, 5000), (6443, 6443)]);
             }
             let media = if usb {
                 qemu::Media::Usb

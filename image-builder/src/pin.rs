@@ -20,7 +20,7 @@ use crate::spec::{self, Pins, Spec};
 /// One pin set (or changed) in the spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
-    /// The spec field of the input (`components.k3s.binary`, `components.images[0]`).
+    /// The spec field of the input (`components.kubernetes.kubelet`, `components.images[0]`).
     pub field: String,
     /// `sha256` or `digest`.
     pub key: &'static str,
@@ -42,14 +42,22 @@ pub fn pin(
     let loaded = spec::load_text(path, &text, Pins::Optional)?;
     let file = path.display();
     let mut changes = Vec::new();
-    for (field, f) in loaded.spec.file_inputs() {
-        let Some(url) = f.url else { continue };
-        if f.sha256.is_some() && !update {
+    for (field, f) in loaded.spec.sources() {
+        if f.path.is_some() || (f.sha256.is_some() && !update) {
             continue;
         }
-        progress.step("pin", &format!("downloading {url} ({field})"));
-        let hex = crate::fetch::fetch_unpinned(cache, &url, Some(progress))
-            .with_context(|| format!("{file}: {field}.url"))?;
+        let hex = if let Some(url) = &f.url {
+            progress.step("pin", &format!("downloading {url} ({field})"));
+            crate::fetch::fetch_unpinned(cache, url, Some(progress))
+                .with_context(|| format!("{file}: {field}.url"))?
+        } else {
+            let recipe = f.recipe().expect("validated: url, path, go or cc");
+            let key = if f.go.is_some() { "go" } else { "cc" };
+            progress.step("pin", &format!("building {} ({field})", f.go.as_deref().or(f.cc.as_deref()).unwrap_or_default()));
+            crate::fetch::build_source(cache, &recipe, None)
+                .with_context(|| format!("{file}: {field}.{key}"))?
+                .0
+        };
         changes.push(Change {
             field,
             key: "sha256",
@@ -124,13 +132,22 @@ fn set_pin(spec: &mut Spec, c: &Change) -> Result<()> {
         c_.files.get_mut(i).map(|f| &mut f.sha256)
     } else if let Some(i) = index("components.manifests[") {
         c_.manifests.get_mut(i).map(|f| &mut f.sha256)
-    } else if let Some(i) = index("components.k3s.airgapImages[") {
-        c_.k3s
-            .as_mut()
-            .and_then(|k| k.airgap_images.get_mut(i))
-            .map(|f| &mut f.sha256)
-    } else if c.field == "components.k3s.binary" {
-        c_.k3s.as_mut().map(|k| &mut k.binary.sha256)
+    } else if let Some(name) = c.field.strip_prefix("components.kubernetes.") {
+        c_.kubernetes.as_mut().and_then(|k| {
+            let i = match name {
+                "kubelet" => &mut k.kubelet,
+                "kubeApiserver" => &mut k.kube_apiserver,
+                "kubeControllerManager" => &mut k.kube_controller_manager,
+                "kubeScheduler" => &mut k.kube_scheduler,
+                "kubeProxy" => &mut k.kube_proxy,
+                "kubectl" => &mut k.kubectl,
+                "kubeadm" => &mut k.kubeadm,
+                "pause.binary" => &mut k.pause.binary,
+                "coredns.binary" => &mut k.coredns.binary,
+                _ => return None,
+            };
+            Some(&mut i.sha256)
+        })
     } else {
         None
     };
@@ -146,7 +163,7 @@ struct Mapping {
     entries: BTreeMap<String, (Marker, Option<(usize, usize)>)>,
 }
 
-/// Every mapping of the document by its path (`components.k3s.binary`, `components.files[0]`; the root is "").
+/// Every mapping of the document by its path (`components.kubernetes.kubelet`, `components.files[0]`; the root is "").
 fn mappings(text: &str) -> Result<BTreeMap<String, Mapping>> {
     enum Frame {
         Map {
@@ -261,10 +278,14 @@ pub fn edit(text: &str, changes: &[Change]) -> Result<String> {
         let m = maps
             .get(&c.field)
             .with_context(|| format!("{} is not a mapping in the file", c.field))?;
+        // The pin goes after what it pins: an image's reference, an input's url or source.
         let anchor = if c.key == "digest" {
             "reference"
         } else {
-            "url"
+            ["url", "go", "cc"]
+                .into_iter()
+                .find(|k| m.entries.contains_key(*k))
+                .unwrap_or("url")
         };
         let hint = || format!("; set {}.{}: {} by hand", c.field, c.key, c.new);
         if let Some((_, range)) = m.entries.get(c.key) {
@@ -340,11 +361,14 @@ mod tests {
 # The lab — with a comment that is not ASCII.
 name: t
 components:
-  k3s:
-    binary: {url: 'https://h/k3s'}   # flow
-    airgapImages:
-      - url: https://h/images.tar.zst # block, in a sequence
+  kubernetes:
+    kubelet: {go: 'k8s.io/kubernetes/cmd/kubelet@v1.35.4'}   # flow
+    pause:
+      binary:
+        cc: k8s.io/kubernetes/build/pause/linux/pause.c@v1.35.4 # block
         # a comment between
+  manifests:
+      - url: https://h/images.tar.zst # block, in a sequence
   files:
     - url: \"https://h/f\"
       sha256: 0000
@@ -359,8 +383,9 @@ components:
         let out = edit(
             SPEC,
             &[
-                change("components.k3s.binary", "sha256", "aa"),
-                change("components.k3s.airgapImages[0]", "sha256", "bb"),
+                change("components.kubernetes.kubelet", "sha256", "aa"),
+                change("components.manifests[0]", "sha256", "bb"),
+                change("components.kubernetes.pause.binary", "sha256", "ee"),
                 change("components.files[0]", "sha256", "cc"),
                 change("components.images[0]", "digest", "sha256:dd"),
             ],
@@ -368,9 +393,10 @@ components:
         .unwrap();
         let want = SPEC
             .replace(
-                "{url: 'https://h/k3s'}",
-                "{url: 'https://h/k3s', sha256: aa}",
+                "{go: 'k8s.io/kubernetes/cmd/kubelet@v1.35.4'}",
+                "{go: 'k8s.io/kubernetes/cmd/kubelet@v1.35.4', sha256: aa}",
             )
+            .replace("# block\n", "# block\n        sha256: ee\n")
             .replace(
                 "# block, in a sequence\n",
                 "# block, in a sequence\n        sha256: bb\n",
@@ -423,14 +449,26 @@ components:
     fn a_change_sets_the_pin_of_its_field() {
         let mut s = spec::parse(
             "name: t\nbase: {suite: bookworm}\nhostname: t\noutputs: {formats: [raw], diskSize: 4GiB}\n\
-             components:\n  k3s: {binary: {url: 'https://h/k3s'}, airgapImages: [{url: 'https://h/a'}]}\n  \
+             network: {provisioning: {interface: ens4, address: 172.22.0.1/24}}\n\
+             components:\n  kubernetes: {version: v1.35.4, kubelet: {go: k8s.io/kubernetes/cmd/kubelet@v1.35.4}, \
+             kubeApiserver: {url: 'https://h/a'}, kubeControllerManager: {url: 'https://h/c'}, \
+             kubeScheduler: {url: 'https://h/s'}, kubeProxy: {url: 'https://h/p'}, kubectl: {url: 'https://h/k'}, \
+             kubeadm: {url: 'https://h/ka'}, pause: {reference: 'r.io/p:1', binary: {cc: k8s.io/kubernetes/p.c@v1.35.4}}, \
+             coredns: {reference: 'r.io/c:1', binary: {go: github.com/coredns/coredns@v1.13.1}}}\n  \
              manifests: [{url: 'https://h/m'}]\n  files: [{url: 'https://h/f', dest: /f}]\n  \
              images: [{reference: 'quay.io/a/b:1'}]\n",
         )
         .unwrap();
         for field in [
-            "components.k3s.binary",
-            "components.k3s.airgapImages[0]",
+            "components.kubernetes.kubelet",
+            "components.kubernetes.kubeApiserver",
+            "components.kubernetes.kubeControllerManager",
+            "components.kubernetes.kubeScheduler",
+            "components.kubernetes.kubeProxy",
+            "components.kubernetes.kubectl",
+            "components.kubernetes.kubeadm",
+            "components.kubernetes.pause.binary",
+            "components.kubernetes.coredns.binary",
             "components.manifests[0]",
             "components.files[0]",
         ] {

@@ -48,7 +48,7 @@ pub struct User {
     pub name: String,
     #[serde(default)]
     pub authorized_keys: Vec<String>,
-    /// Member of `sudo`.
+    /// Member of `sudo`, without a password (users log in with keys only; the image has sudo).
     #[serde(default)]
     pub sudo: bool,
 }
@@ -104,51 +104,98 @@ pub struct Components {
     /// Container images pulled from registries, pinned by digest, served by the agent under their names.
     #[serde(default)]
     pub images: Vec<ImageComponent>,
-    /// A single-node Kubernetes: k3s, started at boot with its registry mirror pointed at the agent.
+    /// A single-node Kubernetes, brought up at first boot with its images pulled through the agent.
     #[serde(default)]
-    pub k3s: Option<K3s>,
-    /// Kubernetes manifests k3s applies at first boot (and keeps applied), in order; needs `k3s`.
+    pub kubernetes: Option<Kubernetes>,
+    /// Kubernetes manifests applied at every boot once the apiserver answers (server-side apply), in order;
+    /// needs `kubernetes`.
     #[serde(default)]
     pub manifests: Vec<Input>,
 }
 
-/// k3s and what it needs offline.
+/// Kubernetes: the node and control-plane binaries of one release, and the images the cluster itself runs. Each
+/// binary is an input like any other: built here from its Go module (`go: k8s.io/kubernetes/cmd/kubelet@v1.35.4`,
+/// which needs the Go toolchain at fetch time) or upstream's release binary (`url:`), pinned by sha256 either way.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct K3s {
-    /// The k3s binary (installed as /usr/local/bin/k3s).
-    pub binary: Input,
-    /// Air-gap image archives (`k3s-airgap-images-amd64.tar.zst`), imported by k3s at start.
-    #[serde(default)]
-    pub airgap_images: Vec<Input>,
-    /// Extra arguments for `k3s server` (default: `--disable=traefik`).
-    #[serde(default = "default_k3s_args")]
-    pub args: Vec<String>,
+pub struct Kubernetes {
+    /// The release, e.g. `v1.35.4`; every binary built from `k8s.io/kubernetes` must be of it.
+    pub version: String,
+    pub kubelet: Input,
+    pub kube_apiserver: Input,
+    pub kube_controller_manager: Input,
+    pub kube_scheduler: Input,
+    pub kube_proxy: Input,
+    pub kubectl: Input,
+    /// Makes the cluster's certificates and kubeconfigs at first boot (`kubeadm init phase certs|kubeconfig`).
+    pub kubeadm: Input,
+    /// The sandbox image every pod starts with, e.g. `registry.k8s.io/pause:3.10.1` from
+    /// `cc: k8s.io/kubernetes/build/pause/linux/pause.c@v1.35.4`.
+    pub pause: BuiltImage,
+    /// Cluster DNS, e.g. `registry.k8s.io/coredns/coredns:v1.13.1` from
+    /// `go: github.com/coredns/coredns@v1.13.1`.
+    pub coredns: BuiltImage,
+    /// Pod addresses (default `10.244.0.0/16`; this node uses its first /24).
+    #[serde(default = "default_pod_subnet")]
+    pub pod_subnet: String,
+    /// Service addresses (default `10.96.0.0/12`; the apiserver is its first, DNS its tenth).
+    #[serde(default = "default_service_subnet")]
+    pub service_subnet: String,
+    /// The node's address (default `100.127.255.1`), on a dummy interface of its own so that the cluster comes
+    /// up whatever the appliance's NICs and cables; reachable on the appliance only. Choose another if the site
+    /// uses it.
+    #[serde(default = "default_node_address")]
+    pub node_address: String,
 }
 
-fn default_k3s_args() -> Vec<String> {
-    vec!["--disable=traefik".into()]
+fn default_node_address() -> String {
+    "100.127.255.1".into()
 }
 
-/// One input file: a URL pinned by sha256, or a local path (relative to the spec).
+fn default_pod_subnet() -> String {
+    "10.244.0.0/16".into()
+}
+
+fn default_service_subnet() -> String {
+    "10.96.0.0/12".into()
+}
+
+/// A container image made here from one static binary: a single layer with the binary as its entrypoint, served
+/// by the agent under `reference`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BuiltImage {
+    /// The name it is pulled by, with a tag: `registry.k8s.io/pause:3.10.1`.
+    pub reference: String,
+    pub binary: Input,
+}
+
+/// Where Kubernetes' binaries are installed, and the built images' binaries inside their images.
+pub const KUBE_BIN_DIR: &str = "/usr/local/bin";
+/// Where the image's manifests are kept for the bring-up to apply.
+pub const KUBE_MANIFESTS_DIR: &str = "/usr/local/share/foothold/manifests";
+
+/// One input: a URL pinned by sha256, a local path (relative to the spec), or built here from source.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Input {
     #[serde(default)]
     pub url: Option<String>,
     #[serde(default)]
     pub path: Option<PathBuf>,
-    /// Hex sha256 of the content; required for `url` (`foothold-build pin` fills it in).
+    /// A Go package to build, `<import path>@<module version>` (`github.com/coredns/coredns@v1.13.1`).
+    #[serde(default)]
+    pub go: Option<String>,
+    /// A C file of a Go module to compile statically, `<module path>/<file>@<version>`.
+    #[serde(default)]
+    pub cc: Option<String>,
+    /// Hex sha256 of the content; required for `url`, `go` and `cc` (`foothold-build pin` fills it in).
     #[serde(default)]
     pub sha256: Option<String>,
 }
 
-/// Where k3s picks up air-gap images and manifests.
-pub const K3S_IMAGES_DIR: &str = "/var/lib/rancher/k3s/agent/images";
-pub const K3S_MANIFESTS_DIR: &str = "/var/lib/rancher/k3s/server/manifests";
-
 impl Input {
-    /// The input's file name (of the URL's last path segment or the path).
+    /// The input's file name (of the URL's last path segment, the path, or the package's last element).
     fn file_name(&self) -> String {
         let from_url = self.url.as_deref().and_then(|u| {
             let path = u.split(['?', '#']).next().unwrap_or(u);
@@ -159,19 +206,28 @@ impl Input {
             .as_deref()
             .and_then(|p| p.file_name())
             .map(|s| s.to_string_lossy().into_owned());
+        let from_source = self
+            .go
+            .as_deref()
+            .or(self.cc.as_deref())
+            .and_then(|r| r.split('@').next()?.rsplit('/').next())
+            .map(str::to_owned);
         from_url
             .map(str::to_owned)
             .or(from_path)
+            .or(from_source)
             .unwrap_or_else(|| "input".into())
             .replace('%', "_")
     }
 
-    fn to_file(&self, dest: String, mode: Option<&str>) -> FileComponent {
+    fn to_file(&self, dest: Option<String>, mode: Option<&str>) -> FileComponent {
         FileComponent {
             url: self.url.clone(),
             path: self.path.clone(),
+            go: self.go.clone(),
+            cc: self.cc.clone(),
             sha256: self.sha256.clone(),
-            dest: Some(dest),
+            dest,
             serve: None,
             mode: mode.map(str::to_owned),
         }
@@ -225,7 +281,13 @@ pub struct FileComponent {
     pub url: Option<String>,
     #[serde(default)]
     pub path: Option<PathBuf>,
-    /// Hex sha256 of the content; required for `url`.
+    /// A Go package to build, `<import path>@<module version>`.
+    #[serde(default)]
+    pub go: Option<String>,
+    /// A C file of a Go module to compile statically, `<module path>/<file>@<version>`.
+    #[serde(default)]
+    pub cc: Option<String>,
+    /// Hex sha256 of the content; required for `url`, `go` and `cc`.
     #[serde(default)]
     pub sha256: Option<String>,
     /// Where it goes in the root file system (absolute path).
@@ -445,20 +507,17 @@ impl Spec {
                 ));
             }
         }
-        if self.components.k3s.is_none() && !self.components.manifests.is_empty() {
-            return Err("components.manifests: k3s applies them; add components.k3s".into());
+        if self.components.kubernetes.is_none() && !self.components.manifests.is_empty() {
+            return Err("components.manifests: the bring-up applies them; add components.kubernetes".into());
         }
-        if let Some(k) = &self.components.k3s {
-            for (i, a) in k.args.iter().enumerate() {
-                if a.contains(['\n', '"', '\\']) {
-                    return Err(format!(
-                        "components.k3s.args[{i}]: {a:?} holds a newline, quote or backslash"
-                    ));
-                }
-            }
+        if let Some(k) = &self.components.kubernetes {
+            self.validate_kubernetes(k)?;
         }
         for (field, f) in self.file_inputs() {
             validate_file(&field, &f, pins)?;
+        }
+        for (field, i) in self.image_binaries() {
+            validate_source(&field, &i.to_file(None, None), pins)?;
         }
         for (i, im) in self.components.images.iter().enumerate() {
             crate::images::validate(im, pins).map_err(|e| format!("components.images[{i}].{e}"))?;
@@ -485,8 +544,55 @@ impl Spec {
         Ok(())
     }
 
-    /// Every file the image gets, named by its spec field: `files`, then k3s's binary and air-gap images, then
-    /// the manifests (placed where k3s applies them, numbered to keep their order).
+    fn validate_kubernetes(&self, k: &Kubernetes) -> Result<(), String> {
+        let f = "components.kubernetes";
+        k
+            .version
+            .strip_prefix("v1.")
+            .and_then(|r| r.split_once('.'))
+            .filter(|(m, p)| m.parse::<u32>().is_ok() && p.split('-').next().is_some_and(|p| p.parse::<u32>().is_ok()))
+            .ok_or_else(|| format!("{f}.version: {:?} is not a Kubernetes release like v1.35.4", k.version))?;
+        for (name, i) in k.binaries() {
+            if let Some(r) = &i.go {
+                if let Some(rest) = r.strip_prefix(crate::source::KUBERNETES_MODULE) {
+                    let version = rest.rsplit_once('@').map(|(_, v)| v).unwrap_or_default();
+                    if version != k.version {
+                        return Err(format!(
+                            "{f}.{name}.go: {r:?} is not of the release {} (components.kubernetes.version)",
+                            k.version
+                        ));
+                    }
+                }
+            }
+        }
+        for (name, im) in [("pause", &k.pause), ("coredns", &k.coredns)] {
+            let tagged = im
+                .reference
+                .rsplit_once(':')
+                .is_some_and(|(repo, tag)| !repo.is_empty() && !tag.is_empty() && !tag.contains('/'));
+            if !tagged || im.reference.contains('@') {
+                return Err(format!(
+                    "{f}.{name}.reference: {:?} must be a name with a tag, like registry.k8s.io/pause:3.10.1",
+                    im.reference
+                ));
+            }
+        }
+        if k.node_address.parse::<std::net::Ipv4Addr>().map_or(true, |a| a.is_loopback() || a.is_unspecified()) {
+            return Err(format!("{f}.nodeAddress: {:?} is not an IPv4 address for a node", k.node_address));
+        }
+        for (name, cidr) in [("podSubnet", &k.pod_subnet), ("serviceSubnet", &k.service_subnet)] {
+            let ok = cidr.split_once('/').is_some_and(|(ip, len)| {
+                ip.parse::<std::net::Ipv4Addr>().is_ok() && len.parse::<u8>().is_ok_and(|l| (8..=24).contains(&l))
+            });
+            if !ok {
+                return Err(format!("{f}.{name}: {cidr:?} is not an IPv4 CIDR of prefix length 8 to 24"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every file the image gets, named by its spec field: `files`, then Kubernetes' binaries, then the
+    /// manifests (placed where the bring-up applies them, numbered to keep their order).
     pub fn file_inputs(&self) -> Vec<(String, FileComponent)> {
         let c = &self.components;
         let mut out: Vec<(String, FileComponent)> = c
@@ -495,15 +601,11 @@ impl Spec {
             .enumerate()
             .map(|(i, f)| (format!("components.files[{i}]"), f.clone()))
             .collect();
-        if let Some(k) = &c.k3s {
-            out.push((
-                "components.k3s.binary".into(),
-                k.binary.to_file("/usr/local/bin/k3s".into(), Some("0755")),
-            ));
-            for (i, a) in k.airgap_images.iter().enumerate() {
+        if let Some(k) = &c.kubernetes {
+            for (name, i) in k.binaries() {
                 out.push((
-                    format!("components.k3s.airgapImages[{i}]"),
-                    a.to_file(format!("{K3S_IMAGES_DIR}/{}", a.file_name()), None),
+                    format!("components.kubernetes.{name}"),
+                    i.to_file(Some(format!("{KUBE_BIN_DIR}/{}", kebab(name))), Some("0755")),
                 ));
             }
         }
@@ -511,11 +613,32 @@ impl Spec {
             out.push((
                 format!("components.manifests[{i}]"),
                 m.to_file(
-                    format!("{K3S_MANIFESTS_DIR}/foothold-{i:02}-{}", m.file_name()),
+                    Some(format!("{KUBE_MANIFESTS_DIR}/{i:02}-{}", m.file_name())),
                     Some("0600"),
                 ),
             ));
         }
+        out
+    }
+
+    /// The binaries the builder makes images of (`components.kubernetes.pause.binary`, …), named by field.
+    pub fn image_binaries(&self) -> Vec<(String, &Input)> {
+        self.components
+            .kubernetes
+            .iter()
+            .flat_map(|k| [("pause", &k.pause), ("coredns", &k.coredns)])
+            .map(|(name, im)| (format!("components.kubernetes.{name}.binary"), &im.binary))
+            .collect()
+    }
+
+    /// Every input to fetch (placed files and image binaries), named by field.
+    pub fn sources(&self) -> Vec<(String, FileComponent)> {
+        let mut out = self.file_inputs();
+        out.extend(
+            self.image_binaries()
+                .into_iter()
+                .map(|(field, i)| (field, i.to_file(None, None))),
+        );
         out
     }
 
@@ -539,24 +662,85 @@ impl Spec {
     }
 }
 
-/// Checks one file input; `field` names it in errors (`components.files[0]`, `components.k3s.binary`).
-fn validate_file(field: &str, f: &FileComponent, pins: Pins) -> Result<(), String> {
-    match (&f.url, &f.path) {
-        (Some(_), Some(_)) | (None, None) => {
-            return Err(format!("{field}: give exactly one of url and path"))
+/// `kubeApiserver` → `kube-apiserver`.
+fn kebab(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('-');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
         }
-        (Some(u), None) => {
-            if !(u.starts_with("http://") || u.starts_with("https://")) {
-                return Err(format!("{field}.url: {u:?} must be http(s)"));
-            }
-            if f.sha256.is_none() && pins == Pins::Required {
-                return Err(format!(
-                    "{field}.sha256: required for a url (inputs are pinned); `foothold-build pin` downloads it \
-                     and fills it in"
-                ));
+    }
+    out
+}
+
+impl Kubernetes {
+    /// Every input of the component, to rewrite (the bundle makes local paths its own).
+    pub fn inputs_mut(&mut self) -> [&mut Input; 9] {
+        [
+            &mut self.kubelet,
+            &mut self.kube_apiserver,
+            &mut self.kube_controller_manager,
+            &mut self.kube_scheduler,
+            &mut self.kube_proxy,
+            &mut self.kubectl,
+            &mut self.kubeadm,
+            &mut self.pause.binary,
+            &mut self.coredns.binary,
+        ]
+    }
+
+    /// The binaries installed on the node, by spec field name.
+    pub fn binaries(&self) -> [(&'static str, &Input); 7] {
+        [
+            ("kubelet", &self.kubelet),
+            ("kubeApiserver", &self.kube_apiserver),
+            ("kubeControllerManager", &self.kube_controller_manager),
+            ("kubeScheduler", &self.kube_scheduler),
+            ("kubeProxy", &self.kube_proxy),
+            ("kubectl", &self.kubectl),
+            ("kubeadm", &self.kubeadm),
+        ]
+    }
+}
+
+impl FileComponent {
+    /// How to build this input here, if it is built from source.
+    pub fn recipe(&self) -> Option<crate::source::Recipe> {
+        use crate::source::Recipe;
+        self.go
+            .clone()
+            .map(Recipe::Go)
+            .or_else(|| self.cc.clone().map(Recipe::Cc))
+    }
+}
+
+/// Checks where an input comes from and its pin; `field` names it in errors.
+fn validate_source(field: &str, f: &FileComponent, pins: Pins) -> Result<(), String> {
+    let given = [f.url.is_some(), f.path.is_some(), f.go.is_some(), f.cc.is_some()];
+    if given.iter().filter(|g| **g).count() != 1 {
+        return Err(format!("{field}: give exactly one of url, path, go and cc"));
+    }
+    if let Some(u) = &f.url {
+        if !(u.starts_with("http://") || u.starts_with("https://")) {
+            return Err(format!("{field}.url: {u:?} must be http(s)"));
+        }
+    }
+    for (key, r) in [("go", &f.go), ("cc", &f.cc)] {
+        if let Some(r) = r {
+            crate::source::parse_reference(r).map_err(|e| format!("{field}.{key}: {e}"))?;
+            if key == "cc" && !r.split('@').next().unwrap_or_default().ends_with(".c") {
+                return Err(format!("{field}.cc: {r:?} does not name a .c file"));
             }
         }
-        _ => {}
+    }
+    if f.path.is_none() && f.sha256.is_none() && pins == Pins::Required {
+        let how = if f.url.is_some() { "downloads" } else { "builds" };
+        return Err(format!(
+            "{field}.sha256: required (inputs are pinned); `foothold-build pin` {how} it and fills it in"
+        ));
     }
     if let Some(h) = &f.sha256 {
         if h.len() != 64
@@ -569,6 +753,12 @@ fn validate_file(field: &str, f: &FileComponent, pins: Pins) -> Result<(), Strin
             ));
         }
     }
+    Ok(())
+}
+
+/// Checks one file input; `field` names it in errors (`components.files[0]`, `components.kubernetes.kubelet`).
+fn validate_file(field: &str, f: &FileComponent, pins: Pins) -> Result<(), String> {
+    validate_source(field, f, pins)?;
     if f.dest.is_none() && f.serve.is_none() {
         return Err(format!(
             "{field}: give dest (a path in the image), serve, or both"
@@ -733,58 +923,66 @@ mod tests {
             .contains("components.files[0].mode"));
     }
 
+    const KUBERNETES: &str = "network:\n  provisioning: {interface: ens4, address: 172.22.0.1/24}\ncomponents:\n  kubernetes:\n    version: v1.35.4\n    kubelet: {go: k8s.io/kubernetes/cmd/kubelet@v1.35.4, sha256: HEX}\n    kubeApiserver: {go: k8s.io/kubernetes/cmd/kube-apiserver@v1.35.4, sha256: HEX}\n    kubeControllerManager: {go: k8s.io/kubernetes/cmd/kube-controller-manager@v1.35.4, sha256: HEX}\n    kubeScheduler: {go: k8s.io/kubernetes/cmd/kube-scheduler@v1.35.4, sha256: HEX}\n    kubeProxy: {url: 'https://dl.k8s.io/release/v1.35.4/bin/linux/amd64/kube-proxy', sha256: HEX}\n    kubectl: {go: k8s.io/kubernetes/cmd/kubectl@v1.35.4, sha256: HEX}\n    kubeadm: {go: k8s.io/kubernetes/cmd/kubeadm@v1.35.4, sha256: HEX}\n    pause: {reference: 'registry.k8s.io/pause:3.10.1', binary: {cc: k8s.io/kubernetes/build/pause/linux/pause.c@v1.35.4, sha256: HEX}}\n    coredns: {reference: 'registry.k8s.io/coredns/coredns:v1.13.1', binary: {go: github.com/coredns/coredns@v1.13.1, sha256: HEX}}\n  manifests: [{path: crds.yaml}]\n";
+
+    fn kubernetes_spec(edit: impl Fn(String) -> String) -> Result<Spec, String> {
+        let text = format!("{GOOD}{}", KUBERNETES.replace("HEX", &"a".repeat(64)));
+        let s = parse(&edit(text))?;
+        s.validate()?;
+        Ok(s)
+    }
+
     #[test]
-    fn k3s_and_manifests_become_files_where_k3s_looks() {
-        let mut s = parse(GOOD).unwrap();
-        s.components.manifests.push(Input {
-            url: None,
-            path: Some("metal3.yaml".into()),
-            sha256: None,
-        });
-        assert!(s.validate().unwrap_err().contains("add components.k3s"));
-        s.components.k3s = Some(
-            serde_saphyr::from_str(
-                "binary: {url: 'https://example.com/v1.31.4%2Bk3s1/k3s', sha256: '%'}\nairgapImages: [{path: a/k3s-airgap-images-amd64.tar.zst}]",
-            )
-            .unwrap(),
-        );
-        assert!(s
-            .validate()
-            .unwrap_err()
-            .starts_with("components.k3s.binary.sha256:"));
-        s.components.k3s.as_mut().unwrap().binary.sha256 = Some("a".repeat(64));
-        s.validate().unwrap();
-        assert_eq!(
-            s.components.k3s.as_ref().unwrap().args,
-            vec!["--disable=traefik"]
-        );
+    fn kubernetes_binaries_and_manifests_become_files_where_the_bring_up_looks() {
+        let s = kubernetes_spec(|t| t).unwrap();
         let files: Vec<(String, Option<String>)> = s
             .file_inputs()
             .into_iter()
             .map(|(field, f)| (field, f.dest))
             .collect();
+        assert_eq!(files[0], ("components.kubernetes.kubelet".into(), Some("/usr/local/bin/kubelet".into())));
         assert_eq!(
-            files,
-            vec![
-                (
-                    "components.k3s.binary".into(),
-                    Some("/usr/local/bin/k3s".into())
-                ),
-                (
-                    "components.k3s.airgapImages[0]".into(),
-                    Some(format!("{K3S_IMAGES_DIR}/k3s-airgap-images-amd64.tar.zst"))
-                ),
-                (
-                    "components.manifests[0]".into(),
-                    Some(format!("{K3S_MANIFESTS_DIR}/foothold-00-metal3.yaml"))
-                ),
-            ]
+            files[1],
+            ("components.kubernetes.kubeApiserver".into(), Some("/usr/local/bin/kube-apiserver".into()))
         );
-        s.components.k3s.as_mut().unwrap().args = vec!["--a\nb".into()];
-        assert!(s
-            .validate()
-            .unwrap_err()
-            .starts_with("components.k3s.args[0]"));
+        assert_eq!(
+            files[7],
+            ("components.manifests[0]".into(), Some(format!("{KUBE_MANIFESTS_DIR}/00-crds.yaml")))
+        );
+        let built: Vec<String> = s.image_binaries().into_iter().map(|(f, _)| f).collect();
+        assert_eq!(built, ["components.kubernetes.pause.binary", "components.kubernetes.coredns.binary"]);
+        assert_eq!(s.sources().len(), 10);
+        let k = s.components.kubernetes.as_ref().unwrap();
+        assert_eq!((k.pod_subnet.as_str(), k.service_subnet.as_str()), ("10.244.0.0/16", "10.96.0.0/12"));
+    }
+
+    #[test]
+    fn kubernetes_errors_name_the_field() {
+        let bad = |from: &str, to: &str| kubernetes_spec(|t| t.replacen(from, to, 1)).unwrap_err();
+        assert!(bad("version: v1.35.4", "version: 1.35").starts_with("components.kubernetes.version"));
+        assert!(bad("kubelet@v1.35.4", "kubelet@v1.34.0").starts_with("components.kubernetes.kubelet.go"));
+        assert!(bad("kubelet@v1.35.4", "kubelet").starts_with("components.kubernetes.kubelet.go"));
+        assert!(bad("pause.c@", "pause.h@").starts_with("components.kubernetes.pause.binary.cc"));
+        assert!(bad("pause:3.10.1", "pause").starts_with("components.kubernetes.pause.reference"));
+        assert!(bad("kubelet: {go", "kubelet: {url: 'https://x/kubelet', go")
+            .starts_with("components.kubernetes.kubelet: give exactly one"));
+        assert!(bad("version: v1.35.4\n", "version: v1.35.4\n    nodeAddress: 127.0.0.1\n")
+            .starts_with("components.kubernetes.nodeAddress"));
+        assert!(bad("version: v1.35.4\n", "version: v1.35.4\n    podSubnet: 10.244.0.0/28\n")
+            .starts_with("components.kubernetes.podSubnet"));
+        let e = bad("kubeadm: {", "kubeadmin: {");
+        assert!(e.contains("kubeadmin"), "{e}");
+        // Unpinned, a source build is what `pin` fills in.
+        let text = format!("{GOOD}{}", KUBERNETES.replace(", sha256: HEX", ""));
+        let s = parse(&text).unwrap();
+        assert!(s.validate().unwrap_err().contains("`foothold-build pin` builds it"));
+        s.validate_with(Pins::Optional).unwrap();
+        let mut s = parse(GOOD).unwrap();
+        s.components.manifests.push(Input {
+            path: Some("crds.yaml".into()),
+            ..Input::default()
+        });
+        assert!(s.validate().unwrap_err().contains("add components.kubernetes"));
     }
 
     #[test]

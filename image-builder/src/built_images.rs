@@ -1,0 +1,156 @@
+//! Container images made here from one static binary each (the pause and CoreDNS images of
+//! `components.kubernetes`): one gzip layer holding the binary, a config naming it the entrypoint, written as an
+//! OCI image layout the agent imports. Every byte derives from the binary, the reference and the epoch, so two
+//! builds give the same digests.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::Path;
+
+use anyhow::{Context as _, Result};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+/// One image to make.
+pub struct BuiltImage<'a> {
+    /// `registry.k8s.io/pause:3.10.1`
+    pub reference: &'a str,
+    /// The binary's content.
+    pub binary: &'a Path,
+    /// Its path in the image, which is also the entrypoint: `/pause`.
+    pub entrypoint: &'a str,
+    /// The user it runs as (`65535:65535` for pause, as upstream's image).
+    pub user: &'a str,
+}
+
+/// A reproducible single-file tar: the binary at `path`, mode 0755, owned by root, at `epoch`.
+fn layer_tar(binary: &[u8], path: &str, epoch: u64) -> Result<Vec<u8>> {
+    let mut b = tar::Builder::new(Vec::new());
+    b.mode(tar::HeaderMode::Deterministic);
+    let mut h = tar::Header::new_ustar();
+    h.set_size(binary.len() as u64);
+    h.set_mode(0o755);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(epoch);
+    h.set_entry_type(tar::EntryType::Regular);
+    b.append_data(&mut h, path.trim_start_matches('/'), binary)?;
+    Ok(b.into_inner()?)
+}
+
+fn put(layout: &Path, bytes: &[u8]) -> Result<(String, u64)> {
+    let hex = hex::encode(Sha256::digest(bytes));
+    let path = layout.join("blobs/sha256").join(&hex);
+    fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
+    Ok((format!("sha256:{hex}"), bytes.len() as u64))
+}
+
+/// Writes `images` as one OCI image layout at `layout` (created). Returns, per image, the manifest record for the
+/// build manifest: reference, manifest digest, layer digest.
+pub fn write_layout(
+    images: &[BuiltImage],
+    layout: &Path,
+    epoch: u64,
+) -> Result<Vec<serde_json::Value>> {
+    fs::create_dir_all(layout.join("blobs/sha256"))
+        .with_context(|| format!("creating {}", layout.display()))?;
+    fs::write(layout.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#)?;
+    let created = time_of(epoch);
+    let mut entries = Vec::new();
+    let mut records = Vec::new();
+    for im in images {
+        let binary = fs::read(im.binary).with_context(|| format!("reading {}", im.binary.display()))?;
+        let tar = layer_tar(&binary, im.entrypoint, epoch)?;
+        let diff_id = format!("sha256:{}", hex::encode(Sha256::digest(&tar)));
+        // gzip with no name and no time in its header: the same tar, the same bytes.
+        let mut gz = flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::best());
+        gz.write_all(&tar)?;
+        let (layer, layer_size) = put(layout, &gz.finish()?)?;
+        let config = json!({
+            "architecture": "amd64",
+            "os": "linux",
+            "created": created,
+            "config": {"Entrypoint": [im.entrypoint], "User": im.user},
+            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+            "history": [{"created": created, "created_by": format!("foothold-build: {} from its source", im.entrypoint)}],
+        });
+        let (config, config_size) = put(layout, &serde_json::to_vec(&config)?)?;
+        let manifest = json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config, "size": config_size},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer, "size": layer_size}],
+        });
+        let (manifest, manifest_size) = put(layout, &serde_json::to_vec(&manifest)?)?;
+        entries.push(json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": manifest,
+            "size": manifest_size,
+            "platform": {"architecture": "amd64", "os": "linux"},
+            "annotations": {"org.opencontainers.image.ref.name": im.reference},
+        }));
+        records.push(json!({"reference": im.reference, "digest": manifest, "layer": layer}));
+    }
+    let index = json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": entries});
+    fs::write(layout.join("index.json"), serde_json::to_vec(&index)?)?;
+    Ok(records)
+}
+
+/// `epoch` as RFC 3339 UTC.
+fn time_of(epoch: u64) -> String {
+    let days = (epoch / 86400) as i64;
+    let secs = epoch % 86400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_binary_makes_the_same_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("pause");
+        fs::write(&bin, b"\x7fELF not really").unwrap();
+        let im = [BuiltImage {
+            reference: "registry.k8s.io/pause:3.10.1",
+            binary: &bin,
+            entrypoint: "/pause",
+            user: "65535:65535",
+        }];
+        let a = write_layout(&im, &dir.path().join("a"), 1_767_225_600).unwrap();
+        let b = write_layout(&im, &dir.path().join("b"), 1_767_225_600).unwrap();
+        assert_eq!(a, b);
+        let index: serde_json::Value =
+            serde_json::from_slice(&fs::read(dir.path().join("a/index.json")).unwrap()).unwrap();
+        assert_eq!(
+            index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"],
+            "registry.k8s.io/pause:3.10.1"
+        );
+        // The layer holds the binary, executable, at the entrypoint.
+        let layer = a[0]["layer"].as_str().unwrap().trim_start_matches("sha256:");
+        let gz = fs::File::open(dir.path().join("a/blobs/sha256").join(layer)).unwrap();
+        let mut t = tar::Archive::new(flate2::read::GzDecoder::new(gz));
+        let e = t.entries().unwrap().next().unwrap().unwrap();
+        assert_eq!(e.path().unwrap().to_str(), Some("pause"));
+        assert_eq!(e.header().mode().unwrap(), 0o755);
+        assert_eq!(time_of(1_767_225_600), "2026-01-01T00:00:00Z");
+        assert_eq!(time_of(0), "1970-01-01T00:00:00Z");
+        assert_eq!(time_of(951_782_400), "2000-02-29T00:00:00Z");
+    }
+}

@@ -1,0 +1,349 @@
+//! Inputs built here from upstream sources: a Go package (`go: k8s.io/kubernetes/cmd/kubelet@v1.35.4`) or a C
+//! file of a Go module (`cc: k8s.io/kubernetes/build/pause/linux/pause.c@v1.35.4`), fetched through the Go module
+//! proxy and compiled reproducibly (`-trimpath`, no VCS stamp, fixed link flags, static). The result lands in the
+//! content-addressed cache like a download, so a bundle carries it and an air-gapped build needs no toolchain.
+//!
+//! This module never decides whether a result is trusted: the caller compares it with the spec's pin.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context as _, Result};
+use serde::Deserialize;
+
+/// The module whose packages get Kubernetes' version stamp (`kubectl version`, `/version`).
+pub const KUBERNETES_MODULE: &str = "k8s.io/kubernetes";
+
+/// What to build: a package or a C file, `<module path>[/<path in it>]@<version>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recipe {
+    Go(String),
+    Cc(String),
+}
+
+impl Recipe {
+    fn reference(&self) -> &str {
+        match self {
+            Recipe::Go(r) | Recipe::Cc(r) => r,
+        }
+    }
+}
+
+/// Splits `path@version`, checking both halves; the error says what is wrong with `reference`.
+pub fn parse_reference(reference: &str) -> Result<(&str, &str), String> {
+    let (path, version) = reference
+        .rsplit_once('@')
+        .ok_or_else(|| format!("{reference:?} needs @<version>, e.g. k8s.io/kubernetes/cmd/kubelet@v1.35.4"))?;
+    let first = path.split('/').next().unwrap_or_default();
+    if !first.contains('.')
+        || path.contains(['\\', ' ', '\n'])
+        || path.split('/').any(|s| s.is_empty() || s == "." || s == "..")
+    {
+        return Err(format!(
+            "{path:?} is not a Go import path (a host name first, then path segments)"
+        ));
+    }
+    if !version.starts_with('v') || version.contains(['/', ' ', '\n']) || version.len() < 2 {
+        return Err(format!(
+            "{version:?} is not a module version like v1.35.4"
+        ));
+    }
+    Ok((path, version))
+}
+
+/// A module as `go mod download -json` describes it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct Module {
+    path: String,
+    version: String,
+    #[serde(default)]
+    dir: String,
+    #[serde(default)]
+    go_mod: String,
+    #[serde(default)]
+    time: Option<String>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// The toolchain that builds: `go version`'s output, which the manifest records. Fails with the reason when
+/// there is none.
+pub fn go_version() -> Result<String> {
+    let out = Command::new("go").arg("version").output().map_err(|e| {
+        anyhow::anyhow!(
+            "the Go toolchain is needed to build it and `go` cannot be run ({e}); install Go (https://go.dev/dl), \
+             or fetch on a machine that has it and build from the bundle (build --bundle --offline)"
+        )
+    })?;
+    if !out.status.success() {
+        bail!(
+            "`go version` failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// A `go` command that asks nothing of the user's environment: the module proxy and checksum database as
+/// configured, the local toolchain only, modules resolved as needed.
+fn go(dir: &Path) -> Command {
+    let mut c = Command::new("go");
+    c.current_dir(dir)
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=mod -buildvcs=false")
+        .env("GO111MODULE", "on")
+        .env_remove("GOOS")
+        .env_remove("GOARCH")
+        .env_remove("GOWORK");
+    c
+}
+
+/// Runs `cmd`, keeping the tail of its stderr in the error.
+fn run(cmd: &mut Command, what: &str) -> Result<Vec<u8>> {
+    let out = cmd.output().with_context(|| format!("{what}: running {cmd:?}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(15).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        bail!("{what} failed ({}):\n{}", out.status, tail.join("\n"));
+    }
+    Ok(out.stdout)
+}
+
+/// Finds the module that holds `path` at `version`: the longest prefix of `path` the module proxy serves at that
+/// version (as `go get` decides). The error says when the proxy serves none of them.
+fn find_module(work: &Path, path: &str, version: &str) -> Result<Module> {
+    let segments: Vec<&str> = path.split('/').collect();
+    let mut last_error = String::new();
+    for n in (1..=segments.len()).rev() {
+        let candidate = segments[..n].join("/");
+        let out = go(work)
+            .args(["mod", "download", "-json"])
+            .arg(format!("{candidate}@{version}"))
+            .output()
+            .context("running go mod download")?;
+        let m: Option<Module> = serde_json::from_slice(&out.stdout).ok();
+        match m {
+            Some(m) if m.error.is_none() && out.status.success() => return Ok(m),
+            Some(Module { error: Some(e), .. }) if n == 1 || last_error.is_empty() => last_error = e,
+            _ if last_error.is_empty() => {
+                last_error = String::from_utf8_lossy(&out.stderr).trim().to_owned()
+            }
+            _ => {}
+        }
+    }
+    bail!("the module proxy serves no module holding {path} at {version}: {last_error}")
+}
+
+/// The `replace` directives a wrapper module needs to build inside `m`: its own replacements, with those that
+/// point into its repository (Kubernetes' `./staging/src/k8s.io/api`) replaced by the published module at the
+/// matching version (Kubernetes publishes staging modules as v0.<minor>.<patch> of release v1.<minor>.<patch>).
+fn replacements(m: &Module) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(&m.go_mod)
+        .with_context(|| format!("reading {}'s go.mod ({})", m.path, m.go_mod))?;
+    replacements_in(&text, &m.path, &m.version)
+}
+
+fn replacements_in(go_mod: &str, module: &str, version: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut in_block = false;
+    for line in go_mod.lines() {
+        let line = line.split("//").next().unwrap_or_default().trim();
+        let directive = if in_block {
+            if line == ")" {
+                in_block = false;
+                continue;
+            }
+            line
+        } else if let Some(rest) = line.strip_prefix("replace") {
+            let rest = rest.trim();
+            if rest == "(" {
+                in_block = true;
+                continue;
+            }
+            rest
+        } else {
+            continue;
+        };
+        let Some((from, to)) = directive.split_once("=>") else {
+            continue;
+        };
+        let (from, to) = (from.trim(), to.trim());
+        let from_path = from.split_whitespace().next().unwrap_or_default();
+        if to.starts_with("./") || to.starts_with("../") {
+            let staged = version
+                .strip_prefix("v1.")
+                .map(|rest| format!("v0.{rest}"))
+                .with_context(|| {
+                    format!(
+                        "{module}@{version} replaces {from_path} with its own directory {to}, and only Kubernetes' \
+                         release versions (v1.x.y) say which published version that is"
+                    )
+                })?;
+            out.push(format!("{from_path} => {from_path} {staged}"));
+        } else {
+            out.push(format!("{from} => {to}"));
+        }
+    }
+    Ok(out)
+}
+
+/// The link flags of a Go build of `module@version`: no symbol table, and for Kubernetes the version stamp its
+/// own release builds set, so the binaries report the release they are.
+fn ldflags(module: &str, version: &str, time: Option<&str>) -> String {
+    let mut flags = vec!["-s".to_owned(), "-w".to_owned()];
+    if module == KUBERNETES_MODULE {
+        let mut parts = version.trim_start_matches('v').split(['.', '-']);
+        let major = parts.next().unwrap_or_default();
+        let minor = parts.next().unwrap_or_default();
+        for pkg in [
+            "k8s.io/component-base/version",
+            "k8s.io/client-go/pkg/version",
+        ] {
+            for (k, v) in [
+                ("gitVersion", version),
+                ("gitMajor", major),
+                ("gitMinor", minor),
+                // Built from the module archive, not a git checkout: what Kubernetes' own scripts say for that.
+                ("gitTreeState", "archive"),
+                ("buildDate", time.unwrap_or("1970-01-01T00:00:00Z")),
+            ] {
+                flags.push(format!("-X {pkg}.{k}={v}"));
+            }
+        }
+    }
+    flags.join(" ")
+}
+
+/// Builds `recipe` into `out` (a new file), using `work` as the wrapper module's directory. Returns a line for the
+/// manifest saying what was built from which module version with which toolchain.
+pub fn build(recipe: &Recipe, work: &Path, out: &Path) -> Result<String> {
+    let reference = recipe.reference();
+    let (path, version) = parse_reference(reference).map_err(|e| anyhow::anyhow!(e))?;
+    let toolchain = go_version()?;
+    std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
+    let module = find_module(work, path, version)?;
+    let rest = path
+        .strip_prefix(module.path.as_str())
+        .unwrap_or_default()
+        .trim_start_matches('/');
+    match recipe {
+        Recipe::Go(_) => {
+            let mut go_mod = format!(
+                "module foothold.local/build\n\ngo 1.22\n\nrequire {} {}\n",
+                module.path, module.version
+            );
+            let replace = replacements(&module)?;
+            if !replace.is_empty() {
+                go_mod.push_str("\nreplace (\n");
+                for r in &replace {
+                    go_mod.push_str(&format!("\t{r}\n"));
+                }
+                go_mod.push_str(")\n");
+            }
+            std::fs::write(work.join("go.mod"), go_mod)?;
+            let _ = std::fs::remove_file(work.join("go.sum"));
+            run(
+                go(work).arg("get").arg(format!("{path}@{version}")),
+                &format!("resolving {reference}"),
+            )?;
+            run(
+                go(work)
+                    .env("CGO_ENABLED", "0")
+                    .args(["build", "-trimpath"])
+                    .arg(format!(
+                        "-ldflags={}",
+                        ldflags(&module.path, &module.version, module.time.as_deref())
+                    ))
+                    .arg("-o")
+                    .arg(out)
+                    .arg(path),
+                &format!("building {reference}"),
+            )?;
+        }
+        Recipe::Cc(_) => {
+            let src = PathBuf::from(&module.dir).join(rest);
+            if rest.is_empty() || !src.is_file() {
+                bail!("{reference}: {} has no file {rest:?}", module.path);
+            }
+            run(
+                Command::new("cc")
+                    .current_dir(&module.dir)
+                    .args(["-Os", "-Wall", "-Werror", "-static", "-s"])
+                    .arg(format!("-ffile-prefix-map={}=.", module.dir))
+                    .arg(format!("-DVERSION={}@{}", module.path, module.version))
+                    .arg("-o")
+                    .arg(out)
+                    .arg(rest),
+                &format!("compiling {reference}"),
+            )?;
+        }
+    }
+    let cc = match recipe {
+        Recipe::Cc(_) => format!(
+            ", {}",
+            String::from_utf8_lossy(&run(Command::new("cc").arg("--version"), "cc --version")?)
+                .lines()
+                .next()
+                .unwrap_or_default()
+        ),
+        Recipe::Go(_) => String::new(),
+    };
+    Ok(format!(
+        "built from {} {} ({toolchain}{cc})",
+        module.path, module.version
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_name_path_and_version() {
+        assert_eq!(
+            parse_reference("k8s.io/kubernetes/cmd/kubelet@v1.35.4").unwrap(),
+            ("k8s.io/kubernetes/cmd/kubelet", "v1.35.4")
+        );
+        for bad in [
+            "k8s.io/kubernetes/cmd/kubelet",
+            "kubernetes/cmd/kubelet@v1",
+            "k8s.io//x@v1.0.0",
+            "k8s.io/../x@v1.0.0",
+            "k8s.io/x@1.0.0",
+            "k8s.io/x@",
+        ] {
+            assert!(parse_reference(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn staging_replacements_become_published_modules() {
+        let go_mod = "module k8s.io/kubernetes\n\nreplace (\n\tk8s.io/api => ./staging/src/k8s.io/api\n\tk8s.io/x v1.0.0 => example.org/x v1.0.1 // fork\n)\n\nreplace k8s.io/kubelet => ./staging/src/k8s.io/kubelet\n";
+        assert_eq!(
+            replacements_in(go_mod, "k8s.io/kubernetes", "v1.35.4").unwrap(),
+            [
+                "k8s.io/api => k8s.io/api v0.35.4",
+                "k8s.io/x v1.0.0 => example.org/x v1.0.1",
+                "k8s.io/kubelet => k8s.io/kubelet v0.35.4"
+            ]
+        );
+        let err = replacements_in(go_mod, "example.org/m", "v2.0.0").unwrap_err();
+        assert!(format!("{err}").contains("./staging/src/k8s.io/api"), "{err}");
+    }
+
+    #[test]
+    fn kubernetes_builds_carry_the_release_in_their_version_stamp() {
+        let f = ldflags("k8s.io/kubernetes", "v1.35.4", Some("2026-04-15T18:01:22Z"));
+        for want in [
+            "-X k8s.io/component-base/version.gitVersion=v1.35.4",
+            "-X k8s.io/component-base/version.gitMinor=35",
+            "-X k8s.io/client-go/pkg/version.gitMajor=1",
+            "-X k8s.io/client-go/pkg/version.buildDate=2026-04-15T18:01:22Z",
+        ] {
+            assert!(f.contains(want), "{want} in {f}");
+        }
+        assert_eq!(ldflags("github.com/coredns/coredns", "v1.13.1", None), "-s -w");
+    }
+}
