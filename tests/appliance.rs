@@ -1,7 +1,8 @@
 //! `packages/appliance.yaml` built by the real `foothold-build` (as root) and booted in qemu: a single-node
 //! Kubernetes built here from its Go sources comes up with no network but qemu's own forwards to 127.0.0.1.
 //!
-//! One boot of the raw image under UEFI carries most checks: through the forwarded apiserver port, kubectl on
+//! The build runs from a bundle in a network namespace of its own, with no Go toolchain on its PATH: everything
+//! built from source was built by the fetch. One boot of the raw image under UEFI carries most checks: through the forwarded apiserver port, kubectl on
 //! this host (the one the build made) finds `/readyz` ok, the node Ready and CoreDNS Running; a pod whose image
 //! was baked into the agent's registry under `docker.io/library/busybox` resolves a Service name through CoreDNS
 //! and completes, pulled by containerd through the agent (its metrics count the manifest GET, and containerd
@@ -122,7 +123,12 @@ impl Appliance {
                 "-i",
             ])
             .arg(&self.key)
-            .args(["-p", &self.ssh_port.to_string(), "foothold@127.0.0.1", command]))
+            .args([
+                "-p",
+                &self.ssh_port.to_string(),
+                "foothold@127.0.0.1",
+                command,
+            ]))
     }
 
     fn kubectl(&self, args: &[&str]) -> Result<String, String> {
@@ -183,12 +189,14 @@ impl Appliance {
                 "sudo systemctl poweroff",
             ])
             .output();
-        wait_for("qemu to exit after poweroff", Duration::from_secs(300), || {
-            match self.vm.poll().map_err(|e| e.to_string())? {
+        wait_for(
+            "qemu to exit after poweroff",
+            Duration::from_secs(300),
+            || match self.vm.poll().map_err(|e| e.to_string())? {
                 Some(_) => Ok(()),
                 None => Err("still running".into()),
-            }
-        });
+            },
+        );
     }
 }
 
@@ -238,7 +246,10 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         )
         .replace(
             "  manifests:\n",
-            &format!("  imageLayouts:\n    - path: {}\n  manifests:\n", layout.display()),
+            &format!(
+                "  imageLayouts:\n    - path: {}\n  manifests:\n",
+                layout.display()
+            ),
         )
         .replace("formats: [raw, qcow2, iso]", "formats: [raw, iso]");
     let spec = dir.join("appliance.yaml");
@@ -246,35 +257,63 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
     let loaded = foothold_image_builder::spec::load(&spec).unwrap();
     let k = loaded.spec.components.kubernetes.as_ref().unwrap();
 
-    let out = dir.join("out");
+    // Fetched here (the Go builds), then built from the bundle with no network and no Go toolchain, as on an
+    // air-gapped machine.
+    let bundle = dir.join("appliance.tar");
     let started = Instant::now();
     run(Command::new(target().join("debug/foothold-build"))
-        .arg("build")
+        .arg("fetch")
         .arg(&spec)
-        .arg("--out")
-        .arg(&out)
+        .arg("--bundle")
+        .arg(&bundle)
         .arg("--agent")
         .arg(target().join("debug/foothold-agent")));
-    eprintln!("appliance built in {:.0} s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "appliance fetched and bundled in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    let out = dir.join("out");
+    let started = Instant::now();
+    run(Command::new("unshare")
+        .arg("--net")
+        .arg(target().join("debug/foothold-build"))
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .args(["build", "--offline", "--bundle"])
+        .arg(&bundle)
+        .arg("--out")
+        .arg(&out));
+    std::fs::remove_file(&bundle).unwrap();
+    eprintln!(
+        "appliance built offline in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     let manifest: Value = serde_json::from_slice(
         &std::fs::read(out.join("foothold-appliance.raw.manifest.json")).unwrap(),
     )
     .unwrap();
     // The manifest says what was built from source, and from which module version.
-    let kubelet = manifest["inputs"]["kubernetes.kubelet"]["from"].as_str().unwrap();
+    let kubelet = manifest["inputs"]["kubernetes.kubelet"]["from"]
+        .as_str()
+        .unwrap();
     assert!(
         kubelet.starts_with("k8s.io/kubernetes/cmd/kubelet@v1.35.4 built from k8s.io/kubernetes v1.35.4 (go version go1."),
         "{kubelet}"
     );
-    let coredns = manifest["inputs"]["kubernetes.coredns.binary"]["from"].as_str().unwrap();
-    assert!(coredns.contains("built from github.com/coredns/coredns v1.13.1"), "{coredns}");
+    let coredns = manifest["inputs"]["kubernetes.coredns.binary"]["from"]
+        .as_str()
+        .unwrap();
+    assert!(
+        coredns.contains("built from github.com/coredns/coredns v1.13.1"),
+        "{coredns}"
+    );
     assert_eq!(
         manifest["inputs"]["kubernetes.pause.image"]["reference"],
         "registry.k8s.io/pause:3.10.1"
     );
     // The kubectl the build made, for this host.
     let home_cache = PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/foothold");
-    let kubectl = foothold_image_builder::fetch::cached(&home_cache, k.kubectl.sha256.as_deref().unwrap());
+    let kubectl =
+        foothold_image_builder::fetch::cached(&home_cache, k.kubectl.sha256.as_deref().unwrap());
     let version = run(Command::new(&kubectl).args(["version", "--client", "-o", "json"]));
     assert!(version.contains("\"gitVersion\": \"v1.35.4\""), "{version}");
 
@@ -290,52 +329,94 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         snapshot: false,
         ..boot_options(image, dir.join(console))
     };
-    let a = Appliance::boot("first boot (raw, UEFI)", options(&disk, "console-1.log"), &key, &kubectl, dir);
+    let a = Appliance::boot(
+        "first boot (raw, UEFI)",
+        options(&disk, "console-1.log"),
+        &key,
+        &kubectl,
+        dir,
+    );
     assert_eq!(a.kubectl(&["get", "--raw", "/readyz"]).unwrap(), "ok");
-    let server: Value = serde_json::from_str(&a.kubectl(&["get", "--raw", "/version"]).unwrap()).unwrap();
+    let server: Value =
+        serde_json::from_str(&a.kubectl(&["get", "--raw", "/version"]).unwrap()).unwrap();
     assert_eq!(server["gitVersion"], "v1.35.4", "{server}");
-    wait_for("CoreDNS Running and available", Duration::from_secs(600), || {
-        a.kubectl(&[
+    wait_for(
+        "CoreDNS Running and available",
+        Duration::from_secs(600),
+        || {
+            a.kubectl(&[
+                "-n",
+                "kube-system",
+                "wait",
+                "--for=condition=Available",
+                "deployment/coredns",
+                "--timeout=10s",
+            ])
+        },
+    );
+    let phase = a
+        .kubectl(&[
             "-n",
             "kube-system",
-            "wait",
-            "--for=condition=Available",
-            "deployment/coredns",
-            "--timeout=10s",
+            "get",
+            "pods",
+            "-l",
+            "k8s-app=kube-dns",
+            "-o",
+            "jsonpath={.items[*].status.phase}",
         ])
-    });
-    let phase = a
-        .kubectl(&["-n", "kube-system", "get", "pods", "-l", "k8s-app=kube-dns", "-o", "jsonpath={.items[*].status.phase}"])
         .unwrap();
     assert_eq!(phase, "Running");
 
     // A pod from an image only the agent has, by its upstream name; it resolves a Service through CoreDNS.
     let before = a.manifest_gets();
     std::fs::write(dir.join("pod.json"), POD).unwrap();
-    a.kubectl(&["apply", "-f", dir.join("pod.json").to_str().unwrap()]).unwrap();
-    let phase = wait_for("the busybox pod to finish", Duration::from_secs(600), || {
-        let p = a.kubectl(&["get", "pod", "lookup", "-o", "jsonpath={.status.phase}"])?;
-        matches!(p.as_str(), "Succeeded" | "Failed").then_some(p.clone()).ok_or(p)
-    });
+    a.kubectl(&["apply", "-f", dir.join("pod.json").to_str().unwrap()])
+        .unwrap();
+    let phase = wait_for(
+        "the busybox pod to finish",
+        Duration::from_secs(600),
+        || {
+            let p = a.kubectl(&["get", "pod", "lookup", "-o", "jsonpath={.status.phase}"])?;
+            matches!(p.as_str(), "Succeeded" | "Failed")
+                .then_some(p.clone())
+                .ok_or(p)
+        },
+    );
     let logs = a.kubectl(&["logs", "lookup"]).unwrap_or_default();
     assert_eq!(phase, "Succeeded", "{logs}");
-    assert!(logs.contains("10.96.0.1"), "nslookup through CoreDNS: {logs}");
-    assert!(a.manifest_gets() > before, "containerd did not pull through the agent");
+    assert!(
+        logs.contains("10.96.0.1"),
+        "nslookup through CoreDNS: {logs}"
+    );
+    assert!(
+        a.manifest_gets() > before,
+        "containerd did not pull through the agent"
+    );
     let images = a.ssh("sudo ctr -n k8s.io images ls -q");
-    assert!(images.contains(&busybox), "{busybox} not in containerd: {images}");
+    assert!(
+        images.contains(&busybox),
+        "{busybox} not in containerd: {images}"
+    );
     assert!(images.contains("registry.k8s.io/pause:3.10.1"), "{images}");
 
     // The agent's controllers lead on this apiserver, and SIP schedules two BareMetalHosts.
-    wait_for("the agent's controllers leading", Duration::from_secs(300), || {
-        let r = try_run(Command::new("curl").args([
-            "-kfsS",
-            "--max-time",
-            "30",
-            &format!("https://127.0.0.1:{}/readyz", a.agent_port),
-        ]))?;
-        let v: Value = serde_json::from_str(&r).map_err(|e| e.to_string())?;
-        (v["controllers"]["state"] == "leading").then_some(()).ok_or(r)
-    });
+    wait_for(
+        "the agent's controllers leading",
+        Duration::from_secs(300),
+        || {
+            let r = try_run(Command::new("curl").args([
+                "-kfsS",
+                "--max-time",
+                "30",
+                &format!("https://127.0.0.1:{}/readyz", a.agent_port),
+            ]))?;
+            let v: Value = serde_json::from_str(&r).map_err(|e| e.to_string())?;
+            (v["controllers"]["state"] == "leading")
+                .then_some(())
+                .ok_or(r)
+        },
+    );
     let fixture = ws.join("tests/fixtures/sip-two-hosts.yaml");
     wait_for("the SIP fixture to apply", Duration::from_secs(120), || {
         a.kubectl(&["apply", "-f", fixture.to_str().unwrap()])
@@ -367,19 +448,49 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         (s == "True").then_some(()).ok_or(s)
     });
     let claimed = a
-        .kubectl(&["-n", "site", "get", "bmh", "-l", "sip.airshipit.org/cluster-name=edge", "-o", "name"])
+        .kubectl(&[
+            "-n",
+            "site",
+            "get",
+            "bmh",
+            "-l",
+            "sip.airshipit.org/cluster-name=edge",
+            "-o",
+            "name",
+        ])
         .unwrap();
     assert_eq!(claimed.lines().count(), 2, "{claimed}");
-    a.kubectl(&["create", "configmap", "before-reboot", "--from-literal=kept=yes"])
-        .unwrap();
+    a.kubectl(&[
+        "create",
+        "configmap",
+        "before-reboot",
+        "--from-literal=kept=yes",
+    ])
+    .unwrap();
     a.poweroff();
 
     // 2. The same disk again: the cluster it made is still there.
-    let b = Appliance::boot("second boot (same disk)", options(&disk, "console-2.log"), &key, &kubectl, dir);
-    wait_for("the node Ready after the reboot", Duration::from_secs(300), || b.node_ready());
+    let b = Appliance::boot(
+        "second boot (same disk)",
+        options(&disk, "console-2.log"),
+        &key,
+        &kubectl,
+        dir,
+    );
+    wait_for(
+        "the node Ready after the reboot",
+        Duration::from_secs(300),
+        || b.node_ready(),
+    );
     assert_eq!(
-        b.kubectl(&["get", "configmap", "before-reboot", "-o", "jsonpath={.data.kept}"])
-            .unwrap(),
+        b.kubectl(&[
+            "get",
+            "configmap",
+            "before-reboot",
+            "-o",
+            "jsonpath={.data.kept}"
+        ])
+        .unwrap(),
         "yes"
     );
     drop(b);

@@ -257,7 +257,6 @@ outputs:
     )
     .unwrap();
 
-
     // A fresh image cache that shares the machine's root file system and package caches.
     let cache = dir.join("cache");
     std::fs::create_dir_all(&cache).unwrap();
@@ -517,7 +516,10 @@ outputs:
         "openssl s_client -connect 127.0.0.1:{port} -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -ext subjectAltName"
     )));
     for name in ["DNS:images-test", "DNS:localhost", "IP Address:127.0.0.1"] {
-        assert!(pem.contains(name), "{name} in the first boot's certificate: {pem}");
+        assert!(
+            pem.contains(name),
+            "{name} in the first boot's certificate: {pem}"
+        );
     }
     drop(vm);
 }
@@ -810,8 +812,7 @@ fn pin_writes_the_missing_pins_into_the_spec_and_keeps_the_rest_of_it() {
     let (ok, err) = check(&[]);
     assert!(!ok, "an unpinned spec passed the check");
     assert!(
-        err.contains("components.files[0].sha256: required")
-            && err.contains("foothold-build pin"),
+        err.contains("components.files[0].sha256: required") && err.contains("foothold-build pin"),
         "{err}"
     );
     let (ok, text) = build(&["fetch"]);

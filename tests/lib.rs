@@ -76,12 +76,13 @@ pub fn build_binaries() {
 }
 
 /// The options the boot tests start a VM with: 1.5 GiB and 2 CPUs, the console in `console`, writes discarded,
-/// and the accelerator `$FOOTHOLD_ACCEL` asks for (auto when unset).
+/// no network but the forwards, and the accelerator `$FOOTHOLD_ACCEL` asks for (auto when unset).
 pub fn boot_options(image: &Path, console: PathBuf) -> RunOptions {
     RunOptions {
         memory_mib: 1536,
         serial_log: Some(console),
         snapshot: true,
+        isolated: true,
         accel: AccelChoice::from_env().unwrap(),
         ..RunOptions::new(image.to_owned())
     }

@@ -408,13 +408,16 @@ fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> 
             .images
             .iter()
             .map(crate::images::registry_of)
-            .chain([&k.pause.reference, &k.coredns.reference].map(|r| {
-                r.split('/').next().unwrap_or_default().to_owned()
-            }))
+            .chain(
+                [&k.pause.reference, &k.coredns.reference]
+                    .map(|r| r.split('/').next().unwrap_or_default().to_owned()),
+            )
             .collect();
         registries.sort();
         registries.dedup();
-        for (path, text, mode) in crate::kube::render(spec, k, &registries, spec.components.agent_tls) {
+        for (path, text, mode) in
+            crate::kube::render(spec, k, &registries, spec.components.agent_tls)
+        {
             write_file(&root.join(path.trim_start_matches('/')), &text, mode)?;
         }
         run(Command::new("chroot")
@@ -426,7 +429,9 @@ fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> 
         // Debian enables these at installation; without Kubernetes they are not started.
         for unit in ["etcd.service", "containerd.service"] {
             if root.join("usr/lib/systemd/system").join(unit).exists() {
-                run(Command::new("chroot").arg(root).args(["systemctl", "disable", unit]))?;
+                run(Command::new("chroot")
+                    .arg(root)
+                    .args(["systemctl", "disable", unit]))?;
             }
         }
     }
@@ -458,7 +463,9 @@ fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> 
         // Users log in with keys only (their password is locked): sudo must not ask for one.
         if u.sudo {
             write_file(
-                &root.join("etc/sudoers.d").join(format!("foothold-{}", u.name)),
+                &root
+                    .join("etc/sudoers.d")
+                    .join(format!("foothold-{}", u.name)),
                 &format!("{} ALL=(ALL:ALL) NOPASSWD: ALL\n", u.name),
                 0o440,
             )?;
@@ -558,9 +565,16 @@ fn resolve_file_inputs(loaded: &Loaded, settings: &Settings) -> Result<Vec<FileI
         let (src, origin) = match (&f.path, &f.url) {
             (Some(p), _) => (loaded.resolve(p), p.display().to_string()),
             (None, url) => {
-                let hex = f.sha256.as_deref().expect("validated: remote and built inputs are pinned");
+                let hex = f
+                    .sha256
+                    .as_deref()
+                    .expect("validated: remote and built inputs are pinned");
                 let cached = crate::fetch::cached(&settings.cache, hex);
-                let what = url.clone().or(f.go.clone()).or(f.cc.clone()).unwrap_or_default();
+                let what = url
+                    .clone()
+                    .or(f.go.clone())
+                    .or(f.cc.clone())
+                    .unwrap_or_default();
                 if !cached.is_file() {
                     bail!(
                         "{}: {field}: {what} is not in the cache; run `foothold-build fetch` first",
@@ -963,7 +977,10 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         }
     }
     if let Some(k) = &spec.components.kubernetes {
-        progress.step("data", "the pause and CoreDNS images, made from their binaries");
+        progress.step(
+            "data",
+            "the pause and CoreDNS images, made from their binaries",
+        );
         let src = |field: &str| {
             files
                 .iter()

@@ -54,16 +54,22 @@ pub fn write_layout(
 ) -> Result<Vec<serde_json::Value>> {
     fs::create_dir_all(layout.join("blobs/sha256"))
         .with_context(|| format!("creating {}", layout.display()))?;
-    fs::write(layout.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#)?;
+    fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )?;
     let created = time_of(epoch);
     let mut entries = Vec::new();
     let mut records = Vec::new();
     for im in images {
-        let binary = fs::read(im.binary).with_context(|| format!("reading {}", im.binary.display()))?;
+        let binary =
+            fs::read(im.binary).with_context(|| format!("reading {}", im.binary.display()))?;
         let tar = layer_tar(&binary, im.entrypoint, epoch)?;
         let diff_id = format!("sha256:{}", hex::encode(Sha256::digest(&tar)));
         // gzip with no name and no time in its header: the same tar, the same bytes.
-        let mut gz = flate2::GzBuilder::new().mtime(0).write(Vec::new(), flate2::Compression::best());
+        let mut gz = flate2::GzBuilder::new()
+            .mtime(0)
+            .write(Vec::new(), flate2::Compression::best());
         gz.write_all(&tar)?;
         let (layer, layer_size) = put(layout, &gz.finish()?)?;
         let config = json!({
@@ -143,7 +149,10 @@ mod tests {
             "registry.k8s.io/pause:3.10.1"
         );
         // The layer holds the binary, executable, at the entrypoint.
-        let layer = a[0]["layer"].as_str().unwrap().trim_start_matches("sha256:");
+        let layer = a[0]["layer"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("sha256:");
         let gz = fs::File::open(dir.path().join("a/blobs/sha256").join(layer)).unwrap();
         let mut t = tar::Archive::new(flate2::read::GzDecoder::new(gz));
         let e = t.entries().unwrap().next().unwrap().unwrap();

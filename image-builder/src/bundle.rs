@@ -94,7 +94,12 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
         if let (None, Some(hex)) = (&f.path, &f.sha256) {
             cached.push(format!("files/sha256/{hex}"));
             // How it was built, for the manifest of the air-gapped build.
-            if f.recipe().is_some() && settings.cache.join(format!("files/built/{hex}.txt")).is_file() {
+            if f.recipe().is_some()
+                && settings
+                    .cache
+                    .join(format!("files/built/{hex}.txt"))
+                    .is_file()
+            {
                 cached.push(format!("files/built/{hex}.txt"));
             }
         }

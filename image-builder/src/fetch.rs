@@ -56,7 +56,13 @@ pub fn build_source(
     let work = cache.join("go/work").join(
         reference
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect::<String>(),
     );
     let tmp = tempfile::Builder::new()
@@ -245,7 +251,11 @@ pub fn fetch_all(
             progress.step("fetch", &format!("building {what} ({field})"));
         }
         let (_, fetched) = build_source(cache, &recipe, Some(hex)).with_context(|| {
-            format!("{}: {field}.{}", loaded.path.display(), if f.go.is_some() { "go" } else { "cc" })
+            format!(
+                "{}: {field}.{}",
+                loaded.path.display(),
+                if f.go.is_some() { "go" } else { "cc" }
+            )
         })?;
         progress.step("fetch", &format!("{what}: {fetched:?}"));
         done.push((what, fetched));

@@ -57,7 +57,12 @@ pub fn dns_ip(k: &Kubernetes) -> Ipv4Addr {
 }
 
 /// Every file, as (absolute path, text, mode).
-pub fn render(spec: &Spec, k: &Kubernetes, registries: &[String], agent_tls: bool) -> Vec<(String, String, u32)> {
+pub fn render(
+    spec: &Spec,
+    k: &Kubernetes,
+    registries: &[String],
+    agent_tls: bool,
+) -> Vec<(String, String, u32)> {
     let node = &k.node_address;
     let host = &spec.hostname;
     let provisioning = spec
@@ -354,26 +359,49 @@ mod tests {
         let s = spec();
         let k = s.components.kubernetes.as_ref().unwrap();
         let files = render(&s, k, &["docker.io".into(), "registry.k8s.io".into()], true);
-        let get = |p: &str| &files.iter().find(|f| f.0 == p).unwrap_or_else(|| panic!("{p}")).1;
+        let get = |p: &str| {
+            &files
+                .iter()
+                .find(|f| f.0 == p)
+                .unwrap_or_else(|| panic!("{p}"))
+                .1
+        };
         let env = get("/etc/foothold/kubernetes.env");
         assert!(env.contains("KUBE_NODE_ADDRESS=100.127.255.1\n"), "{env}");
-        assert!(env.contains("FOOTHOLD_MIRROR_ENDPOINT=https://127.0.0.1:5000\n"), "{env}");
-        assert!(env.contains("FOOTHOLD_MIRROR_REGISTRIES=docker.io,registry.k8s.io\n"), "{env}");
+        assert!(
+            env.contains("FOOTHOLD_MIRROR_ENDPOINT=https://127.0.0.1:5000\n"),
+            "{env}"
+        );
+        assert!(
+            env.contains("FOOTHOLD_MIRROR_REGISTRIES=docker.io,registry.k8s.io\n"),
+            "{env}"
+        );
         let kubeadm = get("/etc/kubernetes/kubeadm.yaml");
-        for want in ["name: \"site1\"", "kubernetesVersion: \"v1.35.4\"", "- \"172.22.0.1\"", "advertiseAddress: \"100.127.255.1\""] {
+        for want in [
+            "name: \"site1\"",
+            "kubernetesVersion: \"v1.35.4\"",
+            "- \"172.22.0.1\"",
+            "advertiseAddress: \"100.127.255.1\"",
+        ] {
             assert!(kubeadm.contains(want), "{want} in {kubeadm}");
         }
-        assert!(get("/etc/containerd/config.toml").contains("sandbox_image = \"registry.k8s.io/pause:3.10.1\""));
+        assert!(get("/etc/containerd/config.toml")
+            .contains("sandbox_image = \"registry.k8s.io/pause:3.10.1\""));
         assert!(get("/etc/kubernetes/kubelet-config.yaml").contains("clusterDNS: [\"10.96.0.10\"]"));
-        let cni: serde_json::Value = serde_json::from_str(get("/etc/cni/net.d/10-foothold.conflist")).unwrap();
-        assert_eq!(cni["plugins"][0]["ipam"]["ranges"][0][0]["subnet"], "10.244.0.0/24");
+        let cni: serde_json::Value =
+            serde_json::from_str(get("/etc/cni/net.d/10-foothold.conflist")).unwrap();
+        assert_eq!(
+            cni["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
+            "10.244.0.0/24"
+        );
         let dns = get("/usr/local/share/foothold/addons/10-coredns.yaml");
         assert!(dns.contains("image: \"registry.k8s.io/coredns/coredns:v1.13.1\""));
         assert!(dns.contains("clusterIP: \"10.96.0.10\""));
         // Every manifest document is YAML.
         for (path, text, _) in files.iter().filter(|f| f.0.ends_with(".yaml")) {
             for doc in text.split("\n---\n") {
-                serde_saphyr::from_str::<serde_json::Value>(doc).unwrap_or_else(|e| panic!("{path}: {e}"));
+                serde_saphyr::from_str::<serde_json::Value>(doc)
+                    .unwrap_or_else(|e| panic!("{path}: {e}"));
             }
         }
     }

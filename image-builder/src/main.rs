@@ -127,6 +127,9 @@ enum Cmd {
         /// Keep the image unchanged (writes go to a temporary overlay).
         #[arg(long)]
         snapshot: bool,
+        /// Nothing outside is reachable from the guest, only the forwards (an offline site, as the tests boot).
+        #[arg(long)]
+        isolated: bool,
         /// auto: KVM where a probe with the boot's firmware passes, and the boot again under TCG if KVM then
         /// fails it (a KVM internal error, qemu exiting, or a silent console for 30 s); kvm or tcg: that one only.
         #[arg(long, env = "FOOTHOLD_ACCEL", default_value = "auto")]
@@ -331,6 +334,7 @@ fn real_main() -> Result<ExitCode> {
             cpus,
             serial_log,
             snapshot,
+            isolated,
             accel,
             qemu: qemu_binary,
         } => {
@@ -391,6 +395,7 @@ fn real_main() -> Result<ExitCode> {
                 cpus,
                 serial_log,
                 snapshot,
+                isolated,
                 accel,
                 qemu: qemu_binary,
                 kvm_first_output: qemu::KVM_FIRST_OUTPUT,

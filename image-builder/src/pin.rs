@@ -53,7 +53,13 @@ pub fn pin(
         } else {
             let recipe = f.recipe().expect("validated: url, path, go or cc");
             let key = if f.go.is_some() { "go" } else { "cc" };
-            progress.step("pin", &format!("building {} ({field})", f.go.as_deref().or(f.cc.as_deref()).unwrap_or_default()));
+            progress.step(
+                "pin",
+                &format!(
+                    "building {} ({field})",
+                    f.go.as_deref().or(f.cc.as_deref()).unwrap_or_default()
+                ),
+            );
             crate::fetch::build_source(cache, &recipe, None)
                 .with_context(|| format!("{file}: {field}.{key}"))?
                 .0

@@ -255,6 +255,9 @@ pub struct RunOptions {
     pub serial_log: Option<PathBuf>,
     /// Discard writes to the image (qemu -snapshot).
     pub snapshot: bool,
+    /// No network beyond the port forwards: the guest reaches nothing outside (qemu's `restrict=on`), as at an
+    /// offline site.
+    pub isolated: bool,
     pub accel: AccelChoice,
     /// The qemu binary.
     pub qemu: PathBuf,
@@ -274,6 +277,7 @@ impl RunOptions {
             cpus: 2,
             serial_log: None,
             snapshot: false,
+            isolated: false,
             accel: AccelChoice::Auto,
             qemu: PathBuf::from(QEMU),
             kvm_first_output: KVM_FIRST_OUTPUT,
@@ -342,9 +346,10 @@ pub fn command(o: &RunOptions, accel: Accel, scratch: &Path) -> Result<Command> 
         .iter()
         .map(|(h, g)| format!(",hostfwd=tcp:127.0.0.1:{h}-:{g}"))
         .collect();
+    let restrict = if o.isolated { ",restrict=on" } else { "" };
     c.args([
         "-netdev",
-        &format!("user,id=n0{fwd}"),
+        &format!("user,id=n0{restrict}{fwd}"),
         "-device",
         "virtio-net-pci,netdev=n0",
     ]);

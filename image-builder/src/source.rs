@@ -31,22 +31,22 @@ impl Recipe {
 
 /// Splits `path@version`, checking both halves; the error says what is wrong with `reference`.
 pub fn parse_reference(reference: &str) -> Result<(&str, &str), String> {
-    let (path, version) = reference
-        .rsplit_once('@')
-        .ok_or_else(|| format!("{reference:?} needs @<version>, e.g. k8s.io/kubernetes/cmd/kubelet@v1.35.4"))?;
+    let (path, version) = reference.rsplit_once('@').ok_or_else(|| {
+        format!("{reference:?} needs @<version>, e.g. k8s.io/kubernetes/cmd/kubelet@v1.35.4")
+    })?;
     let first = path.split('/').next().unwrap_or_default();
     if !first.contains('.')
         || path.contains(['\\', ' ', '\n'])
-        || path.split('/').any(|s| s.is_empty() || s == "." || s == "..")
+        || path
+            .split('/')
+            .any(|s| s.is_empty() || s == "." || s == "..")
     {
         return Err(format!(
             "{path:?} is not a Go import path (a host name first, then path segments)"
         ));
     }
     if !version.starts_with('v') || version.contains(['/', ' ', '\n']) || version.len() < 2 {
-        return Err(format!(
-            "{version:?} is not a module version like v1.35.4"
-        ));
+        return Err(format!("{version:?} is not a module version like v1.35.4"));
     }
     Ok((path, version))
 }
@@ -101,7 +101,9 @@ fn go(dir: &Path) -> Command {
 
 /// Runs `cmd`, keeping the tail of its stderr in the error.
 fn run(cmd: &mut Command, what: &str) -> Result<Vec<u8>> {
-    let out = cmd.output().with_context(|| format!("{what}: running {cmd:?}"))?;
+    let out = cmd
+        .output()
+        .with_context(|| format!("{what}: running {cmd:?}"))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         let tail: Vec<&str> = err.lines().rev().take(15).collect();
@@ -126,7 +128,9 @@ fn find_module(work: &Path, path: &str, version: &str) -> Result<Module> {
         let m: Option<Module> = serde_json::from_slice(&out.stdout).ok();
         match m {
             Some(m) if m.error.is_none() && out.status.success() => return Ok(m),
-            Some(Module { error: Some(e), .. }) if n == 1 || last_error.is_empty() => last_error = e,
+            Some(Module { error: Some(e), .. }) if n == 1 || last_error.is_empty() => {
+                last_error = e
+            }
             _ if last_error.is_empty() => {
                 last_error = String::from_utf8_lossy(&out.stderr).trim().to_owned()
             }
@@ -330,7 +334,10 @@ mod tests {
             ]
         );
         let err = replacements_in(go_mod, "example.org/m", "v2.0.0").unwrap_err();
-        assert!(format!("{err}").contains("./staging/src/k8s.io/api"), "{err}");
+        assert!(
+            format!("{err}").contains("./staging/src/k8s.io/api"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -344,6 +351,9 @@ mod tests {
         ] {
             assert!(f.contains(want), "{want} in {f}");
         }
-        assert_eq!(ldflags("github.com/coredns/coredns", "v1.13.1", None), "-s -w");
+        assert_eq!(
+            ldflags("github.com/coredns/coredns", "v1.13.1", None),
+            "-s -w"
+        );
     }
 }

@@ -508,7 +508,9 @@ impl Spec {
             }
         }
         if self.components.kubernetes.is_none() && !self.components.manifests.is_empty() {
-            return Err("components.manifests: the bring-up applies them; add components.kubernetes".into());
+            return Err(
+                "components.manifests: the bring-up applies them; add components.kubernetes".into(),
+            );
         }
         if let Some(k) = &self.components.kubernetes {
             self.validate_kubernetes(k)?;
@@ -546,12 +548,21 @@ impl Spec {
 
     fn validate_kubernetes(&self, k: &Kubernetes) -> Result<(), String> {
         let f = "components.kubernetes";
-        k
-            .version
+        k.version
             .strip_prefix("v1.")
             .and_then(|r| r.split_once('.'))
-            .filter(|(m, p)| m.parse::<u32>().is_ok() && p.split('-').next().is_some_and(|p| p.parse::<u32>().is_ok()))
-            .ok_or_else(|| format!("{f}.version: {:?} is not a Kubernetes release like v1.35.4", k.version))?;
+            .filter(|(m, p)| {
+                m.parse::<u32>().is_ok()
+                    && p.split('-')
+                        .next()
+                        .is_some_and(|p| p.parse::<u32>().is_ok())
+            })
+            .ok_or_else(|| {
+                format!(
+                    "{f}.version: {:?} is not a Kubernetes release like v1.35.4",
+                    k.version
+                )
+            })?;
         for (name, i) in k.binaries() {
             if let Some(r) = &i.go {
                 if let Some(rest) = r.strip_prefix(crate::source::KUBERNETES_MODULE) {
@@ -566,10 +577,9 @@ impl Spec {
             }
         }
         for (name, im) in [("pause", &k.pause), ("coredns", &k.coredns)] {
-            let tagged = im
-                .reference
-                .rsplit_once(':')
-                .is_some_and(|(repo, tag)| !repo.is_empty() && !tag.is_empty() && !tag.contains('/'));
+            let tagged = im.reference.rsplit_once(':').is_some_and(|(repo, tag)| {
+                !repo.is_empty() && !tag.is_empty() && !tag.contains('/')
+            });
             if !tagged || im.reference.contains('@') {
                 return Err(format!(
                     "{f}.{name}.reference: {:?} must be a name with a tag, like registry.k8s.io/pause:3.10.1",
@@ -577,15 +587,27 @@ impl Spec {
                 ));
             }
         }
-        if k.node_address.parse::<std::net::Ipv4Addr>().map_or(true, |a| a.is_loopback() || a.is_unspecified()) {
-            return Err(format!("{f}.nodeAddress: {:?} is not an IPv4 address for a node", k.node_address));
+        if k.node_address
+            .parse::<std::net::Ipv4Addr>()
+            .map_or(true, |a| a.is_loopback() || a.is_unspecified())
+        {
+            return Err(format!(
+                "{f}.nodeAddress: {:?} is not an IPv4 address for a node",
+                k.node_address
+            ));
         }
-        for (name, cidr) in [("podSubnet", &k.pod_subnet), ("serviceSubnet", &k.service_subnet)] {
+        for (name, cidr) in [
+            ("podSubnet", &k.pod_subnet),
+            ("serviceSubnet", &k.service_subnet),
+        ] {
             let ok = cidr.split_once('/').is_some_and(|(ip, len)| {
-                ip.parse::<std::net::Ipv4Addr>().is_ok() && len.parse::<u8>().is_ok_and(|l| (8..=24).contains(&l))
+                ip.parse::<std::net::Ipv4Addr>().is_ok()
+                    && len.parse::<u8>().is_ok_and(|l| (8..=24).contains(&l))
             });
             if !ok {
-                return Err(format!("{f}.{name}: {cidr:?} is not an IPv4 CIDR of prefix length 8 to 24"));
+                return Err(format!(
+                    "{f}.{name}: {cidr:?} is not an IPv4 CIDR of prefix length 8 to 24"
+                ));
             }
         }
         Ok(())
@@ -605,7 +627,10 @@ impl Spec {
             for (name, i) in k.binaries() {
                 out.push((
                     format!("components.kubernetes.{name}"),
-                    i.to_file(Some(format!("{KUBE_BIN_DIR}/{}", kebab(name))), Some("0755")),
+                    i.to_file(
+                        Some(format!("{KUBE_BIN_DIR}/{}", kebab(name))),
+                        Some("0755"),
+                    ),
                 ));
             }
         }
@@ -719,7 +744,12 @@ impl FileComponent {
 
 /// Checks where an input comes from and its pin; `field` names it in errors.
 fn validate_source(field: &str, f: &FileComponent, pins: Pins) -> Result<(), String> {
-    let given = [f.url.is_some(), f.path.is_some(), f.go.is_some(), f.cc.is_some()];
+    let given = [
+        f.url.is_some(),
+        f.path.is_some(),
+        f.go.is_some(),
+        f.cc.is_some(),
+    ];
     if given.iter().filter(|g| **g).count() != 1 {
         return Err(format!("{field}: give exactly one of url, path, go and cc"));
     }
@@ -737,7 +767,11 @@ fn validate_source(field: &str, f: &FileComponent, pins: Pins) -> Result<(), Str
         }
     }
     if f.path.is_none() && f.sha256.is_none() && pins == Pins::Required {
-        let how = if f.url.is_some() { "downloads" } else { "builds" };
+        let how = if f.url.is_some() {
+            "downloads"
+        } else {
+            "builds"
+        };
         return Err(format!(
             "{field}.sha256: required (inputs are pinned); `foothold-build pin` {how} it and fills it in"
         ));
@@ -940,49 +974,87 @@ mod tests {
             .into_iter()
             .map(|(field, f)| (field, f.dest))
             .collect();
-        assert_eq!(files[0], ("components.kubernetes.kubelet".into(), Some("/usr/local/bin/kubelet".into())));
+        assert_eq!(
+            files[0],
+            (
+                "components.kubernetes.kubelet".into(),
+                Some("/usr/local/bin/kubelet".into())
+            )
+        );
         assert_eq!(
             files[1],
-            ("components.kubernetes.kubeApiserver".into(), Some("/usr/local/bin/kube-apiserver".into()))
+            (
+                "components.kubernetes.kubeApiserver".into(),
+                Some("/usr/local/bin/kube-apiserver".into())
+            )
         );
         assert_eq!(
             files[7],
-            ("components.manifests[0]".into(), Some(format!("{KUBE_MANIFESTS_DIR}/00-crds.yaml")))
+            (
+                "components.manifests[0]".into(),
+                Some(format!("{KUBE_MANIFESTS_DIR}/00-crds.yaml"))
+            )
         );
         let built: Vec<String> = s.image_binaries().into_iter().map(|(f, _)| f).collect();
-        assert_eq!(built, ["components.kubernetes.pause.binary", "components.kubernetes.coredns.binary"]);
+        assert_eq!(
+            built,
+            [
+                "components.kubernetes.pause.binary",
+                "components.kubernetes.coredns.binary"
+            ]
+        );
         assert_eq!(s.sources().len(), 10);
         let k = s.components.kubernetes.as_ref().unwrap();
-        assert_eq!((k.pod_subnet.as_str(), k.service_subnet.as_str()), ("10.244.0.0/16", "10.96.0.0/12"));
+        assert_eq!(
+            (k.pod_subnet.as_str(), k.service_subnet.as_str()),
+            ("10.244.0.0/16", "10.96.0.0/12")
+        );
     }
 
     #[test]
     fn kubernetes_errors_name_the_field() {
         let bad = |from: &str, to: &str| kubernetes_spec(|t| t.replacen(from, to, 1)).unwrap_err();
-        assert!(bad("version: v1.35.4", "version: 1.35").starts_with("components.kubernetes.version"));
-        assert!(bad("kubelet@v1.35.4", "kubelet@v1.34.0").starts_with("components.kubernetes.kubelet.go"));
+        assert!(
+            bad("version: v1.35.4", "version: 1.35").starts_with("components.kubernetes.version")
+        );
+        assert!(bad("kubelet@v1.35.4", "kubelet@v1.34.0")
+            .starts_with("components.kubernetes.kubelet.go"));
         assert!(bad("kubelet@v1.35.4", "kubelet").starts_with("components.kubernetes.kubelet.go"));
         assert!(bad("pause.c@", "pause.h@").starts_with("components.kubernetes.pause.binary.cc"));
         assert!(bad("pause:3.10.1", "pause").starts_with("components.kubernetes.pause.reference"));
-        assert!(bad("kubelet: {go", "kubelet: {url: 'https://x/kubelet', go")
-            .starts_with("components.kubernetes.kubelet: give exactly one"));
-        assert!(bad("version: v1.35.4\n", "version: v1.35.4\n    nodeAddress: 127.0.0.1\n")
-            .starts_with("components.kubernetes.nodeAddress"));
-        assert!(bad("version: v1.35.4\n", "version: v1.35.4\n    podSubnet: 10.244.0.0/28\n")
-            .starts_with("components.kubernetes.podSubnet"));
+        assert!(
+            bad("kubelet: {go", "kubelet: {url: 'https://x/kubelet', go")
+                .starts_with("components.kubernetes.kubelet: give exactly one")
+        );
+        assert!(bad(
+            "version: v1.35.4\n",
+            "version: v1.35.4\n    nodeAddress: 127.0.0.1\n"
+        )
+        .starts_with("components.kubernetes.nodeAddress"));
+        assert!(bad(
+            "version: v1.35.4\n",
+            "version: v1.35.4\n    podSubnet: 10.244.0.0/28\n"
+        )
+        .starts_with("components.kubernetes.podSubnet"));
         let e = bad("kubeadm: {", "kubeadmin: {");
         assert!(e.contains("kubeadmin"), "{e}");
         // Unpinned, a source build is what `pin` fills in.
         let text = format!("{GOOD}{}", KUBERNETES.replace(", sha256: HEX", ""));
         let s = parse(&text).unwrap();
-        assert!(s.validate().unwrap_err().contains("`foothold-build pin` builds it"));
+        assert!(s
+            .validate()
+            .unwrap_err()
+            .contains("`foothold-build pin` builds it"));
         s.validate_with(Pins::Optional).unwrap();
         let mut s = parse(GOOD).unwrap();
         s.components.manifests.push(Input {
             path: Some("crds.yaml".into()),
             ..Input::default()
         });
-        assert!(s.validate().unwrap_err().contains("add components.kubernetes"));
+        assert!(s
+            .validate()
+            .unwrap_err()
+            .contains("add components.kubernetes"));
     }
 
     #[test]
