@@ -107,28 +107,34 @@ impl Appliance {
         a
     }
 
+    /// `ssh` to the appliance's user running `command`.
+    fn ssh_command(&self, command: &str) -> Command {
+        let mut c = Command::new("ssh");
+        c.args([
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=30",
+            "-o",
+            "LogLevel=ERROR",
+            "-i",
+        ])
+        .arg(&self.key)
+        .args([
+            "-p",
+            &self.ssh_port.to_string(),
+            "foothold@127.0.0.1",
+            command,
+        ]);
+        c
+    }
+
     fn ssh(&self, command: &str) -> String {
-        run(Command::new("ssh")
-            .args([
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "ConnectTimeout=30",
-                "-o",
-                "LogLevel=ERROR",
-                "-i",
-            ])
-            .arg(&self.key)
-            .args([
-                "-p",
-                &self.ssh_port.to_string(),
-                "foothold@127.0.0.1",
-                command,
-            ]))
+        run(&mut self.ssh_command(command))
     }
 
     fn kubectl(&self, args: &[&str]) -> Result<String, String> {
@@ -171,24 +177,8 @@ impl Appliance {
 
     /// Powers the appliance off from inside and waits for qemu to exit.
     fn poweroff(mut self) {
-        let _ = Command::new("ssh")
-            .args([
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-                "-o",
-                "BatchMode=yes",
-                "-i",
-            ])
-            .arg(&self.key)
-            .args([
-                "-p",
-                &self.ssh_port.to_string(),
-                "foothold@127.0.0.1",
-                "sudo systemctl poweroff",
-            ])
-            .output();
+        // The connection may drop as the machine goes down: its status says nothing.
+        let _ = self.ssh_command("sudo systemctl poweroff").output();
         wait_for(
             "qemu to exit after poweroff",
             Duration::from_secs(300),
