@@ -357,6 +357,24 @@ outputs:
     );
     std::fs::write(&layer, good).unwrap();
 
+    // This image is on bookworm (the others on trixie: the builder makes either): its Debian base is made first,
+    // as any build would, so that the offline build below finds it in the cache.
+    let loaded = foothold_image_builder::spec::load(&spec).unwrap();
+    foothold_image_builder::build::rootfs(
+        &loaded,
+        &foothold_image_builder::build::Settings {
+            out: dir.join("out"),
+            cache: cache.clone(),
+            agent: None,
+            source_date_epoch: 1_767_225_600,
+            formats: None,
+            offline: false,
+            pull: Default::default(),
+        },
+        &foothold_image_builder::progress::Progress::new(false),
+    )
+    .unwrap();
+
     // The built image's data partition serves them under their names; the offline build needs no registry.
     let out_dir = dir.join("out");
     run(Command::new(&build_bin)
@@ -762,7 +780,7 @@ fn pin_writes_the_missing_pins_into_the_spec_and_keeps_the_rest_of_it() {
            files:\n    \
              - {{url: 'http://{web}/k3s', dest: /usr/local/bin/k3s}}  # flow\n    \
              - url: http://{web}/airgap.tar.zst\n      \
-               dest: /var/lib/images/airgap.tar.zst\n    \
+               dest: /var/lib/images/airgap-images.tar.zst\n    \
              - url: \"http://{web}/node-tool\"\n      \
                sha256: {tool}  # pinned already: left alone\n      \
                dest: /usr/local/bin/node-tool\n  \
