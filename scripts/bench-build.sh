@@ -44,7 +44,7 @@ done
 pkill -P "$pid" 2>/dev/null || true
 kill "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
-accel=$(grep -o 'Tcg\|Kvm' "$bench/run.log" | head -1)
+accel=$(grep -oE 'qemu under (TCG|KVM)' "$bench/run.log" | head -1 | cut -d' ' -f3 || true)
 
 size() { du -m --apparent-size "$1" | cut -f1; }
 alloc() { du -m "$1" | cut -f1; }
