@@ -425,15 +425,6 @@ fn configure(root: &Path, loaded: &Loaded, ids: &Ids, agent_args: &[String]) -> 
             .arg("systemctl")
             .arg("enable")
             .args(crate::kube::UNITS))?;
-    } else {
-        // Debian enables these at installation; without Kubernetes they are not started.
-        for unit in ["etcd.service", "containerd.service"] {
-            if root.join("usr/lib/systemd/system").join(unit).exists() {
-                run(Command::new("chroot")
-                    .arg(root)
-                    .args(["systemctl", "disable", unit]))?;
-            }
-        }
     }
     let mut names = Vec::new();
     if let Some(p) = &spec.network.provisioning {
@@ -572,8 +563,7 @@ fn resolve_file_inputs(loaded: &Loaded, settings: &Settings) -> Result<Vec<FileI
                 let cached = crate::fetch::cached(&settings.cache, hex);
                 let what = url
                     .clone()
-                    .or(f.go.clone())
-                    .or(f.cc.clone())
+                    .or_else(|| f.source_ref().map(|(_, r)| r.to_owned()))
                     .unwrap_or_default();
                 if !cached.is_file() {
                     bail!(

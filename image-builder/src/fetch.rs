@@ -246,19 +246,14 @@ pub fn fetch_all(
         let (Some(recipe), Some(hex)) = (f.recipe(), f.sha256.as_deref()) else {
             continue;
         };
-        let what = f.go.clone().or(f.cc.clone()).unwrap_or_default();
+        let (key, what) = f.source_ref().expect("a recipe has a source");
         if !cached(cache, hex).is_file() {
             progress.step("fetch", &format!("building {what} ({field})"));
         }
-        let (_, fetched) = build_source(cache, &recipe, Some(hex)).with_context(|| {
-            format!(
-                "{}: {field}.{}",
-                loaded.path.display(),
-                if f.go.is_some() { "go" } else { "cc" }
-            )
-        })?;
+        let (_, fetched) = build_source(cache, &recipe, Some(hex))
+            .with_context(|| format!("{}: {field}.{key}", loaded.path.display()))?;
         progress.step("fetch", &format!("{what}: {fetched:?}"));
-        done.push((what, fetched));
+        done.push((what.to_owned(), fetched));
     }
     Ok(done)
 }

@@ -52,14 +52,8 @@ pub fn pin(
                 .with_context(|| format!("{file}: {field}.url"))?
         } else {
             let recipe = f.recipe().expect("validated: url, path, go or cc");
-            let key = if f.go.is_some() { "go" } else { "cc" };
-            progress.step(
-                "pin",
-                &format!(
-                    "building {} ({field})",
-                    f.go.as_deref().or(f.cc.as_deref()).unwrap_or_default()
-                ),
-            );
+            let (key, what) = f.source_ref().expect("a recipe has a source");
+            progress.step("pin", &format!("building {what} ({field})"));
             crate::fetch::build_source(cache, &recipe, None)
                 .with_context(|| format!("{file}: {field}.{key}"))?
                 .0

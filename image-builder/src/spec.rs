@@ -732,13 +732,21 @@ impl Kubernetes {
 }
 
 impl FileComponent {
+    /// The spec key and reference of an input built from source: `("go", "…@v1")` or `("cc", "…@v1")`.
+    pub fn source_ref(&self) -> Option<(&'static str, &str)> {
+        self.go
+            .as_deref()
+            .map(|r| ("go", r))
+            .or_else(|| self.cc.as_deref().map(|r| ("cc", r)))
+    }
+
     /// How to build this input here, if it is built from source.
     pub fn recipe(&self) -> Option<crate::source::Recipe> {
         use crate::source::Recipe;
-        self.go
-            .clone()
-            .map(Recipe::Go)
-            .or_else(|| self.cc.clone().map(Recipe::Cc))
+        self.source_ref().map(|(key, r)| match key {
+            "go" => Recipe::Go(r.to_owned()),
+            _ => Recipe::Cc(r.to_owned()),
+        })
     }
 }
 
