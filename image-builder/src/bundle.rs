@@ -1,6 +1,6 @@
 //! Self-contained bundles for air-gapped builds. `foothold-build fetch <spec> --bundle out.tar` writes one tar
 //! holding everything a build reads: the spec (its local paths rewritten into the bundle), the cached root file
-//! system, the fetched url inputs, the agent binary, the overlay, image layouts and local files.
+//! system, the fetched url inputs, the agent binary, the spec's overlay, image layouts and local files.
 //! `foothold-build build --bundle out.tar --offline` unpacks it and builds with no network at all; the image is
 //! the same as one built from the original spec (its hash is kept).
 
@@ -11,7 +11,8 @@ use std::process::Command;
 use anyhow::{bail, Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::build::{self, run, Settings};
+use crate::build::{self, Settings};
+use crate::cmd::CommandExt as _;
 use crate::progress::Progress;
 use crate::spec::{self, Loaded, LocalFile};
 
@@ -42,7 +43,11 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "input".into());
         let rel = PathBuf::from("local").join(format!("{n}-{name}"));
-        run(Command::new("cp").arg("-a").arg(p).arg(staging.join(&rel)))
+        Command::new("cp")
+            .arg("-a")
+            .arg(p)
+            .arg(staging.join(&rel))
+            .run()
             .with_context(|| format!("copying {} into the bundle", p.display()))?;
         Ok(rel)
     };
@@ -51,8 +56,8 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
     spec.components.agent = Some(LocalFile {
         path: local(&agent)?,
     });
-    let overlay = build::overlay_dir(loaded);
-    if overlay.is_dir() {
+    // Foothold's own overlay is part of the builder; the spec's is carried.
+    if let Some(overlay) = build::spec_overlay(loaded)? {
         spec.components.overlay = Some(local(&overlay)?);
     }
     for f in &mut spec.components.files {
@@ -106,7 +111,7 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
     }
     let tmp = out.with_extension("tar.tmp");
     progress.step("bundle", &format!("writing {}", out.display()));
-    run(Command::new("tar")
+    Command::new("tar")
         .arg("-cf")
         .arg(&tmp)
         // ACLs and extended attributes are part of the root file system (systemd's journal directory has ACLs);
@@ -124,9 +129,10 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
         .arg(&staging)
         .args([INDEX, "spec.yaml", "local", "-C"])
         .arg(&settings.cache)
-        .args(&cached))
-    .context("writing the bundle with tar")?;
-    crate::build::publish(&tmp, out)?;
+        .args(&cached)
+        .run()
+        .context("writing the bundle with tar")?;
+    crate::files::publish(&tmp, out)?;
     fs::remove_dir_all(&staging)?;
     Ok(())
 }
@@ -150,7 +156,7 @@ pub fn open(bundle: &Path, dir: &Path) -> Result<(Loaded, PathBuf)> {
         }
         .with_context(|| format!("removing {}", path.display()))?;
     }
-    run(Command::new("tar")
+    Command::new("tar")
         .arg("-xf")
         .arg(bundle)
         .args([
@@ -161,8 +167,9 @@ pub fn open(bundle: &Path, dir: &Path) -> Result<(Loaded, PathBuf)> {
             "--xattrs-include=*",
         ])
         .arg("-C")
-        .arg(dir))
-    .with_context(|| format!("unpacking the bundle {}", bundle.display()))?;
+        .arg(dir)
+        .run()
+        .with_context(|| format!("unpacking the bundle {}", bundle.display()))?;
     let index: Index = serde_json::from_slice(&fs::read(dir.join(INDEX)).with_context(|| {
         format!(
             "{}: no {INDEX}; not a foothold-build bundle",

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::build::run;
+use crate::cmd::CommandExt as _;
 
 /// Formats `size` bytes of `image` at `offset` as ext4 holding `dir`, owned by root, with every inode's
 /// times set to `epoch`.
@@ -21,7 +21,7 @@ pub fn mkfs(
     id: uuid::Uuid,
     epoch: u64,
 ) -> Result<()> {
-    run(Command::new("mkfs.ext4")
+    Command::new("mkfs.ext4")
         .env("E2FSPROGS_FAKE_TIME", epoch.to_string())
         .args([
             "-q",
@@ -42,13 +42,16 @@ pub fn mkfs(
             "offset={offset},hash_seed={id},root_owner=0:0,nodiscard"
         ))
         .arg(image)
-        .arg(format!("{}k", size / 1024)))
-    .with_context(|| format!("formatting the {label} partition"))?;
+        .arg(format!("{}k", size / 1024))
+        .run()
+        .with_context(|| format!("formatting the {label} partition"))?;
     // mke2fs copies each source file's ctime, which no one can set, and atime, which reading changes: make both
     // `epoch` on every in-use inode.
     // `mke2fs -d` allocates inodes in order, so the in-use ones are 1 ..= count - free.
     let device = device(image, offset);
-    let stats = run(Command::new("debugfs").args(["-R", "stats", &device]))?;
+    let stats = Command::new("debugfs")
+        .args(["-R", "stats", &device])
+        .run()?;
     let field = |name: &str| -> Result<u64> {
         stats
             .lines()
@@ -84,8 +87,11 @@ pub fn add_file(
         bail!("debugfs cannot take the file name {from_str:?} -> {dir}/{name}");
     }
     let device = device(image, offset);
-    let stat =
-        |path: &str| run(Command::new("debugfs").args(["-R", &format!("stat {path}"), &device]));
+    let stat = |path: &str| {
+        Command::new("debugfs")
+            .args(["-R", &format!("stat {path}"), &device])
+            .run()
+    };
     let path = format!("{dir}/{name}");
     if stat(&path)?.contains("Inode:") {
         bail!(
@@ -128,12 +134,13 @@ fn debugfs(image: &Path, offset: u64, what: &str, script: &str, epoch: u64) -> R
     let dir = tempfile::tempdir().context("a scratch directory for a debugfs script")?;
     let path = dir.path().join(format!("{what}.debugfs"));
     fs::write(&path, script)?;
-    run(Command::new("debugfs")
+    Command::new("debugfs")
         .env("E2FSPROGS_FAKE_TIME", epoch.to_string())
         .arg("-w")
         .arg("-f")
         .arg(&path)
-        .arg(device(image, offset)))?;
+        .arg(device(image, offset))
+        .run()?;
     Ok(())
 }
 
@@ -171,24 +178,27 @@ mod tests {
             fs::File::create(&image).unwrap().set_len(80 << 20).unwrap();
             mkfs(&image, 1 << 20, 64 << 20, &tree, "t", id, 1_700_000_000).unwrap();
             add(&image).unwrap();
-            run(Command::new("e2fsck")
+            Command::new("e2fsck")
                 .arg("-fn")
-                .arg(device(&image, 1 << 20)))
-            .unwrap();
+                .arg(device(&image, 1 << 20))
+                .run()
+                .unwrap();
             let out = dir.path().join(format!("out{n}"));
-            run(Command::new("debugfs").args([
-                "-R",
-                &format!("dump -p /usr/local/bin/foothold-agent {}", out.display()),
-                &device(&image, 1 << 20),
-            ]))
-            .unwrap();
+            Command::new("debugfs")
+                .args([
+                    "-R",
+                    &format!("dump -p /usr/local/bin/foothold-agent {}", out.display()),
+                    &device(&image, 1 << 20),
+                ])
+                .run()
+                .unwrap();
             assert_eq!(fs::read(&out).unwrap(), bytes);
             use std::os::unix::fs::PermissionsExt;
             assert_eq!(
                 fs::metadata(&out).unwrap().permissions().mode() & 0o7777,
                 0o755
             );
-            digests.push(crate::build::sha256_file(&image).unwrap());
+            digests.push(crate::sparse::sha256(&image).unwrap());
         }
         assert_eq!(digests[0], digests[1]);
         let e = add(&dir.path().join("disk0.img")).unwrap_err();

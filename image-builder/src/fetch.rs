@@ -71,7 +71,7 @@ pub fn build_source(
         .with_context(|| format!("creating a file in {}", dir.display()))?
         .into_temp_path();
     let made = crate::source::build(recipe, &work, &tmp)?;
-    let hex = crate::build::sha256_file(&tmp)?;
+    let hex = crate::sparse::sha256(&tmp)?;
     if let Some(want) = pin {
         if want != hex {
             bail!(
@@ -84,9 +84,9 @@ pub fn build_source(
     fs::create_dir_all(&built)?;
     let note = built.join(format!("{hex}.txt"));
     fs::write(note.with_extension("tmp"), format!("{reference} {made}\n"))?;
-    crate::build::publish(&note.with_extension("tmp"), &note)?;
+    crate::files::publish(&note.with_extension("tmp"), &note)?;
     let done = cached(cache, &hex);
-    crate::build::publish(&tmp, &done)?;
+    crate::files::publish(&tmp, &done)?;
     tmp.keep()?;
     Ok((hex, Fetched::Built(made)))
 }
@@ -145,7 +145,7 @@ pub fn fetch_with_progress(
         fs::remove_file(&partial)?;
         bail!("GET {url}: the content has sha256 {got}, the spec pins {hex}; nothing was cached");
     }
-    crate::build::publish(&partial, &done)?;
+    crate::files::publish(&partial, &done)?;
     Ok(Fetched::Downloaded {
         bytes: resumed_from + bytes,
         resumed_from,
@@ -226,7 +226,7 @@ pub fn fetch_unpinned(cache: &Path, url: &str, progress: Option<&Progress>) -> R
     let done = cached(cache, &hex);
     if !done.is_file() {
         let tmp = tmp.into_temp_path();
-        crate::build::publish(&tmp, &done)?;
+        crate::files::publish(&tmp, &done)?;
         // Already renamed: nothing left to remove.
         tmp.keep()?;
     }

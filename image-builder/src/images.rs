@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
 
 use crate::progress::Progress;
-use crate::spec::{ImageComponent, Loaded, Pins};
+use crate::spec::{is_digest, ImageComponent, Loaded};
 
 /// Manifest media types asked for; registries answer with what the digest is.
 const ACCEPT: &[&str] = &[
@@ -33,79 +33,6 @@ const ACCEPT: &[&str] = &[
 
 /// Blobs of one image pulled at once.
 const PARALLEL_BLOBS: usize = 4;
-
-/// Checks one image entry; errors start with the field name.
-pub fn validate(im: &ImageComponent, pins: Pins) -> std::result::Result<(), String> {
-    let r: Reference = im.reference.parse().map_err(|e| {
-        format!(
-            "reference: {:?} is not an image reference ({e})",
-            im.reference
-        )
-    })?;
-    if r.registry().contains(':') {
-        return Err(format!(
-            "reference: {:?}: the agent serves images under their names, and a repository name cannot hold \
-             the registry's port ({}); pull through `source` and name the image without the port",
-            im.reference,
-            r.registry()
-        ));
-    }
-    match (&im.digest, r.digest()) {
-        (Some(pin), _) if !is_digest(pin) => {
-            return Err(format!(
-                "digest: {pin:?} is not sha256: and 64 lower-case hex digits"
-            ))
-        }
-        (Some(pin), Some(d)) if d != pin => {
-            return Err(format!(
-                "reference: {:?} names digest {d}, not the pinned {pin}",
-                im.reference
-            ))
-        }
-        (None, _) if pins == Pins::Required => {
-            return Err(format!(
-                "digest: required (images are pinned by digest); `foothold-build pin` resolves {:?} and fills \
-                 it in",
-                im.reference
-            ))
-        }
-        _ => {}
-    }
-    if let Some(s) = &im.source {
-        let src: Reference = s
-            .parse()
-            .map_err(|e| format!("source: {s:?} is not a repository reference ({e})"))?;
-        if src.tag().is_some_and(|t| t != "latest") || src.digest().is_some() || s.contains('@') {
-            return Err(format!(
-                "source: {s:?} names a tag or digest; give the repository only (the digest pins the image)"
-            ));
-        }
-    }
-    if im.platforms.is_empty() {
-        return Err("platforms: name at least one, e.g. linux/amd64".into());
-    }
-    for (i, p) in im.platforms.iter().enumerate() {
-        let parts: Vec<&str> = p.split('/').collect();
-        if !(2..=3).contains(&parts.len())
-            || parts
-                .iter()
-                .any(|s| s.is_empty() || !s.chars().all(|c| c.is_ascii_alphanumeric()))
-        {
-            return Err(format!(
-                "platforms[{i}]: {p:?} is not os/arch or os/arch/variant"
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn is_digest(s: &str) -> bool {
-    s.strip_prefix("sha256:").is_some_and(|h| {
-        h.len() == 64
-            && h.chars()
-                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
-    })
-}
 
 /// The cache's blob directory.
 pub fn blobs_dir(cache: &Path) -> PathBuf {
@@ -290,7 +217,7 @@ fn store_bytes(cache: &Path, digest: &str, bytes: &[u8]) -> Result<()> {
     let mut f = File::create(&tmp)?;
     f.write_all(bytes)?;
     drop(f);
-    crate::build::publish(&tmp, &blob_path(cache, digest))?;
+    crate::files::publish(&tmp, &blob_path(cache, digest))?;
     Ok(())
 }
 
@@ -357,7 +284,7 @@ async fn pull_blob(
         fs::remove_file(&partial)?;
         bail!("blob {digest}: the content has digest {got}; nothing was cached");
     }
-    crate::build::publish(&partial, &blob_path(cache, digest))?;
+    crate::files::publish(&partial, &blob_path(cache, digest))?;
     Ok((bytes, resumed))
 }
 
@@ -788,47 +715,7 @@ pub fn write_layout(loaded: &Loaded, cache: &Path, dir: &Path) -> Result<Vec<Val
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn image(reference: &str) -> ImageComponent {
-        ImageComponent {
-            reference: reference.into(),
-            digest: Some(format!("sha256:{}", "a".repeat(64))),
-            source: None,
-            platforms: vec!["linux/amd64".into()],
-        }
-    }
-
-    #[test]
-    fn validation_names_the_field() {
-        let ok = |im: ImageComponent| validate(&im, Pins::Required).unwrap();
-        ok(image("quay.io/metal3-io/ironic:v26.0.1"));
-        ok(image("busybox"));
-        assert!(validate(&image("mirror:5000/a/b:1"), Pins::Required)
-            .unwrap_err()
-            .contains("port"));
-        let e = |im: ImageComponent| validate(&im, Pins::Required).unwrap_err();
-        assert!(e(image("Quay.io/UPPER:x")).starts_with("reference:"));
-        let mut im = image("busybox:1");
-        im.digest = Some("sha256:abc".into());
-        assert!(e(im.clone()).starts_with("digest:"));
-        assert!(validate(&im, Pins::Optional)
-            .unwrap_err()
-            .starts_with("digest:"));
-        // Unpinned: an error for a build, fine for `pin`.
-        im.digest = None;
-        assert!(e(im.clone()).contains("foothold-build pin"));
-        validate(&im, Pins::Optional).unwrap();
-        let im = image(&format!("busybox@sha256:{}", "b".repeat(64)));
-        assert!(e(im).contains("not the pinned"));
-        let mut im = image("busybox:1");
-        im.source = Some("mirror:5000/library/busybox:1".into());
-        assert!(e(im).starts_with("source:"));
-        let mut im = image("busybox:1");
-        im.platforms = vec!["linux".into()];
-        assert!(e(im.clone()).starts_with("platforms[0]:"));
-        im.platforms = vec![];
-        assert!(e(im).starts_with("platforms:"));
-    }
+    use crate::spec::tests::image;
 
     #[test]
     fn an_index_keeps_the_wanted_platforms_only() {

@@ -339,7 +339,7 @@ fn write_in_place(path: &Path, bytes: &[u8]) -> Result<()> {
     tmp.write_all(bytes)?;
     tmp.as_file().set_permissions(perms)?;
     let tmp = tmp.into_temp_path();
-    crate::build::publish(&tmp, path)?;
+    crate::files::publish(&tmp, path)?;
     tmp.keep()?;
     Ok(())
 }

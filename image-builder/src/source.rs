@@ -11,6 +11,8 @@ use std::process::Command;
 use anyhow::{bail, Context as _, Result};
 use serde::Deserialize;
 
+use crate::cmd::CommandExt as _;
+
 /// The module whose packages get Kubernetes' version stamp (`kubectl version`, `/version`).
 pub const KUBERNETES_MODULE: &str = "k8s.io/kubernetes";
 
@@ -97,20 +99,6 @@ fn go(dir: &Path) -> Command {
         .env_remove("GOARCH")
         .env_remove("GOWORK");
     c
-}
-
-/// Runs `cmd`, keeping the tail of its stderr in the error.
-fn run(cmd: &mut Command, what: &str) -> Result<Vec<u8>> {
-    let out = cmd
-        .output()
-        .with_context(|| format!("{what}: running {cmd:?}"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = err.lines().rev().take(15).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        bail!("{what} failed ({}):\n{}", out.status, tail.join("\n"));
-    }
-    Ok(out.stdout)
 }
 
 /// Finds the module that holds `path` at `version`: the longest prefix of `path` the module proxy serves at that
@@ -248,49 +236,53 @@ pub fn build(recipe: &Recipe, work: &Path, out: &Path) -> Result<String> {
             }
             std::fs::write(work.join("go.mod"), go_mod)?;
             let _ = std::fs::remove_file(work.join("go.sum"));
-            run(
-                go(work).arg("get").arg(format!("{path}@{version}")),
-                &format!("resolving {reference}"),
-            )?;
-            run(
-                go(work)
-                    .env("CGO_ENABLED", "0")
-                    .args(["build", "-trimpath"])
-                    .arg(format!(
-                        "-ldflags={}",
-                        ldflags(&module.path, &module.version, module.time.as_deref())
-                    ))
-                    .arg("-o")
-                    .arg(out)
-                    .arg(path),
-                &format!("building {reference}"),
-            )?;
+            go(work)
+                .arg("get")
+                .arg(format!("{path}@{version}"))
+                .run_bytes()
+                .with_context(|| format!("resolving {reference}"))?;
+            go(work)
+                .env("CGO_ENABLED", "0")
+                .args(["build", "-trimpath"])
+                .arg(format!(
+                    "-ldflags={}",
+                    ldflags(&module.path, &module.version, module.time.as_deref())
+                ))
+                .arg("-o")
+                .arg(out)
+                .arg(path)
+                .run_bytes()
+                .with_context(|| format!("building {reference}"))?;
         }
         Recipe::Cc(_) => {
             let src = PathBuf::from(&module.dir).join(rest);
             if rest.is_empty() || !src.is_file() {
                 bail!("{reference}: {} has no file {rest:?}", module.path);
             }
-            run(
-                Command::new("cc")
-                    .current_dir(&module.dir)
-                    .args(["-Os", "-Wall", "-Werror", "-static", "-s"])
-                    .arg(format!("-ffile-prefix-map={}=.", module.dir))
-                    .arg(format!("-DVERSION={}@{}", module.path, module.version))
-                    .arg("-o")
-                    .arg(out)
-                    .arg(rest),
-                &format!("compiling {reference}"),
-            )?;
+            Command::new("cc")
+                .current_dir(&module.dir)
+                .args(["-Os", "-Wall", "-Werror", "-static", "-s"])
+                .arg(format!("-ffile-prefix-map={}=.", module.dir))
+                .arg(format!("-DVERSION={}@{}", module.path, module.version))
+                .arg("-o")
+                .arg(out)
+                .arg(rest)
+                .run_bytes()
+                .with_context(|| format!("compiling {reference}"))?;
         }
     }
     let cc = match recipe {
         Recipe::Cc(_) => format!(
             ", {}",
-            String::from_utf8_lossy(&run(Command::new("cc").arg("--version"), "cc --version")?)
-                .lines()
-                .next()
-                .unwrap_or_default()
+            String::from_utf8_lossy(
+                &Command::new("cc")
+                    .arg("--version")
+                    .run_bytes()
+                    .with_context(|| "cc --version")?
+            )
+            .lines()
+            .next()
+            .unwrap_or_default()
         ),
         Recipe::Go(_) => String::new(),
     };

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use oci_client::Reference;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -95,7 +96,8 @@ pub struct Components {
     /// Files placed into the image.
     #[serde(default)]
     pub files: Vec<FileComponent>,
-    /// Files laid over the root file system (default: the repository's `rootfs/`).
+    /// A directory of files laid over the root file system, after Foothold's own (the units and scripts of
+    /// `rootfs/`, built into foothold-build) and before the generated configuration.
     #[serde(default)]
     pub overlay: Option<PathBuf>,
     /// OCI image layouts (local directories) whose images the agent serves from first boot.
@@ -522,7 +524,7 @@ impl Spec {
             validate_source(&field, &i.to_file(None, None), pins)?;
         }
         for (i, im) in self.components.images.iter().enumerate() {
-            crate::images::validate(im, pins).map_err(|e| format!("components.images[{i}].{e}"))?;
+            validate_image(im, pins).map_err(|e| format!("components.images[{i}].{e}"))?;
         }
         if self.outputs.formats.is_empty() {
             return Err("outputs.formats: name at least one of raw, qcow2, iso".into());
@@ -750,6 +752,79 @@ impl FileComponent {
     }
 }
 
+/// Checks one image entry; errors start with the field name (after `components.images[i].`).
+fn validate_image(im: &ImageComponent, pins: Pins) -> std::result::Result<(), String> {
+    let r: Reference = im.reference.parse().map_err(|e| {
+        format!(
+            "reference: {:?} is not an image reference ({e})",
+            im.reference
+        )
+    })?;
+    if r.registry().contains(':') {
+        return Err(format!(
+            "reference: {:?}: the agent serves images under their names, and a repository name cannot hold \
+             the registry's port ({}); pull through `source` and name the image without the port",
+            im.reference,
+            r.registry()
+        ));
+    }
+    match (&im.digest, r.digest()) {
+        (Some(pin), _) if !is_digest(pin) => {
+            return Err(format!(
+                "digest: {pin:?} is not sha256: and 64 lower-case hex digits"
+            ))
+        }
+        (Some(pin), Some(d)) if d != pin => {
+            return Err(format!(
+                "reference: {:?} names digest {d}, not the pinned {pin}",
+                im.reference
+            ))
+        }
+        (None, _) if pins == Pins::Required => {
+            return Err(format!(
+                "digest: required (images are pinned by digest); `foothold-build pin` resolves {:?} and fills \
+                 it in",
+                im.reference
+            ))
+        }
+        _ => {}
+    }
+    if let Some(s) = &im.source {
+        let src: Reference = s
+            .parse()
+            .map_err(|e| format!("source: {s:?} is not a repository reference ({e})"))?;
+        if src.tag().is_some_and(|t| t != "latest") || src.digest().is_some() || s.contains('@') {
+            return Err(format!(
+                "source: {s:?} names a tag or digest; give the repository only (the digest pins the image)"
+            ));
+        }
+    }
+    if im.platforms.is_empty() {
+        return Err("platforms: name at least one, e.g. linux/amd64".into());
+    }
+    for (i, p) in im.platforms.iter().enumerate() {
+        let parts: Vec<&str> = p.split('/').collect();
+        if !(2..=3).contains(&parts.len())
+            || parts
+                .iter()
+                .any(|s| s.is_empty() || !s.chars().all(|c| c.is_ascii_alphanumeric()))
+        {
+            return Err(format!(
+                "platforms[{i}]: {p:?} is not os/arch or os/arch/variant"
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn is_digest(s: &str) -> bool {
+    s.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == 64
+            && h.chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+    })
+}
+
 /// Checks where an input comes from and its pin; `field` names it in errors.
 fn validate_source(field: &str, f: &FileComponent, pins: Pins) -> Result<(), String> {
     let given = [
@@ -900,8 +975,50 @@ pub fn schema() -> serde_json::Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// An image entry, pinned, for linux/amd64.
+    pub(crate) fn image(reference: &str) -> ImageComponent {
+        ImageComponent {
+            reference: reference.into(),
+            digest: Some(format!("sha256:{}", "a".repeat(64))),
+            source: None,
+            platforms: vec!["linux/amd64".into()],
+        }
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let ok = |im: ImageComponent| validate_image(&im, Pins::Required).unwrap();
+        ok(image("quay.io/metal3-io/ironic:v26.0.1"));
+        ok(image("busybox"));
+        assert!(validate_image(&image("mirror:5000/a/b:1"), Pins::Required)
+            .unwrap_err()
+            .contains("port"));
+        let e = |im: ImageComponent| validate_image(&im, Pins::Required).unwrap_err();
+        assert!(e(image("Quay.io/UPPER:x")).starts_with("reference:"));
+        let mut im = image("busybox:1");
+        im.digest = Some("sha256:abc".into());
+        assert!(e(im.clone()).starts_with("digest:"));
+        assert!(validate_image(&im, Pins::Optional)
+            .unwrap_err()
+            .starts_with("digest:"));
+        // Unpinned: an error for a build, fine for `pin`.
+        im.digest = None;
+        assert!(e(im.clone()).contains("foothold-build pin"));
+        validate_image(&im, Pins::Optional).unwrap();
+        let im = image(&format!("busybox@sha256:{}", "b".repeat(64)));
+        assert!(e(im).contains("not the pinned"));
+        let mut im = image("busybox:1");
+        im.source = Some("mirror:5000/library/busybox:1".into());
+        assert!(e(im).starts_with("source:"));
+        let mut im = image("busybox:1");
+        im.platforms = vec!["linux".into()];
+        assert!(e(im.clone()).starts_with("platforms[0]:"));
+        im.platforms = vec![];
+        assert!(e(im).starts_with("platforms:"));
+    }
 
     const GOOD: &str = "name: lab\nbase:\n  suite: bookworm\nhostname: foothold\noutputs:\n  formats: [raw]\n  diskSize: 4GiB\n";
 

@@ -1,0 +1,394 @@
+//! Everything generated from the spec into the staged root: host name, fstab, GRUB's menu, networkd, the agent's
+//! environment, the Kubernetes bring-up's configuration, users and their keys, the units to enable. [`render`]
+//! is pure (the spec in, files and commands out) and tested from strings; [`apply`] writes its result into a
+//! root and runs the few commands that need the root's own tools (useradd, chown, systemctl).
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context as _, Result};
+
+use super::layout::{kernel_cmdline, Ids};
+use crate::cmd::CommandExt as _;
+use crate::files::write_file;
+use crate::spec::Spec;
+
+/// Units every image enables; Kubernetes adds [`crate::kube::UNITS`].
+const UNITS: &[&str] = &[
+    "systemd-networkd.service",
+    "foothold-agent.service",
+    "foothold-ready.service",
+    "foothold-ssh-host-keys.service",
+    "foothold-firstboot.service",
+    "foothold-grow-data.service",
+];
+
+/// A file to write into the root: its absolute path there, its content and mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct File {
+    pub path: String,
+    pub text: String,
+    pub mode: u32,
+}
+
+/// A user to add: its name, whether it may sudo, and the `/home/<name>` files that must be theirs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub sudo: bool,
+    pub has_keys: bool,
+}
+
+/// What [`apply`] does to a root.
+#[derive(Debug, Default)]
+pub struct Configuration {
+    /// Users to add before the files are written (their homes hold some of them).
+    pub users: Vec<User>,
+    pub files: Vec<File>,
+    pub units: Vec<String>,
+}
+
+impl Configuration {
+    /// The file at `path`, for tests and checks.
+    pub fn file(&self, path: &str) -> Option<&File> {
+        self.files.iter().find(|f| f.path == path)
+    }
+
+    fn add(&mut self, path: impl Into<String>, text: impl Into<String>, mode: u32) {
+        self.files.push(File {
+            path: path.into(),
+            text: text.into(),
+            mode,
+        });
+    }
+}
+
+/// The configuration of `spec` for a disk whose file systems have `ids`.
+pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
+    let mut c = Configuration::default();
+    c.add("/etc/hostname", format!("{}\n", spec.hostname), 0o644);
+    c.add(
+        "/etc/hosts",
+        format!(
+            "127.0.0.1 localhost\n127.0.1.1 {h}\n::1 localhost ip6-localhost ip6-loopback\n",
+            h = spec.hostname
+        ),
+        0o644,
+    );
+    c.add(
+        "/etc/fstab",
+        format!(
+            "UUID={} / ext4 defaults,noatime 0 1\nUUID={} /var/lib/foothold ext4 defaults,noatime,x-systemd.growfs 0 2\n",
+            ids.root, ids.data
+        ),
+        0o644,
+    );
+    c.add(
+        "/boot/grub/grub.cfg",
+        format!(
+            "serial --unit=0 --speed=115200\nterminal_input serial console\nterminal_output serial console\nset timeout=1\nmenuentry 'Foothold {name}' {{\n  linux /vmlinuz {cmdline}\n  initrd /initrd.img\n}}\n",
+            name = spec.name,
+            cmdline = kernel_cmdline(ids)
+        ),
+        0o644,
+    );
+    network(spec, &mut c);
+    agent(spec, &mut c);
+    if let Some(k) = &spec.components.kubernetes {
+        // containerd pulls through the agent for the usual registries and those of the image's containers.
+        let mut registries: Vec<String> = spec
+            .components
+            .images
+            .iter()
+            .map(crate::images::registry_of)
+            .chain(
+                [&k.pause.reference, &k.coredns.reference]
+                    .map(|r| r.split('/').next().unwrap_or_default().to_owned()),
+            )
+            .collect();
+        registries.sort();
+        registries.dedup();
+        for (path, text, mode) in
+            crate::kube::render(spec, k, &registries, spec.components.agent_tls)
+        {
+            c.add(path, text, mode);
+        }
+        c.units
+            .extend(crate::kube::UNITS.iter().map(|u| u.to_string()));
+    }
+    for u in &spec.users {
+        // Users log in with keys only (their password is locked): sudo must not ask for one.
+        if u.sudo {
+            c.add(
+                format!("/etc/sudoers.d/foothold-{}", u.name),
+                format!("{} ALL=(ALL:ALL) NOPASSWD: ALL\n", u.name),
+                0o440,
+            );
+        }
+        if !u.authorized_keys.is_empty() {
+            c.add(
+                format!("/home/{}/.ssh/authorized_keys", u.name),
+                u.authorized_keys.join("\n") + "\n",
+                0o600,
+            );
+        }
+        c.users.push(User {
+            name: u.name.clone(),
+            sudo: u.sudo,
+            has_keys: !u.authorized_keys.is_empty(),
+        });
+    }
+    c.units.extend(UNITS.iter().map(|u| u.to_string()));
+    // Each machine booted from the image is a new one: its own machine-id (and SSH host keys, removed by
+    // `apply`), made at first boot.
+    c.add("/etc/machine-id", "", 0o444);
+    c
+}
+
+/// networkd: the provisioning interface static, the external one (or every other en*/eth*) by DHCP. The
+/// provisioning network may have no carrier (its compute nodes off) or no NIC yet: boot does not wait for
+/// it, and the address is configured regardless.
+fn network(spec: &Spec, c: &mut Configuration) {
+    let matcher = |iface: &str| {
+        if iface.len() == 17 && iface.matches(':').count() == 5 {
+            format!("MACAddress={iface}")
+        } else {
+            format!("Name={iface}")
+        }
+    };
+    if let Some(p) = &spec.network.provisioning {
+        c.add(
+            "/etc/systemd/network/10-provisioning.network",
+            format!(
+                "[Match]\n{}\n\n[Link]\nRequiredForOnline=no\n\n[Network]\nAddress={}\nConfigureWithoutCarrier=yes\nLinkLocalAddressing=ipv6\nIPv6AcceptRA=no\n",
+                matcher(&p.interface),
+                p.address
+            ),
+            0o644,
+        );
+    }
+    let external = spec
+        .network
+        .external
+        .as_ref()
+        .map(|e| matcher(&e.interface))
+        .unwrap_or_else(|| "Name=en* eth*".into());
+    c.add(
+        "/etc/systemd/network/20-external.network",
+        format!("[Match]\n{external}\n\n[Network]\nDHCP=yes\n"),
+        0o644,
+    );
+}
+
+/// The agent: writes need the token made at first boot; HTTPS with the first boot's certificate if asked,
+/// valid for the provisioning address.
+fn agent(spec: &Spec, c: &mut Configuration) {
+    let mut args = vec!["--token-file".to_owned(), "/etc/foothold/token".to_owned()];
+    if spec.components.agent_tls {
+        args.extend(
+            [
+                "--tls-cert",
+                "/etc/foothold/tls/cert.pem",
+                "--tls-key",
+                "/etc/foothold/tls/key.pem",
+            ]
+            .map(String::from),
+        );
+    }
+    args.extend(spec.components.agent_args.iter().cloned());
+    c.add(
+        "/etc/foothold/agent.env",
+        format!(
+            "FOOTHOLD_LISTEN=0.0.0.0:5000\nFOOTHOLD_AGENT_ARGS={}\n",
+            args.join(" ")
+        ),
+        0o644,
+    );
+    let names: Vec<String> = spec
+        .network
+        .provisioning
+        .iter()
+        .map(|p| format!("IP:{}", p.address.split('/').next().unwrap_or_default()))
+        .collect();
+    c.add("/etc/foothold/tls-names", names.join(",") + "\n", 0o644);
+}
+
+/// Applies `c` to the staged `root`: adds the users (a locked password, a home), writes the files, gives the
+/// users their `.ssh`, enables the units, and removes the SSH host keys Debian's package made.
+pub fn apply(root: &Path, c: &Configuration) -> Result<()> {
+    let chroot = || {
+        let mut cmd = Command::new("chroot");
+        cmd.arg(root);
+        cmd
+    };
+    fs::create_dir_all(root.join("var/lib/foothold"))?;
+    for u in &c.users {
+        let groups: &[&str] = if u.sudo { &["--groups", "sudo"] } else { &[] };
+        chroot()
+            .args(["useradd", "--create-home", "--shell", "/bin/bash"])
+            .args(groups)
+            .arg(&u.name)
+            .run()
+            .with_context(|| format!("adding user {}", u.name))?;
+    }
+    for f in &c.files {
+        write_file(&root.join(f.path.trim_start_matches('/')), &f.text, f.mode)?;
+    }
+    for u in c.users.iter().filter(|u| u.has_keys) {
+        chroot()
+            .args(["chown", "-R"])
+            .arg(format!("{0}:{0}", u.name))
+            .arg(format!("/home/{}/.ssh", u.name))
+            .run()?;
+    }
+    chroot()
+        .args(["systemctl", "enable"])
+        .args(&c.units)
+        .run()?;
+    let _ = fs::remove_file(root.join("var/lib/dbus/machine-id"));
+    if let Ok(entries) = fs::read_dir(root.join("etc/ssh")) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with("ssh_host_") {
+                fs::remove_file(e.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids() -> Ids {
+        let u = |n: u128| uuid::Uuid::from_u128(n);
+        Ids {
+            disk: u(1),
+            root: u(2),
+            data: u(3),
+        }
+    }
+
+    fn spec(extra: &str) -> Spec {
+        let yaml = format!(
+            "name: lab\nbase:\n  suite: trixie\nhostname: edge-1\noutputs:\n  formats: [raw]\n  diskSize: 4GiB\n{extra}"
+        );
+        crate::spec::load_text(Path::new("t.yaml"), &yaml, crate::spec::Pins::Required)
+            .unwrap()
+            .spec
+    }
+
+    #[test]
+    fn a_minimal_spec_names_the_host_mounts_by_uuid_and_enables_foothold_units() {
+        let c = render(&spec(""), &ids());
+        assert_eq!(c.file("/etc/hostname").unwrap().text, "edge-1\n");
+        assert!(c
+            .file("/etc/hosts")
+            .unwrap()
+            .text
+            .contains("127.0.1.1 edge-1\n"));
+        let fstab = &c.file("/etc/fstab").unwrap().text;
+        assert!(
+            fstab.starts_with("UUID=00000000-0000-0000-0000-000000000002 / ext4 "),
+            "{fstab}"
+        );
+        assert!(fstab.contains("UUID=00000000-0000-0000-0000-000000000003 /var/lib/foothold ext4 "));
+        let grub = &c.file("/boot/grub/grub.cfg").unwrap().text;
+        assert!(grub.contains("menuentry 'Foothold lab'"), "{grub}");
+        assert!(
+            grub.contains("root=UUID=00000000-0000-0000-0000-000000000002 ro "),
+            "{grub}"
+        );
+        assert_eq!(
+            c.file("/etc/systemd/network/20-external.network")
+                .unwrap()
+                .text,
+            "[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\n"
+        );
+        assert!(c
+            .file("/etc/systemd/network/10-provisioning.network")
+            .is_none());
+        assert_eq!(
+            c.file("/etc/foothold/agent.env").unwrap().text,
+            "FOOTHOLD_LISTEN=0.0.0.0:5000\nFOOTHOLD_AGENT_ARGS=--token-file /etc/foothold/token\n"
+        );
+        assert_eq!(c.file("/etc/machine-id").unwrap().mode, 0o444);
+        assert!(c.units.iter().any(|u| u == "foothold-agent.service"));
+        assert!(
+            !c.units.iter().any(|u| u.starts_with("kube")),
+            "{:?}",
+            c.units
+        );
+        assert!(c.users.is_empty());
+    }
+
+    #[test]
+    fn provisioning_by_mac_tls_and_users_render_their_files() {
+        let c = render(
+            &spec(
+                "network:\n  provisioning:\n    interface: 52:54:00:12:34:56\n    address: 172.22.0.1/24\n  \
+                 external:\n    interface: enp1s0\ncomponents:\n  agentTls: true\n  agentArgs: [--no-controllers]\n\
+                 users:\n  - name: ops\n    sudo: true\n    authorizedKeys: [ssh-ed25519 AAAA ops@site]\n  \
+                 - name: viewer\n",
+            ),
+            &ids(),
+        );
+        let prov = &c
+            .file("/etc/systemd/network/10-provisioning.network")
+            .unwrap()
+            .text;
+        assert!(
+            prov.starts_with("[Match]\nMACAddress=52:54:00:12:34:56\n"),
+            "{prov}"
+        );
+        assert!(
+            prov.contains("Address=172.22.0.1/24\nConfigureWithoutCarrier=yes\n"),
+            "{prov}"
+        );
+        assert!(c
+            .file("/etc/systemd/network/20-external.network")
+            .unwrap()
+            .text
+            .contains("Name=enp1s0\n"));
+        assert_eq!(
+            c.file("/etc/foothold/agent.env").unwrap().text,
+            "FOOTHOLD_LISTEN=0.0.0.0:5000\nFOOTHOLD_AGENT_ARGS=--token-file /etc/foothold/token --tls-cert \
+             /etc/foothold/tls/cert.pem --tls-key /etc/foothold/tls/key.pem --no-controllers\n"
+        );
+        assert_eq!(
+            c.file("/etc/foothold/tls-names").unwrap().text,
+            "IP:172.22.0.1\n"
+        );
+        let sudoers = c.file("/etc/sudoers.d/foothold-ops").unwrap();
+        assert_eq!(
+            (sudoers.text.as_str(), sudoers.mode),
+            ("ops ALL=(ALL:ALL) NOPASSWD: ALL\n", 0o440)
+        );
+        assert!(
+            c.file("/etc/sudoers.d/foothold-viewer").is_none(),
+            "only sudo users may sudo"
+        );
+        let keys = c.file("/home/ops/.ssh/authorized_keys").unwrap();
+        assert_eq!(
+            (keys.text.as_str(), keys.mode),
+            ("ssh-ed25519 AAAA ops@site\n", 0o600)
+        );
+        assert!(c.file("/home/viewer/.ssh/authorized_keys").is_none());
+        assert_eq!(
+            c.users,
+            [
+                User {
+                    name: "ops".into(),
+                    sudo: true,
+                    has_keys: true
+                },
+                User {
+                    name: "viewer".into(),
+                    sudo: false,
+                    has_keys: false
+                },
+            ]
+        );
+    }
+}

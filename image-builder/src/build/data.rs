@@ -1,0 +1,137 @@
+//! The data partition's tree: the agent's store, filled by the agent binary itself (`add-file`, `import`) with
+//! the served file inputs, the spec's image layouts, the pulled container images and the images made here
+//! (pause, CoreDNS), so the store's format is the agent's own.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context as _, Result};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::inputs::FileInput;
+use super::{Build, Record};
+use crate::cmd::CommandExt as _;
+use crate::files::clamp_mtimes;
+
+/// Fills `<work>/data` with the store; returns it.
+pub fn stage(b: &Build, files: &[FileInput], agent: &Path, record: &mut Record) -> Result<PathBuf> {
+    let Build {
+        loaded,
+        settings,
+        progress,
+        work,
+        ..
+    } = b;
+    let spec = &loaded.spec;
+    let epoch = settings.source_date_epoch;
+    let data = work.join("data");
+    fs::create_dir_all(&data)?;
+    let import = |layout: &Path, extra: &[&str]| {
+        Command::new(agent)
+            .arg("import")
+            .arg(layout)
+            .args(extra)
+            .arg("--data")
+            .arg(&data)
+            .run()
+    };
+    for f in files {
+        if let Some(sv) = &f.component.serve {
+            Command::new(agent)
+                .env("SOURCE_DATE_EPOCH", epoch.to_string())
+                .arg("add-file")
+                .arg(&f.src)
+                .arg("--data")
+                .arg(&data)
+                .args(["--owner", &sv.owner, "--cluster", &sv.cluster])
+                .args(["--kind", sv.kind.as_str(), "--name", &sv.name])
+                .args(["--sha256", &f.sha256])
+                .run()
+                .with_context(|| format!("{}: adding it to the agent's store", f.field))?;
+        }
+        record.inputs.insert(
+            f.field.trim_start_matches("components.").to_owned(),
+            json!({"from": f.origin, "sha256": f.sha256, "dest": f.component.dest, "serve": f.component.serve}),
+        );
+    }
+    progress.step(
+        "data",
+        &format!(
+            "{} image layouts into the agent's store",
+            spec.components.image_layouts.len()
+        ),
+    );
+    for (i, l) in spec.components.image_layouts.iter().enumerate() {
+        let layout = loaded.resolve(&l.path);
+        import(&layout, &[]).with_context(|| {
+            format!(
+                "components.imageLayouts[{i}]: importing {}",
+                layout.display()
+            )
+        })?;
+        let index = fs::read(layout.join("index.json"))
+            .with_context(|| format!("components.imageLayouts[{i}]"))?;
+        record.inputs.insert(
+            format!("layout:{}", l.path.display()),
+            json!({"indexSha256": hex::encode(Sha256::digest(&index))}),
+        );
+    }
+    if !spec.components.images.is_empty() {
+        progress.step(
+            "data",
+            &format!(
+                "{} container images into the agent's store",
+                spec.components.images.len()
+            ),
+        );
+        let layout = work.join("images");
+        let records = crate::images::write_layout(loaded, &settings.cache, &layout)?;
+        import(&layout, &["--present-platforms"])
+            .context("components.images: importing into the agent's store")?;
+        for (i, r) in records.into_iter().enumerate() {
+            record.inputs.insert(format!("images[{i}]"), r);
+        }
+    }
+    if let Some(k) = &spec.components.kubernetes {
+        progress.step(
+            "data",
+            "the pause and CoreDNS images, made from their binaries",
+        );
+        let src = |field: &str| {
+            files
+                .iter()
+                .find(|f| f.field == field)
+                .map(|f| f.src.clone())
+                .expect("every image binary is an input")
+        };
+        let (pause, coredns) = (
+            src("components.kubernetes.pause.binary"),
+            src("components.kubernetes.coredns.binary"),
+        );
+        let built = [
+            crate::built_images::BuiltImage {
+                reference: &k.pause.reference,
+                binary: &pause,
+                entrypoint: "/pause",
+                user: "65535:65535",
+            },
+            crate::built_images::BuiltImage {
+                reference: &k.coredns.reference,
+                binary: &coredns,
+                entrypoint: "/coredns",
+                user: "0:0",
+            },
+        ];
+        let layout = work.join("built-images");
+        let records = crate::built_images::write_layout(&built, &layout, epoch)?;
+        import(&layout, &[])
+            .context("components.kubernetes: importing the pause and CoreDNS images")?;
+        for (name, r) in ["pause", "coredns"].into_iter().zip(records) {
+            record.inputs.insert(format!("kubernetes.{name}.image"), r);
+        }
+    }
+    clamp_mtimes(&data, epoch)?;
+    Ok(data)
+}

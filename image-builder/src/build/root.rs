@@ -1,0 +1,267 @@
+//! The root partition: the base tree (see [`super::rootfs`]) with Foothold's overlay, the spec's overlay, the file
+//! inputs and the generated configuration, formatted as ext4 and squashed for the ISO. Both are cached under
+//! the hash of everything in them, which leaves out the agent: a new agent reuses them (it is written into the
+//! partition with debugfs, and into an ISO layer of its own). Hit or miss, the bytes are the same.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context as _, Result};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::configure;
+use super::inputs::{spec_overlay, FileInput};
+use super::layout::Layout;
+use super::{Build, Record};
+use crate::cmd::{tool_version, CommandExt as _};
+use crate::files::{clamp_mtimes, copy_tree, publish, tree_digest};
+use crate::spec::Loaded;
+
+/// A cached root partition's entry (`<cache>/root/<key>/`): the ext4 image of the root partition without the
+/// agent, its kernel and initrd, and the squashfs of the same tree for the ISO.
+pub const ROOT_EXT4: &str = "root.ext4";
+pub const LIVE_SQUASHFS: &str = "filesystem.squashfs";
+pub const VMLINUZ: &str = "vmlinuz";
+pub const INITRD: &str = "initrd.img";
+/// How many root partitions the cache keeps (the most recently used); each takes about 1 GiB.
+const ROOT_CACHE_KEEP: usize = 3;
+/// Where the agent binary lives in the root file system.
+pub const AGENT_DIR: &str = "/usr/local/bin";
+
+/// The cached root partition of `loaded` (made now if the cache lacks it, with the ISO's squashfs when
+/// `squash`): the directory holding [`ROOT_EXT4`], [`VMLINUZ`], [`INITRD`] and [`LIVE_SQUASHFS`].
+pub fn partition(
+    b: &Build,
+    files: &[FileInput],
+    squash: bool,
+    record: &mut Record,
+) -> Result<PathBuf> {
+    let Build {
+        loaded,
+        settings,
+        progress,
+        layout,
+        work,
+    } = b;
+    let spec = &loaded.spec;
+    let epoch = settings.source_date_epoch;
+    let (base, base_key) = super::rootfs(loaded, settings, progress)?;
+    let key = key(loaded, &base_key, files, layout.root.size(), epoch)?;
+    record.inputs.insert(
+        "rootfs".into(),
+        json!({"suite": spec.base.suite, "mirror": spec.base.mirror, "cacheKey": base_key, "partitionCacheKey": key}),
+    );
+    let cached = settings.cache.join("root").join(&key);
+    if cached.join(ROOT_EXT4).is_file() && (!squash || cached.join(LIVE_SQUASHFS).is_file()) {
+        progress.step("stage", &format!("root partition cached {}", &key[..12]));
+    } else {
+        progress.step("stage", "root file system, overlay, files, configuration");
+        let root = work.join("root");
+        fs::create_dir_all(&root)?;
+        stage(loaded, &base, files, layout, &root)?;
+        clamp_mtimes(&root, epoch)?;
+        fs::create_dir_all(&cached)?;
+        if !cached.join(ROOT_EXT4).is_file() {
+            progress.step("stage", "formatting the root partition");
+            // The kernel and initrd (for systemd-boot's ESP and the ISO) first: the partition marks the entry whole.
+            for (link, name) in [("vmlinuz", VMLINUZ), ("initrd.img", INITRD)] {
+                let from = resolve_in_root(&root, link)?;
+                let tmp = cached.join(format!(".{name}.tmp"));
+                fs::copy(&from, &tmp)
+                    .with_context(|| format!("{} (linux-image-amd64)", from.display()))?;
+                publish(&tmp, &cached.join(name))?;
+            }
+            let tmp = cached.join(format!(".{ROOT_EXT4}.tmp"));
+            File::create(&tmp)?.set_len(layout.root.size())?;
+            crate::ext4::mkfs(
+                &tmp,
+                0,
+                layout.root.size(),
+                &root,
+                "foothold-root",
+                layout.ids.root,
+                epoch,
+            )?;
+            publish(&tmp, &cached.join(ROOT_EXT4))?;
+        }
+        if squash && !cached.join(LIVE_SQUASHFS).is_file() {
+            progress.step("stage", "squashing the root file system for the ISO");
+            let tmp = cached.join(format!(".{LIVE_SQUASHFS}.tmp"));
+            mksquashfs(&root, &tmp, epoch, &[])?;
+            publish(&tmp, &cached.join(LIVE_SQUASHFS))?;
+        }
+        fs::remove_dir_all(&root)?;
+    }
+    prune_cache(&settings.cache.join("root"), &cached)?;
+    Ok(cached)
+}
+
+/// Lays the root's tree out in `root`: the base, Foothold's overlay, the spec's, the placed files, then the
+/// generated configuration.
+fn stage(
+    loaded: &Loaded,
+    base: &Path,
+    files: &[FileInput],
+    layout: &Layout,
+    root: &Path,
+) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    copy_tree(base, root)?;
+    let _ = fs::remove_file(root.join(".complete"));
+    crate::overlay::write(root)?;
+    if let Some(overlay) = spec_overlay(loaded)? {
+        copy_tree(&overlay, root)
+            .with_context(|| format!("components.overlay: copying {}", overlay.display()))?;
+    }
+    for f in files {
+        let Some(d) = &f.component.dest else { continue };
+        let dest = root.join(d.trim_start_matches('/'));
+        fs::create_dir_all(dest.parent().expect("absolute"))?;
+        fs::copy(&f.src, &dest)?;
+        let mode = f
+            .component
+            .mode
+            .as_deref()
+            .map(|m| u32::from_str_radix(m, 8).expect("validated"))
+            .unwrap_or(0o644);
+        fs::set_permissions(&dest, fs::Permissions::from_mode(mode))?;
+    }
+    fs::create_dir_all(root.join(AGENT_DIR.trim_start_matches('/')))?;
+    configure::apply(root, &configure::render(&loaded.spec, &layout.ids))
+}
+
+/// The hash of everything in the root partition but the agent: this builder (its code writes the
+/// configuration, and it carries Foothold's overlay), the Debian tree, the spec, the spec's overlay, the files
+/// placed in the root, the partition's size, the epoch and the formatting tools.
+fn key(
+    loaded: &Loaded,
+    base_key: &str,
+    files: &[FileInput],
+    size: u64,
+    epoch: u64,
+) -> Result<String> {
+    let exe = std::env::current_exe().context("finding this program's own binary")?;
+    let overlay = match spec_overlay(loaded)? {
+        Some(dir) => tree_digest(&dir)?,
+        None => String::new(),
+    };
+    let placed: Vec<_> = files
+        .iter()
+        .filter(|f| f.component.dest.is_some())
+        .map(|f| json!([f.field, f.sha256, f.component.dest, f.component.mode]))
+        .collect();
+    let key = json!({
+        "v": 2,
+        "builder": crate::sparse::sha256(&exe)?,
+        "rootfs": base_key,
+        "spec": loaded.sha256,
+        "footholdOverlay": crate::overlay::digest(),
+        "overlay": overlay,
+        "files": placed,
+        "size": size,
+        "sourceDateEpoch": epoch,
+        "mke2fs": tool_version("mkfs.ext4", "-V"),
+        "mksquashfs": tool_version("mksquashfs", "-version"),
+    });
+    Ok(hex::encode(Sha256::digest(key.to_string().as_bytes())))
+}
+
+/// Marks `used` as just used and removes all but the `ROOT_CACHE_KEEP` most recently used entries of `dir`.
+fn prune_cache(dir: &Path, used: &Path) -> Result<()> {
+    filetime::set_file_mtime(used, filetime::FileTime::now())?;
+    let mut entries: Vec<(filetime::FileTime, PathBuf)> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| {
+            let md = e.metadata().ok()?;
+            Some((
+                filetime::FileTime::from_last_modification_time(&md),
+                e.path(),
+            ))
+        })
+        .collect();
+    entries.sort_by(|a, b| b.cmp(a));
+    for (_, old) in entries.into_iter().skip(ROOT_CACHE_KEEP) {
+        if old != used {
+            fs::remove_dir_all(&old)
+                .with_context(|| format!("removing the old cache entry {}", old.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// A reproducible squashfs of `dir` (zstd, every time `epoch`).
+pub fn mksquashfs(dir: &Path, out: &Path, epoch: u64, extra: &[&str]) -> Result<()> {
+    let _ = fs::remove_file(out);
+    Command::new("mksquashfs")
+        .arg(dir)
+        .arg(out)
+        .args([
+            "-noappend",
+            "-no-progress",
+            "-quiet",
+            "-comp",
+            "zstd",
+            "-Xcompression-level",
+            "6",
+            "-mkfs-time",
+            &epoch.to_string(),
+            "-all-time",
+            &epoch.to_string(),
+        ])
+        .args(extra)
+        .run()
+        .context("mksquashfs (Debian squashfs-tools)")?;
+    Ok(())
+}
+
+/// The file a symlink in the root file system points at (`vmlinuz` → `boot/vmlinuz-6.1.0-…`), inside `root`.
+fn resolve_in_root(root: &Path, link: &str) -> Result<PathBuf> {
+    let target = fs::read_link(root.join(link))
+        .with_context(|| format!("/{link} in the root file system (linux-image-amd64)"))?;
+    let rel = target.strip_prefix("/").unwrap_or(&target);
+    Ok(root.join(rel))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_in_the_root_resolve_inside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("boot")).unwrap();
+        fs::write(dir.path().join("boot/vmlinuz-6.1.0-1-amd64"), b"kernel").unwrap();
+        std::os::unix::fs::symlink("boot/vmlinuz-6.1.0-1-amd64", dir.path().join("vmlinuz"))
+            .unwrap();
+        std::os::unix::fs::symlink("/boot/vmlinuz-6.1.0-1-amd64", dir.path().join("abs")).unwrap();
+        for link in ["vmlinuz", "abs"] {
+            let got = resolve_in_root(dir.path(), link).unwrap();
+            assert_eq!(got, dir.path().join("boot/vmlinuz-6.1.0-1-amd64"));
+        }
+        let e = resolve_in_root(dir.path(), "initrd.img").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("/initrd.img in the root file system"),
+            "{e:#}"
+        );
+    }
+
+    #[test]
+    fn the_cache_keeps_the_most_recently_used_entries_and_the_one_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, name) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+            fs::create_dir(dir.path().join(name)).unwrap();
+            let t = filetime::FileTime::from_unix_time(1_000 + i as i64, 0);
+            filetime::set_file_mtime(dir.path().join(name), t).unwrap();
+        }
+        prune_cache(dir.path(), &dir.path().join("a")).unwrap();
+        let mut left: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["a", "d", "e"]);
+    }
+}
