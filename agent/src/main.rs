@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use foothold_agent::{controllers, fsck, import, mirror_config, server, store, vino_builder};
+use foothold_agent::{controllers, fsck, http, import, mirror_config, store, vino_builder};
 
 #[derive(Parser)]
 #[command(
@@ -152,7 +152,7 @@ enum Command {
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<PathBuf>,
         /// Largest image accepted by the BPA upload API, in bytes.
-        #[arg(long, default_value_t = server::DEFAULT_MAX_IMAGE_LENGTH)]
+        #[arg(long, default_value_t = http::DEFAULT_MAX_IMAGE_LENGTH)]
         max_image_size: u64,
         /// Require the token for reading BPA image records and downloading /files too (default: anonymous).
         #[arg(long, requires = "token_file")]
@@ -333,7 +333,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             files_require_token,
             kube,
         } => {
-            let cfg = server::ServeConfig {
+            let cfg = http::ServeConfig {
                 listen,
                 max_image_length: max_image_size,
                 files_need_token: files_require_token,
@@ -342,7 +342,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 controllers: kube.settings(listen, tls_cert.is_some()),
                 tls: tls_cert.zip(tls_key),
             };
-            tokio::runtime::Runtime::new()?.block_on(server::serve(cfg))?;
+            tokio::runtime::Runtime::new()?.block_on(http::serve(cfg))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Import {

@@ -549,16 +549,14 @@ async fn create_accepts_the_original_multipart_form() {
 
 #[tokio::test]
 async fn downloads_can_require_the_token() {
-    use foothold_agent::{auth::Auth, server, store::Store};
+    use foothold_agent::{auth::Auth, http, store::Store};
     let tmp = tempfile::tempdir().unwrap();
-    let state = server::AppState {
-        files_need_token: true,
-        ..server::AppState::new(
-            Store::open(tmp.path()).unwrap(),
-            Auth::from_token(support::inproc::TOKEN),
-        )
-    };
-    let app = server::router(std::sync::Arc::new(state));
+    let state = http::AppState::new(
+        Store::open(tmp.path()).unwrap(),
+        Auth::from_token(support::inproc::TOKEN),
+    )
+    .files_need_token(true);
+    let app = http::router(state);
     assert_eq!(
         create(
             &app,

@@ -1,7 +1,6 @@
 //! The agent's router driven in-process with `tower::ServiceExt::oneshot`.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
@@ -12,14 +11,14 @@ use sha2::{Digest as _, Sha256};
 use tower::ServiceExt;
 
 use foothold_agent::auth::Auth;
-use foothold_agent::server::{router, AppState};
+use foothold_agent::http::{router, AppState};
 use foothold_agent::store::Store;
 
 pub const TOKEN: &str = "t0ken";
 
 pub fn app(dir: &Path) -> Router {
     let store = Store::open(dir).unwrap();
-    router(Arc::new(AppState::new(store, Auth::from_token(TOKEN))))
+    router(AppState::new(store, Auth::from_token(TOKEN)))
 }
 
 pub struct Resp {

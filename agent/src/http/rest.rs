@@ -1,26 +1,24 @@
-//! The BPA REST API (`/v1/baremetalcluster/...`, paths and field names of Akraino ICN's BPA REST agent) and the
-//! file server nodes and Ironic download from (`/files/...`). Handlers translate HTTP to `images` calls and
-//! back; errors become JSON bodies here and nowhere else.
+//! The BPA REST API (`/v1/baremetalcluster/...`, paths and field names of Akraino ICN's BPA REST agent).
+//! Handlers translate HTTP to `images` calls and back; errors become JSON bodies in `error`.
 
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::images::{ImageError, Images, Key, Kind, NewImage, Record};
-use crate::openapi::{
-    ClusterPath, ClusterStatus, CollectionPath, ErrorBody, FilePath, MultipartMetadata, RecordPath,
-};
-use crate::serve_file::ascii;
-use crate::server::AppState;
-use crate::store::StoreError;
+use super::access::{ReadAccess, WriteAccess};
+use super::error::{ApiError, ApiResult, ErrorBody};
+use super::schema::{ClusterPath, ClusterStatus, CollectionPath, MultipartMetadata, RecordPath};
+use super::state::{AppState, Limits};
+use crate::images::{Images, Key, Kind, NewImage, Record};
+use crate::store::Store;
 
-pub fn routes() -> Router<Arc<AppState>> {
+pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/baremetalcluster/{owner}/{cluster}/status", get(status))
         .route(
@@ -35,117 +33,10 @@ pub fn routes() -> Router<Arc<AppState>> {
                 .patch(append)
                 .delete(remove),
         )
-        .route(
-            "/files/{owner}/{cluster}/{kind}/{name}",
-            get(download).head(download),
-        )
 }
 
-/// A REST error: status plus `{"error": {"code", "message"}}`.
-pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-    /// Sent as Upload-Offset (offset conflicts tell the client where to resume).
-    pub(crate) offset: Option<u64>,
-}
-
-impl ApiError {
-    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-            offset: None,
-        }
-    }
-}
-
-impl From<ImageError> for ApiError {
-    fn from(e: ImageError) -> Self {
-        use StatusCode as S;
-        let message = e.to_string();
-        let (status, code) = match &e {
-            ImageError::InvalidName { .. } => (S::BAD_REQUEST, "INVALID_NAME"),
-            ImageError::InvalidRequest(_) => (S::BAD_REQUEST, "INVALID_REQUEST"),
-            ImageError::NotFound(_) => (S::NOT_FOUND, "NOT_FOUND"),
-            ImageError::Exists(_) => (S::CONFLICT, "EXISTS"),
-            ImageError::OffsetMismatch { .. } => (S::CONFLICT, "OFFSET_MISMATCH"),
-            ImageError::Complete(_) => (S::UNPROCESSABLE_ENTITY, "UPLOAD_COMPLETE"),
-            ImageError::Incomplete(_) => (S::NOT_FOUND, "UPLOAD_INCOMPLETE"),
-            ImageError::TooLarge(_) => (S::PAYLOAD_TOO_LARGE, "TOO_LARGE"),
-            ImageError::DigestMismatch { .. } => (S::UNPROCESSABLE_ENTITY, "DIGEST_MISMATCH"),
-            ImageError::Archive { .. } => (S::UNPROCESSABLE_ENTITY, "ARCHIVE_INVALID"),
-            ImageError::Mismatch(_) => (S::UNPROCESSABLE_ENTITY, "MISMATCH"),
-            ImageError::TusUnknown(_) => (S::NOT_FOUND, "TUS_UPLOAD_UNKNOWN"),
-            ImageError::TusIncomplete(_) => (S::CONFLICT, "TUS_UPLOAD_INCOMPLETE"),
-            ImageError::Store(StoreError::StorageFull) => (S::INSUFFICIENT_STORAGE, "STORAGE_FULL"),
-            ImageError::Store(StoreError::BodyInterrupted(_)) => {
-                (S::BAD_REQUEST, "BODY_INTERRUPTED")
-            }
-            ImageError::Store(_) => (S::INTERNAL_SERVER_ERROR, "INTERNAL"),
-        };
-        if status == S::INTERNAL_SERVER_ERROR {
-            tracing::error!(error = %message, "REST request failed");
-        }
-        let offset = match e {
-            ImageError::OffsetMismatch { expected, .. } => Some(expected),
-            _ => None,
-        };
-        ApiError {
-            status,
-            code,
-            message,
-            offset,
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut r = (
-            self.status,
-            Json(json!({"error": {"code": self.code, "message": self.message}})),
-        )
-            .into_response();
-        if let Some(o) = self.offset {
-            r.headers_mut()
-                .insert("upload-offset", HeaderValue::from(o));
-        }
-        if self.status == StatusCode::UNAUTHORIZED {
-            r.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static(r#"Basic realm="foothold""#),
-            );
-        }
-        r
-    }
-}
-
-type ApiResult<T = Response> = Result<T, ApiError>;
-
-fn images(state: &AppState) -> Images<'_> {
-    Images::new(&state.store, state.max_image_length)
-}
-
-fn require_read(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
-    if state.files_need_token {
-        require_write(state, headers)
-    } else {
-        Ok(())
-    }
-}
-
-pub(crate) fn require_write(state: &AppState, headers: &HeaderMap) -> ApiResult<()> {
-    if state.auth.permits_write(headers) {
-        Ok(())
-    } else {
-        Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "UNAUTHORIZED",
-            "this request needs the write token",
-        ))
-    }
+fn images(store: &Arc<Store>, limits: Limits) -> Images<'_> {
+    Images::new(store, limits.max_image_length)
 }
 
 /// How long the status endpoint waits for the apiserver before answering without the installation status.
@@ -161,13 +52,14 @@ const KUBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
         (status = 401, description = "The token is required (--files-require-token)", body = ErrorBody),
     ),
     security((), ("token" = [])))]
-async fn status(
-    State(state): State<Arc<AppState>>,
+pub(super) async fn status(
+    _: ReadAccess,
+    State(store): State<Arc<Store>>,
+    State(limits): State<Limits>,
+    State(controllers): State<crate::controllers::Shared>,
     Path((owner, cluster)): Path<(String, String)>,
-    headers: HeaderMap,
 ) -> ApiResult {
-    require_read(&state, &headers)?;
-    let records = images(&state).list(&owner, &cluster, None).await?;
+    let records = images(&store, limits).list(&owner, &cluster, None).await?;
     let mut by_kind = serde_json::Map::new();
     for kind in [Kind::Binary, Kind::Os, Kind::Container] {
         let of_kind: Vec<_> = records
@@ -176,7 +68,7 @@ async fn status(
             .collect();
         by_kind.insert(kind.as_str().to_owned(), json!(of_kind));
     }
-    let (provisioning, software, kubernetes) = match state.controllers.kube() {
+    let (provisioning, software, kubernetes) = match controllers.kube() {
         None => (json!([]), json!([]), json!({"state": "disabled"})),
         Some((client, ns)) => {
             let query =
@@ -213,14 +105,19 @@ async fn status(
         (status = 401, description = "The token is required (--files-require-token)", body = ErrorBody),
     ),
     security((), ("token" = [])))]
-async fn list(
-    State(state): State<Arc<AppState>>,
+pub(super) async fn list(
+    _: ReadAccess,
+    State(store): State<Arc<Store>>,
+    State(limits): State<Limits>,
     Path((owner, cluster, kind)): Path<(String, String, String)>,
-    headers: HeaderMap,
 ) -> ApiResult {
-    require_read(&state, &headers)?;
     let kind: Kind = kind.parse()?;
-    Ok(Json(images(&state).list(&owner, &cluster, Some(kind)).await?).into_response())
+    Ok(Json(
+        images(&store, limits)
+            .list(&owner, &cluster, Some(kind))
+            .await?,
+    )
+    .into_response())
 }
 
 #[utoipa::path(post, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}", tag = "images",
@@ -243,13 +140,14 @@ async fn list(
         (status = 507, description = "Storage is full", body = ErrorBody),
     ),
     security(("token" = [])))]
-async fn create(
-    State(state): State<Arc<AppState>>,
+pub(super) async fn create(
+    _: WriteAccess,
+    State(store): State<Arc<Store>>,
+    State(limits): State<Limits>,
     Path((owner, cluster, kind)): Path<(String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
-    require_write(&state, &headers)?;
     let multipart = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -259,7 +157,9 @@ async fn create(
     } else {
         json_body(body, "image metadata").await?
     };
-    let record = images(&state).create(&owner, &cluster, &kind, new).await?;
+    let record = images(&store, limits)
+        .create(&owner, &cluster, &kind, new)
+        .await?;
     let location = format!(
         "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{}",
         record.image_name
@@ -316,7 +216,7 @@ async fn metadata_part(headers: &HeaderMap, body: Body) -> ApiResult<NewImage> {
     Err(bad("multipart form has no metadata part".into()))
 }
 
-fn key(owner: &str, cluster: &str, kind: &str, name: &str) -> ApiResult<Key> {
+pub(super) fn key(owner: &str, cluster: &str, kind: &str, name: &str) -> ApiResult<Key> {
     Ok(Key::new(owner, cluster, kind, name)?)
 }
 
@@ -332,14 +232,14 @@ fn key(owner: &str, cluster: &str, kind: &str, name: &str) -> ApiResult<Key> {
         (status = 404, description = "No such record", body = ErrorBody),
     ),
     security((), ("token" = [])))]
-async fn read(
-    State(state): State<Arc<AppState>>,
+pub(super) async fn read(
+    _: ReadAccess,
+    State(store): State<Arc<Store>>,
+    State(limits): State<Limits>,
     method: Method,
     Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
-    headers: HeaderMap,
 ) -> ApiResult {
-    require_read(&state, &headers)?;
-    let record = images(&state)
+    let record = images(&store, limits)
         .get(&key(&owner, &cluster, &kind, &name)?)
         .await?;
     let offset = record.image_offset;
@@ -375,16 +275,16 @@ pub(crate) struct Update {
         (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
     ),
     security(("token" = [])))]
-async fn update(
-    State(state): State<Arc<AppState>>,
+pub(super) async fn update(
+    _: WriteAccess,
+    State(store): State<Arc<Store>>,
+    State(limits): State<Limits>,
     Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
-    headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
-    require_write(&state, &headers)?;
     let update: Update = json_body(body, "only description can change").await?;
     Ok(Json(
-        images(&state)
+        images(&store, limits)
             .update(&key(&owner, &cluster, &kind, &name)?, update.description)
             .await?,
     )
@@ -410,13 +310,14 @@ async fn update(
         (status = 507, description = "Storage is full", body = ErrorBody),
     ),
     security(("token" = [])))]
-async fn append(
-    State(state): State<Arc<AppState>>,
+pub(super) async fn append(
+    _: WriteAccess,
+    State(store): State<Arc<Store>>,
+    State(limits): State<Limits>,
     Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
-    require_write(&state, &headers)?;
     let key = key(&owner, &cluster, &kind, &name)?;
     let offset = headers
         .get("upload-offset")
@@ -433,7 +334,7 @@ async fn append(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
-    let record = images(&state)
+    let record = images(&store, limits)
         .append(&key, offset, length, body.into_data_stream())
         .await?;
     let mut r = StatusCode::NO_CONTENT.into_response();
@@ -453,94 +354,14 @@ async fn append(
         (status = 404, description = "No such record", body = ErrorBody),
     ),
     security(("token" = [])))]
-async fn remove(
-    State(state): State<Arc<AppState>>,
+pub(super) async fn remove(
+    _: WriteAccess,
+    State(store): State<Arc<Store>>,
+    State(limits): State<Limits>,
     Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
-    headers: HeaderMap,
 ) -> ApiResult {
-    require_write(&state, &headers)?;
-    images(&state)
+    images(&store, limits)
         .delete(&key(&owner, &cluster, &kind, &name)?)
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-/// Files for nodes and Ironic: the content with Range and ETag, or `<name>.sha256sum` in `sha256sum` format
-/// (what a BareMetalHost's `image.checksum` URL points at).
-#[utoipa::path(get, path = "/files/{owner}/{cluster}/{kind}/{name}", tag = "files",
-    params(
-        FilePath,
-        ("range" = Option<String>, Header, description = "bytes=first-last"),
-        ("if-none-match" = Option<String>, Header, description = "An ETag from an earlier answer"),
-    ),
-    responses(
-        (status = 200, description = "The content (or `<sha256>  <name>`)", content_type = "application/octet-stream",
-            headers(("etag" = String), ("last-modified" = String), ("accept-ranges" = String))),
-        (status = 206, description = "The requested range", content_type = "application/octet-stream",
-            headers(("content-range" = String))),
-        (status = 304, description = "Not modified"),
-        (status = 400, description = "Invalid name or image type", body = ErrorBody),
-        (status = 401, description = "The token is required (--files-require-token)", body = ErrorBody),
-        (status = 404, description = "No such record, or not completely uploaded", body = ErrorBody),
-        (status = 416, description = "The range is outside the content"),
-    ),
-    security((), ("token" = [])))]
-async fn download(
-    State(state): State<Arc<AppState>>,
-    method: Method,
-    Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
-    headers: HeaderMap,
-) -> ApiResult {
-    require_read(&state, &headers)?;
-    if kind == Kind::Container.as_str() {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "NOT_FOUND",
-            "container images are served by the registry, not /files",
-        ));
-    }
-    let images = images(&state);
-    let head = method == Method::HEAD;
-    if let Some(base) = name.strip_suffix(".sha256sum") {
-        let record = images.get(&key(&owner, &cluster, &kind, base)?).await?;
-        if !record.upload_complete {
-            return Err(ImageError::Incomplete(base.to_owned()).into());
-        }
-        let line = format!("{}  {}\n", record.sha256.unwrap_or_default(), base);
-        let mut r = if head {
-            Body::empty().into_response()
-        } else {
-            line.clone().into_response()
-        };
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        r.headers_mut()
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(line.len()));
-        return Ok(r);
-    }
-    let (file, size, digest, updated) = images
-        .content(&key(&owner, &cluster, &kind, &name)?)
-        .await?;
-    let etag = format!("\"{digest}\"");
-    if headers
-        .get(header::IF_NONE_MATCH)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
-    {
-        return Ok(StatusCode::NOT_MODIFIED.into_response());
-    }
-    let mut r = crate::serve_file::respond(file, size, &headers, head, &state.metrics);
-    if r.status() != StatusCode::RANGE_NOT_SATISFIABLE {
-        let modified =
-            std::time::UNIX_EPOCH + std::time::Duration::from_secs(updated.max(0) as u64);
-        let h = r.headers_mut();
-        h.insert(header::ETAG, ascii(etag));
-        h.insert(
-            header::LAST_MODIFIED,
-            ascii(httpdate::fmt_http_date(modified)),
-        );
-    }
-    Ok(r)
 }

@@ -5,7 +5,6 @@ pub mod error;
 pub mod routes;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Query, State};
@@ -14,9 +13,9 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::digest::{Digest, DigestError};
+use crate::http::state::AppState;
 use crate::manifest;
 use crate::names;
-use crate::server::AppState;
 use crate::store::Reference;
 pub use error::RegistryError;
 use routes::Route;
@@ -28,7 +27,7 @@ const DIGEST_HEADER: &str = "docker-content-digest";
 
 /// Entry point for every `/v2` request.
 pub async fn handle(
-    State(state): State<Arc<AppState>>,
+    State(state): State<AppState>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -104,7 +103,7 @@ async fn dispatch(
         .map(|Query(q)| q)
         .unwrap_or_default();
     let writes = !matches!(*method, Method::GET | Method::HEAD);
-    if writes && !state.auth.permits_write(headers) {
+    if writes && !state.access.auth.permits_write(headers) {
         return Err(RegistryError::Unauthorized);
     }
     // The name as addressed (for Location headers) and the repository it is stored under: containerd used as
@@ -124,7 +123,7 @@ async fn dispatch(
     match (&route, method.clone()) {
         (Route::Base, Method::GET | Method::HEAD) => {
             // Clients only send credentials after a challenge: challenge on the ping when writes need a token.
-            if state.auth.enabled() && !state.auth.permits_write(headers) {
+            if state.access.auth.enabled() && !state.access.auth.permits_write(headers) {
                 return Err(RegistryError::Unauthorized);
             }
             Ok((StatusCode::OK, axum::Json(json!({}))).into_response())
@@ -415,7 +414,7 @@ async fn serve_blob(
     headers: &HeaderMap,
 ) -> Result<Response> {
     let (file, size) = state.store.open_blob(repo, digest).await?;
-    let mut resp = crate::serve_file::respond(file, size, headers, head, &state.metrics);
+    let mut resp = crate::http::serve_file::respond(file, size, headers, head, &state.metrics);
     if resp.status() != StatusCode::RANGE_NOT_SATISFIABLE {
         let h = resp.headers_mut();
         h.insert(DIGEST_HEADER, hv(&digest.to_string()));

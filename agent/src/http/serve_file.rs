@@ -9,8 +9,8 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 
+use super::range::{self, ByteRange};
 use crate::metrics::Metrics;
-use crate::range::{self, ByteRange};
 use crate::store::blobs::read_range;
 
 /// The response for `file` (of `size` bytes) to a GET, or a HEAD when `head`, honouring `Range`.

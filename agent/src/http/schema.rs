@@ -1,75 +1,7 @@
-//! The OpenAPI 3 document of the BPA REST API, the file server and tus uploads, generated from the handlers'
-//! annotations (utoipa) and served at `/openapi.json`. The schemas here exist only to describe the wire
-//! format; the handlers' own types carry the rest.
+//! Types that exist only to describe the REST API's and the file server's wire format in the OpenAPI
+//! document (path parameters, the status body, the multipart form); the handlers' own types carry the rest.
 
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{IntoParams, Modify, OpenApi, ToSchema};
-
-#[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "Foothold agent",
-        description = "BPA image records and uploads (paths and fields of Akraino ICN's BPA REST agent), the file \
-                       server nodes and Ironic download from, and tus 1.0 resumable uploads."
-    ),
-    paths(
-        crate::rest::status,
-        crate::rest::list,
-        crate::rest::create,
-        crate::rest::read,
-        crate::rest::update,
-        crate::rest::append,
-        crate::rest::remove,
-        crate::rest::download,
-        crate::tus::options,
-        crate::tus::create,
-        crate::tus::info,
-        crate::tus::append,
-        crate::tus::terminate,
-    ),
-    components(schemas(ImageKindDoc, FileKindDoc, TusVersionDoc, Name)),
-    modifiers(&Token)
-)]
-pub struct ApiDoc;
-
-struct Token;
-
-impl Modify for Token {
-    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
-        let components = api.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "token",
-            SecurityScheme::Http(
-                HttpBuilder::new()
-                    .scheme(HttpAuthScheme::Bearer)
-                    .description(Some(
-                        "The agent's write token (--token-file); Basic auth with it as password works too",
-                    ))
-                    .build(),
-            ),
-        );
-    }
-}
-
-/// The document as JSON.
-pub fn json() -> String {
-    ApiDoc::openapi()
-        .to_json()
-        .expect("the OpenAPI document serialises")
-}
-
-/// Every error: `{"error": {"code", "message"}}`.
-#[derive(ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(ToSchema)]
-pub struct ErrorDetail {
-    /// Machine-readable, e.g. OFFSET_MISMATCH, DIGEST_MISMATCH, ARCHIVE_INVALID.
-    pub code: String,
-    pub message: String,
-}
+use utoipa::{IntoParams, ToSchema};
 
 /// The image types of a cluster.
 #[derive(ToSchema)]
@@ -86,12 +18,6 @@ pub enum ImageKindDoc {
 pub enum FileKindDoc {
     BinaryImages,
     OsImages,
-}
-
-#[derive(ToSchema)]
-pub enum TusVersionDoc {
-    #[schema(rename = "1.0.0")]
-    V1,
 }
 
 /// ICN's original client: a form whose `metadata` part is the JSON of NewImage.
@@ -186,4 +112,11 @@ pub struct FilePath {
     pub kind: FileKindDoc,
     /// image_name, or image_name.sha256sum for its checksum line
     pub name: Name,
+}
+
+/// The protocol version in the OpenAPI document.
+#[derive(ToSchema)]
+pub enum TusVersionDoc {
+    #[schema(rename = "1.0.0")]
+    V1,
 }

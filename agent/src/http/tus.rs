@@ -14,22 +14,20 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use base64::Engine as _;
-use sha2::{Digest as _, Sha256};
 
-use crate::images::{capped, now, ImageError};
-use crate::openapi::{ErrorBody, TusVersionDoc};
-use crate::rest::{require_write, ApiError};
-use crate::server::AppState;
-use crate::store::StoreError;
+use super::access::WriteAccess;
+use super::error::{ApiError, ErrorBody};
+use super::schema::TusVersionDoc;
+use super::state::{AppState, Limits};
+use crate::store::Store;
+use crate::uploads::Uploads;
 
 pub const VERSION: &str = "1.0.0";
 pub const EXTENSIONS: &str = "creation,termination,checksum";
-/// The session owner of tus uploads: not a repository name, so registry sessions never meet them.
-const OWNER: &str = "tus:";
 /// Upload-Metadata is a few file names and types; more is refused rather than stored.
 const MAX_METADATA: usize = 4096;
 
-pub fn routes() -> Router<Arc<AppState>> {
+pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/uploads", post(create).options(options))
         .route(
@@ -68,29 +66,6 @@ async fn protocol(req: Request, next: Next) -> Response {
 
 fn error(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::new(status, code, message)
-}
-
-/// The REST API's mapping, plus what only a tus session can run into.
-fn store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::UploadUnknown(id) => error(
-            StatusCode::NOT_FOUND,
-            "NOT_FOUND",
-            format!("upload {id} does not exist"),
-        ),
-        StoreError::OutOfOrder { expected, got } => conflict(expected, got),
-        e => ImageError::Store(e).into(),
-    }
-}
-
-fn conflict(expected: u64, got: u64) -> ApiError {
-    let mut e = error(
-        StatusCode::CONFLICT,
-        "OFFSET_MISMATCH",
-        format!("Upload-Offset {got} does not match the upload's offset {expected}"),
-    );
-    e.offset = Some(expected);
-    e
 }
 
 type TusResult = Result<Response, ApiError>;
@@ -148,12 +123,12 @@ fn parse_metadata(raw: &str) -> Result<(), String> {
     responses((status = 204, description = "The server's tus capabilities",
         headers(("tus-version" = String), ("tus-extension" = String), ("tus-max-size" = u64), ("tus-checksum-algorithm" = String)))),
     security(()))]
-async fn options(State(state): State<Arc<AppState>>) -> Response {
+pub(super) async fn options(State(limits): State<Limits>) -> Response {
     let mut r = StatusCode::NO_CONTENT.into_response();
     let h = r.headers_mut();
     h.insert("tus-version", HeaderValue::from_static(VERSION));
     h.insert("tus-extension", HeaderValue::from_static(EXTENSIONS));
-    h.insert("tus-max-size", HeaderValue::from(state.max_image_length));
+    h.insert("tus-max-size", HeaderValue::from(limits.max_image_length));
     h.insert("tus-checksum-algorithm", HeaderValue::from_static("sha256"));
     r
 }
@@ -173,8 +148,12 @@ async fn options(State(state): State<Arc<AppState>>) -> Response {
         (status = 507, description = "Storage is full", body = ErrorBody),
     ),
     security(("token" = [])))]
-async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap) -> TusResult {
-    require_write(&state, &headers)?;
+pub(super) async fn create(
+    _: WriteAccess,
+    State(store): State<Arc<Store>>,
+    State(limits): State<Limits>,
+    headers: HeaderMap,
+) -> TusResult {
     if headers.contains_key("upload-defer-length") {
         return Err(error(
             StatusCode::BAD_REQUEST,
@@ -189,16 +168,6 @@ async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap) -> TusRe
             "creating an upload needs an Upload-Length header",
         )
     })?;
-    if length > state.max_image_length {
-        return Err(error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "TOO_LARGE",
-            format!(
-                "Upload-Length {length} exceeds the limit of {} bytes",
-                state.max_image_length
-            ),
-        ));
-    }
     let metadata = match headers.get("upload-metadata") {
         None => None,
         Some(v) => {
@@ -214,50 +183,15 @@ async fn create(State(state): State<Arc<AppState>>, headers: HeaderMap) -> TusRe
             Some(raw.to_owned())
         }
     };
-    let store = &state.store;
-    let id = store.start_upload(OWNER).await.map_err(store_error)?;
-    let i = id.clone();
-    store
-        .with_meta(move |m, _| Ok(m.create_tus(&i, length, metadata.as_deref(), now())?))
-        .await
-        .map_err(store_error)?;
-    if length == 0 {
-        finish(&state, &id).await?;
-    }
-    tracing::info!(upload = id, length, "tus upload created");
+    let id = Uploads::new(&store, limits.max_image_length)
+        .create(length, metadata)
+        .await?;
     let mut r = StatusCode::CREATED.into_response();
     r.headers_mut().insert(
         header::LOCATION,
         HeaderValue::from_str(&format!("/v1/uploads/{id}")).expect("uuid is ASCII"),
     );
     Ok(r)
-}
-
-async fn row(state: &AppState, id: &str) -> Result<crate::store::TusRow, ApiError> {
-    let i = id.to_owned();
-    state
-        .store
-        .with_meta(move |m, _| Ok(m.tus(&i)?))
-        .await
-        .map_err(store_error)?
-        .ok_or_else(|| {
-            error(
-                StatusCode::NOT_FOUND,
-                "NOT_FOUND",
-                format!("upload {id} does not exist"),
-            )
-        })
-}
-
-async fn offset(state: &AppState, t: &crate::store::TusRow) -> Result<u64, ApiError> {
-    if t.digest.is_some() {
-        return Ok(t.length);
-    }
-    state
-        .store
-        .upload_offset(OWNER, &t.id)
-        .await
-        .map_err(store_error)
 }
 
 #[utoipa::path(head, path = "/v1/uploads/{id}", tag = "tus",
@@ -273,27 +207,28 @@ async fn offset(state: &AppState, t: &crate::store::TusRow) -> Result<u64, ApiEr
         (status = 412, description = "Tus-Resumable is not 1.0.0"),
     ),
     security(("token" = [])))]
-async fn info(
-    State(state): State<Arc<AppState>>,
+pub(super) async fn info(
+    _: WriteAccess,
+    State(store): State<Arc<Store>>,
+    State(limits): State<Limits>,
     Path(id): Path<String>,
-    headers: HeaderMap,
 ) -> TusResult {
-    require_write(&state, &headers)?;
-    let t = row(&state, &id).await?;
-    let offset = offset(&state, &t).await?;
+    let u = Uploads::new(&store, limits.max_image_length)
+        .get(&id)
+        .await?;
     let mut r = StatusCode::OK.into_response();
     let h = r.headers_mut();
-    h.insert("upload-offset", HeaderValue::from(offset));
-    h.insert("upload-length", HeaderValue::from(t.length));
+    h.insert("upload-offset", HeaderValue::from(u.offset));
+    h.insert("upload-length", HeaderValue::from(u.length));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if let Some(m) = t.metadata.and_then(|m| HeaderValue::from_str(&m).ok()) {
+    if let Some(m) = u.metadata.and_then(|m| HeaderValue::from_str(&m).ok()) {
         h.insert("upload-metadata", m);
     }
     Ok(r)
 }
 
 /// `Upload-Checksum: sha256 <base64>`: the digest the chunk must have.
-fn chunk_checksum(headers: &HeaderMap) -> Result<Option<Vec<u8>>, ApiError> {
+fn chunk_checksum(headers: &HeaderMap) -> Result<Option<[u8; 32]>, ApiError> {
     let Some(v) = headers.get("upload-checksum") else {
         return Ok(None);
     };
@@ -311,7 +246,7 @@ fn chunk_checksum(headers: &HeaderMap) -> Result<Option<Vec<u8>>, ApiError> {
     let digest = base64::engine::general_purpose::STANDARD
         .decode(value.trim())
         .ok()
-        .filter(|d| d.len() == 32)
+        .and_then(|d| <[u8; 32]>::try_from(d).ok())
         .ok_or_else(|| bad("Upload-Checksum value is not a base64 sha256 digest"))?;
     Ok(Some(digest))
 }
@@ -337,13 +272,14 @@ fn chunk_checksum(headers: &HeaderMap) -> Result<Option<Vec<u8>>, ApiError> {
         (status = 507, description = "Storage is full", body = ErrorBody),
     ),
     security(("token" = [])))]
-async fn append(
-    State(state): State<Arc<AppState>>,
+pub(super) async fn append(
+    _: WriteAccess,
+    State(store): State<Arc<Store>>,
+    State(limits): State<Limits>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> TusResult {
-    require_write(&state, &headers)?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
@@ -362,61 +298,10 @@ async fn append(
         )
     })?;
     let checksum = chunk_checksum(&headers)?;
-    let t = row(&state, &id).await?;
-    let current = offset(&state, &t).await?;
-    if start != current {
-        return Err(conflict(current, start));
-    }
-    if t.digest.is_some() {
-        // Finished: an empty PATCH at the end is a harmless repeat.
-        return Ok(no_content(current));
-    }
-    let (limited, overflow) = capped(body.into_data_stream(), t.length - current);
-    let hasher = Arc::new(std::sync::Mutex::new(Sha256::new()));
-    let chunk_hash = hasher.clone();
-    let hash_chunks = checksum.is_some();
-    let hashing = futures_util::StreamExt::map(limited, move |c| {
-        if let (true, Ok(bytes)) = (hash_chunks, &c) {
-            chunk_hash.lock().expect("hasher").update(bytes);
-        }
-        c
-    });
-    let verify = || match &checksum {
-        None => true,
-        Some(want) => {
-            let got = std::mem::take(&mut *hasher.lock().expect("hasher")).finalize();
-            got.as_slice() == want.as_slice()
-        }
-    };
-    let appended = state
-        .store
-        .append_upload_checked(OWNER, &id, Some(start), Box::pin(hashing), verify)
-        .await;
-    if overflow.load(std::sync::atomic::Ordering::Relaxed) {
-        return Err(error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "TOO_LARGE",
-            format!(
-                "the body at offset {start} runs past Upload-Length {}",
-                t.length
-            ),
-        ));
-    }
-    let new_offset = match appended {
-        Ok(o) => o,
-        Err(StoreError::ChunkRejected) => {
-            return Err(error(
-                StatusCode::from_u16(460).expect("460 is a status"),
-                "CHECKSUM_MISMATCH",
-                "the chunk does not match Upload-Checksum; it was discarded",
-            ))
-        }
-        Err(e) => return Err(store_error(e)),
-    };
-    if new_offset == t.length {
-        finish(&state, &id).await?;
-    }
-    Ok(no_content(new_offset))
+    let offset = Uploads::new(&store, limits.max_image_length)
+        .append(&id, start, body.into_data_stream(), checksum)
+        .await?;
+    Ok(no_content(offset))
 }
 
 fn no_content(offset: u64) -> Response {
@@ -424,20 +309,6 @@ fn no_content(offset: u64) -> Response {
     r.headers_mut()
         .insert("upload-offset", HeaderValue::from(offset));
     r
-}
-
-/// The last byte arrived: hash the content into a blob the tus row references.
-async fn finish(state: &AppState, id: &str) -> Result<(), ApiError> {
-    let i = id.to_owned();
-    let (digest, size) = state
-        .store
-        .complete_upload(OWNER, id, None, move |m, digest, _| {
-            Ok(m.complete_tus(&i, digest)?)
-        })
-        .await
-        .map_err(store_error)?;
-    tracing::info!(upload = id, %digest, size, "tus upload finished");
-    Ok(())
 }
 
 #[utoipa::path(delete, path = "/v1/uploads/{id}", tag = "tus",
@@ -452,31 +323,15 @@ async fn finish(state: &AppState, id: &str) -> Result<(), ApiError> {
         (status = 412, description = "Tus-Resumable is not 1.0.0", body = ErrorBody),
     ),
     security(("token" = [])))]
-async fn terminate(
-    State(state): State<Arc<AppState>>,
+pub(super) async fn terminate(
+    _: WriteAccess,
+    State(store): State<Arc<Store>>,
+    State(limits): State<Limits>,
     Path(id): Path<String>,
-    headers: HeaderMap,
 ) -> TusResult {
-    require_write(&state, &headers)?;
-    let t = row(&state, &id).await?;
-    if t.digest.is_none() {
-        match state.store.cancel_upload(OWNER, &id).await {
-            Ok(()) | Err(StoreError::UploadUnknown(_)) => {}
-            Err(e) => return Err(store_error(e)),
-        }
-    }
-    let i = id.clone();
-    state
-        .store
-        .with_meta(move |m, files| {
-            if let Some((row, true)) = m.delete_tus(&i)? {
-                files.remove(row.digest.as_ref().expect("orphan has a digest"))?;
-            }
-            Ok(())
-        })
-        .await
-        .map_err(store_error)?;
-    tracing::info!(upload = id, "tus upload terminated");
+    Uploads::new(&store, limits.max_image_length)
+        .terminate(&id)
+        .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -1,0 +1,111 @@
+//! Running the router: the store opened, interrupted imports resumed, the controllers started, then plain
+//! HTTP or TLS until SIGTERM or Ctrl-C (with ten seconds for requests in flight).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use super::AppState;
+use crate::auth::Auth;
+use crate::store::Store;
+
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    pub max_image_length: u64,
+    pub files_need_token: bool,
+    pub data: PathBuf,
+    pub token_file: Option<PathBuf>,
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// The Kubernetes controllers to run, if any.
+    pub controllers: Option<crate::controllers::Settings>,
+}
+
+pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
+    let auth = match &cfg.token_file {
+        Some(f) => Auth::from_file(f)?,
+        None => Auth::none(),
+    };
+    let data = cfg.data.clone();
+    let store = tokio::task::spawn_blocking(move || Store::open(&data))
+        .await?
+        .with_context(|| format!("opening the data directory {}", cfg.data.display()))?;
+    let state = AppState::new(store, auth)
+        .max_image_length(cfg.max_image_length)
+        .files_need_token(cfg.files_need_token);
+    if let Some(settings) = cfg
+        .controllers
+        .clone()
+        .filter(|s| !s.controllers.is_empty())
+    {
+        let shared = state.controllers.clone();
+        shared.set(crate::controllers::State::Connecting {
+            error: "starting".into(),
+        });
+        tokio::spawn(crate::controllers::run(
+            Arc::new(settings),
+            shared,
+            state.metrics.clone(),
+            state.store.clone(),
+        ));
+    }
+    let resume = state.clone();
+    tokio::spawn(async move {
+        let images = crate::images::Images::new(&resume.store, resume.limits.max_image_length);
+        if let Err(e) = images.resume_imports().await {
+            tracing::error!(error = %e, "resuming interrupted archive imports");
+        }
+    });
+    let app = super::router(state);
+    let handle = axum_server::Handle::new();
+    let shutdown = handle.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        shutdown.graceful_shutdown(Some(std::time::Duration::from_secs(10)));
+    });
+    let announce = handle.clone();
+    let tls = cfg.tls.is_some();
+    tokio::spawn(async move {
+        if let Some(addr) = announce.listening().await {
+            tracing::info!(%addr, tls, "listening");
+        }
+    });
+    let service = app.into_make_service();
+    match cfg.tls {
+        None => {
+            axum_server::bind(cfg.listen)
+                .handle(handle)
+                .serve(service)
+                .await
+        }
+        Some((cert, key)) => {
+            // Also here for callers that embed the server without going through main.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let config = axum_server::tls_rustls::RustlsConfig::from_pem_file(&cert, &key)
+                .await
+                .with_context(|| {
+                    format!(
+                        "loading TLS certificate {} and key {}",
+                        cert.display(),
+                        key.display()
+                    )
+                })?;
+            axum_server::bind_rustls(cfg.listen, config)
+                .handle(handle)
+                .serve(service)
+                .await
+        }
+    }
+    .with_context(|| format!("serving on {}", cfg.listen))
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -1,0 +1,99 @@
+//! What request handlers may reach, in one leaf that the router and every handler import (and that imports no
+//! handler): the store, who may read and write, the metrics, the upload limit and the controllers' state.
+//! Handlers take only the part they need (`State<Arc<Store>>`, `State<Limits>`, the access module's
+//! extractors) through `FromRef`.
+
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+
+use crate::auth::Auth;
+use crate::metrics::Metrics;
+use crate::store::Store;
+
+/// 64 GiB: OS images are 1-20 GiB.
+pub const DEFAULT_MAX_IMAGE_LENGTH: u64 = 64 << 30;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<Store>,
+    pub access: Access,
+    pub metrics: Arc<Metrics>,
+    pub limits: Limits,
+    /// The Kubernetes controllers' state, for `/readyz` and the BPA status endpoint.
+    pub controllers: crate::controllers::Shared,
+}
+
+/// Who may do what: writes need the token; reads of BPA records and `/files` need it too when
+/// `files_need_token` (anonymous by default: nodes and Ironic download without credentials on the
+/// provisioning network).
+#[derive(Clone)]
+pub struct Access {
+    pub auth: Auth,
+    pub files_need_token: bool,
+}
+
+#[derive(Clone, Copy)]
+pub struct Limits {
+    /// Largest BPA image or tus upload accepted, in bytes.
+    pub max_image_length: u64,
+}
+
+impl AppState {
+    /// The defaults: anonymous reads, the default upload limit, no controllers.
+    pub fn new(store: Store, auth: Auth) -> Self {
+        AppState {
+            store: Arc::new(store),
+            access: Access {
+                auth,
+                files_need_token: false,
+            },
+            metrics: Arc::default(),
+            limits: Limits {
+                max_image_length: DEFAULT_MAX_IMAGE_LENGTH,
+            },
+            controllers: crate::controllers::Shared::new(crate::controllers::State::Disabled),
+        }
+    }
+
+    /// Reads of BPA records and `/files` need the token too.
+    pub fn files_need_token(mut self, yes: bool) -> Self {
+        self.access.files_need_token = yes;
+        self
+    }
+
+    pub fn max_image_length(mut self, bytes: u64) -> Self {
+        self.limits.max_image_length = bytes;
+        self
+    }
+}
+
+impl FromRef<AppState> for Arc<Store> {
+    fn from_ref(s: &AppState) -> Self {
+        s.store.clone()
+    }
+}
+
+impl FromRef<AppState> for Access {
+    fn from_ref(s: &AppState) -> Self {
+        s.access.clone()
+    }
+}
+
+impl FromRef<AppState> for Arc<Metrics> {
+    fn from_ref(s: &AppState) -> Self {
+        s.metrics.clone()
+    }
+}
+
+impl FromRef<AppState> for Limits {
+    fn from_ref(s: &AppState) -> Self {
+        s.limits
+    }
+}
+
+impl FromRef<AppState> for crate::controllers::Shared {
+    fn from_ref(s: &AppState) -> Self {
+        s.controllers.clone()
+    }
+}
