@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use support::kube::{controller_agent, env, until, WAIT};
 use support::Agent;
 
-use foothold_agent::controllers::sip_render::{haproxy_control_plane, Node};
+use foothold_agent::controllers::sip::render::{haproxy_control_plane, Node};
 use foothold_agent::crd::metal3::BareMetalHost;
 use foothold_agent::crd::sip::SIPCluster;
 
@@ -638,7 +638,7 @@ async fn an_agent_killed_mid_reconcile_and_restarted_reaches_the_same_end_state(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run by scripts/bench-sip.sh"]
 async fn bench_sip() {
-    use foothold_agent::controllers::sip_plan::{plan, Cluster, Host};
+    use foothold_agent::controllers::sip::plan::{plan, Cluster, Host};
     use foothold_agent::crd::sip::NodeSet;
     use std::collections::BTreeMap;
 

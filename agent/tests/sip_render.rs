@@ -5,7 +5,7 @@ mod support;
 
 use std::process::Command;
 
-use foothold_agent::controllers::sip_render::{
+use foothold_agent::controllers::sip::render::{
     haproxy_control_plane, haproxy_workers, ssh_config, Node,
 };
 

@@ -181,7 +181,7 @@ async fn vino_publishes_vms_as_baremetalhosts_scales_down_and_cleans_up() {
         .unwrap();
     let oam = vm.interfaces.iter().find(|i| i.network == "oam").unwrap();
     assert_eq!(
-        foothold_agent::controllers::sip_render::network_data_ip(
+        foothold_agent::controllers::sip::render::network_data_ip(
             &text(&nd, "networkData"),
             Some("oam")
         )

@@ -3,23 +3,17 @@
 //! it to `/readyz` and `/metrics`.
 
 pub mod bpa;
-pub mod bpa_plan;
+pub mod common;
 pub mod lease;
-pub mod objects;
 pub mod sip;
-pub mod sip_plan;
-pub mod sip_render;
 pub mod software;
-pub mod software_plan;
 pub mod vino;
-pub mod vino_ipam;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -265,50 +259,4 @@ async fn run_controllers(
         std::future::pending::<()>().await;
     }
     futures_util::future::join_all(tasks).await;
-}
-
-/// Sets condition `type_` in `conditions`, keeping its transition time when its status does not change.
-pub fn set_condition(
-    conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: &str,
-    generation: Option<i64>,
-) {
-    let status = if status { "True" } else { "False" };
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    match conditions.iter_mut().find(|c| c.type_ == type_) {
-        Some(c) => {
-            if c.status != status {
-                c.last_transition_time = now;
-            }
-            c.status = status.into();
-            c.reason = reason.into();
-            c.message = message.into();
-            c.observed_generation = generation;
-        }
-        None => conditions.push(Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: reason.into(),
-            message: message.into(),
-            observed_generation: generation,
-            last_transition_time: now,
-        }),
-    }
-}
-
-/// A child object's name: `<parent>-<suffix>`, shortened with a hash of the whole when it would pass 63
-/// characters (the limit for names used as label values).
-pub fn child_name(parent: &str, suffix: &str) -> String {
-    let full = format!("{parent}-{suffix}");
-    if full.len() <= 63 {
-        return full;
-    }
-    use sha2::Digest as _;
-    let hash = hex::encode(&sha2::Sha256::digest(full.as_bytes())[..4]);
-    let keep = 63 - suffix.len() - hash.len() - 2;
-    let head: String = parent.chars().take(keep).collect();
-    format!("{}-{hash}-{suffix}", head.trim_end_matches(['-', '.']))
 }

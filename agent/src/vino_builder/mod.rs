@@ -398,7 +398,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             }
             Err(err) => {
                 failures = failures.saturating_add(1);
-                let wait = crate::controllers::objects::backoff(failures).min(settings.resync);
+                let wait = crate::controllers::common::backoff(failures).min(settings.resync);
                 tracing::warn!("vino-builder: {err}; retrying in {wait:?}");
                 next = tokio::time::Instant::now() + wait;
             }

@@ -17,31 +17,38 @@
 //!
 //! Deleting the SIPCluster removes the claim labels from every host it holds and every service object.
 
+pub mod plan;
+pub mod render;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams, ResourceExt};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::finalizer::Event as Finalizer;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::json;
 
-use super::objects::{
+use super::common::report::{report, Headline};
+use super::common::secrets;
+use std::future::Future;
+
+use self::plan::{
+    Claim, Cluster, Host, CLUSTER_NAMESPACE_LABEL, CLUSTER_NAME_LABEL, NODE_TYPE_LABEL,
+    STANDBY_LABEL,
+};
+use self::render::Node;
+use super::common::{
     self, apply_status, delete_owned, owned_meta, publish, scoped_api, server_side_apply, Base,
     Error,
 };
-use super::sip_plan::{
-    self, Claim, Cluster, Host, CLUSTER_NAMESPACE_LABEL, CLUSTER_NAME_LABEL, NODE_TYPE_LABEL,
-    STANDBY_LABEL,
-};
-use super::sip_render::{self, Node};
-use super::{child_name, set_condition, Settings};
+use super::common::{child_name, set_condition};
+use super::common::{run as run_controller, Reconciler};
+use super::Settings;
 use crate::crd::metal3::BareMetalHost;
 use crate::crd::sip::{
     Auth, JumpHost, Replacement, RoleHosts, SIPCluster, SIPClusterStatus, ServiceCommon,
@@ -78,7 +85,7 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
     let controller = Controller::new(sips, watcher::Config::default())
         .with_config(controller::Config::default().concurrency(1));
     let store = controller.store();
-    controller
+    let controller = controller
         .owns(scoped_api::<Deployment>(&client, ns), owned.clone())
         .owns(scoped_api::<Service>(&client, ns), owned.clone())
         .owns(scoped_api::<Secret>(&client, ns), owned.clone())
@@ -94,31 +101,33 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
                     .map(|s| ObjectRef::from_obj(s.as_ref()))
                     .collect::<Vec<_>>()
             },
-        )
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "sip controller");
-            }
-        })
-        .await;
+        );
+    run_controller(controller, ctx).await;
 }
 
-fn error_policy(obj: Arc<SIPCluster>, error: &Error, ctx: Arc<Ctx>) -> Action {
-    ctx.base.error_policy(obj.as_ref(), error)
-}
+impl Reconciler for Ctx {
+    type Object = SIPCluster;
+    const FINALIZER: &'static str = FINALIZER;
 
-async fn reconcile(obj: Arc<SIPCluster>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let for_event = ctx.clone();
-    ctx.base
-        .reconcile(obj, FINALIZER, |event, ns| async move {
-            let ctx = for_event;
-            match event {
-                Finalizer::Apply(o) => apply(&o, &ns, &ctx).await,
-                Finalizer::Cleanup(o) => cleanup(&o, &ns, &ctx).await,
-            }
-        })
-        .await
+    fn base(&self) -> &Base {
+        &self.base
+    }
+
+    fn apply(
+        &self,
+        obj: &SIPCluster,
+        ns: &str,
+    ) -> impl Future<Output = Result<Action, Error>> + Send {
+        apply(obj, ns, self)
+    }
+
+    fn cleanup(
+        &self,
+        obj: &SIPCluster,
+        ns: &str,
+    ) -> impl Future<Output = Result<Action, Error>> + Send {
+        cleanup(obj, ns, self)
+    }
 }
 
 /// A BareMetalHost with what its Secrets say.
@@ -145,16 +154,12 @@ fn secret_value(
     name: &str,
     key: &str,
 ) -> Result<String, String> {
-    let secret = secrets
-        .get(&(ns.to_owned(), name.to_owned()))
-        .ok_or_else(|| format!("Secret {ns}/{name} not found"))?;
-    let bytes = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .ok_or_else(|| format!("Secret {ns}/{name} has no key {key}"))?;
-    String::from_utf8(bytes.0.clone())
-        .map_err(|_| format!("Secret {ns}/{name} key {key} is not UTF-8"))
+    secrets::value(
+        secrets.get(&(ns.to_owned(), name.to_owned())),
+        ns,
+        name,
+        key,
+    )
 }
 
 async fn observe(ctx: &Ctx) -> Result<Vec<Observed>, Error> {
@@ -197,7 +202,7 @@ async fn observe(ctx: &Ctx) -> Result<Vec<Observed>, Error> {
                         .and_then(|r| r.namespace.clone())
                         .unwrap_or_else(|| ns.clone());
                     secret_value(&by_name, &sns, &name, "networkData").and_then(|text| {
-                        sip_render::parse_network_data(&text)
+                        render::parse_network_data(&text)
                             .map(|_| text)
                             .map_err(|e| format!("Secret {sns}/{name}: {e}"))
                     })
@@ -205,7 +210,7 @@ async fn observe(ctx: &Ctx) -> Result<Vec<Observed>, Error> {
             };
             let bmc = match &bmh.spec.bmc {
                 None => Err("no spec.bmc".to_owned()),
-                Some(b) => sip_render::bmc_host(&b.address).and_then(|ip| {
+                Some(b) => render::bmc_host(&b.address).and_then(|ip| {
                     Ok(Bmc {
                         ip,
                         username: secret_value(&by_name, &ns, &b.credentials_name, "username")?,
@@ -305,23 +310,20 @@ async fn write_status(
         .conditions
         .iter()
         .find(|c| c.type_ == "Ready")
-        .map(|c| c.reason.clone());
-    if old_reason.as_deref() != Some(reason) {
-        let kind = if ready || reason == "Progressing" {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        };
-        publish(&ctx.base.recorder, sip, kind, reason, message).await;
-    }
-    if sip.status.as_ref() != Some(&status) {
-        apply_status(
-            &Api::<SIPCluster>::namespaced(ctx.base.client.clone(), ns),
-            &sip.name_any(),
-            &status,
-        )
-        .await?;
-    }
+        .map(|c| c.reason.as_str());
+    report(
+        &ctx.base,
+        sip,
+        ns,
+        Headline {
+            before: old_reason,
+            now: reason,
+            warning: !(ready || reason == "Progressing"),
+            note: message,
+        },
+        &status,
+    )
+    .await?;
     Ok(())
 }
 
@@ -352,7 +354,7 @@ async fn apply(sip: &SIPCluster, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
         nodes: &sip.spec.nodes,
         confirmed: &old.hosts,
     };
-    let plan = sip_plan::plan(&cluster, &hosts);
+    let plan = plan::plan(&cluster, &hosts);
     status.skipped_hosts = plan
         .skipped
         .iter()
@@ -536,7 +538,7 @@ fn nodes(
                 .network_data
                 .as_ref()
                 .map_err(|e| ServiceError::Invalid(format!("{service}: host {host}: {e}")))?;
-            let ip = sip_render::network_data_ip(text, interface)
+            let ip = render::network_data_ip(text, interface)
                 .map_err(|e| ServiceError::Invalid(format!("{service}: host {host}: {e}")))?;
             out.push(Node {
                 name: o.bmh.name_any(),
@@ -686,7 +688,7 @@ where
     {
         let n = obj.name_any();
         if !keep.iter().any(|(k, _)| *k == n) {
-            objects::delete_ignoring_missing(api, &n).await?;
+            common::delete_ignoring_missing(api, &n).await?;
         }
     }
     Ok(())
@@ -725,7 +727,7 @@ async fn desired_services(
             lb.common.node_interface_id.as_deref(),
             &name,
         )?;
-        let cfg = sip_render::haproxy_control_plane(&nodes, listen, API_PORT);
+        let cfg = render::haproxy_control_plane(&nodes, listen, API_PORT);
         d.secrets.push((
             name.clone(),
             secret(sip, &name, json!({"haproxy.cfg": cfg})),
@@ -762,7 +764,7 @@ async fn desired_services(
             lb.common.node_interface_id.as_deref(),
             &name,
         )?;
-        let cfg = sip_render::haproxy_workers(&nodes, s, e);
+        let cfg = render::haproxy_workers(&nodes, s, e);
         let ports: Vec<u16> = (s..=e).collect();
         d.secrets.push((
             name.clone(),
@@ -850,7 +852,7 @@ fn jump_host(
         }
     }
     let hosts = serde_json::to_string_pretty(&hosts).expect("JSON values serialize");
-    let ssh_config = sip_render::ssh_config(&nodes, "root", "/etc/foothold/ssh/id_rsa");
+    let ssh_config = render::ssh_config(&nodes, "root", "/etc/foothold/ssh/id_rsa");
     let keys = jh
         .ssh_authorized_keys
         .iter()
@@ -938,17 +940,8 @@ async fn dex(
     d: &mut Desired,
 ) -> Result<(), ServiceError> {
     const DEX_PORT: u16 = 5556;
-    let secrets: Api<Secret> = Api::namespaced(ctx.base.client.clone(), ns);
-    let read =
-        |secret: Option<Secret>, what: &str| -> Result<BTreeMap<String, String>, ServiceError> {
-            let s = secret
-                .ok_or_else(|| ServiceError::Invalid(format!("{name}: Secret {what} not found")))?;
-            Ok(s.data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
-                .collect())
-        };
+    let client = &ctx.base.client;
+    let invalid = |why: String| ServiceError::Invalid(format!("{name}: {why}"));
     let tls = auth.ca_secret.is_some();
     let issuer = auth.issuer.clone().unwrap_or_else(|| {
         format!(
@@ -968,10 +961,10 @@ async fn dex(
         "connectors": [],
     });
     if let Some(st) = &auth.static_connector {
-        let what = format!("{name}: Secret {} key users", st.users_secret);
-        let text = read(secrets.get_opt(&st.users_secret).await?, &st.users_secret)?
-            .remove("users")
-            .ok_or_else(|| ServiceError::Invalid(format!("{what} is missing")))?;
+        let what = format!("{name}: Secret {ns}/{} key users", st.users_secret);
+        let text = secrets::read(client, ns, &st.users_secret, "users")
+            .await?
+            .map_err(invalid)?;
         let users: Vec<StaticUser> = match serde_json::from_str(&text) {
             Ok(u) => u,
             Err(_) => serde_saphyr::from_str(&text).map_err(|e| {
@@ -995,11 +988,9 @@ async fn dex(
     }
     if let Some(ldap) = &auth.ldap {
         let password = match &ldap.bind_password_secret {
-            Some(s) => read(secrets.get_opt(s).await?, s)?
-                .remove("password")
-                .ok_or_else(|| {
-                    ServiceError::Invalid(format!("{name}: Secret {s} has no key password"))
-                })?,
+            Some(s) => secrets::read(client, ns, s, "password")
+                .await?
+                .map_err(invalid)?,
             None => String::new(),
         };
         let mut c = json!({

@@ -13,27 +13,32 @@
 //! each package on the hosts of its groups and exits 0 when all are installed. A new Software generation, or
 //! a reinstalled cluster (a new Provisioning generation), runs a new Job.
 
+pub mod plan;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::finalizer::Event as Finalizer;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::json;
 
 use super::bpa::{cluster_name, FINALIZER};
-use super::objects::{
-    apply_status, delete_owned, job_outcome, owned_meta, publish, server_side_apply,
-    set_conditions, Base, Error, JobOutcome,
+use super::common::report::{report, Headline};
+use std::future::Future;
+
+use self::plan::{Files, Uploaded};
+use super::common::child_name;
+use super::common::{
+    delete_owned, job_outcome, owned_meta, publish, server_side_apply, set_conditions, Base, Error,
+    JobOutcome,
 };
-use super::software_plan::{self, Files, Uploaded};
-use super::{child_name, Settings};
+use super::common::{run as run_controller, Reconciler};
+use super::Settings;
 use crate::crd::bpa::{Provisioning, Software, SoftwareStatus};
 use crate::images::{Images, Kind};
 use crate::metrics::Metrics;
@@ -86,7 +91,7 @@ pub async fn run(
     let controller = Controller::new(softwares, watcher::Config::default());
     let store = controller.store();
     let owned = watcher::Config::default().labels(OWNER_LABEL);
-    controller
+    let controller = controller
         .owns(jobs, owned.clone())
         .owns(maps, owned)
         // A cluster that becomes ready (or is reinstalled) triggers its Softwares.
@@ -100,31 +105,33 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         // Uploads are not Kubernetes events: a finished or deleted record re-plans every Software.
-        .reconcile_all_on(uploads)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "software controller");
-            }
-        })
-        .await;
+        .reconcile_all_on(uploads);
+    run_controller(controller, ctx).await;
 }
 
-fn error_policy(obj: Arc<Software>, error: &Error, ctx: Arc<Ctx>) -> Action {
-    ctx.base.error_policy(obj.as_ref(), error)
-}
+impl Reconciler for Ctx {
+    type Object = Software;
+    const FINALIZER: &'static str = FINALIZER;
 
-async fn reconcile(obj: Arc<Software>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let for_event = ctx.clone();
-    ctx.base
-        .reconcile(obj, FINALIZER, |event, ns| async move {
-            let ctx = for_event;
-            match event {
-                Finalizer::Apply(o) => apply(&o, &ns, &ctx).await,
-                Finalizer::Cleanup(o) => cleanup(&o, &ns, &ctx).await,
-            }
-        })
-        .await
+    fn base(&self) -> &Base {
+        &self.base
+    }
+
+    fn apply(
+        &self,
+        obj: &Software,
+        ns: &str,
+    ) -> impl Future<Output = Result<Action, Error>> + Send {
+        apply(obj, ns, self)
+    }
+
+    fn cleanup(
+        &self,
+        obj: &Software,
+        ns: &str,
+    ) -> impl Future<Output = Result<Action, Error>> + Send {
+        cleanup(obj, ns, self)
+    }
 }
 
 /// Why the Software waits or fails before any Job: `(phase, reason, message)`.
@@ -245,7 +252,7 @@ async fn apply(sw: &Software, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
                 owner: &owner,
                 cluster: &cluster,
             };
-            let plan = software_plan::plan(&sw.spec, &uploaded, &files);
+            let plan = plan::plan(&sw.spec, &uploaded, &files);
             status.packages = plan.packages.clone();
             if !plan.spec_errors.is_empty() {
                 let message = plan.spec_errors.join("; ");
@@ -302,29 +309,26 @@ async fn apply(sw: &Software, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
         // No Job runs for a cluster that is not ready, missing packages or an invalid spec.
         delete_owned(&jobs, OWNER_LABEL, &name, None).await?;
     }
-    if old.phase != status.phase {
-        let phase = status.phase.clone().unwrap_or_default();
-        let kind = if phase == "Failed" {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
-        let note = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Installed")
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
-        publish(&ctx.base.recorder, sw, kind, &phase, &note).await;
-    }
-    if sw.status.as_ref() != Some(&status) {
-        apply_status(
-            &Api::<Software>::namespaced(client.clone(), ns),
-            &name,
-            &status,
-        )
-        .await?;
-    }
+    let phase = status.phase.clone().unwrap_or_default();
+    let note = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Installed")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    report(
+        &ctx.base,
+        sw,
+        ns,
+        Headline {
+            before: old.phase.as_deref(),
+            now: &phase,
+            warning: phase == "Failed",
+            note: &note,
+        },
+        &status,
+    )
+    .await?;
     Ok(action)
 }
 

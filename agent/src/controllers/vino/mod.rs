@@ -23,28 +23,34 @@
 //! ip, prefix_length, type, mtu, dns_servers, routes}` (`routes`: `{network, netmask, gateway}`). Without a
 //! template the networkData is OpenStack network_data JSON with a link and a network per interface.
 
+pub mod ipam;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::finalizer::Event as Finalizer;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::json;
 
-use super::objects::{
-    apply_account, apply_status, delete_ignoring_missing, delete_owned, owned_meta, publish,
-    scoped_api, server_side_apply, set_conditions, Base, Error,
+use super::common::report::{report, Headline};
+use super::common::secrets;
+use std::future::Future;
+
+use self::ipam::{Ranges, Wanted};
+use super::common::child_name;
+use super::common::{
+    apply_account, delete_ignoring_missing, delete_owned, owned_meta, publish, scoped_api,
+    server_side_apply, set_conditions, Base, Error,
 };
-use super::vino_ipam::{self, Ranges, Wanted};
-use super::{child_name, Settings};
+use super::common::{run as run_controller, Reconciler};
+use super::Settings;
 use crate::crd::metal3::BareMetalHost;
 use crate::crd::vino::{
     AllocatedIp, Flavor, IPPool, IPPoolSpec, NodeVms, Vino, VinoStatus, VmInterface, VmNodeSet,
@@ -73,7 +79,7 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
     });
     let controller = Controller::new(scoped_api::<Vino>(&client, ns), watcher::Config::default());
     let store = controller.store();
-    controller
+    let controller = controller
         .owns(scoped_api::<DaemonSet>(&client, ns), owned.clone())
         .owns(scoped_api::<BareMetalHost>(&client, ns), owned.clone())
         .owns(scoped_api::<ConfigMap>(&client, ns), owned.clone())
@@ -89,31 +95,25 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
                     .map(|v| ObjectRef::from_obj(v.as_ref()))
                     .collect::<Vec<_>>()
             },
-        )
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "vino controller");
-            }
-        })
-        .await;
+        );
+    run_controller(controller, ctx).await;
 }
 
-fn error_policy(obj: Arc<Vino>, error: &Error, ctx: Arc<Ctx>) -> Action {
-    ctx.base.error_policy(obj.as_ref(), error)
-}
+impl Reconciler for Ctx {
+    type Object = Vino;
+    const FINALIZER: &'static str = FINALIZER;
 
-async fn reconcile(obj: Arc<Vino>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let for_event = ctx.clone();
-    ctx.base
-        .reconcile(obj, FINALIZER, |event, ns| async move {
-            let ctx = for_event;
-            match event {
-                Finalizer::Apply(o) => apply(&o, &ns, &ctx).await,
-                Finalizer::Cleanup(o) => cleanup(&o, &ns, &ctx).await,
-            }
-        })
-        .await
+    fn base(&self) -> &Base {
+        &self.base
+    }
+
+    fn apply(&self, obj: &Vino, ns: &str) -> impl Future<Output = Result<Action, Error>> + Send {
+        apply(obj, ns, self)
+    }
+
+    fn cleanup(&self, obj: &Vino, ns: &str) -> impl Future<Output = Result<Action, Error>> + Send {
+        cleanup(obj, ns, self)
+    }
 }
 
 /// One planned VM.
@@ -280,7 +280,6 @@ fn prefix_len(subnet: &str) -> Option<u32> {
 struct Invalid(String);
 
 async fn apply(vino: &Vino, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
-    let name = vino.name_any();
     let generation = vino.metadata.generation.unwrap_or(0);
     let old = vino.status.clone().unwrap_or_default();
     let mut status = VinoStatus {
@@ -317,23 +316,20 @@ async fn apply(vino: &Vino, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
         .conditions
         .iter()
         .find(|c| c.type_ == "Ready")
-        .map(|c| c.reason.clone());
-    if old_reason.as_deref() != Some(reason) {
-        let kind = if ready || reason == "DaemonSetNotReady" {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        };
-        publish(&ctx.base.recorder, vino, kind, reason, &message).await;
-    }
-    if vino.status.as_ref() != Some(&status) {
-        apply_status(
-            &Api::<Vino>::namespaced(ctx.base.client.clone(), ns),
-            &name,
-            &status,
-        )
-        .await?;
-    }
+        .map(|c| c.reason.as_str());
+    report(
+        &ctx.base,
+        vino,
+        ns,
+        Headline {
+            before: old_reason,
+            now: reason,
+            warning: !(ready || reason == "DaemonSetNotReady"),
+            note: &message,
+        },
+        &status,
+    )
+    .await?;
     // A spec that cannot be realised waits for a change (or the periodic requeue); API errors back off.
     result.map(|_| Action::requeue(Duration::from_secs(300)))
 }
@@ -351,13 +347,13 @@ async fn realise(
     let spec = &vino.spec;
 
     // Credentials.
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret_api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let (credentials, inline) = match (&spec.bmc_credentials_secret, &spec.bmc_credentials) {
         (Some(s), _) => (s.clone(), false),
         (None, Some(c)) => {
             let s = child_name(&name, "bmc-credentials");
             server_side_apply(
-                &secrets,
+                &secret_api,
                 &s,
                 json!({"apiVersion": "v1", "kind": "Secret",
                 "metadata": owned_meta(vino, OWNER_LABEL, ns, &s), "type": "Opaque",
@@ -372,23 +368,12 @@ async fn realise(
             )))
         }
     };
-    let cred = match secrets.get_opt(&credentials).await? {
-        None => return Ok(Err(Invalid(format!("Secret {credentials} not found")))),
-        Some(s) => {
-            let data = s.data.unwrap_or_default();
-            let get = |k: &str| {
-                data.get(k)
-                    .map(|v| String::from_utf8_lossy(&v.0).into_owned())
-            };
-            match (get("username"), get("password")) {
-                (Some(u), Some(p)) => (u, p),
-                _ => {
-                    return Ok(Err(Invalid(format!(
-                        "Secret {credentials} needs username and password"
-                    ))))
-                }
-            }
-        }
+    let cred = match (
+        secrets::read(client, ns, &credentials, "username").await?,
+        secrets::read(client, ns, &credentials, "password").await?,
+    ) {
+        (Ok(u), Ok(p)) => (u, p),
+        (Err(why), _) | (_, Err(why)) => return Ok(Err(Invalid(why))),
     };
     set_conditions(
         &mut status.conditions,
@@ -487,7 +472,7 @@ async fn realise(
             .as_ref()
             .map(|p| p.spec.clone())
             .unwrap_or_default();
-        let alloc = match vino_ipam::allocate(
+        let alloc = match ipam::allocate(
             &ranges,
             &spec_now.allocated_ips,
             &spec_now.allocated_ranges,
@@ -564,20 +549,9 @@ async fn realise(
             None => None,
             Some(r) => {
                 let sns = r.namespace.clone().unwrap_or_else(|| ns.to_owned());
-                let s = Api::<Secret>::namespaced(client.clone(), &sns)
-                    .get_opt(&r.name)
-                    .await?;
-                match s
-                    .and_then(|s| s.data)
-                    .and_then(|d| d.get("template").cloned())
-                {
-                    Some(t) => Some(String::from_utf8_lossy(&t.0).into_owned()),
-                    None => {
-                        return Ok(Err(Invalid(format!(
-                            "node set {}: Secret {sns}/{} has no key template",
-                            set.name, r.name
-                        ))))
-                    }
+                match secrets::read(client, &sns, &r.name, "template").await? {
+                    Ok(t) => Some(t),
+                    Err(why) => return Ok(Err(Invalid(format!("node set {}: {why}", set.name)))),
                 }
             }
         };
@@ -632,7 +606,7 @@ async fn realise(
         let mut meta = owned_meta(vino, OWNER_LABEL, ns, &creds_name);
         meta["labels"][NODE_LABEL] = json!(vm.node);
         server_side_apply(
-            &secrets,
+            &secret_api,
             &creds_name,
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta,
             "type": "Opaque", "stringData": {"username": cred.0, "password": cred.1}}),
@@ -641,7 +615,7 @@ async fn realise(
         let mut meta = owned_meta(vino, OWNER_LABEL, ns, &nd_name);
         meta["labels"][NODE_LABEL] = json!(vm.node);
         server_side_apply(
-            &secrets,
+            &secret_api,
             &nd_name,
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": meta,
             "type": "Opaque", "stringData": {"networkData": network_data}}),
@@ -703,7 +677,7 @@ async fn realise(
     let vnc_secret = if vnc_vms.is_empty() {
         None
     } else {
-        let have = secrets
+        let have = secret_api
             .get_opt(&vnc_name)
             .await?
             .and_then(|s| s.data)
@@ -721,7 +695,7 @@ async fn realise(
             })
             .collect();
         server_side_apply(
-            &secrets,
+            &secret_api,
             &vnc_name,
             json!({"apiVersion": "v1", "kind": "Secret",
             "metadata": owned_meta(vino, OWNER_LABEL, ns, &vnc_name), "type": "Opaque",
@@ -735,7 +709,7 @@ async fn realise(
             .networks
             .iter()
             .map(|net| {
-                let ip = addresses[&net.name].get(&vino_ipam::bridge_key(node)).map(|a| a.ip.clone());
+                let ip = addresses[&net.name].get(&ipam::bridge_key(node)).map(|a| a.ip.clone());
                 let dhcp = blocks[&net.name].get(node).cloned();
                 json!({"network": net.name, "bridge": net.bridge_name.clone().unwrap_or_else(|| format!("vino-{}", net.name)),
                        "ip": ip, "prefixLength": prefix_len(&net.subnet),
@@ -760,7 +734,7 @@ async fn realise(
             delete_ignoring_missing(&bmhs, &h.name_any()).await?;
         }
     }
-    for s in secrets.list(&owner_sel).await?.items {
+    for s in secret_api.list(&owner_sel).await?.items {
         let n = s.name_any();
         let vm_secret = n
             .strip_suffix("-credentials")
@@ -770,7 +744,7 @@ async fn realise(
             _ => (inline && n == credentials) || (vnc_secret.is_some() && n == vnc_name),
         };
         if !keep {
-            delete_ignoring_missing(&secrets, &n).await?;
+            delete_ignoring_missing(&secret_api, &n).await?;
         }
     }
     for m in maps.list(&owner_sel).await?.items {
@@ -1056,7 +1030,7 @@ mod tests {
         assert_eq!(d["services"][0]["address"], "10.0.0.1");
         // The SIP reconciler reads it back.
         assert_eq!(
-            super::super::sip_render::network_data_ip(
+            crate::controllers::sip::render::network_data_ip(
                 &render_network_data(None, &vars).unwrap(),
                 Some("oam")
             )

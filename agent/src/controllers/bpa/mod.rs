@@ -9,27 +9,33 @@
 //! key `kubeconfig`); its ServiceAccount may create and update exactly that Secret. A Job that completes
 //! without the Secret counts as failed.
 
+pub mod plan;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::finalizer::Event as Finalizer;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::json;
 
-use super::bpa_plan::{self, Host, Problem};
-use super::objects::{
-    apply_account, apply_status, delete_ignoring_missing, delete_owned, job_outcome, owned_meta,
-    publish, server_side_apply, set_conditions, Base, Error, JobOutcome,
+use self::plan::{Host, Problem};
+use super::common::report::{report, Headline};
+use super::common::secrets;
+use std::future::Future;
+
+use super::common::{
+    apply_account, delete_ignoring_missing, delete_owned, job_outcome, owned_meta, publish,
+    server_side_apply, set_conditions, Base, Error, JobOutcome,
 };
-use super::{child_name, set_condition, Settings};
+use super::common::{child_name, set_condition};
+use super::common::{run as run_controller, Reconciler};
+use super::Settings;
 use crate::crd::bpa::{Provisioning, ProvisioningStatus, SecretRef};
 use crate::crd::metal3::BareMetalHost;
 use crate::metrics::Metrics;
@@ -69,7 +75,7 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
     let controller = Controller::new(provs, watcher::Config::default());
     let store = controller.store();
     let owned = watcher::Config::default().labels(OWNER_LABEL);
-    controller
+    let controller = controller
         .owns(jobs, owned.clone())
         .owns(maps, owned)
         // A host that appears or changes re-plans every Provisioning of its namespace.
@@ -85,31 +91,33 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
                     .map(|p| ObjectRef::from_obj(p.as_ref()))
                     .collect::<Vec<_>>()
             },
-        )
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "bpa controller");
-            }
-        })
-        .await;
+        );
+    run_controller(controller, ctx).await;
 }
 
-fn error_policy(obj: Arc<Provisioning>, error: &Error, ctx: Arc<Ctx>) -> Action {
-    ctx.base.error_policy(obj.as_ref(), error)
-}
+impl Reconciler for Ctx {
+    type Object = Provisioning;
+    const FINALIZER: &'static str = FINALIZER;
 
-async fn reconcile(obj: Arc<Provisioning>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let for_event = ctx.clone();
-    ctx.base
-        .reconcile(obj, FINALIZER, |event, ns| async move {
-            let ctx = for_event;
-            match event {
-                Finalizer::Apply(o) => apply(&o, &ns, &ctx).await,
-                Finalizer::Cleanup(o) => cleanup(&o, &ns, &ctx).await,
-            }
-        })
-        .await
+    fn base(&self) -> &Base {
+        &self.base
+    }
+
+    fn apply(
+        &self,
+        obj: &Provisioning,
+        ns: &str,
+    ) -> impl Future<Output = Result<Action, Error>> + Send {
+        apply(obj, ns, self)
+    }
+
+    fn cleanup(
+        &self,
+        obj: &Provisioning,
+        ns: &str,
+    ) -> impl Future<Output = Result<Action, Error>> + Send {
+        cleanup(obj, ns, self)
+    }
 }
 
 /// The cluster a Provisioning installs: its `cluster` label (ICN), else its name.
@@ -219,7 +227,7 @@ async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
         .iter()
         .map(host_of)
         .collect();
-    let plan = bpa_plan::plan(&p.spec, &hosts);
+    let plan = plan::plan(&p.spec, &hosts);
     let old = p.status.clone().unwrap_or_default();
     let mut status = ProvisioningStatus {
         conditions: old.conditions.clone(),
@@ -350,13 +358,9 @@ async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
                     action = Action::await_change();
                 }
                 JobOutcome::Succeeded => {
-                    let secret = Api::<Secret>::namespaced(client.clone(), ns)
-                        .get_opt(&secret_name)
-                        .await?;
-                    let has_kubeconfig = secret
-                        .as_ref()
-                        .and_then(|s| s.data.as_ref())
-                        .is_some_and(|d| d.get("kubeconfig").is_some_and(|v| !v.0.is_empty()));
+                    let has_kubeconfig = secrets::read(client, ns, &secret_name, "kubeconfig")
+                        .await?
+                        .is_ok_and(|k| !k.is_empty());
                     set_condition(
                         &mut status.conditions,
                         "Installing",
@@ -413,36 +417,31 @@ async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
             }
         }
     }
-    if old.phase != status.phase {
-        let phase = status.phase.clone().unwrap_or_default();
-        let kind = if phase == "Failed" {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
-        let note = status
-            .conditions
-            .iter()
-            .find(|c| {
-                c.type_
-                    == if phase == "Pending" {
-                        "HostsMatched"
-                    } else {
-                        "Ready"
-                    }
-            })
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
-        publish(&ctx.base.recorder, p, kind, &phase, &note).await;
-    }
-    if p.status.as_ref() != Some(&status) {
-        apply_status(
-            &Api::<Provisioning>::namespaced(client.clone(), ns),
-            &name,
-            &status,
-        )
-        .await?;
-    }
+    let phase = status.phase.clone().unwrap_or_default();
+    let headline_condition = if phase == "Pending" {
+        "HostsMatched"
+    } else {
+        "Ready"
+    };
+    let note = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == headline_condition)
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    report(
+        &ctx.base,
+        p,
+        ns,
+        Headline {
+            before: old.phase.as_deref(),
+            now: &phase,
+            warning: phase == "Failed",
+            note: &note,
+        },
+        &status,
+    )
+    .await?;
     Ok(action)
 }
 

@@ -1,0 +1,256 @@
+//! What every reconciler shares: the context and the finalizer around apply and cleanup ([`Base`], [`run`]),
+//! errors, per-object backoff, and in submodules the objects it owns ([`apply`]), the status it reports
+//! ([`report`]), the Secrets it reads ([`secrets`]), Jobs ([`jobs`]) and child names ([`naming`]).
+
+pub mod apply;
+pub mod jobs;
+pub mod naming;
+pub mod report;
+pub mod secrets;
+
+pub use apply::{
+    apply_account, apply_status, delete_ignoring_missing, delete_owned, owned_meta,
+    server_side_apply, GENERATION_LABEL, MANAGER,
+};
+pub use jobs::{job_outcome, JobOutcome};
+pub use naming::child_name;
+pub use report::{publish, set_condition, set_conditions};
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt as _;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::{Resource, ResourceExt};
+
+use super::Settings;
+use crate::metrics::Metrics;
+
+/// What every reconciler's context holds, and the steps every reconcile shares: the finalizer around apply and
+/// cleanup, metrics, and per-object backoff.
+pub struct Base {
+    /// The `controller` label of the metrics.
+    pub controller: &'static str,
+    pub failures: Failures,
+    pub client: kube::Client,
+    pub settings: Arc<Settings>,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+}
+
+impl Base {
+    pub fn new(
+        controller: &'static str,
+        client: kube::Client,
+        settings: Arc<Settings>,
+        metrics: Arc<Metrics>,
+    ) -> Base {
+        Base {
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: format!("foothold-{controller}"),
+                    instance: Some(settings.identity.clone()),
+                },
+            ),
+            controller,
+            failures: Failures::default(),
+            client,
+            settings,
+            metrics,
+        }
+    }
+
+    /// Runs `f` for the object under `finalizer_name` (apply while it lives, cleanup once it is being deleted,
+    /// with its namespace), and records the outcome.
+    pub async fn reconcile<K, F, Fut>(
+        &self,
+        obj: Arc<K>,
+        finalizer_name: &str,
+        f: F,
+    ) -> Result<Action, Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+        F: FnOnce(Finalizer<K>, String) -> Fut,
+        Fut: Future<Output = Result<Action, Error>>,
+    {
+        let started = Instant::now();
+        let ns = obj
+            .namespace()
+            .ok_or_else(|| Error::NoNamespace(obj.name_any()))?;
+        let key = key(obj.as_ref());
+        let api: Api<K> = Api::namespaced(self.client.clone(), &ns);
+        let result = finalizer(&api, finalizer_name, obj, |event| f(event, ns))
+            .await
+            .map_err(|e| Error::Finalizer(Box::new(e)));
+        self.metrics.reconciled(self.controller, started.elapsed());
+        if result.is_ok() {
+            self.failures.succeeded(&key);
+        }
+        result
+    }
+
+    /// After a failed reconcile: log, count, and retry with the object's backoff.
+    pub fn error_policy<K: ResourceExt>(&self, obj: &K, error: &Error) -> Action {
+        tracing::warn!(controller = self.controller, object = %key(obj), %error, "reconcile failed");
+        self.metrics.reconcile_error(self.controller, error.cause());
+        Action::requeue(self.failures.failed(key(obj)))
+    }
+}
+
+/// A reconciler: the object it reconciles, its finalizer, and what it does while the object lives (`apply`)
+/// and once it is being deleted (`cleanup`), both in the object's namespace.
+pub trait Reconciler: Send + Sync + 'static {
+    type Object: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static;
+    const FINALIZER: &'static str;
+    fn base(&self) -> &Base;
+    fn apply(
+        &self,
+        obj: &Self::Object,
+        ns: &str,
+    ) -> impl Future<Output = Result<Action, Error>> + Send;
+    fn cleanup(
+        &self,
+        obj: &Self::Object,
+        ns: &str,
+    ) -> impl Future<Output = Result<Action, Error>> + Send;
+}
+
+/// Runs `controller` with `ctx` until it is dropped: every reconcile inside the finalizer, with metrics, and
+/// failures retried with the object's backoff.
+pub async fn run<R: Reconciler>(controller: Controller<R::Object>, ctx: Arc<R>) {
+    let name = ctx.base().controller;
+    controller
+        .run(
+            |obj, ctx: Arc<R>| async move {
+                let for_event = ctx.clone();
+                ctx.base()
+                    .reconcile(obj, R::FINALIZER, |event, ns| async move {
+                        match event {
+                            Finalizer::Apply(o) => for_event.apply(&o, &ns).await,
+                            Finalizer::Cleanup(o) => for_event.cleanup(&o, &ns).await,
+                        }
+                    })
+                    .await
+            },
+            |obj, error, ctx| ctx.base().error_policy(obj.as_ref(), error),
+            ctx,
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(controller = name, error = %e, "controller stream");
+            }
+        })
+        .await;
+}
+
+/// An API of `K` in the watched namespace, or in all.
+pub fn scoped_api<K>(client: &kube::Client, namespace: &Option<String>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    <K as Resource>::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error("{0} has no namespace")]
+    NoNamespace(String),
+    #[error("the agent's store: {0}")]
+    Store(String),
+}
+
+impl Error {
+    /// The `cause` label of `foothold_reconcile_errors_total`.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "conflict",
+            Error::Kube(kube::Error::Api(_)) => "api",
+            Error::Kube(_) => "transport",
+            Error::Finalizer(e) => match e.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.cause(),
+                _ => "finalizer",
+            },
+            Error::NoNamespace(_) => "invalid",
+            Error::Store(_) => "store",
+        }
+    }
+}
+
+/// Consecutive failures per object (namespace/name), for exponential backoff.
+#[derive(Default)]
+pub struct Failures(Mutex<HashMap<String, u32>>);
+
+impl Failures {
+    /// Counts one more failure of `key` and returns how long to wait before retrying it.
+    pub fn failed(&self, key: String) -> Duration {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = map.entry(key).or_default();
+        *n = n.saturating_add(1);
+        backoff(*n)
+    }
+
+    /// Forgets the failures of `key` after a successful reconcile.
+    pub fn succeeded(&self, key: &str) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+    }
+}
+
+/// `namespace/name` of an object.
+pub fn key<K: ResourceExt>(obj: &K) -> String {
+    format!("{}/{}", obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+/// 1 s after the first failure, doubling up to 256 s.
+pub fn backoff(failures: u32) -> Duration {
+    Duration::from_secs(1u64 << failures.saturating_sub(1).min(8))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{backoff, Failures};
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_doubles_from_one_second_up_to_256_seconds() {
+        let secs: Vec<u64> = (1..=11).map(|n| backoff(n).as_secs()).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 16, 32, 64, 128, 256, 256, 256]);
+        assert_eq!(backoff(u32::MAX), Duration::from_secs(256));
+    }
+
+    #[test]
+    fn failures_count_per_object_and_reset_on_success() {
+        let f = Failures::default();
+        assert_eq!(f.failed("ns/a".into()), Duration::from_secs(1));
+        assert_eq!(f.failed("ns/a".into()), Duration::from_secs(2));
+        assert_eq!(f.failed("ns/b".into()), Duration::from_secs(1));
+        f.succeeded("ns/a");
+        assert_eq!(f.failed("ns/a".into()), Duration::from_secs(1));
+        assert_eq!(f.failed("ns/b".into()), Duration::from_secs(2));
+    }
+}
