@@ -20,21 +20,18 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::json;
 
 use self::plan::{Host, Problem};
 use super::common::report::{report, Headline};
 use super::common::secrets;
-use std::future::Future;
-
 use super::common::{
     apply_account, delete_ignoring_missing, delete_owned, job_outcome, owned_meta, publish,
     server_side_apply, set_conditions, Base, Error, JobOutcome,
 };
 use super::common::{child_name, set_condition};
-use super::common::{run as run_controller, Reconciler};
+use super::common::{every, run as run_controller, scoped_api, Reconciler};
 use super::Settings;
 use crate::crd::bpa::{Provisioning, ProvisioningStatus, SecretRef};
 use crate::crd::metal3::BareMetalHost;
@@ -50,25 +47,10 @@ struct Ctx {
 
 /// Runs the Provisioning controller until it is dropped.
 pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Metrics>) {
-    let (provs, hosts, jobs, maps): (
-        Api<Provisioning>,
-        Api<BareMetalHost>,
-        Api<Job>,
-        Api<ConfigMap>,
-    ) = match &settings.namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-        ),
-    };
+    let provs: Api<Provisioning> = scoped_api(&client, &settings.namespace);
+    let hosts: Api<BareMetalHost> = scoped_api(&client, &settings.namespace);
+    let jobs: Api<Job> = scoped_api(&client, &settings.namespace);
+    let maps: Api<ConfigMap> = scoped_api(&client, &settings.namespace);
     let ctx = Arc::new(Ctx {
         base: Base::new("bpa", client.clone(), settings.clone(), metrics),
     });
@@ -84,12 +66,7 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
             watcher::Config::default(),
             move |bmh: BareMetalHost| {
                 let ns = bmh.namespace();
-                store
-                    .state()
-                    .into_iter()
-                    .filter(|p| p.namespace() == ns)
-                    .map(|p| ObjectRef::from_obj(p.as_ref()))
-                    .collect::<Vec<_>>()
+                every(&store, |p| p.namespace() == ns)
             },
         );
     run_controller(controller, ctx).await;
@@ -103,20 +80,292 @@ impl Reconciler for Ctx {
         &self.base
     }
 
-    fn apply(
-        &self,
-        obj: &Provisioning,
-        ns: &str,
-    ) -> impl Future<Output = Result<Action, Error>> + Send {
-        apply(obj, ns, self)
+    async fn apply(&self, p: &Provisioning, ns: &str) -> Result<Action, Error> {
+        let ctx = self;
+        let client = &ctx.base.client;
+        let name = p.name_any();
+        let generation = p.metadata.generation.unwrap_or(0);
+        let cluster = cluster_name(p);
+        let hosts: Vec<Host> = Api::<BareMetalHost>::namespaced(client.clone(), ns)
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(host_of)
+            .collect();
+        let plan = plan::plan(&p.spec, &hosts);
+        let old = p.status.clone().unwrap_or_default();
+        let mut status = ProvisioningStatus {
+            conditions: old.conditions.clone(),
+            observed_generation: Some(generation),
+            host_count: Some(i32::try_from(plan.hosts.len()).unwrap_or(i32::MAX)),
+            hosts: plan.hosts.clone(),
+            ..ProvisioningStatus::default()
+        };
+        let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+        let job_name = child_name(&name, &format!("install-g{generation}"));
+        let inventory_name = child_name(&name, "inventory");
+        let secret_name = format!("{cluster}-kubeconfig");
+        let existing = jobs.get_opt(&job_name).await?;
+
+        // Hosts matched? (Once this generation's Job exists, the installed cluster no longer depends on them.)
+        let hosts_ok = plan.problems.is_empty();
+        let (reason, message) = match plan.problems.first() {
+            None => (
+                "AllHostsMatched".to_owned(),
+                "every host is matched, fit and provisioned".to_owned(),
+            ),
+            Some(first) => {
+                let reason = match first {
+                    Problem::Spec(_) => "InvalidSpec",
+                    Problem::UnknownMac { .. } => "UnknownHost",
+                    Problem::AmbiguousMac { .. } => "AmbiguousHost",
+                    Problem::Unfit { .. } => "UnfitHost",
+                    Problem::NotProvisioned { .. } => "HostNotProvisioned",
+                    Problem::NoAddress { .. } => "HostWithoutAddress",
+                };
+                let all: Vec<String> = plan.problems.iter().map(ToString::to_string).collect();
+                (reason.to_owned(), all.join("; "))
+            }
+        };
+        set_condition(
+            &mut status.conditions,
+            "HostsMatched",
+            hosts_ok,
+            &reason,
+            &message,
+            Some(generation),
+        );
+
+        let mut action = Action::requeue(Duration::from_secs(300));
+        match (existing, plan.inventory.as_deref()) {
+            (None, None) => {
+                status.phase = Some(
+                    if plan.spec_invalid() {
+                        "Failed"
+                    } else {
+                        "Pending"
+                    }
+                    .into(),
+                );
+                set_conditions(
+                    &mut status.conditions,
+                    generation,
+                    &[
+                        ("Installing", false, &reason, "waiting for hosts"),
+                        ("Ready", false, &reason, &message),
+                        (
+                            "Failed",
+                            plan.spec_invalid(),
+                            &reason,
+                            if plan.spec_invalid() { &message } else { "" },
+                        ),
+                    ],
+                );
+            }
+            (existing, inventory) => {
+                if existing.is_none() {
+                    let inventory = inventory.expect("matched above");
+                    apply_installer_objects(p, ns, ctx, &inventory_name, &secret_name, inventory)
+                        .await?;
+                    let job = installer_job(
+                        p,
+                        ns,
+                        ctx,
+                        &job_name,
+                        &inventory_name,
+                        &secret_name,
+                        &cluster,
+                    );
+                    match jobs.create(&PostParams::default(), &job).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(s)) if s.code == 409 => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    publish(
+                        &ctx.base.recorder,
+                        p,
+                        EventType::Normal,
+                        "Installing",
+                        &format!("started installer Job {job_name}"),
+                    )
+                    .await;
+                }
+                // Jobs of earlier generations are superseded.
+                delete_owned(&jobs, OWNER_LABEL, &name, Some(&job_name)).await?;
+                status.job_name = Some(job_name.clone());
+                status.inventory_config_map = Some(inventory_name.clone());
+                let outcome = match jobs.get_opt(&job_name).await? {
+                    Some(job) => job_outcome(&job),
+                    None => JobOutcome::Running,
+                };
+                match outcome {
+                    JobOutcome::Running => {
+                        status.phase = Some("Installing".into());
+                        set_conditions(
+                            &mut status.conditions,
+                            generation,
+                            &[
+                                (
+                                    "Installing",
+                                    true,
+                                    "JobRunning",
+                                    &format!("installer Job {job_name} is running"),
+                                ),
+                                (
+                                    "Ready",
+                                    false,
+                                    "Installing",
+                                    "the installer has not finished",
+                                ),
+                                ("Failed", false, "Installing", ""),
+                            ],
+                        );
+                        action = Action::await_change();
+                    }
+                    JobOutcome::Succeeded => {
+                        let has_kubeconfig = secrets::read(client, ns, &secret_name, "kubeconfig")
+                            .await?
+                            .is_ok_and(|k| !k.is_empty());
+                        set_condition(
+                            &mut status.conditions,
+                            "Installing",
+                            false,
+                            "JobFinished",
+                            &format!("installer Job {job_name} finished"),
+                            Some(generation),
+                        );
+                        if has_kubeconfig {
+                            status.phase = Some("Ready".into());
+                            status.kubeconfig_secret_ref = Some(SecretRef {
+                                name: secret_name.clone(),
+                                namespace: Some(ns.to_owned()),
+                            });
+                            set_conditions(
+                                &mut status.conditions,
+                                generation,
+                                &[
+                                    (
+                                        "Ready",
+                                        true,
+                                        "Installed",
+                                        &format!("kubeconfig in Secret {secret_name}"),
+                                    ),
+                                    ("Failed", false, "Installed", ""),
+                                ],
+                            );
+                        } else {
+                            let msg = format!("installer Job {job_name} succeeded without writing Secret {secret_name} (key kubeconfig)");
+                            status.phase = Some("Failed".into());
+                            set_conditions(
+                                &mut status.conditions,
+                                generation,
+                                &[
+                                    ("Ready", false, "NoKubeconfig", &msg),
+                                    ("Failed", true, "NoKubeconfig", &msg),
+                                ],
+                            );
+                        }
+                    }
+                    JobOutcome::Failed(why) => {
+                        let msg = format!("installer Job {job_name} failed: {why}");
+                        status.phase = Some("Failed".into());
+                        set_conditions(
+                            &mut status.conditions,
+                            generation,
+                            &[
+                                ("Installing", false, "JobFailed", &msg),
+                                ("Ready", false, "JobFailed", &msg),
+                                ("Failed", true, "JobFailed", &msg),
+                            ],
+                        );
+                    }
+                }
+            }
+        }
+        let phase = status.phase.clone().unwrap_or_default();
+        let headline_condition = if phase == "Pending" {
+            "HostsMatched"
+        } else {
+            "Ready"
+        };
+        let note = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == headline_condition)
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        report(
+            &ctx.base,
+            p,
+            ns,
+            Headline {
+                before: old.phase.as_deref(),
+                now: &phase,
+                warning: phase == "Failed",
+                note: &note,
+            },
+            &status,
+        )
+        .await?;
+        Ok(action)
     }
 
-    fn cleanup(
-        &self,
-        obj: &Provisioning,
-        ns: &str,
-    ) -> impl Future<Output = Result<Action, Error>> + Send {
-        cleanup(obj, ns, self)
+    /// Deletes everything the reconciler created for `p` (it does not rely on a garbage collector), and the
+    /// cluster's kubeconfig Secret.
+    async fn cleanup(&self, p: &Provisioning, ns: &str) -> Result<Action, Error> {
+        let ctx = self;
+        let client = &ctx.base.client;
+        let name = p.name_any();
+        delete_owned(
+            &Api::<Job>::namespaced(client.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        delete_owned(
+            &Api::<ConfigMap>::namespaced(client.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        delete_owned(
+            &Api::<RoleBinding>::namespaced(client.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        delete_owned(
+            &Api::<Role>::namespaced(client.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        delete_owned(
+            &Api::<ServiceAccount>::namespaced(client.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        delete_ignoring_missing(
+            &Api::<Secret>::namespaced(client.clone(), ns),
+            &format!("{}-kubeconfig", cluster_name(p)),
+        )
+        .await?;
+        publish(
+            &ctx.base.recorder,
+            p,
+            EventType::Normal,
+            "Deleted",
+            "removed the installer objects and the kubeconfig Secret",
+        )
+        .await;
+        Ok(Action::await_change())
     }
 }
 
@@ -215,236 +464,6 @@ fn host_of(bmh: &BareMetalHost) -> Host {
     }
 }
 
-async fn apply(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
-    let client = &ctx.base.client;
-    let name = p.name_any();
-    let generation = p.metadata.generation.unwrap_or(0);
-    let cluster = cluster_name(p);
-    let hosts: Vec<Host> = Api::<BareMetalHost>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .map(host_of)
-        .collect();
-    let plan = plan::plan(&p.spec, &hosts);
-    let old = p.status.clone().unwrap_or_default();
-    let mut status = ProvisioningStatus {
-        conditions: old.conditions.clone(),
-        observed_generation: Some(generation),
-        host_count: Some(i32::try_from(plan.hosts.len()).unwrap_or(i32::MAX)),
-        hosts: plan.hosts.clone(),
-        ..ProvisioningStatus::default()
-    };
-    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
-    let job_name = child_name(&name, &format!("install-g{generation}"));
-    let inventory_name = child_name(&name, "inventory");
-    let secret_name = format!("{cluster}-kubeconfig");
-    let existing = jobs.get_opt(&job_name).await?;
-
-    // Hosts matched? (Once this generation's Job exists, the installed cluster no longer depends on them.)
-    let hosts_ok = plan.problems.is_empty();
-    let (reason, message) = match plan.problems.first() {
-        None => (
-            "AllHostsMatched".to_owned(),
-            "every host is matched, fit and provisioned".to_owned(),
-        ),
-        Some(first) => {
-            let reason = match first {
-                Problem::Spec(_) => "InvalidSpec",
-                Problem::UnknownMac { .. } => "UnknownHost",
-                Problem::AmbiguousMac { .. } => "AmbiguousHost",
-                Problem::Unfit { .. } => "UnfitHost",
-                Problem::NotProvisioned { .. } => "HostNotProvisioned",
-                Problem::NoAddress { .. } => "HostWithoutAddress",
-            };
-            let all: Vec<String> = plan.problems.iter().map(ToString::to_string).collect();
-            (reason.to_owned(), all.join("; "))
-        }
-    };
-    set_condition(
-        &mut status.conditions,
-        "HostsMatched",
-        hosts_ok,
-        &reason,
-        &message,
-        Some(generation),
-    );
-
-    let mut action = Action::requeue(Duration::from_secs(300));
-    match (existing, plan.inventory.as_deref()) {
-        (None, None) => {
-            status.phase = Some(
-                if plan.spec_invalid() {
-                    "Failed"
-                } else {
-                    "Pending"
-                }
-                .into(),
-            );
-            set_conditions(
-                &mut status.conditions,
-                generation,
-                &[
-                    ("Installing", false, &reason, "waiting for hosts"),
-                    ("Ready", false, &reason, &message),
-                    (
-                        "Failed",
-                        plan.spec_invalid(),
-                        &reason,
-                        if plan.spec_invalid() { &message } else { "" },
-                    ),
-                ],
-            );
-        }
-        (existing, inventory) => {
-            if existing.is_none() {
-                let inventory = inventory.expect("matched above");
-                apply_installer_objects(p, ns, ctx, &inventory_name, &secret_name, inventory)
-                    .await?;
-                let job = installer_job(
-                    p,
-                    ns,
-                    ctx,
-                    &job_name,
-                    &inventory_name,
-                    &secret_name,
-                    &cluster,
-                );
-                match jobs.create(&PostParams::default(), &job).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 409 => {}
-                    Err(e) => return Err(e.into()),
-                }
-                publish(
-                    &ctx.base.recorder,
-                    p,
-                    EventType::Normal,
-                    "Installing",
-                    &format!("started installer Job {job_name}"),
-                )
-                .await;
-            }
-            // Jobs of earlier generations are superseded.
-            delete_owned(&jobs, OWNER_LABEL, &name, Some(&job_name)).await?;
-            status.job_name = Some(job_name.clone());
-            status.inventory_config_map = Some(inventory_name.clone());
-            let outcome = match jobs.get_opt(&job_name).await? {
-                Some(job) => job_outcome(&job),
-                None => JobOutcome::Running,
-            };
-            match outcome {
-                JobOutcome::Running => {
-                    status.phase = Some("Installing".into());
-                    set_conditions(
-                        &mut status.conditions,
-                        generation,
-                        &[
-                            (
-                                "Installing",
-                                true,
-                                "JobRunning",
-                                &format!("installer Job {job_name} is running"),
-                            ),
-                            (
-                                "Ready",
-                                false,
-                                "Installing",
-                                "the installer has not finished",
-                            ),
-                            ("Failed", false, "Installing", ""),
-                        ],
-                    );
-                    action = Action::await_change();
-                }
-                JobOutcome::Succeeded => {
-                    let has_kubeconfig = secrets::read(client, ns, &secret_name, "kubeconfig")
-                        .await?
-                        .is_ok_and(|k| !k.is_empty());
-                    set_condition(
-                        &mut status.conditions,
-                        "Installing",
-                        false,
-                        "JobFinished",
-                        &format!("installer Job {job_name} finished"),
-                        Some(generation),
-                    );
-                    if has_kubeconfig {
-                        status.phase = Some("Ready".into());
-                        status.kubeconfig_secret_ref = Some(SecretRef {
-                            name: secret_name.clone(),
-                            namespace: Some(ns.to_owned()),
-                        });
-                        set_conditions(
-                            &mut status.conditions,
-                            generation,
-                            &[
-                                (
-                                    "Ready",
-                                    true,
-                                    "Installed",
-                                    &format!("kubeconfig in Secret {secret_name}"),
-                                ),
-                                ("Failed", false, "Installed", ""),
-                            ],
-                        );
-                    } else {
-                        let msg = format!("installer Job {job_name} succeeded without writing Secret {secret_name} (key kubeconfig)");
-                        status.phase = Some("Failed".into());
-                        set_conditions(
-                            &mut status.conditions,
-                            generation,
-                            &[
-                                ("Ready", false, "NoKubeconfig", &msg),
-                                ("Failed", true, "NoKubeconfig", &msg),
-                            ],
-                        );
-                    }
-                }
-                JobOutcome::Failed(why) => {
-                    let msg = format!("installer Job {job_name} failed: {why}");
-                    status.phase = Some("Failed".into());
-                    set_conditions(
-                        &mut status.conditions,
-                        generation,
-                        &[
-                            ("Installing", false, "JobFailed", &msg),
-                            ("Ready", false, "JobFailed", &msg),
-                            ("Failed", true, "JobFailed", &msg),
-                        ],
-                    );
-                }
-            }
-        }
-    }
-    let phase = status.phase.clone().unwrap_or_default();
-    let headline_condition = if phase == "Pending" {
-        "HostsMatched"
-    } else {
-        "Ready"
-    };
-    let note = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == headline_condition)
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
-    report(
-        &ctx.base,
-        p,
-        ns,
-        Headline {
-            before: old.phase.as_deref(),
-            now: &phase,
-            warning: phase == "Failed",
-            note: &note,
-        },
-        &status,
-    )
-    .await?;
-    Ok(action)
-}
-
 async fn apply_installer_objects(
     p: &Provisioning,
     ns: &str,
@@ -525,60 +544,4 @@ fn installer_job(
         },
     }))
     .expect("the Job is well-formed")
-}
-
-/// Deletes everything the reconciler created for `p` (it does not rely on a garbage collector), and the
-/// cluster's kubeconfig Secret.
-async fn cleanup(p: &Provisioning, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
-    let client = &ctx.base.client;
-    let name = p.name_any();
-    delete_owned(
-        &Api::<Job>::namespaced(client.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    delete_owned(
-        &Api::<ConfigMap>::namespaced(client.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    delete_owned(
-        &Api::<RoleBinding>::namespaced(client.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    delete_owned(
-        &Api::<Role>::namespaced(client.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    delete_owned(
-        &Api::<ServiceAccount>::namespaced(client.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    delete_ignoring_missing(
-        &Api::<Secret>::namespaced(client.clone(), ns),
-        &format!("{}-kubeconfig", cluster_name(p)),
-    )
-    .await?;
-    publish(
-        &ctx.base.recorder,
-        p,
-        EventType::Normal,
-        "Deleted",
-        "removed the installer objects and the kubeconfig Secret",
-    )
-    .await;
-    Ok(Action::await_change())
 }

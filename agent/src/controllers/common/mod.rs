@@ -3,6 +3,7 @@
 //! ([`report`]), the Secrets it reads ([`secrets`]), Jobs ([`jobs`]) and child names ([`naming`]).
 
 pub mod apply;
+pub mod document;
 pub mod jobs;
 pub mod naming;
 pub mod report;
@@ -26,6 +27,7 @@ use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use super::Settings;
@@ -158,6 +160,20 @@ pub async fn run<R: Reconciler>(controller: Controller<R::Object>, ctx: Arc<R>) 
             }
         })
         .await;
+}
+
+/// The objects of `store` that `keep` selects, to reconcile again: what a watch of another kind maps an
+/// event to ("a host changed: re-plan the Provisionings of its namespace").
+pub fn every<K>(store: &Store<K>, keep: impl Fn(&K) -> bool) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store
+        .state()
+        .into_iter()
+        .filter(|o| keep(o))
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
 }
 
 /// An API of `K` in the watched namespace, or in all.

@@ -29,25 +29,23 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams, ResourceExt};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::json;
-
-use super::common::report::{report, Headline};
-use super::common::secrets;
-use std::future::Future;
 
 use self::plan::{
     Claim, Cluster, Host, CLUSTER_NAMESPACE_LABEL, CLUSTER_NAME_LABEL, NODE_TYPE_LABEL,
     STANDBY_LABEL,
 };
 use self::render::Node;
+use super::common::document::json_or_yaml;
+use super::common::report::{report, Headline};
+use super::common::secrets;
 use super::common::{
     self, apply_status, delete_owned, owned_meta, publish, scoped_api, server_side_apply, Base,
     Error,
 };
 use super::common::{child_name, set_condition};
-use super::common::{run as run_controller, Reconciler};
+use super::common::{every, run as run_controller, Reconciler};
 use super::Settings;
 use crate::crd::metal3::BareMetalHost;
 use crate::crd::sip::{
@@ -94,13 +92,7 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
         .watches(
             hosts,
             watcher::Config::default(),
-            move |_: BareMetalHost| {
-                store
-                    .state()
-                    .into_iter()
-                    .map(|s| ObjectRef::from_obj(s.as_ref()))
-                    .collect::<Vec<_>>()
-            },
+            move |_: BareMetalHost| every(&store, |_| true),
         );
     run_controller(controller, ctx).await;
 }
@@ -113,20 +105,242 @@ impl Reconciler for Ctx {
         &self.base
     }
 
-    fn apply(
-        &self,
-        obj: &SIPCluster,
-        ns: &str,
-    ) -> impl Future<Output = Result<Action, Error>> + Send {
-        apply(obj, ns, self)
+    async fn apply(&self, sip: &SIPCluster, ns: &str) -> Result<Action, Error> {
+        let ctx = self;
+        let name = sip.name_any();
+        let old = sip.status.clone().unwrap_or_default();
+        let mut status = SIPClusterStatus {
+            conditions: old.conditions.clone(),
+            replacements: old.replacements.clone(),
+            ..SIPClusterStatus::default()
+        };
+        if old.observed_generation != sip.metadata.generation {
+            let progressing = SIPClusterStatus {
+                conditions: old.conditions.clone(),
+                ..old.clone()
+            };
+            let message = format!(
+                "scheduling hosts and services for generation {}",
+                sip.metadata.generation.unwrap_or(0)
+            );
+            write_status(sip, ns, ctx, progressing, false, "Progressing", &message).await?;
+        }
+        let observed = observe(ctx).await?;
+        let hosts: Vec<Host> = observed.iter().map(planner_host).collect();
+        let cluster = Cluster {
+            namespace: ns,
+            name: &name,
+            nodes: &sip.spec.nodes,
+            confirmed: &old.hosts,
+        };
+        let plan = plan::plan(&cluster, &hosts);
+        status.skipped_hosts = plan
+            .skipped
+            .iter()
+            .take(SKIPPED_KEPT)
+            .map(|(name, reason)| SkippedHost {
+                name: name.clone(),
+                reason: reason.clone(),
+            })
+            .collect();
+
+        // Labels: releases first, so a host moving between roles is never claimed twice.
+        let by_name: BTreeMap<String, &Observed> =
+            observed.iter().map(|o| (qualified(&o.bmh), o)).collect();
+        let mut label_result = Ok(());
+        for host in &plan.releases {
+            if let Some(o) = by_name.get(host) {
+                label_result = label(ctx, &o.bmh, release_labels()).await;
+                if label_result.is_err() {
+                    break;
+                }
+            }
+        }
+        if label_result.is_ok() {
+            for (host, claim) in &plan.claims {
+                label_result = label(ctx, &by_name[host].bmh, claim_labels(claim)).await;
+                if label_result.is_err() {
+                    break;
+                }
+            }
+        }
+        if let Err(e) = label_result {
+            // A host changed since it was read (409) is simply re-planned; anything else is reported.
+            if !matches!(&e, Error::Kube(kube::Error::Api(s)) if s.code == 409) {
+                status.hosts = old.hosts.clone();
+                write_status(
+                    sip,
+                    ns,
+                    ctx,
+                    status,
+                    false,
+                    "UnableToApplyLabels",
+                    &e.to_string(),
+                )
+                .await?;
+            }
+            return Err(e);
+        }
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        for (host, by) in &plan.replaced {
+            let message = match by {
+                Some(b) => format!("host {host} failed or disappeared; standby {b} replaces it"),
+                None => format!("host {host} failed or disappeared; no standby could replace it"),
+            };
+            publish(
+                &ctx.base.recorder,
+                sip,
+                EventType::Warning,
+                "HostReplaced",
+                &message,
+            )
+            .await;
+            status.replacements.push(Replacement {
+                host: host.clone(),
+                replaced_by: by.clone(),
+                time: now.clone(),
+            });
+        }
+        let excess = status.replacements.len().saturating_sub(REPLACEMENTS_KEPT);
+        status.replacements.drain(..excess);
+        status.hosts = plan.roles.clone();
+
+        if !plan.unschedulable.is_empty() {
+            status.endpoints = old.endpoints.clone();
+            let message = plan.unschedulable.join("; ");
+            write_status(sip, ns, ctx, status, false, "Unschedulable", &message).await?;
+            return Ok(Action::requeue(Duration::from_secs(300)));
+        }
+
+        match apply_services(sip, ns, ctx, &plan.roles, &by_name).await {
+            Ok(endpoints) => {
+                status.endpoints = endpoints;
+                let counts: Vec<String> = plan
+                    .roles
+                    .iter()
+                    .map(|(r, h)| {
+                        format!(
+                            "{r}: {} active, {} standby",
+                            h.active.len(),
+                            h.standby.len()
+                        )
+                    })
+                    .collect();
+                write_status(
+                    sip,
+                    ns,
+                    ctx,
+                    status,
+                    true,
+                    "ReconciliationSucceeded",
+                    &counts.join("; "),
+                )
+                .await?;
+                Ok(Action::requeue(Duration::from_secs(300)))
+            }
+            Err(ServiceError::Invalid(message)) => {
+                status.endpoints = old.endpoints.clone();
+                write_status(sip, ns, ctx, status, false, "InfraServiceFailure", &message).await?;
+                Ok(Action::requeue(Duration::from_secs(300)))
+            }
+            Err(ServiceError::Kube(e)) => {
+                status.endpoints = old.endpoints.clone();
+                write_status(
+                    sip,
+                    ns,
+                    ctx,
+                    status,
+                    false,
+                    "InfraServiceFailure",
+                    &e.to_string(),
+                )
+                .await?;
+                Err(e)
+            }
+        }
     }
 
-    fn cleanup(
-        &self,
-        obj: &SIPCluster,
-        ns: &str,
-    ) -> impl Future<Output = Result<Action, Error>> + Send {
-        cleanup(obj, ns, self)
+    /// Removes this cluster's labels from every host it holds and every service object, before the finalizer goes.
+    async fn cleanup(&self, sip: &SIPCluster, ns: &str) -> Result<Action, Error> {
+        let ctx = self;
+        let name = sip.name_any();
+        let result = async {
+            let hosts: Api<BareMetalHost> = match &ctx.base.settings.namespace {
+                Some(n) => Api::namespaced(ctx.base.client.clone(), n),
+                None => Api::all(ctx.base.client.clone()),
+            };
+            let held = hosts
+                .list(&ListParams::default().labels(&format!(
+                    "{CLUSTER_NAME_LABEL}={name},{CLUSTER_NAMESPACE_LABEL}={ns}"
+                )))
+                .await?
+                .items;
+            for h in &held {
+                label(ctx, h, release_labels()).await?;
+            }
+            let client = &ctx.base.client;
+            delete_owned(
+                &Api::<Service>::namespaced(client.clone(), ns),
+                OWNER_LABEL,
+                &name,
+                None,
+            )
+            .await?;
+            delete_owned(
+                &Api::<Deployment>::namespaced(client.clone(), ns),
+                OWNER_LABEL,
+                &name,
+                None,
+            )
+            .await?;
+            delete_owned(
+                &Api::<ConfigMap>::namespaced(client.clone(), ns),
+                OWNER_LABEL,
+                &name,
+                None,
+            )
+            .await?;
+            delete_owned(
+                &Api::<Secret>::namespaced(client.clone(), ns),
+                OWNER_LABEL,
+                &name,
+                None,
+            )
+            .await?;
+            Ok::<usize, Error>(held.len())
+        }
+        .await;
+        match result {
+            Ok(released) => {
+                publish(
+                    &ctx.base.recorder,
+                    sip,
+                    EventType::Normal,
+                    "Decommissioned",
+                    &format!("released {released} hosts and removed the services"),
+                )
+                .await;
+                Ok(Action::await_change())
+            }
+            Err(e) => {
+                let mut status = sip.status.clone().unwrap_or_default();
+                set_condition(
+                    &mut status.conditions,
+                    "Ready",
+                    false,
+                    "UnableToDecommission",
+                    &e.to_string(),
+                    sip.metadata.generation,
+                );
+                let _ = apply_status(
+                    &Api::<SIPCluster>::namespaced(ctx.base.client.clone(), ns),
+                    &name,
+                    &status,
+                )
+                .await;
+                Err(e)
+            }
+        }
     }
 }
 
@@ -325,160 +539,6 @@ async fn write_status(
     )
     .await?;
     Ok(())
-}
-
-async fn apply(sip: &SIPCluster, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
-    let name = sip.name_any();
-    let old = sip.status.clone().unwrap_or_default();
-    let mut status = SIPClusterStatus {
-        conditions: old.conditions.clone(),
-        replacements: old.replacements.clone(),
-        ..SIPClusterStatus::default()
-    };
-    if old.observed_generation != sip.metadata.generation {
-        let progressing = SIPClusterStatus {
-            conditions: old.conditions.clone(),
-            ..old.clone()
-        };
-        let message = format!(
-            "scheduling hosts and services for generation {}",
-            sip.metadata.generation.unwrap_or(0)
-        );
-        write_status(sip, ns, ctx, progressing, false, "Progressing", &message).await?;
-    }
-    let observed = observe(ctx).await?;
-    let hosts: Vec<Host> = observed.iter().map(planner_host).collect();
-    let cluster = Cluster {
-        namespace: ns,
-        name: &name,
-        nodes: &sip.spec.nodes,
-        confirmed: &old.hosts,
-    };
-    let plan = plan::plan(&cluster, &hosts);
-    status.skipped_hosts = plan
-        .skipped
-        .iter()
-        .take(SKIPPED_KEPT)
-        .map(|(name, reason)| SkippedHost {
-            name: name.clone(),
-            reason: reason.clone(),
-        })
-        .collect();
-
-    // Labels: releases first, so a host moving between roles is never claimed twice.
-    let by_name: BTreeMap<String, &Observed> =
-        observed.iter().map(|o| (qualified(&o.bmh), o)).collect();
-    let mut label_result = Ok(());
-    for host in &plan.releases {
-        if let Some(o) = by_name.get(host) {
-            label_result = label(ctx, &o.bmh, release_labels()).await;
-            if label_result.is_err() {
-                break;
-            }
-        }
-    }
-    if label_result.is_ok() {
-        for (host, claim) in &plan.claims {
-            label_result = label(ctx, &by_name[host].bmh, claim_labels(claim)).await;
-            if label_result.is_err() {
-                break;
-            }
-        }
-    }
-    if let Err(e) = label_result {
-        // A host changed since it was read (409) is simply re-planned; anything else is reported.
-        if !matches!(&e, Error::Kube(kube::Error::Api(s)) if s.code == 409) {
-            status.hosts = old.hosts.clone();
-            write_status(
-                sip,
-                ns,
-                ctx,
-                status,
-                false,
-                "UnableToApplyLabels",
-                &e.to_string(),
-            )
-            .await?;
-        }
-        return Err(e);
-    }
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    for (host, by) in &plan.replaced {
-        let message = match by {
-            Some(b) => format!("host {host} failed or disappeared; standby {b} replaces it"),
-            None => format!("host {host} failed or disappeared; no standby could replace it"),
-        };
-        publish(
-            &ctx.base.recorder,
-            sip,
-            EventType::Warning,
-            "HostReplaced",
-            &message,
-        )
-        .await;
-        status.replacements.push(Replacement {
-            host: host.clone(),
-            replaced_by: by.clone(),
-            time: now.clone(),
-        });
-    }
-    let excess = status.replacements.len().saturating_sub(REPLACEMENTS_KEPT);
-    status.replacements.drain(..excess);
-    status.hosts = plan.roles.clone();
-
-    if !plan.unschedulable.is_empty() {
-        status.endpoints = old.endpoints.clone();
-        let message = plan.unschedulable.join("; ");
-        write_status(sip, ns, ctx, status, false, "Unschedulable", &message).await?;
-        return Ok(Action::requeue(Duration::from_secs(300)));
-    }
-
-    match apply_services(sip, ns, ctx, &plan.roles, &by_name).await {
-        Ok(endpoints) => {
-            status.endpoints = endpoints;
-            let counts: Vec<String> = plan
-                .roles
-                .iter()
-                .map(|(r, h)| {
-                    format!(
-                        "{r}: {} active, {} standby",
-                        h.active.len(),
-                        h.standby.len()
-                    )
-                })
-                .collect();
-            write_status(
-                sip,
-                ns,
-                ctx,
-                status,
-                true,
-                "ReconciliationSucceeded",
-                &counts.join("; "),
-            )
-            .await?;
-            Ok(Action::requeue(Duration::from_secs(300)))
-        }
-        Err(ServiceError::Invalid(message)) => {
-            status.endpoints = old.endpoints.clone();
-            write_status(sip, ns, ctx, status, false, "InfraServiceFailure", &message).await?;
-            Ok(Action::requeue(Duration::from_secs(300)))
-        }
-        Err(ServiceError::Kube(e)) => {
-            status.endpoints = old.endpoints.clone();
-            write_status(
-                sip,
-                ns,
-                ctx,
-                status,
-                false,
-                "InfraServiceFailure",
-                &e.to_string(),
-            )
-            .await?;
-            Err(e)
-        }
-    }
 }
 
 enum ServiceError {
@@ -965,14 +1025,11 @@ async fn dex(
         let text = secrets::read(client, ns, &st.users_secret, "users")
             .await?
             .map_err(invalid)?;
-        let users: Vec<StaticUser> = match serde_json::from_str(&text) {
-            Ok(u) => u,
-            Err(_) => serde_saphyr::from_str(&text).map_err(|e| {
-                ServiceError::Invalid(format!(
-                    "{what}: not a list of {{email, hash, username}}: {e}"
-                ))
-            })?,
-        };
+        let users: Vec<StaticUser> = json_or_yaml(&text).map_err(|e| {
+            ServiceError::Invalid(format!(
+                "{what}: not a list of {{email, hash, username}}: {e}"
+            ))
+        })?;
         config["enablePasswordDB"] = json!(true);
         config["staticPasswords"] = json!(users
             .iter()
@@ -1053,86 +1110,4 @@ async fn dex(
         auth.node_port.into_iter().collect(),
     ));
     Ok(())
-}
-
-/// Removes this cluster's labels from every host it holds and every service object, before the finalizer goes.
-async fn cleanup(sip: &SIPCluster, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
-    let name = sip.name_any();
-    let result = async {
-        let hosts: Api<BareMetalHost> = match &ctx.base.settings.namespace {
-            Some(n) => Api::namespaced(ctx.base.client.clone(), n),
-            None => Api::all(ctx.base.client.clone()),
-        };
-        let held = hosts
-            .list(&ListParams::default().labels(&format!(
-                "{CLUSTER_NAME_LABEL}={name},{CLUSTER_NAMESPACE_LABEL}={ns}"
-            )))
-            .await?
-            .items;
-        for h in &held {
-            label(ctx, h, release_labels()).await?;
-        }
-        let client = &ctx.base.client;
-        delete_owned(
-            &Api::<Service>::namespaced(client.clone(), ns),
-            OWNER_LABEL,
-            &name,
-            None,
-        )
-        .await?;
-        delete_owned(
-            &Api::<Deployment>::namespaced(client.clone(), ns),
-            OWNER_LABEL,
-            &name,
-            None,
-        )
-        .await?;
-        delete_owned(
-            &Api::<ConfigMap>::namespaced(client.clone(), ns),
-            OWNER_LABEL,
-            &name,
-            None,
-        )
-        .await?;
-        delete_owned(
-            &Api::<Secret>::namespaced(client.clone(), ns),
-            OWNER_LABEL,
-            &name,
-            None,
-        )
-        .await?;
-        Ok::<usize, Error>(held.len())
-    }
-    .await;
-    match result {
-        Ok(released) => {
-            publish(
-                &ctx.base.recorder,
-                sip,
-                EventType::Normal,
-                "Decommissioned",
-                &format!("released {released} hosts and removed the services"),
-            )
-            .await;
-            Ok(Action::await_change())
-        }
-        Err(e) => {
-            let mut status = sip.status.clone().unwrap_or_default();
-            set_condition(
-                &mut status.conditions,
-                "Ready",
-                false,
-                "UnableToDecommission",
-                &e.to_string(),
-                sip.metadata.generation,
-            );
-            let _ = apply_status(
-                &Api::<SIPCluster>::namespaced(ctx.base.client.clone(), ns),
-                &name,
-                &status,
-            )
-            .await;
-            Err(e)
-        }
-    }
 }

@@ -5,6 +5,8 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
+use crate::controllers::common::document::json_or_yaml;
+
 /// A host as the services see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
@@ -15,11 +17,8 @@ pub struct Node {
 /// Parses a networkData document (OpenStack network_data, JSON or YAML) far enough to know it has a
 /// `networks` list.
 pub fn parse_network_data(text: &str) -> Result<serde_json::Value, String> {
-    let doc: serde_json::Value = match serde_json::from_str(text) {
-        Ok(v) => v,
-        Err(_) => serde_saphyr::from_str(text)
-            .map_err(|e| format!("networkData is neither JSON nor YAML: {e}"))?,
-    };
+    let doc: serde_json::Value =
+        json_or_yaml(text).map_err(|e| format!("networkData is neither JSON nor YAML: {e}"))?;
     if !doc.get("networks").is_some_and(|n| n.is_array()) {
         return Err("networkData has no networks list".into());
     }

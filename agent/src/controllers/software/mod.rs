@@ -23,21 +23,18 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::json;
 
-use super::bpa::{cluster_name, FINALIZER};
-use super::common::report::{report, Headline};
-use std::future::Future;
-
 use self::plan::{Files, Uploaded};
+use super::bpa::{cluster_name, FINALIZER};
 use super::common::child_name;
+use super::common::report::{report, Headline};
 use super::common::{
     delete_owned, job_outcome, owned_meta, publish, server_side_apply, set_conditions, Base, Error,
     JobOutcome,
 };
-use super::common::{run as run_controller, Reconciler};
+use super::common::{every, run as run_controller, scoped_api, Reconciler};
 use super::Settings;
 use crate::crd::bpa::{Provisioning, Software, SoftwareStatus};
 use crate::images::{Images, Kind};
@@ -61,25 +58,10 @@ pub async fn run(
     metrics: Arc<Metrics>,
     store: Arc<Store>,
 ) {
-    let (softwares, provs, jobs, maps): (
-        Api<Software>,
-        Api<Provisioning>,
-        Api<Job>,
-        Api<ConfigMap>,
-    ) = match &settings.namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-            Api::all(client.clone()),
-        ),
-    };
+    let softwares: Api<Software> = scoped_api(&client, &settings.namespace);
+    let provs: Api<Provisioning> = scoped_api(&client, &settings.namespace);
+    let jobs: Api<Job> = scoped_api(&client, &settings.namespace);
+    let maps: Api<ConfigMap> = scoped_api(&client, &settings.namespace);
     let ctx = Arc::new(Ctx {
         base: Base::new("software", client.clone(), settings.clone(), metrics),
         store,
@@ -97,12 +79,9 @@ pub async fn run(
         // A cluster that becomes ready (or is reinstalled) triggers its Softwares.
         .watches(provs, watcher::Config::default(), move |p: Provisioning| {
             let (ns, cluster) = (p.namespace(), cluster_name(&p));
-            store
-                .state()
-                .into_iter()
-                .filter(|s| s.namespace() == ns && s.labels().get("cluster") == Some(&cluster))
-                .map(|s| ObjectRef::from_obj(s.as_ref()))
-                .collect::<Vec<_>>()
+            every(&store, |s| {
+                s.namespace() == ns && s.labels().get("cluster") == Some(&cluster)
+            })
         })
         // Uploads are not Kubernetes events: a finished or deleted record re-plans every Software.
         .reconcile_all_on(uploads);
@@ -117,20 +96,175 @@ impl Reconciler for Ctx {
         &self.base
     }
 
-    fn apply(
-        &self,
-        obj: &Software,
-        ns: &str,
-    ) -> impl Future<Output = Result<Action, Error>> + Send {
-        apply(obj, ns, self)
+    async fn apply(&self, sw: &Software, ns: &str) -> Result<Action, Error> {
+        let ctx = self;
+        let client = &ctx.base.client;
+        let name = sw.name_any();
+        let generation = sw.metadata.generation.unwrap_or(0);
+        let provs = Api::<Provisioning>::namespaced(client.clone(), ns)
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let old = sw.status.clone().unwrap_or_default();
+        let mut status = SoftwareStatus {
+            conditions: old.conditions.clone(),
+            observed_generation: Some(generation),
+            ..SoftwareStatus::default()
+        };
+        let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
+        let mut action = Action::requeue(Duration::from_secs(300));
+
+        match ready_cluster(sw, &provs) {
+            Err((phase, reason, message)) => {
+                status.phase = Some(phase.into());
+                let failed = phase == "Failed";
+                set_conditions(
+                    &mut status.conditions,
+                    generation,
+                    &[
+                        ("ClusterReady", false, reason, &message),
+                        ("Installing", false, reason, "waiting for the cluster"),
+                        ("Installed", false, reason, &message),
+                        ("Failed", failed, reason, if failed { &message } else { "" }),
+                    ],
+                );
+            }
+            Ok((prov, owner)) => {
+                status.provisioning = Some(prov.name_any());
+                let cluster = cluster_name(prov);
+                set_conditions(
+                    &mut status.conditions,
+                    generation,
+                    &[(
+                        "ClusterReady",
+                        true,
+                        "ProvisioningReady",
+                        &format!("Provisioning {} is Ready", prov.name_any()),
+                    )],
+                );
+                let uploaded: Vec<Uploaded> = Images::new(&ctx.store, u64::MAX)
+                    .list(&owner, &cluster, Some(Kind::Binary))
+                    .await
+                    .map_err(|e| Error::Store(e.to_string()))?
+                    .into_iter()
+                    .map(|r| Uploaded {
+                        name: r.image_name,
+                        complete: r.upload_complete,
+                        sha256: r.sha256.filter(|_| r.upload_complete),
+                    })
+                    .collect();
+                let files = Files {
+                    base_url: ctx.base.settings.advertise_url.as_deref(),
+                    owner: &owner,
+                    cluster: &cluster,
+                };
+                let plan = plan::plan(&sw.spec, &uploaded, &files);
+                status.packages = plan.packages.clone();
+                if !plan.spec_errors.is_empty() {
+                    let message = plan.spec_errors.join("; ");
+                    status.phase = Some("Failed".into());
+                    set_conditions(
+                        &mut status.conditions,
+                        generation,
+                        &[
+                            ("PackagesAvailable", false, "InvalidSpec", &message),
+                            ("Installing", false, "InvalidSpec", ""),
+                            ("Installed", false, "InvalidSpec", &message),
+                            ("Failed", true, "InvalidSpec", &message),
+                        ],
+                    );
+                } else if let Some(manifest) = plan.manifest.as_deref() {
+                    set_conditions(
+                        &mut status.conditions,
+                        generation,
+                        &[(
+                            "PackagesAvailable",
+                            true,
+                            "Uploaded",
+                            "every package is in the agent's store",
+                        )],
+                    );
+                    let prov_generation = prov.metadata.generation.unwrap_or(0);
+                    let job_name =
+                        child_name(&name, &format!("install-g{generation}-p{prov_generation}"));
+                    status.job_name = Some(job_name.clone());
+                    action = run_job(sw, prov, ns, ctx, &job_name, manifest, &mut status).await?;
+                } else {
+                    let message = plan.missing.join("; ");
+                    status.phase = Some("Pending".into());
+                    set_conditions(
+                        &mut status.conditions,
+                        generation,
+                        &[
+                            ("PackagesAvailable", false, "PackagesMissing", &message),
+                            (
+                                "Installing",
+                                false,
+                                "PackagesMissing",
+                                "waiting for uploads",
+                            ),
+                            ("Installed", false, "PackagesMissing", &message),
+                            ("Failed", false, "PackagesMissing", ""),
+                        ],
+                    );
+                    action = Action::requeue(UPLOAD_POLL);
+                }
+            }
+        }
+        if status.job_name.is_none() {
+            // No Job runs for a cluster that is not ready, missing packages or an invalid spec.
+            delete_owned(&jobs, OWNER_LABEL, &name, None).await?;
+        }
+        let phase = status.phase.clone().unwrap_or_default();
+        let note = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Installed")
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        report(
+            &ctx.base,
+            sw,
+            ns,
+            Headline {
+                before: old.phase.as_deref(),
+                now: &phase,
+                warning: phase == "Failed",
+                note: &note,
+            },
+            &status,
+        )
+        .await?;
+        Ok(action)
     }
 
-    fn cleanup(
-        &self,
-        obj: &Software,
-        ns: &str,
-    ) -> impl Future<Output = Result<Action, Error>> + Send {
-        cleanup(obj, ns, self)
+    /// Deletes the Jobs and manifests of `sw` (it does not rely on a garbage collector).
+    async fn cleanup(&self, sw: &Software, ns: &str) -> Result<Action, Error> {
+        let ctx = self;
+        let name = sw.name_any();
+        delete_owned(
+            &Api::<Job>::namespaced(ctx.base.client.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        delete_owned(
+            &Api::<ConfigMap>::namespaced(ctx.base.client.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        publish(
+            &ctx.base.recorder,
+            sw,
+            EventType::Normal,
+            "Deleted",
+            "removed the package installer Jobs and manifests",
+        )
+        .await;
+        Ok(Action::await_change())
     }
 }
 
@@ -189,147 +323,6 @@ fn ready_cluster<'a>(
         ));
     };
     Ok((prov, owner.clone()))
-}
-
-async fn apply(sw: &Software, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
-    let client = &ctx.base.client;
-    let name = sw.name_any();
-    let generation = sw.metadata.generation.unwrap_or(0);
-    let provs = Api::<Provisioning>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await?
-        .items;
-    let old = sw.status.clone().unwrap_or_default();
-    let mut status = SoftwareStatus {
-        conditions: old.conditions.clone(),
-        observed_generation: Some(generation),
-        ..SoftwareStatus::default()
-    };
-    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
-    let mut action = Action::requeue(Duration::from_secs(300));
-
-    match ready_cluster(sw, &provs) {
-        Err((phase, reason, message)) => {
-            status.phase = Some(phase.into());
-            let failed = phase == "Failed";
-            set_conditions(
-                &mut status.conditions,
-                generation,
-                &[
-                    ("ClusterReady", false, reason, &message),
-                    ("Installing", false, reason, "waiting for the cluster"),
-                    ("Installed", false, reason, &message),
-                    ("Failed", failed, reason, if failed { &message } else { "" }),
-                ],
-            );
-        }
-        Ok((prov, owner)) => {
-            status.provisioning = Some(prov.name_any());
-            let cluster = cluster_name(prov);
-            set_conditions(
-                &mut status.conditions,
-                generation,
-                &[(
-                    "ClusterReady",
-                    true,
-                    "ProvisioningReady",
-                    &format!("Provisioning {} is Ready", prov.name_any()),
-                )],
-            );
-            let uploaded: Vec<Uploaded> = Images::new(&ctx.store, u64::MAX)
-                .list(&owner, &cluster, Some(Kind::Binary))
-                .await
-                .map_err(|e| Error::Store(e.to_string()))?
-                .into_iter()
-                .map(|r| Uploaded {
-                    name: r.image_name,
-                    complete: r.upload_complete,
-                    sha256: r.sha256.filter(|_| r.upload_complete),
-                })
-                .collect();
-            let files = Files {
-                base_url: ctx.base.settings.advertise_url.as_deref(),
-                owner: &owner,
-                cluster: &cluster,
-            };
-            let plan = plan::plan(&sw.spec, &uploaded, &files);
-            status.packages = plan.packages.clone();
-            if !plan.spec_errors.is_empty() {
-                let message = plan.spec_errors.join("; ");
-                status.phase = Some("Failed".into());
-                set_conditions(
-                    &mut status.conditions,
-                    generation,
-                    &[
-                        ("PackagesAvailable", false, "InvalidSpec", &message),
-                        ("Installing", false, "InvalidSpec", ""),
-                        ("Installed", false, "InvalidSpec", &message),
-                        ("Failed", true, "InvalidSpec", &message),
-                    ],
-                );
-            } else if let Some(manifest) = plan.manifest.as_deref() {
-                set_conditions(
-                    &mut status.conditions,
-                    generation,
-                    &[(
-                        "PackagesAvailable",
-                        true,
-                        "Uploaded",
-                        "every package is in the agent's store",
-                    )],
-                );
-                let prov_generation = prov.metadata.generation.unwrap_or(0);
-                let job_name =
-                    child_name(&name, &format!("install-g{generation}-p{prov_generation}"));
-                status.job_name = Some(job_name.clone());
-                action = run_job(sw, prov, ns, ctx, &job_name, manifest, &mut status).await?;
-            } else {
-                let message = plan.missing.join("; ");
-                status.phase = Some("Pending".into());
-                set_conditions(
-                    &mut status.conditions,
-                    generation,
-                    &[
-                        ("PackagesAvailable", false, "PackagesMissing", &message),
-                        (
-                            "Installing",
-                            false,
-                            "PackagesMissing",
-                            "waiting for uploads",
-                        ),
-                        ("Installed", false, "PackagesMissing", &message),
-                        ("Failed", false, "PackagesMissing", ""),
-                    ],
-                );
-                action = Action::requeue(UPLOAD_POLL);
-            }
-        }
-    }
-    if status.job_name.is_none() {
-        // No Job runs for a cluster that is not ready, missing packages or an invalid spec.
-        delete_owned(&jobs, OWNER_LABEL, &name, None).await?;
-    }
-    let phase = status.phase.clone().unwrap_or_default();
-    let note = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Installed")
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
-    report(
-        &ctx.base,
-        sw,
-        ns,
-        Headline {
-            before: old.phase.as_deref(),
-            now: &phase,
-            warning: phase == "Failed",
-            note: &note,
-        },
-        &status,
-    )
-    .await?;
-    Ok(action)
 }
 
 /// Creates this generation's manifest and Job if needed, drops older Jobs, and reads the Job's outcome into
@@ -483,32 +476,4 @@ fn software_job(
         },
     }))
     .expect("the Job is well-formed")
-}
-
-/// Deletes the Jobs and manifests of `sw` (it does not rely on a garbage collector).
-async fn cleanup(sw: &Software, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
-    let name = sw.name_any();
-    delete_owned(
-        &Api::<Job>::namespaced(ctx.base.client.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    delete_owned(
-        &Api::<ConfigMap>::namespaced(ctx.base.client.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    publish(
-        &ctx.base.recorder,
-        sw,
-        EventType::Normal,
-        "Deleted",
-        "removed the package installer Jobs and manifests",
-    )
-    .await;
-    Ok(Action::await_change())
 }

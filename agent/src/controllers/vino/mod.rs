@@ -35,21 +35,19 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use serde_json::json;
 
-use super::common::report::{report, Headline};
-use super::common::secrets;
-use std::future::Future;
-
 use self::ipam::{Ranges, Wanted};
 use super::common::child_name;
+use super::common::document::json_or_yaml;
+use super::common::report::{report, Headline};
+use super::common::secrets;
 use super::common::{
     apply_account, delete_ignoring_missing, delete_owned, owned_meta, publish, scoped_api,
     server_side_apply, set_conditions, Base, Error,
 };
-use super::common::{run as run_controller, Reconciler};
+use super::common::{every, run as run_controller, Reconciler};
 use super::Settings;
 use crate::crd::metal3::BareMetalHost;
 use crate::crd::vino::{
@@ -88,13 +86,7 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
         .watches(
             Api::<Node>::all(client.clone()),
             watcher::Config::default(),
-            move |_: Node| {
-                store
-                    .state()
-                    .into_iter()
-                    .map(|v| ObjectRef::from_obj(v.as_ref()))
-                    .collect::<Vec<_>>()
-            },
+            move |_: Node| every(&store, |_| true),
         );
     run_controller(controller, ctx).await;
 }
@@ -107,12 +99,132 @@ impl Reconciler for Ctx {
         &self.base
     }
 
-    fn apply(&self, obj: &Vino, ns: &str) -> impl Future<Output = Result<Action, Error>> + Send {
-        apply(obj, ns, self)
+    async fn apply(&self, vino: &Vino, ns: &str) -> Result<Action, Error> {
+        let ctx = self;
+        let generation = vino.metadata.generation.unwrap_or(0);
+        let old = vino.status.clone().unwrap_or_default();
+        let mut status = VinoStatus {
+            conditions: old.conditions.clone(),
+            observed_generation: Some(generation),
+            ..VinoStatus::default()
+        };
+        let result = realise(vino, ns, ctx, &mut status).await;
+        let (ready, reason, message) = match &result {
+            Ok(Ok(ready_ds)) => {
+                if *ready_ds {
+                    (
+                        true,
+                        "Ready",
+                        "the DaemonSet is ready and every VM is published".to_owned(),
+                    )
+                } else {
+                    (
+                        false,
+                        "DaemonSetNotReady",
+                        "waiting for the DaemonSet".to_owned(),
+                    )
+                }
+            }
+            Ok(Err(Invalid(m))) => (false, "InvalidSpec", m.clone()),
+            Err(e) => (false, "ReconcileError", e.to_string()),
+        };
+        set_conditions(
+            &mut status.conditions,
+            generation,
+            &[("Ready", ready, reason, &message)],
+        );
+        let old_reason = old
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.reason.as_str());
+        report(
+            &ctx.base,
+            vino,
+            ns,
+            Headline {
+                before: old_reason,
+                now: reason,
+                warning: !(ready || reason == "DaemonSetNotReady"),
+                note: &message,
+            },
+            &status,
+        )
+        .await?;
+        // A spec that cannot be realised waits for a change (or the periodic requeue); API errors back off.
+        result.map(|_| Action::requeue(Duration::from_secs(300)))
     }
 
-    fn cleanup(&self, obj: &Vino, ns: &str) -> impl Future<Output = Result<Action, Error>> + Send {
-        cleanup(obj, ns, self)
+    /// Removes every object of the Vino (it does not rely on a garbage collector), its address pools included.
+    async fn cleanup(&self, vino: &Vino, ns: &str) -> Result<Action, Error> {
+        let ctx = self;
+        let name = vino.name_any();
+        let c = &ctx.base.client;
+        delete_owned(
+            &Api::<BareMetalHost>::namespaced(c.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        delete_owned(
+            &Api::<DaemonSet>::namespaced(c.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        delete_owned(
+            &Api::<ConfigMap>::namespaced(c.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        delete_owned(
+            &Api::<Secret>::namespaced(c.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        delete_owned(
+            &Api::<RoleBinding>::namespaced(c.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        delete_owned(
+            &Api::<Role>::namespaced(c.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        delete_owned(
+            &Api::<ServiceAccount>::namespaced(c.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        delete_owned(
+            &Api::<IPPool>::namespaced(c.clone(), ns),
+            OWNER_LABEL,
+            &name,
+            None,
+        )
+        .await?;
+        publish(
+            &ctx.base.recorder,
+            vino,
+            EventType::Normal,
+            "Deleted",
+            "removed the VMs' BareMetalHosts, Secrets, plans, DaemonSet and address pools",
+        )
+        .await;
+        Ok(Action::await_change())
     }
 }
 
@@ -199,14 +311,9 @@ pub fn resolve_flavor(
         let text = flavors.get(name).ok_or_else(|| {
             format!("node set {set}: flavor {name} is not in the flavors ConfigMap")
         })?;
-        base = match serde_json::from_str(text) {
-            Ok(f) => f,
-            Err(_) => serde_saphyr::from_str(text).map_err(|e| {
-                format!(
-                    "node set {set}: flavor {name} is not {{vcpus, memoryMiB, rootDiskGb}}: {e}"
-                )
-            })?,
-        };
+        base = json_or_yaml(text).map_err(|e| {
+            format!("node set {set}: flavor {name} is not {{vcpus, memoryMiB, rootDiskGb}}: {e}")
+        })?;
     }
     let vcpus = given.vcpus.or(base.vcpus);
     let memory = given.memory_mib.or(base.memory_mib);
@@ -278,61 +385,6 @@ fn prefix_len(subnet: &str) -> Option<u32> {
 
 /// Why the Vino cannot be realised as specified.
 struct Invalid(String);
-
-async fn apply(vino: &Vino, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
-    let generation = vino.metadata.generation.unwrap_or(0);
-    let old = vino.status.clone().unwrap_or_default();
-    let mut status = VinoStatus {
-        conditions: old.conditions.clone(),
-        observed_generation: Some(generation),
-        ..VinoStatus::default()
-    };
-    let result = realise(vino, ns, ctx, &mut status).await;
-    let (ready, reason, message) = match &result {
-        Ok(Ok(ready_ds)) => {
-            if *ready_ds {
-                (
-                    true,
-                    "Ready",
-                    "the DaemonSet is ready and every VM is published".to_owned(),
-                )
-            } else {
-                (
-                    false,
-                    "DaemonSetNotReady",
-                    "waiting for the DaemonSet".to_owned(),
-                )
-            }
-        }
-        Ok(Err(Invalid(m))) => (false, "InvalidSpec", m.clone()),
-        Err(e) => (false, "ReconcileError", e.to_string()),
-    };
-    set_conditions(
-        &mut status.conditions,
-        generation,
-        &[("Ready", ready, reason, &message)],
-    );
-    let old_reason = old
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.reason.as_str());
-    report(
-        &ctx.base,
-        vino,
-        ns,
-        Headline {
-            before: old_reason,
-            now: reason,
-            warning: !(ready || reason == "DaemonSetNotReady"),
-            note: &message,
-        },
-        &status,
-    )
-    .await?;
-    // A spec that cannot be realised waits for a change (or the periodic requeue); API errors back off.
-    result.map(|_| Action::requeue(Duration::from_secs(300)))
-}
 
 /// Applies everything; `Ok(Ok(daemonset_ready))`, or `Ok(Err(_))` for a spec that cannot be realised.
 async fn realise(
@@ -860,77 +912,6 @@ async fn realise(
     // Other DaemonSets of this Vino (a renamed one) go.
     delete_owned(&daemonsets, OWNER_LABEL, &name, Some(&ds_name)).await?;
     Ok(Ok(ready))
-}
-
-/// Removes every object of the Vino (it does not rely on a garbage collector), its address pools included.
-async fn cleanup(vino: &Vino, ns: &str, ctx: &Ctx) -> Result<Action, Error> {
-    let name = vino.name_any();
-    let c = &ctx.base.client;
-    delete_owned(
-        &Api::<BareMetalHost>::namespaced(c.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    delete_owned(
-        &Api::<DaemonSet>::namespaced(c.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    delete_owned(
-        &Api::<ConfigMap>::namespaced(c.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    delete_owned(
-        &Api::<Secret>::namespaced(c.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    delete_owned(
-        &Api::<RoleBinding>::namespaced(c.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    delete_owned(
-        &Api::<Role>::namespaced(c.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    delete_owned(
-        &Api::<ServiceAccount>::namespaced(c.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    delete_owned(
-        &Api::<IPPool>::namespaced(c.clone(), ns),
-        OWNER_LABEL,
-        &name,
-        None,
-    )
-    .await?;
-    publish(
-        &ctx.base.recorder,
-        vino,
-        EventType::Normal,
-        "Deleted",
-        "removed the VMs' BareMetalHosts, Secrets, plans, DaemonSet and address pools",
-    )
-    .await;
-    Ok(Action::await_change())
 }
 
 #[cfg(test)]
