@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-test-tools.sh >/dev/null
-RUNS=${RUNS:-5} cargo test --release -q -p foothold-agent --test sip -- --ignored --nocapture bench_sip 2>&1 \
+RUNS=${RUNS:-5} cargo test --release -q -p foothold-agent --test kube -- --ignored --nocapture bench_sip 2>&1 \
   | grep -v '^running\|^test \|^$\|^\.$\|test result'

@@ -1,4 +1,4 @@
-//! Helpers shared by the end-to-end tests (`image.rs`, `images.rs`).
+//! Helpers shared by the end-to-end tests (`lab_media.rs`, `container_images.rs`, `appliance.rs`).
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;

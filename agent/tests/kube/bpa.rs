@@ -2,7 +2,7 @@
 //! are genuine Metal3 BareMetalHosts, and the test plays kubelet and installer (it patches Job status and
 //! writes the kubeconfig Secret).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 
@@ -14,8 +14,8 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
-use support::kube::{controller_agent, env, until, WAIT};
-use support::Agent;
+use crate::support::kube::{controller_agent, env, until, WAIT};
+use crate::support::Agent;
 
 use foothold_agent::crd::bpa::{Provisioning, Software};
 use foothold_agent::crd::metal3::BareMetalHost;

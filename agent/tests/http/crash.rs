@@ -1,13 +1,13 @@
 //! Crash safety: SIGKILL the agent at random moments during 20 pushes of a multi-layer image. After every
 //! kill the store must pass fsck; at the end re-pushing completes and pulls back identical digests.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
-use support::{assert_fsck_clean, layout, run, tool, wait_for, Agent};
+use crate::support::{assert_fsck_clean, layout, run, tool, wait_for, Agent};
 
 const TOKEN: &str = "crash-token";
 

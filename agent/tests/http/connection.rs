@@ -1,13 +1,12 @@
 //! A refused request must not cost the client its keep-alive connection: clients reuse pooled connections, and
 //! a server that closes one after answering 401 makes the next request on it fail with EOF.
 
-mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use support::Agent;
+use crate::support::Agent;
 
 fn read_response(r: &mut BufReader<TcpStream>) -> (u16, Vec<u8>) {
     let mut status = String::new();

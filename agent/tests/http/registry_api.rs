@@ -2,14 +2,13 @@
 //! and behaviour real clients rarely reach (resume after restart, deferred blob delete, pagination, ranges,
 //! mirror names). Every bad request must leave nothing stored.
 
-mod support;
 
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
 use axum::Router;
 use serde_json::{json, Value};
 
-use support::inproc::{app, assert_fsck_clean, call, digest, get, stored_blobs};
+use crate::support::inproc::{app, assert_fsck_clean, call, digest, get, stored_blobs};
 
 async fn push_blob(app: &Router, repo: &str, bytes: &[u8]) -> String {
     let d = digest(bytes);

@@ -1,7 +1,7 @@
 //! The SIP reconciler against a real kube-apiserver: the agent binary runs with `--controllers sip`; the
 //! fixtures are genuine Metal3 BareMetalHosts with networkData and BMC credential Secrets.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
-use support::kube::{controller_agent, env, until, WAIT};
-use support::Agent;
+use crate::support::kube::{controller_agent, env, until, WAIT};
+use crate::support::Agent;
 
 use foothold_agent::controllers::sip::render::{haproxy_control_plane, Node};
 use foothold_agent::crd::metal3::BareMetalHost;

@@ -1,7 +1,7 @@
 //! The SIP services' generated configuration, checked by the real programs that will read it: `haproxy -c` for
 //! the load balancers, `ssh -G` for the jump host's ssh_config.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

@@ -1,12 +1,12 @@
 //! The BPA REST API and /files, driven in-process: the upload lifecycle across a restart, key isolation,
 //! verification, and a table of bad requests that must each get their status and leave nothing visible.
 
-mod support;
+use crate::support;
 
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
-use support::inproc::{app, assert_fsck_clean, call, digest, get, stored_blobs};
+use crate::support::inproc::{app, assert_fsck_clean, call, digest, get, stored_blobs};
 
 const BASE: &str = "/v1/baremetalcluster/acme/edge1";
 

@@ -2,7 +2,7 @@
 //! DaemonSet controller (it patches the DaemonSet's status), and the BareMetalHosts are checked against Metal3's
 //! own CRD.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
-use support::kube::{controller_agent, env, until};
-use support::Agent;
+use crate::support::kube::{controller_agent, env, until};
+use crate::support::Agent;
 
 use foothold_agent::crd::metal3::BareMetalHost;
 use foothold_agent::crd::vino::{IPPool, Vino};

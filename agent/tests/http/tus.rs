@@ -3,7 +3,7 @@
 //! byte-identical. In-process: the protocol's headers and every refusal, and that a refused chunk leaves
 //! nothing behind.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 
@@ -12,8 +12,8 @@ use axum::http::{Method, StatusCode};
 use base64::Engine as _;
 use rand::{RngCore, SeedableRng};
 use sha2::{Digest as _, Sha256};
-use support::inproc::{self, call};
-use support::{assert_fsck_clean, run, tool, Agent};
+use crate::support::inproc::{self, call};
+use crate::support::{assert_fsck_clean, run, tool, Agent};
 
 const TOKEN: &str = "tus-token";
 

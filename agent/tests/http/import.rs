@@ -1,11 +1,11 @@
 //! `foothold-agent import` of OCI image layouts: ours (full reference names), skopeo's (bare tags with
 //! --repo), and a layout that lies about a digest (refused, nothing imported).
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 
-use support::{agent_bin, assert_fsck_clean, layout, run, stdout, tool, Agent};
+use crate::support::{agent_bin, assert_fsck_clean, layout, run, stdout, tool, Agent};
 
 fn import(
     data: &std::path::Path,

@@ -2,11 +2,10 @@
 //! module) against the real binary, with pull, push, content discovery and content management enabled and
 //! write authentication on.
 
-mod support;
 
 use std::process::Command;
 
-use support::{assert_fsck_clean, tool, Agent};
+use crate::support::{assert_fsck_clean, tool, Agent};
 
 #[test]
 fn oci_distribution_spec_conformance_suite_passes() {

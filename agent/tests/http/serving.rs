@@ -1,11 +1,11 @@
 //! The served process around the registry: HTTPS with a site certificate, /metrics, and fsck catching
 //! corruption on disk.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 
-use support::{agent_bin, layout, run, stdout, tool, Agent};
+use crate::support::{agent_bin, layout, run, stdout, tool, Agent};
 
 #[test]
 fn serves_https_with_the_given_certificate() {

@@ -1,13 +1,13 @@
 //! The CRDs: the committed YAML is what `foothold-agent crds` prints, and the real apiserver accepts them,
 //! serves their short names, and rejects specs their schemas forbid.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use support::kube::env;
+use crate::support::kube::env;
 
 #[test]
 fn committed_crds_match_the_generated_ones() {

@@ -3,7 +3,7 @@
 //! by skopeo and containerd's ctr with the digests the record reports. In-process: a table of malicious and
 //! broken archives, each refused with 422 and leaving nothing behind — no tag, no manifest, no blob.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 
@@ -11,9 +11,9 @@ use axum::body::Body;
 use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
-use support::containerd::{mirror_hosts, Containerd};
-use support::inproc::{self, call};
-use support::{assert_fsck_clean, layout, remote_manifest_digest, run, stdout, tool, Agent};
+use crate::support::containerd::{mirror_hosts, Containerd};
+use crate::support::inproc::{self, call};
+use crate::support::{assert_fsck_clean, layout, remote_manifest_digest, run, stdout, tool, Agent};
 
 const TOKEN: &str = "archive-token";
 

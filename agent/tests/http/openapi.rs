@@ -2,12 +2,12 @@
 //! every `$ref` resolves, and schemathesis (from PyPI) fuzzes the running agent against it — no 5xx, and
 //! statuses, content types, headers and bodies as the document says.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 
 use serde_json::Value;
-use support::{tool, Agent};
+use crate::support::{tool, Agent};
 
 const TOKEN: &str = "openapi-token";
 

@@ -2,12 +2,12 @@
 //! what fit is kept (the client may resume once space is freed). The data directory lives on a small tmpfs
 //! mounted by the test (CI runs as root).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use support::{assert_fsck_clean, run, tool, Agent};
+use crate::support::{assert_fsck_clean, run, tool, Agent};
 
 struct Tmpfs(PathBuf);
 

@@ -1,13 +1,13 @@
 //! The registry driven by real clients against the real binary on 127.0.0.1: skopeo, podman, containerd's
 //! ctr (through the mirror configuration the agent generates), crane and oras.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::Command;
 
-use support::containerd::{self, Containerd};
-use support::{assert_fsck_clean, layout, run, stdout, tool, Agent};
+use crate::support::containerd::{self, Containerd};
+use crate::support::{assert_fsck_clean, layout, run, stdout, tool, Agent};
 
 const TOKEN: &str = "test-write-token";
 

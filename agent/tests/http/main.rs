@@ -1,0 +1,20 @@
+//! The agent's HTTP side and its store, one test binary: the registry against real clients (skopeo, podman,
+//! crane, oras, containerd) and the OCI conformance suite, the BPA REST API, tus uploads, the file server,
+//! the OpenAPI document (schemathesis), imports, crashes, a full disk and resumed uploads.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod archive;
+mod clients;
+mod conformance;
+mod connection;
+mod crash;
+mod disk_full;
+mod import;
+mod openapi;
+mod registry_api;
+mod rest_api;
+mod serving;
+mod tus;
+mod upload_resume;

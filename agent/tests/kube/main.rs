@@ -1,0 +1,14 @@
+//! The Kubernetes side, one test binary sharing one control plane (etcd and kube-apiserver, started on first
+//! use; each test in a namespace of its own): the BPA, Software, SIP and ViNO reconcilers through the real
+//! agent binary, the CRDs it prints, SIP's rendered HAProxy and ssh configurations checked by the real tools,
+//! and `vino-builder`'s libvirt side.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod bpa;
+mod crds;
+mod sip;
+mod sip_render;
+mod vino;
+mod vino_builder;
