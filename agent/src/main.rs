@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use clap::builder::TypedValueParser as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use foothold_agent::{controllers, fsck, http, import, mirror_config, store, vino_builder};
 
@@ -45,10 +46,11 @@ struct KubeArgs {
     /// account. Until the apiserver answers, the HTTP services serve and /readyz says the controllers wait.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// Controllers to run, comma separated.
+    /// Controllers to run, comma separated: bpa (Provisioning and Software), sip (SIPCluster), vino (Vino).
     #[arg(
         long,
-        value_enum,
+        value_parser = clap::builder::PossibleValuesParser::new(controllers::Kind::ALL.map(|k| k.as_str()))
+            .map(|s| s.parse::<controllers::Kind>().expect("a possible value")),
         value_delimiter = ',',
         default_value = "bpa,sip,vino"
     )]

@@ -5,11 +5,11 @@
 pub mod bpa;
 pub mod common;
 pub mod lease;
+pub mod settings;
 pub mod sip;
 pub mod software;
 pub mod vino;
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,44 +19,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::metrics::Metrics;
 use crate::store::Store;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Kind {
-    Bpa,
-    Sip,
-    Vino,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Bpa => "bpa",
-            Kind::Sip => "sip",
-            Kind::Vino => "vino",
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// A kubeconfig file; None: `KUBECONFIG`, `~/.kube/config`, then the in-cluster service account.
-    pub kubeconfig: Option<PathBuf>,
-    pub controllers: Vec<Kind>,
-    /// Watch one namespace; None: all.
-    pub namespace: Option<String>,
-    /// This agent's name in the Lease.
-    pub identity: String,
-    pub lease_namespace: String,
-    pub lease_duration: Duration,
-    /// The image BPA installer Jobs run.
-    pub installer_image: String,
-    /// Default image of the `vino-builder` container in ViNO DaemonSets (a Vino may name its own).
-    pub vino_builder_image: String,
-    /// The Secret (in the Provisioning's namespace) with the SSH key installers use (`id_rsa`).
-    pub ssh_key_secret: String,
-    /// The agent's URL as nodes reach it (`http://10.0.0.1:5000`): package downloads point there.
-    pub advertise_url: Option<String>,
-}
+pub use settings::{Kind, Settings};
 
 pub const LEASE_NAME: &str = "foothold-agent-controllers";
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use super::AppState;
+use super::router::router;
+use super::state::AppState;
 use crate::auth::Auth;
 use crate::store::Store;
 
@@ -57,7 +58,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
             tracing::error!(error = %e, "resuming interrupted archive imports");
         }
     });
-    let app = super::router(state);
+    let app = router(state);
     let handle = axum_server::Handle::new();
     let shutdown = handle.clone();
     tokio::spawn(async move {

@@ -7,13 +7,13 @@ use crate::support;
 
 use std::process::Command;
 
+use crate::support::containerd::{mirror_hosts, Containerd};
+use crate::support::inproc::{self, call};
+use crate::support::{assert_fsck_clean, layout, remote_manifest_digest, run, stdout, tool, Agent};
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
 use sha2::{Digest as _, Sha256};
-use crate::support::containerd::{mirror_hosts, Containerd};
-use crate::support::inproc::{self, call};
-use crate::support::{assert_fsck_clean, layout, remote_manifest_digest, run, stdout, tool, Agent};
 
 const TOKEN: &str = "archive-token";
 

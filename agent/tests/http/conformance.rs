@@ -2,7 +2,6 @@
 //! module) against the real binary, with pull, push, content discovery and content management enabled and
 //! write authentication on.
 
-
 use std::process::Command;
 
 use crate::support::{assert_fsck_clean, tool, Agent};

@@ -1,7 +1,6 @@
 //! A refused request must not cost the client its keep-alive connection: clients reuse pooled connections, and
 //! a server that closes one after answering 401 makes the next request on it fail with EOF.
 
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;

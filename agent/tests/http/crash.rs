@@ -6,8 +6,8 @@ use crate::support;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rand::{Rng, SeedableRng};
 use crate::support::{assert_fsck_clean, layout, run, tool, wait_for, Agent};
+use rand::{Rng, SeedableRng};
 
 const TOKEN: &str = "crash-token";
 

@@ -6,8 +6,8 @@ use crate::support;
 
 use std::process::Command;
 
-use serde_json::Value;
 use crate::support::{tool, Agent};
+use serde_json::Value;
 
 const TOKEN: &str = "openapi-token";
 

@@ -2,7 +2,6 @@
 //! and behaviour real clients rarely reach (resume after restart, deferred blob delete, pagination, ranges,
 //! mirror names). Every bad request must leave nothing stored.
 
-
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
 use axum::Router;

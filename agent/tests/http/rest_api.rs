@@ -3,10 +3,10 @@
 
 use crate::support;
 
+use crate::support::inproc::{app, assert_fsck_clean, call, digest, get, stored_blobs};
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
 use serde_json::{json, Value};
-use crate::support::inproc::{app, assert_fsck_clean, call, digest, get, stored_blobs};
 
 const BASE: &str = "/v1/baremetalcluster/acme/edge1";
 

@@ -7,13 +7,13 @@ use crate::support;
 
 use std::process::Command;
 
+use crate::support::inproc::{self, call};
+use crate::support::{assert_fsck_clean, run, tool, Agent};
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
 use base64::Engine as _;
 use rand::{RngCore, SeedableRng};
 use sha2::{Digest as _, Sha256};
-use crate::support::inproc::{self, call};
-use crate::support::{assert_fsck_clean, run, tool, Agent};
 
 const TOKEN: &str = "tus-token";
 

@@ -2,13 +2,12 @@
 //! the agent is SIGKILLed mid-chunk several times; after each restart the client resumes from `image_offset`.
 //! The download equals the source, and `sha256sum -c` accepts the `.sha256sum` file the agent serves.
 
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use rand::{RngCore, SeedableRng};
 use crate::support::{assert_fsck_clean, run, tool, wait_for, Agent};
+use rand::{RngCore, SeedableRng};
 
 const TOKEN: &str = "upload-token";
 const SIZE: usize = 256 << 20;

@@ -6,6 +6,8 @@ use crate::support;
 
 use std::path::Path;
 
+use crate::support::kube::{controller_agent, env, until, WAIT};
+use crate::support::Agent;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
@@ -14,8 +16,6 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
-use crate::support::kube::{controller_agent, env, until, WAIT};
-use crate::support::Agent;
 
 use foothold_agent::crd::bpa::{Provisioning, Software};
 use foothold_agent::crd::metal3::BareMetalHost;

@@ -5,9 +5,9 @@ use crate::support;
 
 use std::process::Command;
 
+use crate::support::kube::env;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use crate::support::kube::env;
 
 #[test]
 fn committed_crds_match_the_generated_ones() {

@@ -8,13 +8,13 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support::kube::{controller_agent, env, until, WAIT};
+use crate::support::Agent;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
-use crate::support::kube::{controller_agent, env, until, WAIT};
-use crate::support::Agent;
 
 use foothold_agent::controllers::sip::render::{haproxy_control_plane, Node};
 use foothold_agent::crd::metal3::BareMetalHost;

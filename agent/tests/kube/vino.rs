@@ -7,13 +7,13 @@ use crate::support;
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use crate::support::kube::{controller_agent, env, until};
+use crate::support::Agent;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
-use crate::support::kube::{controller_agent, env, until};
-use crate::support::Agent;
 
 use foothold_agent::crd::metal3::BareMetalHost;
 use foothold_agent::crd::vino::{IPPool, Vino};

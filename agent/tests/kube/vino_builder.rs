@@ -3,7 +3,6 @@
 //! `virsh` session): defined, idempotent, updated, removed, and never touching a domain that is not ours.
 //! The watch-driven process with the reconciler's plans is tested in `vino.rs`.
 
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -10,9 +10,9 @@ use std::process::Command;
 
 use anyhow::{bail, Context as _, Result};
 
+use super::context::{Build, Record};
 use super::layout::{kernel_cmdline, Layout, MIB};
 use super::root::{AGENT_DIR, INITRD, ROOT_EXT4, VMLINUZ};
-use super::{Build, Record};
 use crate::cmd::{tool_version, CommandExt as _};
 use crate::files::{clamp_mtimes, publish, write_file};
 use crate::gpt;

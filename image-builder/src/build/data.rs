@@ -10,8 +10,8 @@ use anyhow::{Context as _, Result};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use super::context::{Build, Record};
 use super::inputs::FileInput;
-use super::{Build, Record};
 use crate::cmd::CommandExt as _;
 use crate::files::clamp_mtimes;
 

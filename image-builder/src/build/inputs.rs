@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context as _, Result};
 
-use super::Settings;
+use super::context::Settings;
 use crate::spec::Loaded;
 
 /// The agent binary to install: `--agent`, else the spec's `components.agent.path`; it must be a file.

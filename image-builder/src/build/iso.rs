@@ -8,9 +8,9 @@ use std::process::Command;
 use anyhow::{Context as _, Result};
 
 use super::boot::{fat_image, grub_image, Fat, GrubImage, GRUB_ISO_MODULES};
+use super::context::Build;
 use super::layout::{derived_uuid, MIB};
 use super::root::{mksquashfs, INITRD, LIVE_SQUASHFS, VMLINUZ};
-use super::Build;
 use crate::cmd::CommandExt as _;
 use crate::files::{clamp_mtimes, copy_tree, publish, write_file};
 

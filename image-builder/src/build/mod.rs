@@ -12,7 +12,6 @@
 //!
 //! This module only orders them and hands each what the ones before it made.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
@@ -26,6 +25,7 @@ use crate::spec::{Compression, Format, Loaded};
 
 mod boot;
 pub mod configure;
+mod context;
 mod data;
 mod inputs;
 mod iso;
@@ -34,42 +34,10 @@ mod outputs;
 mod root;
 mod rootfs;
 
+pub use context::{Build, Record, Settings};
 pub use inputs::{agent_path, spec_overlay};
 pub use layout::derived_uuid;
 pub use rootfs::rootfs;
-
-/// Where things go and come from.
-pub struct Settings {
-    pub out: PathBuf,
-    pub cache: PathBuf,
-    /// Overrides the spec's agent binary.
-    pub agent: Option<PathBuf>,
-    /// Seconds since the epoch for every timestamp in the image.
-    pub source_date_epoch: u64,
-    /// Build only these of the spec's formats (None: all of them).
-    pub formats: Option<Vec<Format>>,
-    /// Never use the network: everything must be in the cache (or the bundle).
-    pub offline: bool,
-    /// How container images are pulled.
-    pub pull: crate::images::PullSettings,
-}
-
-/// What every phase reads: the spec, the settings, the disk's layout and the staging directory.
-pub struct Build<'a> {
-    pub loaded: &'a Loaded,
-    pub settings: &'a Settings,
-    pub progress: &'a Progress,
-    pub layout: layout::Layout,
-    /// Scratch space, removed when the build ends.
-    pub work: PathBuf,
-}
-
-/// What the phases note for the outputs' manifests: the inputs they used and the tools they ran.
-#[derive(Default)]
-pub struct Record {
-    pub inputs: BTreeMap<String, serde_json::Value>,
-    pub tools: BTreeMap<&'static str, String>,
-}
 
 /// Builds every output of the spec into `settings.out`. Returns the paths written.
 pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Result<Vec<PathBuf>> {

@@ -10,7 +10,7 @@ use std::process::Command;
 use anyhow::{Context as _, Result};
 use serde_json::json;
 
-use super::{Build, Record};
+use super::context::{Build, Record};
 use crate::cmd::{tool_version, CommandExt as _};
 use crate::files::publish;
 use crate::progress::Progress;

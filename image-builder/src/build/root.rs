@@ -12,9 +12,9 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::configure;
+use super::context::{Build, Record};
 use super::inputs::{spec_overlay, FileInput};
 use super::layout::Layout;
-use super::{Build, Record};
 use crate::cmd::{tool_version, CommandExt as _};
 use crate::files::{clamp_mtimes, copy_tree, publish, tree_digest};
 use crate::spec::Loaded;
@@ -47,7 +47,7 @@ pub fn partition(
     } = b;
     let spec = &loaded.spec;
     let epoch = settings.source_date_epoch;
-    let (base, base_key) = super::rootfs(loaded, settings, progress)?;
+    let (base, base_key) = super::rootfs::rootfs(loaded, settings, progress)?;
     let key = key(loaded, &base_key, files, layout.root.size(), epoch)?;
     record.inputs.insert(
         "rootfs".into(),

@@ -9,7 +9,7 @@ use std::process::Command;
 use anyhow::{bail, Context as _, Result};
 use sha2::{Digest, Sha256};
 
-use super::Settings;
+use super::context::Settings;
 use crate::cmd::CommandExt as _;
 use crate::progress::Progress;
 use crate::spec::Loaded;

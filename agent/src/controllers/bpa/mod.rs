@@ -32,7 +32,7 @@ use super::common::{
 };
 use super::common::{child_name, set_condition};
 use super::common::{every, run as run_controller, scoped_api, Reconciler};
-use super::Settings;
+use super::settings::Settings;
 use crate::crd::bpa::{Provisioning, ProvisioningStatus, SecretRef};
 use crate::crd::metal3::BareMetalHost;
 use crate::metrics::Metrics;

@@ -8,7 +8,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::Error;
+use super::error::Error;
 
 /// The field manager of every server-side apply by the agent.
 pub const MANAGER: &str = "foothold-agent";

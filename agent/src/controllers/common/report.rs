@@ -7,7 +7,9 @@ use kube::core::object::HasStatus;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::Resource;
 
-use super::{apply_status, Base, Error};
+use super::apply::apply_status;
+use super::base::Base;
+use super::error::Error;
 
 /// Sets condition `type_` in `conditions`, keeping its transition time when its status does not change.
 pub fn set_condition(

@@ -46,7 +46,7 @@ use super::common::{
 };
 use super::common::{child_name, set_condition};
 use super::common::{every, run as run_controller, Reconciler};
-use super::Settings;
+use super::settings::Settings;
 use crate::crd::metal3::BareMetalHost;
 use crate::crd::sip::{
     Auth, JumpHost, Replacement, RoleHosts, SIPCluster, SIPClusterStatus, ServiceCommon,

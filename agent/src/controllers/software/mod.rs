@@ -35,7 +35,7 @@ use super::common::{
     JobOutcome,
 };
 use super::common::{every, run as run_controller, scoped_api, Reconciler};
-use super::Settings;
+use super::settings::Settings;
 use crate::crd::bpa::{Provisioning, Software, SoftwareStatus};
 use crate::images::{Images, Kind};
 use crate::metrics::Metrics;

@@ -48,7 +48,7 @@ use super::common::{
     server_side_apply, set_conditions, Base, Error,
 };
 use super::common::{every, run as run_controller, Reconciler};
-use super::Settings;
+use super::settings::Settings;
 use crate::crd::metal3::BareMetalHost;
 use crate::crd::vino::{
     AllocatedIp, Flavor, IPPool, IPPoolSpec, NodeVms, Vino, VinoStatus, VmInterface, VmNodeSet,

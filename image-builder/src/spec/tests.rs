@@ -1,0 +1,230 @@
+use super::validate::validate_image;
+use super::*;
+
+/// An image entry, pinned, for linux/amd64.
+pub(crate) fn image(reference: &str) -> ImageComponent {
+    ImageComponent {
+        reference: reference.into(),
+        digest: Some(format!("sha256:{}", "a".repeat(64))),
+        source: None,
+        platforms: vec!["linux/amd64".into()],
+    }
+}
+
+#[test]
+fn validation_names_the_field() {
+    let ok = |im: ImageComponent| validate_image(&im, Pins::Required).unwrap();
+    ok(image("quay.io/metal3-io/ironic:v26.0.1"));
+    ok(image("busybox"));
+    assert!(validate_image(&image("mirror:5000/a/b:1"), Pins::Required)
+        .unwrap_err()
+        .contains("port"));
+    let e = |im: ImageComponent| validate_image(&im, Pins::Required).unwrap_err();
+    assert!(e(image("Quay.io/UPPER:x")).starts_with("reference:"));
+    let mut im = image("busybox:1");
+    im.digest = Some("sha256:abc".into());
+    assert!(e(im.clone()).starts_with("digest:"));
+    assert!(validate_image(&im, Pins::Optional)
+        .unwrap_err()
+        .starts_with("digest:"));
+    // Unpinned: an error for a build, fine for `pin`.
+    im.digest = None;
+    assert!(e(im.clone()).contains("foothold-build pin"));
+    validate_image(&im, Pins::Optional).unwrap();
+    let im = image(&format!("busybox@sha256:{}", "b".repeat(64)));
+    assert!(e(im).contains("not the pinned"));
+    let mut im = image("busybox:1");
+    im.source = Some("mirror:5000/library/busybox:1".into());
+    assert!(e(im).starts_with("source:"));
+    let mut im = image("busybox:1");
+    im.platforms = vec!["linux".into()];
+    assert!(e(im.clone()).starts_with("platforms[0]:"));
+    im.platforms = vec![];
+    assert!(e(im).starts_with("platforms:"));
+}
+
+const GOOD: &str = "name: lab\nbase:\n  suite: bookworm\nhostname: foothold\noutputs:\n  formats: [raw]\n  diskSize: 4GiB\n";
+
+#[test]
+fn a_minimal_spec_parses_and_validates() {
+    let s = parse(GOOD).unwrap();
+    s.validate().unwrap();
+    assert_eq!(s.base.mirror, "http://deb.debian.org/debian");
+    assert_eq!(s.disk_size(), 4 << 30);
+    assert_eq!(s.data_size().unwrap(), 1 << 30);
+    assert_eq!(s.outputs.bootloader, Bootloader::Grub);
+    let sd = parse(&format!("{GOOD}  bootloader: systemd-boot\n")).unwrap();
+    assert_eq!(sd.outputs.bootloader, Bootloader::SystemdBoot);
+    assert_eq!(s.outputs.compression, Compression::None);
+    let z = parse(&format!("{GOOD}  compression: zstd\n")).unwrap();
+    assert_eq!(z.outputs.compression, Compression::Zstd);
+}
+
+#[test]
+fn errors_name_the_line_and_field() {
+    let e = parse(&GOOD.replace("hostname", "hostnme")).unwrap_err();
+    assert!(e.contains("hostnme") && e.contains("line 4"), "{e}");
+    let e = parse(&GOOD.replace("[raw]", "[raw, vmdk]")).unwrap_err();
+    assert!(e.contains("vmdk") && e.contains("line 6"), "{e}");
+    let e = parse(&format!("{GOOD}  bootloader: lilo\n")).unwrap_err();
+    assert!(e.contains("lilo") && e.contains("line 8"), "{e}");
+    let e = parse(&format!("{GOOD}  compression: gzip\n")).unwrap_err();
+    assert!(e.contains("gzip") && e.contains("line 8"), "{e}");
+    let bad = |from: &str, to: &str| {
+        parse(&GOOD.replace(from, to))
+            .unwrap()
+            .validate()
+            .unwrap_err()
+    };
+    assert!(bad("4GiB", "4GB").contains("outputs.diskSize"));
+    assert!(bad("4GiB", "1GiB").contains("leaves under 1 GiB"));
+    assert!(bad("name: lab", "name: Lab").starts_with("name:"));
+    let with_file = |f: &str| {
+        let mut s = parse(GOOD).unwrap();
+        s.components.files.push(serde_saphyr::from_str(f).unwrap());
+        s.validate().unwrap_err()
+    };
+    assert!(with_file("url: https://x/k3s\ndest: /usr/local/bin/k3s")
+        .contains("components.files[0].sha256: required"));
+    // Before `pin`, a url may lack its sha256; nothing else is relaxed.
+    let mut s = parse(GOOD).unwrap();
+    s.components
+        .files
+        .push(serde_saphyr::from_str("url: https://x/k3s\ndest: /usr/local/bin/k3s").unwrap());
+    s.validate_with(Pins::Optional).unwrap();
+    s.components.files[0].dest = None;
+    assert!(s
+        .validate_with(Pins::Optional)
+        .unwrap_err()
+        .contains("components.files[0]: give dest"));
+    assert!(with_file("path: k3s\ndest: usr/bin/k3s").contains("components.files[0].dest"));
+    assert!(with_file("path: k3s").contains("components.files[0]: give dest"));
+    assert!(with_file("path: k3s\nserve: {kind: os_images, name: a/b}")
+        .contains("components.files[0].serve.name"));
+    assert!(with_file("path: k3s\ndest: /usr/bin/k3s\nmode: '0999'")
+        .contains("components.files[0].mode"));
+}
+
+const KUBERNETES: &str = "network:\n  provisioning: {interface: ens4, address: 172.22.0.1/24}\ncomponents:\n  kubernetes:\n    version: v1.35.4\n    kubelet: {go: k8s.io/kubernetes/cmd/kubelet@v1.35.4, sha256: HEX}\n    kubeApiserver: {go: k8s.io/kubernetes/cmd/kube-apiserver@v1.35.4, sha256: HEX}\n    kubeControllerManager: {go: k8s.io/kubernetes/cmd/kube-controller-manager@v1.35.4, sha256: HEX}\n    kubeScheduler: {go: k8s.io/kubernetes/cmd/kube-scheduler@v1.35.4, sha256: HEX}\n    kubeProxy: {url: 'https://dl.k8s.io/release/v1.35.4/bin/linux/amd64/kube-proxy', sha256: HEX}\n    kubectl: {go: k8s.io/kubernetes/cmd/kubectl@v1.35.4, sha256: HEX}\n    kubeadm: {go: k8s.io/kubernetes/cmd/kubeadm@v1.35.4, sha256: HEX}\n    pause: {reference: 'registry.k8s.io/pause:3.10.1', binary: {cc: k8s.io/kubernetes/build/pause/linux/pause.c@v1.35.4, sha256: HEX}}\n    coredns: {reference: 'registry.k8s.io/coredns/coredns:v1.13.1', binary: {go: github.com/coredns/coredns@v1.13.1, sha256: HEX}}\n  manifests: [{path: crds.yaml}]\n";
+
+fn kubernetes_spec(edit: impl Fn(String) -> String) -> Result<Spec, String> {
+    let text = format!("{GOOD}{}", KUBERNETES.replace("HEX", &"a".repeat(64)));
+    let s = parse(&edit(text))?;
+    s.validate()?;
+    Ok(s)
+}
+
+#[test]
+fn kubernetes_binaries_and_manifests_become_files_where_the_bring_up_looks() {
+    let s = kubernetes_spec(|t| t).unwrap();
+    let files: Vec<(String, Option<String>)> = s
+        .file_inputs()
+        .into_iter()
+        .map(|(field, f)| (field, f.dest))
+        .collect();
+    assert_eq!(
+        files[0],
+        (
+            "components.kubernetes.kubelet".into(),
+            Some("/usr/local/bin/kubelet".into())
+        )
+    );
+    assert_eq!(
+        files[1],
+        (
+            "components.kubernetes.kubeApiserver".into(),
+            Some("/usr/local/bin/kube-apiserver".into())
+        )
+    );
+    assert_eq!(
+        files[7],
+        (
+            "components.manifests[0]".into(),
+            Some(format!("{KUBE_MANIFESTS_DIR}/00-crds.yaml"))
+        )
+    );
+    let built: Vec<String> = s.image_binaries().into_iter().map(|(f, _)| f).collect();
+    assert_eq!(
+        built,
+        [
+            "components.kubernetes.pause.binary",
+            "components.kubernetes.coredns.binary"
+        ]
+    );
+    assert_eq!(s.sources().len(), 10);
+    let k = s.components.kubernetes.as_ref().unwrap();
+    assert_eq!(
+        (k.pod_subnet.as_str(), k.service_subnet.as_str()),
+        ("10.244.0.0/16", "10.96.0.0/12")
+    );
+}
+
+#[test]
+fn kubernetes_errors_name_the_field() {
+    let bad = |from: &str, to: &str| kubernetes_spec(|t| t.replacen(from, to, 1)).unwrap_err();
+    assert!(bad("version: v1.35.4", "version: 1.35").starts_with("components.kubernetes.version"));
+    assert!(
+        bad("kubelet@v1.35.4", "kubelet@v1.34.0").starts_with("components.kubernetes.kubelet.go")
+    );
+    assert!(bad("kubelet@v1.35.4", "kubelet").starts_with("components.kubernetes.kubelet.go"));
+    assert!(bad("pause.c@", "pause.h@").starts_with("components.kubernetes.pause.binary.cc"));
+    assert!(bad("pause:3.10.1", "pause").starts_with("components.kubernetes.pause.reference"));
+    assert!(
+        bad("kubelet: {go", "kubelet: {url: 'https://x/kubelet', go")
+            .starts_with("components.kubernetes.kubelet: give exactly one")
+    );
+    assert!(bad(
+        "version: v1.35.4\n",
+        "version: v1.35.4\n    nodeAddress: 127.0.0.1\n"
+    )
+    .starts_with("components.kubernetes.nodeAddress"));
+    assert!(bad(
+        "version: v1.35.4\n",
+        "version: v1.35.4\n    podSubnet: 10.244.0.0/28\n"
+    )
+    .starts_with("components.kubernetes.podSubnet"));
+    let e = bad("kubeadm: {", "kubeadmin: {");
+    assert!(e.contains("kubeadmin"), "{e}");
+    // Unpinned, a source build is what `pin` fills in.
+    let text = format!("{GOOD}{}", KUBERNETES.replace(", sha256: HEX", ""));
+    let s = parse(&text).unwrap();
+    assert!(s
+        .validate()
+        .unwrap_err()
+        .contains("`foothold-build pin` builds it"));
+    s.validate_with(Pins::Optional).unwrap();
+    let mut s = parse(GOOD).unwrap();
+    s.components.manifests.push(Input {
+        path: Some("crds.yaml".into()),
+        ..Input::default()
+    });
+    assert!(s
+        .validate()
+        .unwrap_err()
+        .contains("add components.kubernetes"));
+}
+
+#[test]
+fn sizes() {
+    assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
+    assert_eq!(parse_size("1024").unwrap(), 1024);
+    assert!(parse_size("1.5GiB").is_err());
+    assert!(parse_size("99999999999TiB").is_err());
+}
+
+#[test]
+fn the_schema_names_every_top_level_field() {
+    let s = schema();
+    let props = s["properties"].as_object().unwrap();
+    for f in [
+        "name",
+        "base",
+        "hostname",
+        "users",
+        "network",
+        "components",
+        "outputs",
+    ] {
+        assert!(props.contains_key(f), "{f}");
+    }
+}
