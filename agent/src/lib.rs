@@ -19,3 +19,4 @@ pub mod names;
 pub mod store;
 pub mod uploads;
 pub mod vino_builder;
+pub mod vino_plan;

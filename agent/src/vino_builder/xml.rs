@@ -4,99 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use serde::Deserialize;
 use sha2::{Digest, Sha256};
+
+pub use crate::vino_plan::{DiskPlan, InterfacePlan, NetworkPlan, Plan, VmPlan};
 
 /// The XML namespace of the metadata element that marks a domain as ours.
 pub const METADATA_NS: &str = "https://foothold.dev/xmlns/vino/1";
-
-/// A node's plan, as the ViNO reconciler writes it into the ConfigMap `<vino>-node-<node>` (key `plan.json`).
-#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Plan {
-    pub node: String,
-    #[serde(default)]
-    pub cpu_exclude: Option<String>,
-    /// The Secret (in the Vino's namespace) holding each VNC-enabled VM's password under the VM's name.
-    #[serde(default)]
-    pub vnc_password_secret: Option<String>,
-    #[serde(default)]
-    pub networks: Vec<NetworkPlan>,
-    #[serde(default)]
-    pub vms: Vec<VmPlan>,
-}
-
-#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct NetworkPlan {
-    pub network: String,
-    pub bridge: String,
-    /// The node's address on the bridge.
-    #[serde(default)]
-    pub ip: Option<String>,
-    #[serde(default)]
-    pub prefix_length: Option<u32>,
-    #[serde(default)]
-    pub dhcp_start: Option<String>,
-    #[serde(default)]
-    pub dhcp_stop: Option<String>,
-    #[serde(default)]
-    pub physical_interface: Option<String>,
-}
-
-#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct VmPlan {
-    pub name: String,
-    pub bare_metal_host: String,
-    pub vcpus: u32,
-    #[serde(rename = "memoryMiB")]
-    pub memory_mib: u64,
-    pub root_disk_gb: u64,
-    #[serde(default)]
-    pub interfaces: Vec<InterfacePlan>,
-    #[serde(default)]
-    pub disk_drives: Vec<DiskPlan>,
-    #[serde(default, rename = "enableVNC")]
-    pub enable_vnc: bool,
-}
-
-#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
-pub struct InterfacePlan {
-    pub name: String,
-    pub network: String,
-    pub mac: String,
-    #[serde(default)]
-    pub ip: Option<String>,
-    #[serde(default)]
-    pub bridge: Option<String>,
-    /// `bridge`: attach to the host bridge directly; anything else: to the libvirt network.
-    #[serde(default, rename = "type")]
-    pub kind: Option<String>,
-    #[serde(default)]
-    pub mtu: Option<u32>,
-}
-
-#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
-pub struct DiskPlan {
-    pub name: String,
-    /// `file` (default): a volume in the pool, or the file at `path`.
-    #[serde(default, rename = "type")]
-    pub kind: Option<String>,
-    #[serde(default)]
-    pub path: Option<String>,
-    #[serde(default)]
-    pub options: Option<DiskOptionsPlan>,
-}
-
-#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct DiskOptionsPlan {
-    #[serde(default)]
-    pub size_gb: Option<u64>,
-    #[serde(default)]
-    pub sparse: bool,
-}
 
 /// How this node's domains are rendered, beyond the plan.
 #[derive(Clone, Debug)]

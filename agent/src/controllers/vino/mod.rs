@@ -24,6 +24,12 @@
 //! template the networkData is OpenStack network_data JSON with a link and a network per interface.
 
 pub mod ipam;
+pub mod plan;
+
+pub use self::plan::{
+    bmc_address, plan_vms, render_network_data, resolve_flavor, Vm, REDFISH_PORT,
+};
+use self::plan::{bridge_name, disk_plan, node_ip, prefix_len, vnc_password};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -40,7 +46,6 @@ use serde_json::json;
 
 use self::ipam::{Ranges, Wanted};
 use super::common::child_name;
-use super::common::document::json_or_yaml;
 use super::common::report::{report, Headline};
 use super::common::secrets;
 use super::common::{
@@ -51,18 +56,16 @@ use super::common::{every, run as run_controller, Reconciler};
 use super::settings::Settings;
 use crate::crd::metal3::BareMetalHost;
 use crate::crd::vino::{
-    AllocatedIp, Flavor, IPPool, IPPoolSpec, NodeVms, Vino, VinoStatus, VmInterface, VmNodeSet,
-    VmStatus,
+    AllocatedIp, IPPool, IPPoolSpec, NodeVms, Vino, VinoStatus, VmInterface, VmStatus,
 };
 use crate::metrics::Metrics;
+use crate::vino_plan::{InterfacePlan, NetworkPlan, Plan, VmPlan};
 
 pub const FINALIZER: &str = "vino.airshipit.org";
 /// On every object the reconciler creates: the Vino's name.
 pub const OWNER_LABEL: &str = "vino.airshipit.org/vino";
 /// On per-node objects: the node.
 pub const NODE_LABEL: &str = "vino.airshipit.org/node";
-/// The Redfish port of sushy-tools on each node.
-pub const REDFISH_PORT: u16 = 8000;
 
 struct Ctx {
     base: Base,
@@ -226,161 +229,6 @@ impl Reconciler for Ctx {
         .await;
         Ok(Action::await_change())
     }
-}
-
-/// One planned VM.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Vm {
-    pub node: String,
-    pub node_set: String,
-    pub index: i32,
-    /// `<node>-<nodeset>-<i>`: the libvirt domain and Redfish system name.
-    pub name: String,
-    pub bmh: String,
-}
-
-/// The VMs of `sets` on `nodes` (sorted by node, then set order, then index).
-pub fn plan_vms(ns: &str, vino: &str, nodes: &[String], sets: &[VmNodeSet]) -> Vec<Vm> {
-    let mut out = Vec::new();
-    for node in nodes {
-        for set in sets {
-            for index in 0..set.count.max(0) {
-                let name = format!("{node}-{}-{index}", set.name);
-                out.push(Vm {
-                    node: node.clone(),
-                    node_set: set.name.clone(),
-                    index,
-                    bmh: dns_name(&format!("{ns}-{vino}-{name}")),
-                    name,
-                });
-            }
-        }
-    }
-    out
-}
-
-/// A DNS-1123 subdomain: lower case, invalid characters as `-`, at most 253 characters.
-fn dns_name(s: &str) -> String {
-    let mut out: String = s
-        .to_lowercase()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(253)
-        .collect();
-    while out.ends_with(['-', '.']) {
-        out.pop();
-    }
-    out
-}
-
-/// A VNC password: eight random letters and digits (VNC authentication uses at most eight characters).
-fn vnc_password() -> String {
-    use rand::Rng as _;
-    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnpqrstuvwxyz23456789";
-    let mut rng = rand::rng();
-    (0..8)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
-}
-
-/// The Redfish address of `vm` on a node reachable at `ip`.
-pub fn bmc_address(ip: &std::net::IpAddr, vm: &str) -> String {
-    let host = match ip {
-        std::net::IpAddr::V4(a) => a.to_string(),
-        std::net::IpAddr::V6(a) => format!("[{a}]"),
-    };
-    format!("redfish+http://{host}:{REDFISH_PORT}/redfish/v1/Systems/{vm}")
-}
-
-/// A complete flavor: the named one from the ConfigMap (`{vcpus, memoryMiB, rootDiskGb}`, JSON or YAML), with
-/// the fields the node set gives overriding it.
-pub fn resolve_flavor(
-    set: &str,
-    flavor: Option<&Flavor>,
-    flavors: &BTreeMap<String, String>,
-) -> Result<(i32, i64, i64), String> {
-    let given = flavor.cloned().unwrap_or_default();
-    let mut base = Flavor::default();
-    if let Some(name) = &given.name {
-        let text = flavors.get(name).ok_or_else(|| {
-            format!("node set {set}: flavor {name} is not in the flavors ConfigMap")
-        })?;
-        base = json_or_yaml(text).map_err(|e| {
-            format!("node set {set}: flavor {name} is not {{vcpus, memoryMiB, rootDiskGb}}: {e}")
-        })?;
-    }
-    let vcpus = given.vcpus.or(base.vcpus);
-    let memory = given.memory_mib.or(base.memory_mib);
-    let disk = given.root_disk_gb.or(base.root_disk_gb);
-    match (vcpus, memory, disk) {
-        (Some(c), Some(m), Some(d)) if c > 0 && m > 0 && d > 0 => Ok((c, m, d)),
-        _ => Err(format!(
-            "node set {set}: the flavor needs positive vcpus, memoryMiB and rootDiskGb (from flavor or flavorsConfigMap)"
-        )),
-    }
-}
-
-/// The networkData of a VM: `template` rendered with `vars`, or OpenStack network_data JSON.
-pub fn render_network_data(
-    template: Option<&str>,
-    vars: &serde_json::Value,
-) -> Result<String, String> {
-    match template {
-        Some(t) => {
-            let mut env = minijinja::Environment::new();
-            env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
-            env.render_str(t, vars)
-                .map_err(|e| format!("networkData template: {e}"))
-        }
-        None => {
-            let interfaces = vars["interfaces"].as_array().cloned().unwrap_or_default();
-            let links: Vec<serde_json::Value> = interfaces
-                .iter()
-                .map(|i| json!({"id": i["name"], "type": "phy", "ethernet_mac_address": i["mac"], "mtu": i["mtu"]}))
-                .collect();
-            let networks: Vec<serde_json::Value> = interfaces
-                .iter()
-                .map(|i| {
-                    let v6 = i["ip"].as_str().is_some_and(|ip| ip.contains(':'));
-                    json!({"id": i["network"], "link": i["name"], "type": if v6 { "ipv6" } else { "ipv4" },
-                           "ip_address": i["ip"], "prefix": i["prefix_length"], "routes": i["routes"]})
-                })
-                .collect();
-            let dns: BTreeSet<String> = interfaces
-                .iter()
-                .flat_map(|i| i["dns_servers"].as_array().cloned().unwrap_or_default())
-                .filter_map(|d| d.as_str().map(str::to_owned))
-                .collect();
-            let services: Vec<serde_json::Value> = dns
-                .iter()
-                .map(|d| json!({"type": "dns", "address": d}))
-                .collect();
-            Ok(serde_json::to_string_pretty(
-                &json!({"links": links, "networks": networks, "services": services}),
-            )
-            .expect("JSON values serialize"))
-        }
-    }
-}
-
-fn node_ip(node: &Node) -> Option<std::net::IpAddr> {
-    node.status
-        .as_ref()?
-        .addresses
-        .as_ref()?
-        .iter()
-        .find(|a| a.type_ == "InternalIP")
-        .and_then(|a| a.address.parse().ok())
-}
-
-fn prefix_len(subnet: &str) -> Option<u32> {
-    subnet.split_once('/').and_then(|(_, l)| l.parse().ok())
 }
 
 /// Why the Vino cannot be realised as specified.
@@ -594,7 +442,7 @@ async fn realise(
     let bmhs: Api<BareMetalHost> = Api::namespaced(client.clone(), ns);
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let mut node_status: BTreeMap<String, Vec<VmStatus>> = BTreeMap::new();
-    let mut node_plans: BTreeMap<String, Vec<serde_json::Value>> = BTreeMap::new();
+    let mut node_plans: BTreeMap<String, Vec<VmPlan>> = BTreeMap::new();
     let mut templates: BTreeMap<String, Option<String>> = BTreeMap::new();
     for set in &spec.nodes {
         let t = match &set.network_data_template {
@@ -634,19 +482,25 @@ async fn realise(
                 ))));
             };
             let a = &addresses[&net.name][&format!("{}/{}", vm.bmh, net.name)];
-            interfaces.push(json!({
-                "name": iface.name, "network": net.name, "mac": a.mac, "ip": a.ip,
-                "prefix_length": prefix_len(&net.subnet), "type": iface.kind, "mtu": iface.mtu,
-                "dns_servers": net.dns_servers, "routes": net.routes,
-                "bridge": net.bridge_name.clone().unwrap_or_else(|| format!("vino-{}", net.name)),
-            }));
+            interfaces.push(InterfacePlan {
+                name: iface.name.clone(),
+                network: net.name.clone(),
+                mac: a.mac.clone().unwrap_or_default(),
+                ip: Some(a.ip.clone()),
+                prefix_length: prefix_len(&net.subnet),
+                kind: iface.kind.clone(),
+                mtu: iface.mtu.and_then(|m| u32::try_from(m).ok()),
+                dns_servers: net.dns_servers.clone(),
+                routes: net.routes.clone(),
+                bridge: Some(bridge_name(net)),
+            });
         }
         let boot_mac = set
             .boot_interface_name
             .as_ref()
-            .and_then(|b| interfaces.iter().find(|i| i["name"] == b.as_str()))
+            .and_then(|b| interfaces.iter().find(|i| i.name == *b))
             .or(interfaces.first())
-            .and_then(|i| i["mac"].as_str().map(str::to_owned));
+            .map(|i| i.mac.clone());
         let vars =
             json!({"name": vm.bmh, "node": vm.node, "vm": vm.name, "interfaces": interfaces});
         let network_data = match render_network_data(templates[&set.name].as_deref(), &vars) {
@@ -695,11 +549,17 @@ async fn realise(
             },
         })).await?;
         let (vcpus, memory, disk) = sizes[&set.name];
-        node_plans.entry(vm.node.clone()).or_default().push(json!({
-            "name": vm.name, "bareMetalHost": vm.bmh, "vcpus": vcpus, "memoryMiB": memory, "rootDiskGb": disk,
-            "interfaces": interfaces, "diskDrives": set.disk_drives, "libvirtTemplate": set.libvirt_template,
-            "enableVNC": set.enable_vnc,
-        }));
+        node_plans.entry(vm.node.clone()).or_default().push(VmPlan {
+            name: vm.name.clone(),
+            bare_metal_host: vm.bmh.clone(),
+            vcpus: u32::try_from(vcpus).unwrap_or_default(),
+            memory_mib: u64::try_from(memory).unwrap_or_default(),
+            root_disk_gb: u64::try_from(disk).unwrap_or_default(),
+            interfaces: interfaces.clone(),
+            disk_drives: set.disk_drives.iter().map(disk_plan).collect(),
+            libvirt_template: set.libvirt_template.clone(),
+            enable_vnc: set.enable_vnc,
+        });
         node_status
             .entry(vm.node.clone())
             .or_default()
@@ -709,9 +569,9 @@ async fn realise(
                 interfaces: interfaces
                     .iter()
                     .map(|i| VmInterface {
-                        network: i["network"].as_str().unwrap_or_default().to_owned(),
-                        ip: i["ip"].as_str().unwrap_or_default().to_owned(),
-                        mac: i["mac"].as_str().unwrap_or_default().to_owned(),
+                        network: i.network.clone(),
+                        ip: i.ip.clone().unwrap_or_default(),
+                        mac: i.mac.clone(),
                     })
                     .collect(),
             });
@@ -757,21 +617,35 @@ async fn realise(
         Some(vnc_name.clone())
     };
     for node in &node_names {
-        let bridges: Vec<serde_json::Value> = spec
+        let networks: Vec<NetworkPlan> = spec
             .networks
             .iter()
             .map(|net| {
-                let ip = addresses[&net.name].get(&ipam::bridge_key(node)).map(|a| a.ip.clone());
                 let dhcp = blocks[&net.name].get(node).cloned();
-                json!({"network": net.name, "bridge": net.bridge_name.clone().unwrap_or_else(|| format!("vino-{}", net.name)),
-                       "ip": ip, "prefixLength": prefix_len(&net.subnet),
-                       "dhcpStart": dhcp.as_ref().map(|d| d.0.clone()), "dhcpStop": dhcp.map(|d| d.1),
-                       "physicalInterface": net.physical_interface, "libvirtTemplate": net.libvirt_template})
+                NetworkPlan {
+                    network: net.name.clone(),
+                    bridge: bridge_name(net),
+                    ip: addresses[&net.name]
+                        .get(&ipam::bridge_key(node))
+                        .map(|a| a.ip.clone()),
+                    prefix_length: prefix_len(&net.subnet),
+                    dhcp_start: dhcp.as_ref().map(|d| d.0.clone()),
+                    dhcp_stop: dhcp.map(|d| d.1),
+                    physical_interface: net.physical_interface.clone(),
+                    libvirt_template: net.libvirt_template.clone(),
+                }
             })
             .collect();
-        let plan = json!({"node": node, "cpuExclude": spec.configuration.as_ref().and_then(|c| c.cpu_exclude.clone()),
-                          "vncPasswordSecret": vnc_secret,
-                          "networks": bridges, "vms": node_plans.get(node).cloned().unwrap_or_default()});
+        let plan = Plan {
+            node: node.clone(),
+            cpu_exclude: spec
+                .configuration
+                .as_ref()
+                .and_then(|c| c.cpu_exclude.clone()),
+            vnc_password_secret: vnc_secret.clone(),
+            networks,
+            vms: node_plans.get(node).cloned().unwrap_or_default(),
+        };
         let cm = child_name(&name, &format!("node-{node}"));
         let mut meta = owned_meta(vino, OWNER_LABEL, ns, &cm);
         meta["labels"][NODE_LABEL] = json!(node);
@@ -912,112 +786,4 @@ async fn realise(
     // Other DaemonSets of this Vino (a renamed one) go.
     delete_owned(&daemonsets, OWNER_LABEL, &name, Some(&ds_name)).await?;
     Ok(Ok(ready))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn vm_and_bmh_names_follow_the_node_set_order() {
-        let sets: Vec<VmNodeSet> = serde_json::from_value(
-            json!([{"name": "master", "count": 1}, {"name": "Worker_X", "count": 2}]),
-        )
-        .unwrap();
-        let vms = plan_vms("site", "v1", &["n1".into()], &sets);
-        let names: Vec<(&str, &str)> = vms
-            .iter()
-            .map(|v| (v.name.as_str(), v.bmh.as_str()))
-            .collect();
-        assert_eq!(
-            names,
-            [
-                ("n1-master-0", "site-v1-n1-master-0"),
-                ("n1-Worker_X-0", "site-v1-n1-worker-x-0"),
-                ("n1-Worker_X-1", "site-v1-n1-worker-x-1"),
-            ]
-        );
-        assert_eq!(
-            bmc_address(&"fd00::5".parse().unwrap(), "n1-master-0"),
-            "redfish+http://[fd00::5]:8000/redfish/v1/Systems/n1-master-0"
-        );
-    }
-
-    #[test]
-    fn flavors_come_from_the_config_map_with_overrides() {
-        let flavors = BTreeMap::from([
-            (
-                "small".to_owned(),
-                "vcpus: 2\nmemoryMiB: 4096\nrootDiskGb: 20\n".to_owned(),
-            ),
-            ("bad".to_owned(), "[1, 2]".to_owned()),
-        ]);
-        let f = |v: serde_json::Value| -> Flavor { serde_json::from_value(v).unwrap() };
-        assert_eq!(
-            resolve_flavor("w", Some(&f(json!({"name": "small"}))), &flavors).unwrap(),
-            (2, 4096, 20)
-        );
-        assert_eq!(
-            resolve_flavor(
-                "w",
-                Some(&f(json!({"name": "small", "vcpus": 8}))),
-                &flavors
-            )
-            .unwrap(),
-            (8, 4096, 20)
-        );
-        assert_eq!(
-            resolve_flavor(
-                "w",
-                Some(&f(json!({"vcpus": 1, "memoryMiB": 512, "rootDiskGb": 5}))),
-                &flavors
-            )
-            .unwrap(),
-            (1, 512, 5)
-        );
-        assert!(
-            resolve_flavor("w", Some(&f(json!({"name": "huge"}))), &flavors)
-                .unwrap_err()
-                .contains("flavor huge is not in")
-        );
-        assert!(
-            resolve_flavor("w", Some(&f(json!({"name": "bad"}))), &flavors)
-                .unwrap_err()
-                .contains("is not {vcpus")
-        );
-        assert!(resolve_flavor("w", None, &flavors)
-            .unwrap_err()
-            .contains("needs positive vcpus"));
-    }
-
-    #[test]
-    fn network_data_from_a_template_or_the_openstack_default() {
-        let vars = json!({"name": "bmh-0", "node": "n1", "vm": "n1-w-0", "interfaces": [
-            {"name": "enp1s0", "network": "oam", "mac": "52:54:00:00:00:01", "ip": "10.0.0.5", "prefix_length": 24,
-             "type": "bridge", "mtu": 1500, "dns_servers": ["10.0.0.1"], "routes": []}]});
-        let t = "{% for i in interfaces %}{{ i.name }} {{ i.ip }}/{{ i.prefix_length }} {{ i.mac }}\n{% endfor %}host={{ name }}";
-        assert_eq!(
-            render_network_data(Some(t), &vars).unwrap(),
-            "enp1s0 10.0.0.5/24 52:54:00:00:00:01\nhost=bmh-0"
-        );
-        assert!(render_network_data(Some("{{ nope }}"), &vars)
-            .unwrap_err()
-            .starts_with("networkData template:"));
-        let d: serde_json::Value =
-            serde_json::from_str(&render_network_data(None, &vars).unwrap()).unwrap();
-        assert_eq!(d["networks"][0]["ip_address"], "10.0.0.5");
-        assert_eq!(d["networks"][0]["type"], "ipv4");
-        assert_eq!(d["links"][0]["ethernet_mac_address"], "52:54:00:00:00:01");
-        assert_eq!(d["services"][0]["address"], "10.0.0.1");
-        // The SIP reconciler reads it back.
-        assert_eq!(
-            crate::controllers::sip::render::network_data_ip(
-                &render_network_data(None, &vars).unwrap(),
-                Some("oam")
-            )
-            .unwrap()
-            .to_string(),
-            "10.0.0.5"
-        );
-    }
 }

@@ -1,0 +1,296 @@
+//! ViNO's pure planning: which VMs each node runs and their names, flavors, network data from templates, BMC
+//! addresses, and the node plan's pieces. No API calls; tested from values.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Node;
+use serde_json::json;
+
+use crate::controllers::common::document::json_or_yaml;
+use crate::crd::vino::{DiskDrive, Flavor, Network, VmNodeSet};
+use crate::vino_plan::{DiskOptionsPlan, DiskPlan};
+
+/// The Redfish port of sushy-tools on each node.
+pub const REDFISH_PORT: u16 = 8000;
+
+/// One planned VM.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vm {
+    pub node: String,
+    pub node_set: String,
+    pub index: i32,
+    /// `<node>-<nodeset>-<i>`: the libvirt domain and Redfish system name.
+    pub name: String,
+    pub bmh: String,
+}
+
+/// The VMs of `sets` on `nodes` (sorted by node, then set order, then index).
+pub fn plan_vms(ns: &str, vino: &str, nodes: &[String], sets: &[VmNodeSet]) -> Vec<Vm> {
+    let mut out = Vec::new();
+    for node in nodes {
+        for set in sets {
+            for index in 0..set.count.max(0) {
+                let name = format!("{node}-{}-{index}", set.name);
+                out.push(Vm {
+                    node: node.clone(),
+                    node_set: set.name.clone(),
+                    index,
+                    bmh: dns_name(&format!("{ns}-{vino}-{name}")),
+                    name,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A DNS-1123 subdomain: lower case, invalid characters as `-`, at most 253 characters.
+pub(super) fn dns_name(s: &str) -> String {
+    let mut out: String = s
+        .to_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(253)
+        .collect();
+    while out.ends_with(['-', '.']) {
+        out.pop();
+    }
+    out
+}
+
+/// A VNC password: eight random letters and digits (VNC authentication uses at most eight characters).
+pub(super) fn vnc_password() -> String {
+    use rand::Rng as _;
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnpqrstuvwxyz23456789";
+    let mut rng = rand::rng();
+    (0..8)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// The Redfish address of `vm` on a node reachable at `ip`.
+pub fn bmc_address(ip: &std::net::IpAddr, vm: &str) -> String {
+    let host = match ip {
+        std::net::IpAddr::V4(a) => a.to_string(),
+        std::net::IpAddr::V6(a) => format!("[{a}]"),
+    };
+    format!("redfish+http://{host}:{REDFISH_PORT}/redfish/v1/Systems/{vm}")
+}
+
+/// A complete flavor: the named one from the ConfigMap (`{vcpus, memoryMiB, rootDiskGb}`, JSON or YAML), with
+/// the fields the node set gives overriding it.
+pub fn resolve_flavor(
+    set: &str,
+    flavor: Option<&Flavor>,
+    flavors: &BTreeMap<String, String>,
+) -> Result<(i32, i64, i64), String> {
+    let given = flavor.cloned().unwrap_or_default();
+    let mut base = Flavor::default();
+    if let Some(name) = &given.name {
+        let text = flavors.get(name).ok_or_else(|| {
+            format!("node set {set}: flavor {name} is not in the flavors ConfigMap")
+        })?;
+        base = json_or_yaml(text).map_err(|e| {
+            format!("node set {set}: flavor {name} is not {{vcpus, memoryMiB, rootDiskGb}}: {e}")
+        })?;
+    }
+    let vcpus = given.vcpus.or(base.vcpus);
+    let memory = given.memory_mib.or(base.memory_mib);
+    let disk = given.root_disk_gb.or(base.root_disk_gb);
+    match (vcpus, memory, disk) {
+        (Some(c), Some(m), Some(d)) if c > 0 && m > 0 && d > 0 => Ok((c, m, d)),
+        _ => Err(format!(
+            "node set {set}: the flavor needs positive vcpus, memoryMiB and rootDiskGb (from flavor or flavorsConfigMap)"
+        )),
+    }
+}
+
+/// The networkData of a VM: `template` rendered with `vars`, or OpenStack network_data JSON.
+pub fn render_network_data(
+    template: Option<&str>,
+    vars: &serde_json::Value,
+) -> Result<String, String> {
+    match template {
+        Some(t) => {
+            let mut env = minijinja::Environment::new();
+            env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+            env.render_str(t, vars)
+                .map_err(|e| format!("networkData template: {e}"))
+        }
+        None => {
+            let interfaces = vars["interfaces"].as_array().cloned().unwrap_or_default();
+            let links: Vec<serde_json::Value> = interfaces
+                .iter()
+                .map(|i| json!({"id": i["name"], "type": "phy", "ethernet_mac_address": i["mac"], "mtu": i["mtu"]}))
+                .collect();
+            let networks: Vec<serde_json::Value> = interfaces
+                .iter()
+                .map(|i| {
+                    let v6 = i["ip"].as_str().is_some_and(|ip| ip.contains(':'));
+                    json!({"id": i["network"], "link": i["name"], "type": if v6 { "ipv6" } else { "ipv4" },
+                           "ip_address": i["ip"], "prefix": i["prefix_length"], "routes": i["routes"]})
+                })
+                .collect();
+            let dns: BTreeSet<String> = interfaces
+                .iter()
+                .flat_map(|i| i["dns_servers"].as_array().cloned().unwrap_or_default())
+                .filter_map(|d| d.as_str().map(str::to_owned))
+                .collect();
+            let services: Vec<serde_json::Value> = dns
+                .iter()
+                .map(|d| json!({"type": "dns", "address": d}))
+                .collect();
+            Ok(serde_json::to_string_pretty(
+                &json!({"links": links, "networks": networks, "services": services}),
+            )
+            .expect("JSON values serialize"))
+        }
+    }
+}
+
+pub(super) fn node_ip(node: &Node) -> Option<std::net::IpAddr> {
+    node.status
+        .as_ref()?
+        .addresses
+        .as_ref()?
+        .iter()
+        .find(|a| a.type_ == "InternalIP")
+        .and_then(|a| a.address.parse().ok())
+}
+
+/// The host bridge of a Vino network: its `bridgeName`, else `vino-<network>`.
+pub(super) fn bridge_name(net: &Network) -> String {
+    net.bridge_name
+        .clone()
+        .unwrap_or_else(|| format!("vino-{}", net.name))
+}
+
+pub(super) fn disk_plan(d: &DiskDrive) -> DiskPlan {
+    DiskPlan {
+        name: d.name.clone(),
+        kind: d.kind.clone(),
+        path: d.path.clone(),
+        options: d.options.as_ref().map(|o| DiskOptionsPlan {
+            size_gb: o.size_gb.and_then(|g| u64::try_from(g).ok()),
+            sparse: o.sparse,
+        }),
+    }
+}
+
+pub(super) fn prefix_len(subnet: &str) -> Option<u32> {
+    subnet.split_once('/').and_then(|(_, l)| l.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_and_bmh_names_follow_the_node_set_order() {
+        let sets: Vec<VmNodeSet> = serde_json::from_value(
+            json!([{"name": "master", "count": 1}, {"name": "Worker_X", "count": 2}]),
+        )
+        .unwrap();
+        let vms = plan_vms("site", "v1", &["n1".into()], &sets);
+        let names: Vec<(&str, &str)> = vms
+            .iter()
+            .map(|v| (v.name.as_str(), v.bmh.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("n1-master-0", "site-v1-n1-master-0"),
+                ("n1-Worker_X-0", "site-v1-n1-worker-x-0"),
+                ("n1-Worker_X-1", "site-v1-n1-worker-x-1"),
+            ]
+        );
+        assert_eq!(
+            bmc_address(&"fd00::5".parse().unwrap(), "n1-master-0"),
+            "redfish+http://[fd00::5]:8000/redfish/v1/Systems/n1-master-0"
+        );
+    }
+
+    #[test]
+    fn flavors_come_from_the_config_map_with_overrides() {
+        let flavors = BTreeMap::from([
+            (
+                "small".to_owned(),
+                "vcpus: 2\nmemoryMiB: 4096\nrootDiskGb: 20\n".to_owned(),
+            ),
+            ("bad".to_owned(), "[1, 2]".to_owned()),
+        ]);
+        let f = |v: serde_json::Value| -> Flavor { serde_json::from_value(v).unwrap() };
+        assert_eq!(
+            resolve_flavor("w", Some(&f(json!({"name": "small"}))), &flavors).unwrap(),
+            (2, 4096, 20)
+        );
+        assert_eq!(
+            resolve_flavor(
+                "w",
+                Some(&f(json!({"name": "small", "vcpus": 8}))),
+                &flavors
+            )
+            .unwrap(),
+            (8, 4096, 20)
+        );
+        assert_eq!(
+            resolve_flavor(
+                "w",
+                Some(&f(json!({"vcpus": 1, "memoryMiB": 512, "rootDiskGb": 5}))),
+                &flavors
+            )
+            .unwrap(),
+            (1, 512, 5)
+        );
+        assert!(
+            resolve_flavor("w", Some(&f(json!({"name": "huge"}))), &flavors)
+                .unwrap_err()
+                .contains("flavor huge is not in")
+        );
+        assert!(
+            resolve_flavor("w", Some(&f(json!({"name": "bad"}))), &flavors)
+                .unwrap_err()
+                .contains("is not {vcpus")
+        );
+        assert!(resolve_flavor("w", None, &flavors)
+            .unwrap_err()
+            .contains("needs positive vcpus"));
+    }
+
+    #[test]
+    fn network_data_from_a_template_or_the_openstack_default() {
+        let vars = json!({"name": "bmh-0", "node": "n1", "vm": "n1-w-0", "interfaces": [
+            {"name": "enp1s0", "network": "oam", "mac": "52:54:00:00:00:01", "ip": "10.0.0.5", "prefix_length": 24,
+             "type": "bridge", "mtu": 1500, "dns_servers": ["10.0.0.1"], "routes": []}]});
+        let t = "{% for i in interfaces %}{{ i.name }} {{ i.ip }}/{{ i.prefix_length }} {{ i.mac }}\n{% endfor %}host={{ name }}";
+        assert_eq!(
+            render_network_data(Some(t), &vars).unwrap(),
+            "enp1s0 10.0.0.5/24 52:54:00:00:00:01\nhost=bmh-0"
+        );
+        assert!(render_network_data(Some("{{ nope }}"), &vars)
+            .unwrap_err()
+            .starts_with("networkData template:"));
+        let d: serde_json::Value =
+            serde_json::from_str(&render_network_data(None, &vars).unwrap()).unwrap();
+        assert_eq!(d["networks"][0]["ip_address"], "10.0.0.5");
+        assert_eq!(d["networks"][0]["type"], "ipv4");
+        assert_eq!(d["links"][0]["ethernet_mac_address"], "52:54:00:00:00:01");
+        assert_eq!(d["services"][0]["address"], "10.0.0.1");
+        // The SIP reconciler reads it back.
+        assert_eq!(
+            crate::controllers::sip::render::network_data_ip(
+                &render_network_data(None, &vars).unwrap(),
+                Some("oam")
+            )
+            .unwrap()
+            .to_string(),
+            "10.0.0.5"
+        );
+    }
+}
