@@ -12,8 +12,8 @@ const MAX_LINES: usize = 700;
 
 /// Files still over [`MAX_LINES`], with the size they may not pass: the list only shrinks.
 const WAITING_TO_BE_SPLIT: &[(&str, usize)] = &[
-    ("agent/src/images.rs", 703),
-    ("agent/src/store/mod.rs", 711),
+    ("agent/src/images.rs", 662),
+    ("agent/src/store/mod.rs", 709),
     ("agent/src/store/meta.rs", 805),
     ("agent/src/controllers/bpa/plan.rs", 794),
     ("agent/src/controllers/sip/plan.rs", 737),
@@ -278,7 +278,7 @@ fn the_checker_sees_a_cycle_through_super_crate_and_a_child_named_by_itself() {
 fn no_source_file_grows_past_700_lines() {
     let root = repo();
     let mut files = Vec::new();
-    for dir in ["agent", "image-builder", "tests"] {
+    for dir in ["agent", "image-builder", "names", "tests"] {
         rust_files(&root.join(dir), &mut files);
     }
     let waiting: BTreeMap<&str, usize> = WAITING_TO_BE_SPLIT.iter().copied().collect();

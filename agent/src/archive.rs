@@ -18,7 +18,7 @@ use serde::Deserialize;
 use crate::digest::Digest;
 use crate::import::{self, BlobSource, Imported, Index};
 use crate::names;
-use crate::store::{Store, StoreError};
+use crate::store::{BlobFiles, Store, StoreError};
 
 /// More entries than any image archive has; a bound on the work a hostile archive can cause.
 const MAX_ENTRIES: usize = 100_000;
@@ -71,8 +71,7 @@ pub fn import_archive(store: &Store, path: &Path) -> Result<Vec<Imported>, Archi
     // What this import wrote and nothing references (the archive's own metadata files; everything, after a
     // failure) goes again.
     for digest in created {
-        let files = store.files();
-        let removed = store.meta_blocking(|m| -> Result<(), StoreError> {
+        let removed = store.with_meta_blocking(|m, files| -> Result<(), StoreError> {
             if m.blob_unreferenced(&digest)? {
                 files.remove(&digest)?;
             }
@@ -189,12 +188,13 @@ fn scan(store: &Store, path: &Path, created: &mut Vec<Digest>) -> Result<Scan, A
                     return Err(bad("names no file".into()));
                 }
                 let declared = entry.size();
-                let (digest, size, new) = store.files().put_hashing(&mut entry).map_err(|e| {
-                    match StoreError::from(e) {
-                        StoreError::Io(e) => bad(format!("cannot be read: {e}")),
-                        other => ArchiveError::Store(other),
-                    }
-                })?;
+                let (digest, size, new) =
+                    store
+                        .stage_blob(&mut entry)
+                        .map_err(|e| match StoreError::from(e) {
+                            StoreError::Io(e) => bad(format!("cannot be read: {e}")),
+                            other => ArchiveError::Store(other),
+                        })?;
                 if new {
                     created.push(digest.clone());
                 }
@@ -277,7 +277,7 @@ impl BlobSource for Stored<'_> {
         let path = self.store.blob_path(digest);
         std::fs::read(&path).with_context(|| format!("reading {}", path.display()))
     }
-    fn put(&self, _: &Store, digest: &Digest) -> anyhow::Result<u64> {
+    fn put(&self, _: &BlobFiles, digest: &Digest) -> anyhow::Result<u64> {
         self.size(digest)
             .with_context(|| format!("{} is missing", self.describe(digest)))
     }

@@ -4,7 +4,6 @@
 //! and cluster and let names collide. Knows nothing of HTTP.
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -16,38 +15,17 @@ use crate::digest::Digest;
 use crate::import::Imported;
 use crate::store::{ImageRow, Store, StoreError};
 
-pub const MAX_NAME_LEN: usize = 255;
+pub use foothold_names::MAX_NAME_LEN;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Binary,
-    Os,
-    Container,
-}
+/// The kind of a record: one type with the image builder (`foothold-names`).
+pub use foothold_names::ImageKind as Kind;
 
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Binary => "binary_images",
-            Kind::Os => "os_images",
-            Kind::Container => "container_images",
-        }
-    }
-}
-
-impl FromStr for Kind {
-    type Err = ImageError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "binary_images" => Ok(Kind::Binary),
-            "os_images" => Ok(Kind::Os),
-            "container_images" => Ok(Kind::Container),
-            other => Err(ImageError::InvalidName {
-                field: "image type",
-                reason: format!("{other:?} is not binary_images, os_images or container_images"),
-            }),
-        }
-    }
+/// `s` as a record kind, or the REST API's error.
+pub fn parse_kind(s: &str) -> Result<Kind, ImageError> {
+    s.parse().map_err(|reason| ImageError::InvalidName {
+        field: "image type",
+        reason,
+    })
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +44,7 @@ impl Key {
         Ok(Key {
             owner: owner.to_owned(),
             cluster: cluster.to_owned(),
-            kind: kind.parse()?,
+            kind: parse_kind(kind)?,
             name: name.to_owned(),
         })
     }
@@ -102,26 +80,7 @@ impl fmt::Display for Key {
 
 /// Names become path segments and file names elsewhere: no separators, no `.`/`..`, no control characters.
 pub fn validate_name(field: &'static str, s: &str) -> Result<(), ImageError> {
-    let reason = if s.is_empty() {
-        Some("is empty".to_owned())
-    } else if s.len() > MAX_NAME_LEN {
-        Some(format!("is longer than {MAX_NAME_LEN} bytes"))
-    } else if s == "." || s == ".." {
-        Some("is a relative path component".to_owned())
-    } else if s.contains(['/', '\\']) {
-        Some("contains a path separator".to_owned())
-    } else if s.chars().any(char::is_control) {
-        Some("contains a control character".to_owned())
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(ImageError::InvalidName {
-            field,
-            reason: format!("{s:?} {reason}"),
-        }),
-        None => Ok(()),
-    }
+    foothold_names::check_name(s).map_err(|reason| ImageError::InvalidName { field, reason })
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::digest::Digest;
 use crate::manifest::{self, ParsedManifest, RefKind};
 use crate::names;
-use crate::store::Store;
+use crate::store::{BlobFiles, Store};
 
 /// One name an import made visible.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -64,8 +64,8 @@ pub(crate) trait BlobSource {
         Ok(bytes)
     }
     fn read(&self, digest: &Digest) -> anyhow::Result<Vec<u8>>;
-    /// Puts the blob into the store's files (verified); returns its size.
-    fn put(&self, store: &Store, digest: &Digest) -> anyhow::Result<u64>;
+    /// Puts the blob into the store's files (verified); returns its size. Called under the metadata lock.
+    fn put(&self, files: &BlobFiles, digest: &Digest) -> anyhow::Result<u64>;
 }
 
 /// An OCI image layout directory.
@@ -87,11 +87,10 @@ impl BlobSource for Layout<'_> {
     fn read(&self, digest: &Digest) -> anyhow::Result<Vec<u8>> {
         fs::read(self.path(digest)).with_context(|| format!("reading {}", self.describe(digest)))
     }
-    fn put(&self, store: &Store, digest: &Digest) -> anyhow::Result<u64> {
+    fn put(&self, files: &BlobFiles, digest: &Digest) -> anyhow::Result<u64> {
         let path = self.path(digest);
         let file = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        store
-            .files()
+        files
             .put_reader(file, digest)
             .with_context(|| format!("copying {}", path.display()))
     }
@@ -178,15 +177,19 @@ fn plan_manifest(
 
 /// Links the plan's blobs and writes its manifests, the top one under its tag.
 pub(crate) fn commit(src: &dyn BlobSource, store: &Store, p: &Plan) -> anyhow::Result<Imported> {
+    // Each file is written and linked under one acquisition of the lock (see `Store::with_meta_blocking`).
     for blob in &p.blobs {
-        let size = src.put(store, blob)?;
-        store.meta_blocking(|m| m.link_blob(&p.repo, blob, size))?;
+        store.with_meta_blocking(|m, files| -> anyhow::Result<()> {
+            let size = src.put(files, blob)?;
+            Ok(m.link_blob(&p.repo, blob, size)?)
+        })?;
     }
     for (digest, bytes, parsed) in &p.manifests {
-        store.files().put_bytes(bytes)?;
         let tag = (digest == &p.digest).then_some(p.tag.as_deref()).flatten();
-        store
-            .meta_blocking(|m| m.put_manifest(&p.repo, digest, bytes.len() as u64, parsed, tag))?;
+        store.with_meta_blocking(|m, files| -> anyhow::Result<()> {
+            files.put_bytes(bytes)?;
+            Ok(m.put_manifest(&p.repo, digest, bytes.len() as u64, parsed, tag)?)
+        })?;
     }
     tracing::info!(repo = p.repo, tag = p.tag, digest = %p.digest, "imported");
     Ok(Imported {
@@ -294,27 +297,13 @@ pub fn add_file(
     sha256: Option<&str>,
 ) -> anyhow::Result<Digest> {
     let (owner, cluster, kind, name) = key;
-    if !matches!(kind, "binary_images" | "os_images") {
-        bail!("kind {kind:?} is not binary_images or os_images");
-    }
+    // The names and kinds the REST API accepts, by the same rule.
     for (field, v) in [("owner", owner), ("cluster", cluster), ("name", name)] {
-        if v.is_empty() || v.contains(['/', '\0']) || v == "." || v == ".." {
-            bail!("{field} {v:?} must be a non-empty path segment");
-        }
+        foothold_names::check_name(v).map_err(|why| anyhow::anyhow!("{field} {why}"))?;
     }
-    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let (digest, length, created) = store
-        .files()
-        .put_hashing(file)
-        .with_context(|| format!("storing {}", path.display()))?;
-    let hex = digest.to_string().trim_start_matches("sha256:").to_owned();
-    if let Some(want) = sha256 {
-        if want != hex {
-            if created {
-                store.files().remove(&digest)?;
-            }
-            bail!("{} has sha256 {hex}, expected {want}", path.display());
-        }
+    let parsed: foothold_names::ImageKind = kind.parse().map_err(anyhow::Error::msg)?;
+    if !parsed.is_file() {
+        bail!("kind {kind:?} is not binary_images or os_images (container images are imported as layouts)");
     }
     // SOURCE_DATE_EPOCH (set by foothold-build) makes the record's time, and so the store, reproducible.
     let now = std::env::var("SOURCE_DATE_EPOCH")
@@ -326,17 +315,31 @@ pub fn add_file(
                 .map(|d| d.as_secs() as i64)
                 .unwrap_or(0)
         });
-    store.meta_blocking(|m| -> anyhow::Result<()> {
+    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    // The file is written and its record made under one acquisition of the lock.
+    store.with_meta_blocking(|m, files| -> anyhow::Result<Digest> {
+        let (digest, length, created) = files
+            .put_hashing(file)
+            .with_context(|| format!("storing {}", path.display()))?;
+        let hex = digest.hex().to_owned();
+        if let Some(want) = sha256 {
+            if want != hex {
+                if created {
+                    files.remove(&digest)?;
+                }
+                bail!("{} has sha256 {hex}, expected {want}", path.display());
+            }
+        }
         if let Some(row) = m.image(key)? {
             if row.digest.as_ref() == Some(&digest) {
-                return Ok(());
+                return Ok(digest);
             }
             bail!("{owner}/{cluster}/{kind}/{name} exists with other content");
         }
         let row = crate::store::meta::ImageRow {
             name: name.to_owned(),
             length,
-            sha256: Some(hex.clone()),
+            sha256: Some(hex),
             description: None,
             upload_id: None,
             digest: None,
@@ -345,7 +348,6 @@ pub fn add_file(
         };
         m.create_image(key, &row)?;
         m.complete_image(key, &digest, now)?;
-        Ok(())
-    })?;
-    Ok(digest)
+        Ok(digest)
+    })
 }

@@ -15,7 +15,7 @@ use super::access::{ReadAccess, WriteAccess};
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::schema::{ClusterPath, ClusterStatus, CollectionPath, MultipartMetadata, RecordPath};
 use super::state::{AppState, Limits};
-use crate::images::{Images, Key, Kind, NewImage, Record};
+use crate::images::{parse_kind, Images, Key, Kind, NewImage, Record};
 use crate::store::Store;
 
 pub fn routes() -> Router<AppState> {
@@ -111,7 +111,7 @@ pub(super) async fn list(
     State(limits): State<Limits>,
     Path((owner, cluster, kind)): Path<(String, String, String)>,
 ) -> ApiResult {
-    let kind: Kind = kind.parse()?;
+    let kind = parse_kind(&kind)?;
     Ok(Json(
         images(&store, limits)
             .list(&owner, &cluster, Some(kind))

@@ -171,12 +171,10 @@ impl Store {
         self.images_changed.subscribe()
     }
 
-    pub fn root(&self) -> &Path {
-        self.files.root()
-    }
-
-    pub fn files(&self) -> &BlobFiles {
-        &self.files
+    /// Writes a blob's file unlinked (an archive's entries): it may be collected before its import links it
+    /// under the lock ([`Store::with_meta_blocking`]), which then fails cleanly.
+    pub fn stage_blob(&self, reader: impl io::Read) -> io::Result<(Digest, u64, bool)> {
+        self.files.put_hashing(reader)
     }
 
     /// Runs `f` with the metadata (and file commits) on the blocking pool.
@@ -191,9 +189,9 @@ impl Store {
             .expect("metadata task panicked")
     }
 
-    /// Synchronous access for CLI tools (import, fsck) that run outside a server.
-    pub fn meta_blocking<T>(&self, f: impl FnOnce(&mut Meta) -> T) -> T {
-        f(&mut locked(&self.meta))
+    /// [`Store::with_meta`] outside the runtime (imports, fsck): files written and linked under one lock.
+    pub fn with_meta_blocking<T>(&self, f: impl FnOnce(&mut Meta, &BlobFiles) -> T) -> T {
+        f(&mut locked(&self.meta), &self.files)
     }
 
     pub async fn blob_size(&self, repo: &str, digest: &Digest) -> Result<Option<u64>> {

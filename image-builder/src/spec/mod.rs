@@ -324,22 +324,8 @@ fn default_cluster() -> String {
     "site".into()
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-pub enum ServeKind {
-    #[serde(rename = "binary_images")]
-    Binary,
-    #[serde(rename = "os_images")]
-    Os,
-}
-
-impl ServeKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ServeKind::Binary => "binary_images",
-            ServeKind::Os => "os_images",
-        }
-    }
-}
+/// `binary_images` or `os_images` (one type with the agent's records; container images go in `images`).
+pub use foothold_names::ImageKind as ServeKind;
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]

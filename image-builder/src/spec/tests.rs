@@ -100,7 +100,19 @@ fn errors_name_the_line_and_field() {
     assert!(with_file("path: k3s\ndest: usr/bin/k3s").contains("components.files[0].dest"));
     assert!(with_file("path: k3s").contains("components.files[0]: give dest"));
     assert!(with_file("path: k3s\nserve: {kind: os_images, name: a/b}")
-        .contains("components.files[0].serve.name"));
+        .contains("components.files[0].serve.name: \"a/b\" contains a path separator"));
+    // The agent's rule and kinds: a space is fine in a name, a container image is not a file.
+    let mut s = parse(GOOD).unwrap();
+    s.components.files.push(
+        serde_saphyr::from_str("path: k3s\nserve: {kind: os_images, name: 'ubuntu 22.04.img'}")
+            .unwrap(),
+    );
+    s.validate().unwrap();
+    assert!(
+        with_file("path: k3s\nserve: {kind: container_images, name: a}").contains(
+            "components.files[0].serve.kind: container_images are served by the registry"
+        )
+    );
     assert!(with_file("path: k3s\ndest: /usr/bin/k3s\nmode: '0999'")
         .contains("components.files[0].mode"));
 }

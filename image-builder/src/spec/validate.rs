@@ -325,16 +325,18 @@ fn validate_file(field: &str, f: &FileComponent, pins: Pins) -> Result<(), Strin
         }
     }
     if let Some(sv) = &f.serve {
+        // The agent's own rule: what it would refuse over REST, the builder refuses here.
         for (part, v) in [
             ("owner", &sv.owner),
             ("cluster", &sv.cluster),
             ("name", &sv.name),
         ] {
-            if v.is_empty() || v.contains(['/', '\\', ' ']) || v == "." || v == ".." {
-                return Err(format!(
-                    "{field}.serve.{part}: {v:?} must be one path segment"
-                ));
-            }
+            foothold_names::check_name(v).map_err(|why| format!("{field}.serve.{part}: {why}"))?;
+        }
+        if !sv.kind.is_file() {
+            return Err(format!(
+                "{field}.serve.kind: container_images are served by the registry; list the image in components.images"
+            ));
         }
     }
     if let Some(m) = &f.mode {
