@@ -787,3 +787,6 @@ async fn realise(
     delete_owned(&daemonsets, OWNER_LABEL, &name, Some(&ds_name)).await?;
     Ok(Ok(ready))
 }
+
+#[cfg(test)]
+mod reconcile_tests;
