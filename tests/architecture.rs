@@ -17,7 +17,7 @@ const WAITING_TO_BE_SPLIT: &[(&str, usize)] = &[
     ("agent/src/store/meta.rs", 805),
     ("agent/src/controllers/bpa/plan.rs", 794),
     ("agent/src/controllers/sip/plan.rs", 737),
-    ("agent/src/controllers/sip/mod.rs", 1113),
+    ("agent/src/controllers/sip/mod.rs", 1110),
     ("agent/src/controllers/vino/mod.rs", 792),
     ("agent/tests/kube/bpa.rs", 1166),
     ("agent/tests/kube/sip.rs", 826),

@@ -10,6 +10,8 @@ pub mod jobs;
 pub mod naming;
 pub mod report;
 pub mod secrets;
+#[cfg(test)]
+pub mod testing;
 
 pub use apply::{
     apply_account, apply_status, delete_ignoring_missing, delete_owned, owned_meta,

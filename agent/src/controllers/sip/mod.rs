@@ -362,20 +362,6 @@ fn qualified(bmh: &BareMetalHost) -> String {
     format!("{}/{}", bmh.namespace().unwrap_or_default(), bmh.name_any())
 }
 
-fn secret_value(
-    secrets: &BTreeMap<(String, String), Secret>,
-    ns: &str,
-    name: &str,
-    key: &str,
-) -> Result<String, String> {
-    secrets::value(
-        secrets.get(&(ns.to_owned(), name.to_owned())),
-        ns,
-        name,
-        key,
-    )
-}
-
 async fn observe(ctx: &Ctx) -> Result<Vec<Observed>, Error> {
     let client = &ctx.base.client;
     let (hosts, secrets): (Api<BareMetalHost>, Api<Secret>) = match &ctx.base.settings.namespace {
@@ -402,6 +388,14 @@ async fn observe(ctx: &Ctx) -> Result<Vec<Observed>, Error> {
             by_name.insert((s.namespace().unwrap_or_default(), s.name_any()), s);
         }
     }
+    let secret_value = |ns: &str, name: &str, key: &str| {
+        secrets::value(
+            by_name.get(&(ns.to_owned(), name.to_owned())),
+            ns,
+            name,
+            key,
+        )
+    };
     Ok(hosts
         .into_iter()
         .map(|bmh| {
@@ -415,7 +409,7 @@ async fn observe(ctx: &Ctx) -> Result<Vec<Observed>, Error> {
                         .as_ref()
                         .and_then(|r| r.namespace.clone())
                         .unwrap_or_else(|| ns.clone());
-                    secret_value(&by_name, &sns, &name, "networkData").and_then(|text| {
+                    secret_value(&sns, &name, "networkData").and_then(|text| {
                         render::parse_network_data(&text)
                             .map(|_| text)
                             .map_err(|e| format!("Secret {sns}/{name}: {e}"))
@@ -427,8 +421,8 @@ async fn observe(ctx: &Ctx) -> Result<Vec<Observed>, Error> {
                 Some(b) => render::bmc_host(&b.address).and_then(|ip| {
                     Ok(Bmc {
                         ip,
-                        username: secret_value(&by_name, &ns, &b.credentials_name, "username")?,
-                        password: secret_value(&by_name, &ns, &b.credentials_name, "password")?,
+                        username: secret_value(&ns, &b.credentials_name, "username")?,
+                        password: secret_value(&ns, &b.credentials_name, "password")?,
                     })
                 }),
             };
@@ -1111,3 +1105,6 @@ async fn dex(
     ));
     Ok(())
 }
+
+#[cfg(test)]
+mod reconcile_tests;

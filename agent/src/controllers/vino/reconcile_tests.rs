@@ -5,30 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{Method, Request, Response};
-use kube::client::Body;
+use axum::http::Method;
 use kube::runtime::controller::Action;
-use tower_test::mock;
 
 use super::Ctx;
+use crate::controllers::common::testing::{mock_client, serve, settings, Handle, Step};
 use crate::controllers::common::{Base, Reconciler};
-use crate::controllers::settings::Settings;
 use crate::crd::vino::Vino;
-
-fn settings() -> Settings {
-    Settings {
-        kubeconfig: None,
-        controllers: vec![],
-        namespace: Some("site".into()),
-        identity: "test".into(),
-        lease_namespace: "site".into(),
-        lease_duration: Duration::from_secs(15),
-        installer_image: "installer".into(),
-        vino_builder_image: "builder".into(),
-        ssh_key_secret: "ssh".into(),
-        advertise_url: None,
-    }
-}
 
 fn vino(spec: serde_json::Value) -> Vino {
     serde_json::from_value(serde_json::json!({
@@ -39,57 +22,8 @@ fn vino(spec: serde_json::Value) -> Vino {
     .unwrap()
 }
 
-/// One expected request: its method, a fragment of its path, and the answer (status and JSON body).
-struct Step {
-    method: Method,
-    path: &'static str,
-    status: u16,
-    body: serde_json::Value,
-}
-
-/// Serves `steps` in order and fails on anything else; returns the bodies it received.
-async fn serve(
-    mut handle: mock::Handle<Request<Body>, Response<Body>>,
-    steps: Vec<Step>,
-) -> Vec<serde_json::Value> {
-    let mut seen = Vec::new();
-    for step in steps {
-        let (request, send) = tokio::time::timeout(Duration::from_secs(5), handle.next_request())
-            .await
-            .unwrap_or_else(|_| panic!("no {} {} came", step.method, step.path))
-            .expect("the client is alive");
-        assert_eq!(request.method(), step.method, "{}", request.uri());
-        assert!(
-            request.uri().path().contains(step.path),
-            "{} {} is not {} …{}…",
-            request.method(),
-            request.uri(),
-            step.method,
-            step.path
-        );
-        let bytes = request.into_body().collect_bytes().await.unwrap();
-        seen.push(serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null));
-        send.send_response(
-            Response::builder()
-                .status(step.status)
-                .header("content-type", "application/json")
-                .body(Body::from(serde_json::to_vec(&step.body).unwrap()))
-                .unwrap(),
-        );
-    }
-    // Nothing more: the reconcile has returned, and a late request would be a call the test did not expect.
-    assert!(
-        tokio::time::timeout(Duration::from_millis(200), handle.next_request())
-            .await
-            .map_or(true, |r| r.is_none()),
-        "an unexpected request after the scenario"
-    );
-    seen
-}
-
-fn ctx() -> (Arc<Ctx>, mock::Handle<Request<Body>, Response<Body>>) {
-    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let client = kube::Client::new(service, "site");
+fn ctx() -> (Arc<Ctx>, Handle) {
+    let (client, handle) = mock_client();
     let base = Base::new("vino", client, Arc::new(settings()), Arc::default());
     (Arc::new(Ctx { base }), handle)
 }
