@@ -50,8 +50,9 @@ pub struct Configuration {
 }
 
 impl Configuration {
-    /// The file at `path`, for tests and checks.
-    pub fn file(&self, path: &str) -> Option<&File> {
+    /// The file at `path`.
+    #[cfg(test)]
+    fn file(&self, path: &str) -> Option<&File> {
         self.files.iter().find(|f| f.path == path)
     }
 

@@ -112,9 +112,11 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         );
         made.push(iso::write(&b, &root, &stripped, &data)?);
         for (tool, arg) in [("xorriso", "-version"), ("grub-mkimage", "--version")] {
+            // A GRUB disk noted grub-mkimage already.
             record
                 .tools
-                .insert(tool, crate::cmd::tool_version(tool, arg));
+                .entry(tool)
+                .or_insert_with(|| crate::cmd::tool_version(tool, arg));
         }
     }
     outputs::manifests(&b, &raw, raw_digest, &made, record)?;

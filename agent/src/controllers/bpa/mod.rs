@@ -283,31 +283,14 @@ impl Reconciler for Ctx {
                 }
             }
         }
-        let phase = status.phase.clone().unwrap_or_default();
-        let headline_condition = if phase == "Pending" {
+        let phase = status.phase.as_deref().unwrap_or_default();
+        let note_of = if phase == "Pending" {
             "HostsMatched"
         } else {
             "Ready"
         };
-        let note = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == headline_condition)
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
-        report(
-            &ctx.base,
-            p,
-            ns,
-            Headline {
-                before: old.phase.as_deref(),
-                now: &phase,
-                warning: phase == "Failed",
-                note: &note,
-            },
-            &status,
-        )
-        .await?;
+        let headline = Headline::phase(old.phase.as_deref(), phase, &status.conditions, note_of);
+        report(&ctx.base, p, ns, headline, &status).await?;
         Ok(action)
     }
 

@@ -78,6 +78,30 @@ mod tests {
         assert!(name.starts_with(&"a".repeat(38)), "{name}");
     }
 
+    /// Objects already in clusters were named by the old scheme; every name it made without overflowing stays.
+    #[test]
+    fn names_the_old_scheme_made_are_unchanged() {
+        let old = |parent: &str, suffix: &str| {
+            let full = format!("{parent}-{suffix}");
+            if full.len() <= 63 {
+                return full;
+            }
+            let hash = hex::encode(&sha2::Sha256::digest(full.as_bytes())[..4]);
+            let keep = 63 - suffix.len() - hash.len() - 2;
+            let head: String = parent.chars().take(keep).collect();
+            format!("{}-{hash}-{suffix}", head.trim_end_matches(['-', '.']))
+        };
+        for parent in ["site", &"a".repeat(50), &"long-parent-".repeat(5)] {
+            for suffix in ["vnc", "bmc-credentials", "install-g12-p3", &"s".repeat(37)] {
+                assert_eq!(
+                    child_name(parent, suffix),
+                    old(parent, suffix),
+                    "{parent} {suffix}"
+                );
+            }
+        }
+    }
+
     fn label(max: usize) -> impl Strategy<Value = String> {
         proptest::string::string_regex(&format!("[a-z0-9]([a-z0-9-]{{0,{}}}[a-z0-9])?", max - 2))
             .unwrap()

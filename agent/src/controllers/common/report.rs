@@ -88,6 +88,27 @@ pub struct Headline<'a> {
     pub note: &'a str,
 }
 
+impl<'a> Headline<'a> {
+    /// BPA's and Software's headline: the phase (a warning when `Failed`), noted with the message of condition
+    /// `note_of`.
+    pub fn phase(
+        before: Option<&'a str>,
+        phase: &'a str,
+        conditions: &'a [Condition],
+        note_of: &str,
+    ) -> Self {
+        Headline {
+            before,
+            now: phase,
+            warning: phase == "Failed",
+            note: conditions
+                .iter()
+                .find(|c| c.type_ == note_of)
+                .map_or("", |c| c.message.as_str()),
+        }
+    }
+}
+
 /// The end of every reconcile: an Event when the headline changed, then `status` written (server-side, the
 /// whole status) when it differs from the object's own.
 pub async fn report<K>(

@@ -215,26 +215,10 @@ impl Reconciler for Ctx {
             // No Job runs for a cluster that is not ready, missing packages or an invalid spec.
             delete_owned(&jobs, OWNER_LABEL, &name, None).await?;
         }
-        let phase = status.phase.clone().unwrap_or_default();
-        let note = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == "Installed")
-            .map(|c| c.message.clone())
-            .unwrap_or_default();
-        report(
-            &ctx.base,
-            sw,
-            ns,
-            Headline {
-                before: old.phase.as_deref(),
-                now: &phase,
-                warning: phase == "Failed",
-                note: &note,
-            },
-            &status,
-        )
-        .await?;
+        let phase = status.phase.as_deref().unwrap_or_default();
+        let headline =
+            Headline::phase(old.phase.as_deref(), phase, &status.conditions, "Installed");
+        report(&ctx.base, sw, ns, headline, &status).await?;
         Ok(action)
     }
 
