@@ -1,11 +1,12 @@
 //! Container images made here from one static binary each (the pause and CoreDNS images of
 //! `components.kubernetes`): one gzip layer holding the binary, a config naming it the entrypoint, written as an
 //! OCI image layout the agent imports. Every byte derives from the binary, the reference and the epoch, so two
-//! builds give the same digests.
+//! builds give the same digests, and the layout is cached under that key ([`cached_layout`]): gzip at its best
+//! level takes seconds over CoreDNS, and a rebuild after an agent change should not pay them again.
 
 use std::fs;
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 use serde_json::json;
@@ -102,6 +103,58 @@ pub fn write_layout(
     Ok(records)
 }
 
+/// How [`write_layout`] lays images out: part of the cache key, so a change to its bytes (the tar, the gzip
+/// level, the config's fields) must bump it, or builds would keep serving layouts made the old way.
+/// `the_layout_format_is_pinned` fails until it is bumped.
+const LAYOUT_FORMAT: u32 = 1;
+/// How many layouts `<cache>/built-images/` keeps (the most recently used); each is about 20 MiB.
+const CACHE_KEEP: usize = 3;
+/// In a cache entry beside the layout: [`write_layout`]'s records.
+const RECORDS: &str = "records.json";
+
+/// The layout of `images` from `<cache>/built-images/<key>/`, written there first when the cache lacks it; the
+/// key covers every input of [`write_layout`] (each binary by its sha256). Returns the layout's directory and
+/// its records, as [`write_layout`] gives them.
+pub fn cached_layout(
+    images: &[BuiltImage],
+    cache: &Path,
+    epoch: u64,
+) -> Result<(PathBuf, Vec<serde_json::Value>)> {
+    let inputs = images
+        .iter()
+        .map(|im| {
+            let sha256 = crate::sparse::sha256(im.binary)
+                .with_context(|| format!("hashing {}", im.binary.display()))?;
+            Ok(json!({"reference": im.reference, "binarySha256": sha256,
+                      "entrypoint": im.entrypoint, "user": im.user}))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let key = json!({"format": LAYOUT_FORMAT, "epoch": epoch, "images": inputs});
+    let key = hex::encode(Sha256::digest(key.to_string().as_bytes()));
+    let dir = cache.join("built-images");
+    let entry = dir.join(&key);
+    if !entry.join(RECORDS).is_file() {
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let tmp = dir.join(format!(".{key}.tmp"));
+        if tmp.exists() {
+            fs::remove_dir_all(&tmp).with_context(|| format!("removing {}", tmp.display()))?;
+        }
+        let records = write_layout(images, &tmp, epoch)?;
+        fs::write(tmp.join(RECORDS), serde_json::to_vec(&records)?)?;
+        crate::files::publish_dir(&tmp, &entry)?;
+    }
+    crate::files::prune_cache(&dir, &entry, CACHE_KEEP)?;
+    let records = fs::read(entry.join(RECORDS))
+        .with_context(|| format!("reading {}", entry.join(RECORDS).display()))?;
+    let records = serde_json::from_slice(&records).with_context(|| {
+        format!(
+            "{}: not the records of a layout",
+            entry.join(RECORDS).display()
+        )
+    })?;
+    Ok((entry, records))
+}
+
 /// `epoch` as RFC 3339 UTC.
 fn time_of(epoch: u64) -> String {
     chrono::DateTime::from_timestamp(i64::try_from(epoch).unwrap_or(i64::MAX), 0)
@@ -146,5 +199,91 @@ mod tests {
         assert_eq!(time_of(1_767_225_600), "2026-01-01T00:00:00Z");
         assert_eq!(time_of(0), "1970-01-01T00:00:00Z");
         assert_eq!(time_of(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    fn fixture(dir: &Path) -> PathBuf {
+        let bin = dir.join("pause");
+        fs::write(&bin, b"\x7fELF not really").unwrap();
+        bin
+    }
+
+    #[test]
+    fn the_layout_format_is_pinned() {
+        // If this digest changes, write_layout's bytes changed: bump LAYOUT_FORMAT, then update the digest here.
+        let dir = tempfile::tempdir().unwrap();
+        let bin = fixture(dir.path());
+        let im = [BuiltImage {
+            reference: "registry.k8s.io/pause:3.10.1",
+            binary: &bin,
+            entrypoint: "/pause",
+            user: "65535:65535",
+        }];
+        let records = write_layout(&im, &dir.path().join("a"), 1_767_225_600).unwrap();
+        assert_eq!(
+            (LAYOUT_FORMAT, records[0]["digest"].as_str().unwrap()),
+            (
+                1,
+                "sha256:4a69f63679506c600ddfd5e2f6b0f254d2d75ae8dadb49265b2d69e0d244a0a6"
+            )
+        );
+    }
+
+    #[test]
+    fn a_cached_layout_is_made_once_and_again_when_an_input_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = fixture(dir.path());
+        let cache = dir.path().join("cache");
+        let mut im = BuiltImage {
+            reference: "registry.k8s.io/pause:3.10.1",
+            binary: &bin,
+            entrypoint: "/pause",
+            user: "65535:65535",
+        };
+        let fresh = write_layout(std::slice::from_ref(&im), &dir.path().join("fresh"), 7).unwrap();
+        let (entry, records) = cached_layout(std::slice::from_ref(&im), &cache, 7).unwrap();
+        assert_eq!(records, fresh);
+        assert!(entry.join("index.json").is_file());
+        // Served from the cache: a blob removed stays removed, the records stay the same.
+        let layer = records[0]["layer"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("sha256:");
+        fs::remove_file(entry.join("blobs/sha256").join(layer)).unwrap();
+        let again = cached_layout(std::slice::from_ref(&im), &cache, 7).unwrap();
+        assert_eq!(again, (entry.clone(), fresh.clone()));
+        assert!(!entry.join("blobs/sha256").join(layer).exists());
+        // Every input is part of the key.
+        let mut entries = vec![entry];
+        let other = dir.path().join("other");
+        fs::write(&other, b"\x7fELF another").unwrap();
+        for change in 0..4 {
+            match change {
+                0 => im.binary = &other,
+                1 => im.reference = "registry.k8s.io/pause:3.10.2",
+                2 => im.entrypoint = "/pause2",
+                _ => im.user = "0:0",
+            }
+            let (e, r) = cached_layout(std::slice::from_ref(&im), &cache, 7).unwrap();
+            assert!(!entries.contains(&e), "change {change} made a new entry");
+            assert_eq!(
+                r,
+                write_layout(
+                    std::slice::from_ref(&im),
+                    &dir.path().join(format!("f{change}")),
+                    7
+                )
+                .unwrap()
+            );
+            entries.push(e);
+        }
+        let (e, _) = cached_layout(std::slice::from_ref(&im), &cache, 8).unwrap();
+        assert!(!entries.contains(&e), "the epoch made a new entry");
+        // The cache keeps the three most recently used entries, and no temporary directory.
+        let left: Vec<_> = fs::read_dir(cache.join("built-images"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(left.len(), CACHE_KEEP, "{left:?}");
+        assert!(left.contains(&e));
     }
 }

@@ -27,6 +27,52 @@ pub fn publish(tmp: &Path, dest: &Path) -> Result<()> {
         .with_context(|| format!("syncing the directory {}", dir.display()))
 }
 
+/// [`publish`] for a directory: every file under `tmp` synced, then `tmp` renamed to `dest` (which must not
+/// exist) and the rename synced. A reader sees the whole tree or none of it.
+pub fn publish_dir(tmp: &Path, dest: &Path) -> Result<()> {
+    let mut stack = vec![tmp.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
+            let path = e?.path();
+            let md = path.symlink_metadata()?;
+            if md.is_dir() {
+                stack.push(path.clone());
+            }
+            if md.is_dir() || md.is_file() {
+                File::open(&path)
+                    .and_then(|f| f.sync_all())
+                    .with_context(|| format!("syncing {}", path.display()))?;
+            }
+        }
+    }
+    publish(tmp, dest)
+}
+
+/// Marks the cache entry `used` (a directory in `dir`) as just used and removes all but the `keep` most
+/// recently used entries of `dir`, never `used`.
+pub fn prune_cache(dir: &Path, used: &Path, keep: usize) -> Result<()> {
+    filetime::set_file_mtime(used, filetime::FileTime::now())?;
+    let mut entries: Vec<(filetime::FileTime, PathBuf)> = fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| {
+            let md = e.metadata().ok()?;
+            Some((
+                filetime::FileTime::from_last_modification_time(&md),
+                e.path(),
+            ))
+        })
+        .collect();
+    entries.sort_by(|a, b| b.cmp(a));
+    for (_, old) in entries.into_iter().skip(keep) {
+        if old != used {
+            fs::remove_dir_all(&old)
+                .with_context(|| format!("removing the old cache entry {}", old.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes `text` to `path` with `mode`, making its parent directories.
 pub fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
@@ -118,6 +164,23 @@ pub fn tree_digest(dir: &Path) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_keeps_the_most_recently_used_entries_and_the_one_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, name) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+            fs::create_dir(dir.path().join(name)).unwrap();
+            let t = filetime::FileTime::from_unix_time(1_000 + i as i64, 0);
+            filetime::set_file_mtime(dir.path().join(name), t).unwrap();
+        }
+        prune_cache(dir.path(), &dir.path().join("a"), 3).unwrap();
+        let mut left: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["a", "d", "e"]);
+    }
 
     /// The overlay's digest is part of the root partition's cache key: whatever `cp -a` would carry into the
     /// root must change it, and nothing else.

@@ -124,8 +124,7 @@ pub fn stage(b: &Build, files: &[FileInput], agent: &Path, record: &mut Record) 
                 user: "0:0",
             },
         ];
-        let layout = work.join("built-images");
-        let records = crate::built_images::write_layout(&built, &layout, epoch)?;
+        let (layout, records) = crate::built_images::cached_layout(&built, &settings.cache, epoch)?;
         import(&layout, &[])
             .context("components.kubernetes: importing the pause and CoreDNS images")?;
         for (name, r) in ["pause", "coredns"].into_iter().zip(records) {

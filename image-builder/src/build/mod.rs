@@ -12,6 +12,7 @@
 //!
 //! This module only orders them and hands each what the ones before it made.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
@@ -84,33 +85,56 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         .context("copying the agent binary without debug information")?;
     let data = data::stage(&b, &files, &agent, &mut record)?;
     let raw = boot::disk(&b, &root, &stripped, &data, &mut record)?;
-    // The raw image is hashed for its manifest while the conversions run.
-    let raw_digest = {
-        let raw = raw.clone();
-        std::thread::spawn(move || -> Result<(String, u64)> {
-            Ok((crate::sparse::sha256(&raw)?, fs::metadata(&raw)?.len()))
-        })
-    };
 
-    let mut made = vec![raw.clone()];
+    // The outputs made from the raw disk, each on a thread of its own and hashed for its manifest as soon as it
+    // is whole: the conversions mostly wait on the disk, so on two cores they overlap well.
     let compression = spec.outputs.compression;
-    if compression != Compression::None && wanted(Format::Raw) {
-        made.push(outputs::compressed(
-            &raw,
-            compression,
-            &mut record,
-            progress,
-        )?);
-    }
-    if wanted(Format::Qcow2) {
-        made.push(outputs::qcow2(&b, &raw)?);
-    }
+    let wanted_compressed =
+        (compression != Compression::None && wanted(Format::Raw)).then_some(compression);
+    let (made, digests) = std::thread::scope(|s| -> Result<_> {
+        let (b, raw) = (&b, raw.as_path());
+        fn hashed(path: PathBuf) -> Result<(PathBuf, (String, u64))> {
+            let digest = crate::sparse::sha256(&path)?;
+            let size = fs::metadata(&path)?.len();
+            Ok((path, (digest, size)))
+        }
+        let raw_hash = s.spawn(move || hashed(raw.to_owned()));
+        let compressed = wanted_compressed.map(|c| {
+            s.spawn(move || {
+                let (out, tool) = outputs::compressed(raw, c, b.progress)?;
+                Ok((hashed(out)?, tool))
+            })
+        });
+        let qcow2 = wanted(Format::Qcow2).then(|| s.spawn(move || hashed(outputs::qcow2(b, raw)?)));
+        let iso = wanted(Format::Iso)
+            .then(|| {
+                progress.step(
+                    "iso",
+                    "the cached root's squashfs, a layer with the agent and its store, GRUB for BIOS and UEFI, hybrid for CD and USB",
+                );
+                hashed(iso::write(b, &root, &stripped, &data)?)
+            })
+            .transpose()?;
+        fn join<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
+            h.join().expect("an output's thread does not panic")
+        }
+        let mut made = vec![join(raw_hash)?];
+        if let Some(h) = compressed {
+            let (out, (tool, version)) = join(h)?;
+            record.tools.insert(tool, version);
+            made.push(out);
+        }
+        if let Some(h) = qcow2 {
+            made.push(join(h)?);
+        }
+        made.extend(iso);
+        let digests: BTreeMap<PathBuf, (String, u64)> = made.iter().cloned().collect();
+        Ok((
+            made.into_iter().map(|(p, _)| p).collect::<Vec<_>>(),
+            digests,
+        ))
+    })?;
     if wanted(Format::Iso) {
-        progress.step(
-            "iso",
-            "the cached root's squashfs, a layer with the agent and its store, GRUB for BIOS and UEFI, hybrid for CD and USB",
-        );
-        made.push(iso::write(&b, &root, &stripped, &data)?);
         for (tool, arg) in [("xorriso", "-version"), ("grub-mkimage", "--version")] {
             // A GRUB disk noted grub-mkimage already.
             record
@@ -119,7 +143,7 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
                 .or_insert_with(|| crate::cmd::tool_version(tool, arg));
         }
     }
-    outputs::manifests(&b, &raw, raw_digest, &made, record)?;
+    outputs::manifests(&b, &raw, &made, &digests, record)?;
     progress.step("clean", "the staging directory");
     fs::remove_dir_all(&b.work)?;
     Ok(made)

@@ -16,13 +16,13 @@ use crate::files::publish;
 use crate::progress::Progress;
 use crate::spec::Compression;
 
-/// `<raw>.zst` or `<raw>.xz` when the spec compresses, for shipping.
+/// `<raw>.zst` or `<raw>.xz` when the spec compresses, for shipping; with the compressor's name and version for
+/// the manifest.
 pub fn compressed(
     raw: &Path,
     c: Compression,
-    record: &mut Record,
     progress: &Progress,
-) -> Result<PathBuf> {
+) -> Result<(PathBuf, (&'static str, String))> {
     let tool = compressor(c).expect("compression is not none").0;
     progress.step("compress", &format!("{tool} of the raw image"));
     let out = compress_raw(raw, c)?;
@@ -31,8 +31,7 @@ pub fn compressed(
         Compression::Zstd => format!("zstd {}", tool_version("zstd", "-qV")),
         _ => tool_version(tool, "--version"),
     };
-    record.tools.insert(tool, version);
-    Ok(out)
+    Ok((out, (tool, version)))
 }
 
 /// `<out>/<name>.qcow2`, its clusters compressed when the spec compresses.
@@ -67,13 +66,12 @@ pub fn qcow2(b: &Build, raw: &Path) -> Result<PathBuf> {
     Ok(q)
 }
 
-/// Writes `<output>.manifest.json` beside each of `outputs`, hashing them on threads of their own (`raw`'s
-/// digest may already be under way: `raw_digest`).
+/// Writes `<output>.manifest.json` beside each of `outputs`, whose sha256 and size are in `digests`.
 pub fn manifests(
     b: &Build,
     raw: &Path,
-    raw_digest: std::thread::JoinHandle<Result<(String, u64)>>,
     outputs: &[PathBuf],
+    digests: &BTreeMap<PathBuf, (String, u64)>,
     mut record: Record,
 ) -> Result<()> {
     let Build {
@@ -96,28 +94,6 @@ pub fn manifests(
         .iter()
         .map(|p| json!({"name": p.name, "guid": p.guid.to_string(), "offset": p.offset(), "size": p.size()}))
         .collect();
-    let mut digests: BTreeMap<PathBuf, (String, u64)> = std::thread::scope(|s| {
-        let hashing: Vec<_> = outputs
-            .iter()
-            .filter(|out| *out != raw)
-            .map(|out| {
-                s.spawn(move || -> Result<(PathBuf, (String, u64))> {
-                    Ok((
-                        out.clone(),
-                        (crate::sparse::sha256(out)?, fs::metadata(out)?.len()),
-                    ))
-                })
-            })
-            .collect();
-        hashing
-            .into_iter()
-            .map(|h| h.join().expect("hashing does not panic"))
-            .collect::<Result<_>>()
-    })?;
-    digests.insert(
-        raw.to_owned(),
-        raw_digest.join().expect("hashing does not panic")?,
-    );
     for out in outputs {
         let (sha256, size) = &digests[out];
         let mut output = json!({

@@ -16,7 +16,7 @@ use super::context::{Build, Record};
 use super::inputs::{spec_overlay, FileInput};
 use super::layout::Layout;
 use crate::cmd::{tool_version, CommandExt as _};
-use crate::files::{clamp_mtimes, copy_tree, publish, tree_digest};
+use crate::files::{clamp_mtimes, copy_tree, prune_cache, publish, tree_digest};
 use crate::spec::Loaded;
 
 /// A cached root partition's entry (`<cache>/root/<key>/`): the ext4 image of the root partition without the
@@ -94,7 +94,7 @@ pub fn partition(
         }
         fs::remove_dir_all(&root)?;
     }
-    prune_cache(&settings.cache.join("root"), &cached)?;
+    prune_cache(&settings.cache.join("root"), &cached, ROOT_CACHE_KEEP)?;
     Ok(cached)
 }
 
@@ -168,30 +168,6 @@ fn key(
     Ok(hex::encode(Sha256::digest(key.to_string().as_bytes())))
 }
 
-/// Marks `used` as just used and removes all but the `ROOT_CACHE_KEEP` most recently used entries of `dir`.
-fn prune_cache(dir: &Path, used: &Path) -> Result<()> {
-    filetime::set_file_mtime(used, filetime::FileTime::now())?;
-    let mut entries: Vec<(filetime::FileTime, PathBuf)> = fs::read_dir(dir)?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| {
-            let md = e.metadata().ok()?;
-            Some((
-                filetime::FileTime::from_last_modification_time(&md),
-                e.path(),
-            ))
-        })
-        .collect();
-    entries.sort_by(|a, b| b.cmp(a));
-    for (_, old) in entries.into_iter().skip(ROOT_CACHE_KEEP) {
-        if old != used {
-            fs::remove_dir_all(&old)
-                .with_context(|| format!("removing the old cache entry {}", old.display()))?;
-        }
-    }
-    Ok(())
-}
-
 /// A reproducible squashfs of `dir` (zstd, every time `epoch`).
 pub fn mksquashfs(dir: &Path, out: &Path, epoch: u64, extra: &[&str]) -> Result<()> {
     let _ = fs::remove_file(out);
@@ -246,22 +222,5 @@ mod tests {
             format!("{e:#}").contains("/initrd.img in the root file system"),
             "{e:#}"
         );
-    }
-
-    #[test]
-    fn the_cache_keeps_the_most_recently_used_entries_and_the_one_in_use() {
-        let dir = tempfile::tempdir().unwrap();
-        for (i, name) in ["a", "b", "c", "d", "e"].iter().enumerate() {
-            fs::create_dir(dir.path().join(name)).unwrap();
-            let t = filetime::FileTime::from_unix_time(1_000 + i as i64, 0);
-            filetime::set_file_mtime(dir.path().join(name), t).unwrap();
-        }
-        prune_cache(dir.path(), &dir.path().join("a")).unwrap();
-        let mut left: Vec<String> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        left.sort();
-        assert_eq!(left, ["a", "d", "e"]);
     }
 }
