@@ -9,6 +9,7 @@ mod support;
 mod bpa;
 mod crds;
 mod sip;
+mod sip_bench;
 mod sip_render;
 mod vino;
 mod vino_builder;

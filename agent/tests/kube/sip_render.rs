@@ -5,7 +5,7 @@ use crate::support;
 
 use std::process::Command;
 
-use foothold_agent::controllers::sip::render::{
+use foothold_agent::controllers::sip::configs::{
     haproxy_control_plane, haproxy_workers, ssh_config, Node,
 };
 

@@ -130,6 +130,15 @@ async fn vino_publishes_vms_as_baremetalhosts_scales_down_and_cleans_up() {
 
     let bmhs: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
     let hosts = bmhs.list(&owned("v")).await.unwrap().items;
+    // ViNO's own generation label, not BPA's (which ViNO objects once carried).
+    for h in &hosts {
+        let labels = h.labels();
+        assert!(
+            labels.contains_key("vino.airshipit.org/generation")
+                && !labels.contains_key("bpa.akraino.org/generation"),
+            "{labels:?}"
+        );
+    }
     let mut names: Vec<String> = hosts.iter().map(|h| h.name_any()).collect();
     names.sort();
     assert_eq!(
@@ -181,7 +190,7 @@ async fn vino_publishes_vms_as_baremetalhosts_scales_down_and_cleans_up() {
         .unwrap();
     let oam = vm.interfaces.iter().find(|i| i.network == "oam").unwrap();
     assert_eq!(
-        foothold_agent::controllers::sip::render::network_data_ip(
+        foothold_agent::controllers::sip::configs::network_data_ip(
             &text(&nd, "networkData"),
             Some("oam")
         )

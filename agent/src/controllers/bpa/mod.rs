@@ -27,8 +27,8 @@ use self::plan::{Host, Problem};
 use super::common::report::{report, Headline};
 use super::common::secrets;
 use super::common::{
-    apply_account, delete_ignoring_missing, delete_owned, job_outcome, owned_meta, publish,
-    server_side_apply, set_conditions, Base, Error, JobOutcome,
+    apply_account, core_rule, delete_ignoring_missing, job_outcome, publish, set_conditions, Base,
+    Error, JobOutcome, Owned, Ownership,
 };
 use super::common::{child_name, set_condition};
 use super::common::{every, run as run_controller, scoped_api, Reconciler};
@@ -40,6 +40,11 @@ use crate::metrics::Metrics;
 pub const FINALIZER: &str = "bpa.akraino.org/cleanup";
 /// On every object the reconciler creates: the Provisioning's name.
 pub const OWNER_LABEL: &str = "bpa.akraino.org/provisioning";
+/// How the objects are marked: the Provisioning's name and generation.
+pub const OWNERSHIP: Ownership = Ownership {
+    owner_label: OWNER_LABEL,
+    generation_label: "bpa.akraino.org/generation",
+};
 
 struct Ctx {
     base: Base,
@@ -107,6 +112,7 @@ impl Reconciler for Ctx {
         let inventory_name = child_name(&name, "inventory");
         let secret_name = format!("{cluster}-kubeconfig");
         let existing = jobs.get_opt(&job_name).await?;
+        let mut owned = Owned::new(client, OWNERSHIP, p, ns);
 
         // Hosts matched? (Once this generation's Job exists, the installed cluster no longer depends on them.)
         let hosts_ok = plan.problems.is_empty();
@@ -166,11 +172,10 @@ impl Reconciler for Ctx {
             (existing, inventory) => {
                 if existing.is_none() {
                     let inventory = inventory.expect("matched above");
-                    apply_installer_objects(p, ns, ctx, &inventory_name, &secret_name, inventory)
+                    apply_installer_objects(&mut owned, &inventory_name, &secret_name, inventory)
                         .await?;
                     let job = installer_job(
-                        p,
-                        ns,
+                        &owned,
                         ctx,
                         &job_name,
                         &inventory_name,
@@ -192,7 +197,8 @@ impl Reconciler for Ctx {
                     .await;
                 }
                 // Jobs of earlier generations are superseded.
-                delete_owned(&jobs, OWNER_LABEL, &name, Some(&job_name)).await?;
+                owned.keep::<Job>(&job_name);
+                owned.prune::<Job>().await?;
                 status.job_name = Some(job_name.clone());
                 status.inventory_config_map = Some(inventory_name.clone());
                 let outcome = match jobs.get_opt(&job_name).await? {
@@ -299,42 +305,12 @@ impl Reconciler for Ctx {
     async fn cleanup(&self, p: &Provisioning, ns: &str) -> Result<Action, Error> {
         let ctx = self;
         let client = &ctx.base.client;
-        let name = p.name_any();
-        delete_owned(
-            &Api::<Job>::namespaced(client.clone(), ns),
-            OWNER_LABEL,
-            &name,
-            None,
-        )
-        .await?;
-        delete_owned(
-            &Api::<ConfigMap>::namespaced(client.clone(), ns),
-            OWNER_LABEL,
-            &name,
-            None,
-        )
-        .await?;
-        delete_owned(
-            &Api::<RoleBinding>::namespaced(client.clone(), ns),
-            OWNER_LABEL,
-            &name,
-            None,
-        )
-        .await?;
-        delete_owned(
-            &Api::<Role>::namespaced(client.clone(), ns),
-            OWNER_LABEL,
-            &name,
-            None,
-        )
-        .await?;
-        delete_owned(
-            &Api::<ServiceAccount>::namespaced(client.clone(), ns),
-            OWNER_LABEL,
-            &name,
-            None,
-        )
-        .await?;
+        let owned = Owned::new(client, OWNERSHIP, p, ns);
+        owned.prune::<Job>().await?;
+        owned.prune::<ConfigMap>().await?;
+        owned.prune::<RoleBinding>().await?;
+        owned.prune::<Role>().await?;
+        owned.prune::<ServiceAccount>().await?;
         delete_ignoring_missing(
             &Api::<Secret>::namespaced(client.clone(), ns),
             &format!("{}-kubeconfig", cluster_name(p)),
@@ -448,49 +424,44 @@ fn host_of(bmh: &BareMetalHost) -> Host {
 }
 
 async fn apply_installer_objects(
-    p: &Provisioning,
-    ns: &str,
-    ctx: &Ctx,
+    owned: &mut Owned<'_, Provisioning>,
     inventory_name: &str,
     secret_name: &str,
     inventory: &str,
 ) -> Result<(), Error> {
-    let client = &ctx.base.client;
-    server_side_apply(
-        &Api::<ConfigMap>::namespaced(client.clone(), ns),
-        inventory_name,
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": owned_meta(p, OWNER_LABEL, ns, inventory_name),
-               "data": {"hosts.ini": inventory}}),
-    )
-    .await?;
-    let account = child_name(&p.name_any(), "installer");
+    owned
+        .apply(ConfigMap {
+            metadata: owned.meta(inventory_name),
+            data: Some([("hosts.ini".to_owned(), inventory.to_owned())].into()),
+            ..ConfigMap::default()
+        })
+        .await?;
+    let account = child_name(&owned.owner().name_any(), "installer");
     apply_account(
-        client,
-        p,
-        OWNER_LABEL,
-        ns,
+        owned,
         &account,
-        json!([
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
-            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret_name],
-             "verbs": ["get", "update", "patch"]},
-        ]),
+        vec![
+            core_rule(&["secrets"], &[], &["create"]),
+            core_rule(&["secrets"], &[secret_name], &["get", "update", "patch"]),
+        ],
     )
     .await?;
     Ok(())
 }
 
 fn installer_job(
-    p: &Provisioning,
-    ns: &str,
+    owned: &Owned<'_, Provisioning>,
     ctx: &Ctx,
     job_name: &str,
     inventory_name: &str,
     secret_name: &str,
     cluster: &str,
 ) -> Job {
-    let mut meta = owned_meta(p, OWNER_LABEL, ns, job_name);
-    meta["labels"]["cluster"] = json!(cluster);
+    let (p, ns) = (owned.owner(), owned.namespace());
+    let mut meta = owned.meta(job_name);
+    meta.labels
+        .get_or_insert_with(Default::default)
+        .insert("cluster".into(), cluster.into());
     serde_json::from_value(json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -528,3 +499,6 @@ fn installer_job(
     }))
     .expect("the Job is well-formed")
 }
+
+#[cfg(test)]
+mod plan_tests;

@@ -1,4 +1,4 @@
-//! Pure rendering for the SIP services: host addresses from a BareMetalHost's networkData and BMC address, the
+//! The SIP services' text configurations, pure: host addresses from a BareMetalHost's networkData and BMC address, the
 //! HAProxy configuration of the load balancers, and the jump host's `ssh_config`. Tests run the real `haproxy
 //! -c` and `ssh -G` on the output.
 

@@ -1,6 +1,8 @@
 //! The SIP reconciler for `SIPCluster` (airship.airshipit.org/v1): observe (the SIPCluster, BareMetalHosts
-//! with their networkData and BMC credential Secrets), plan (`sip_plan`, pure), apply (claim labels with a
-//! resourceVersion precondition, then the cluster's services, then status). One SIPCluster at a time
+//! with their networkData and BMC credential Secrets: [`observe`]), plan ([`plan`], pure), render the services'
+//! objects ([`render`], pure and typed, with the text configurations of [`configs`]), apply (claim labels with
+//! a resourceVersion precondition, then the services through the owned-objects tracker, which prunes what the
+//! spec no longer has, then status). One SIPCluster at a time
 //! (concurrency 1), as the seed design demands; every claim is still guarded by its precondition.
 //!
 //! Hosts are named `<namespace>/<name>` in the plan and the status, since BareMetalHosts of several namespaces
@@ -17,10 +19,12 @@
 //!
 //! Deleting the SIPCluster removes the claim labels from every host it holds and every service object.
 
+pub mod configs;
+pub mod observe;
 pub mod plan;
 pub mod render;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,37 +36,24 @@ use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use serde_json::json;
 
+use self::observe::Observed;
 use self::plan::{
     Claim, Cluster, Host, CLUSTER_NAMESPACE_LABEL, CLUSTER_NAME_LABEL, NODE_TYPE_LABEL,
     STANDBY_LABEL,
 };
-use self::render::Node;
-use super::common::document::json_or_yaml;
+pub use self::plan::{OWNERSHIP, OWNER_LABEL};
 use super::common::report::{report, Headline};
-use super::common::secrets;
-use super::common::{
-    self, apply_status, delete_owned, owned_meta, publish, scoped_api, server_side_apply, Base,
-    Error,
-};
-use super::common::{child_name, set_condition};
+use super::common::set_condition;
+use super::common::{apply_status, publish, scoped_api, Base, Error, Owned};
 use super::common::{every, run as run_controller, Reconciler};
 use super::settings::Settings;
 use crate::crd::metal3::BareMetalHost;
 use crate::crd::sip::{
-    Auth, JumpHost, Replacement, RoleHosts, SIPCluster, SIPClusterStatus, ServiceCommon,
-    ServiceEndpoint, SkippedHost,
+    Replacement, RoleHosts, SIPCluster, SIPClusterStatus, ServiceEndpoint, SkippedHost,
 };
 use crate::metrics::Metrics;
 
 pub const FINALIZER: &str = "sip.airshipit.org/finalizer";
-/// On every service object: the SIPCluster's name.
-pub const OWNER_LABEL: &str = "sip.airshipit.org/sipcluster";
-/// On every service's pods: which service they run.
-const SERVICE_LABEL: &str = "sip.airshipit.org/service";
-/// The tenant Kubernetes API port the control-plane load balancer forwards to.
-const API_PORT: u16 = 6443;
-/// Most ports one worker load balancer forwards.
-const MAX_WORKER_PORTS: i32 = 200;
 const REPLACEMENTS_KEPT: usize = 20;
 /// Most skipped hosts the status lists (a large pool could otherwise bloat the object).
 const SKIPPED_KEPT: usize = 50;
@@ -125,8 +116,8 @@ impl Reconciler for Ctx {
             );
             write_status(sip, ns, ctx, progressing, false, "Progressing", &message).await?;
         }
-        let observed = observe(ctx).await?;
-        let hosts: Vec<Host> = observed.iter().map(planner_host).collect();
+        let observed = observe::hosts(&ctx.base.client, &ctx.base.settings).await?;
+        let hosts: Vec<Host> = observed.iter().map(observe::planner_host).collect();
         let cluster = Cluster {
             namespace: ns,
             name: &name,
@@ -145,8 +136,10 @@ impl Reconciler for Ctx {
             .collect();
 
         // Labels: releases first, so a host moving between roles is never claimed twice.
-        let by_name: BTreeMap<String, &Observed> =
-            observed.iter().map(|o| (qualified(&o.bmh), o)).collect();
+        let by_name: BTreeMap<String, &Observed> = observed
+            .iter()
+            .map(|o| (observe::qualified(&o.bmh), o))
+            .collect();
         let mut label_result = Ok(());
         for host in &plan.releases {
             if let Some(o) = by_name.get(host) {
@@ -213,7 +206,7 @@ impl Reconciler for Ctx {
         }
 
         match apply_services(sip, ns, ctx, &plan.roles, &by_name).await {
-            Ok(endpoints) => {
+            Ok(Ok(endpoints)) => {
                 status.endpoints = endpoints;
                 let counts: Vec<String> = plan
                     .roles
@@ -238,12 +231,12 @@ impl Reconciler for Ctx {
                 .await?;
                 Ok(Action::requeue(Duration::from_secs(300)))
             }
-            Err(ServiceError::Invalid(message)) => {
+            Ok(Err(message)) => {
                 status.endpoints = old.endpoints.clone();
                 write_status(sip, ns, ctx, status, false, "InfraServiceFailure", &message).await?;
                 Ok(Action::requeue(Duration::from_secs(300)))
             }
-            Err(ServiceError::Kube(e)) => {
+            Err(e) => {
                 status.endpoints = old.endpoints.clone();
                 write_status(
                     sip,
@@ -278,35 +271,7 @@ impl Reconciler for Ctx {
             for h in &held {
                 label(ctx, h, release_labels()).await?;
             }
-            let client = &ctx.base.client;
-            delete_owned(
-                &Api::<Service>::namespaced(client.clone(), ns),
-                OWNER_LABEL,
-                &name,
-                None,
-            )
-            .await?;
-            delete_owned(
-                &Api::<Deployment>::namespaced(client.clone(), ns),
-                OWNER_LABEL,
-                &name,
-                None,
-            )
-            .await?;
-            delete_owned(
-                &Api::<ConfigMap>::namespaced(client.clone(), ns),
-                OWNER_LABEL,
-                &name,
-                None,
-            )
-            .await?;
-            delete_owned(
-                &Api::<Secret>::namespaced(client.clone(), ns),
-                OWNER_LABEL,
-                &name,
-                None,
-            )
-            .await?;
+            prune(&Owned::new(&ctx.base.client, OWNERSHIP, sip, ns)).await?;
             Ok::<usize, Error>(held.len())
         }
         .await;
@@ -341,124 +306,6 @@ impl Reconciler for Ctx {
                 Err(e)
             }
         }
-    }
-}
-
-/// A BareMetalHost with what its Secrets say.
-struct Observed {
-    bmh: BareMetalHost,
-    network_data: Result<String, String>,
-    bmc: Result<Bmc, String>,
-}
-
-#[derive(Clone)]
-struct Bmc {
-    ip: String,
-    username: String,
-    password: String,
-}
-
-fn qualified(bmh: &BareMetalHost) -> String {
-    format!("{}/{}", bmh.namespace().unwrap_or_default(), bmh.name_any())
-}
-
-async fn observe(ctx: &Ctx) -> Result<Vec<Observed>, Error> {
-    let client = &ctx.base.client;
-    let (hosts, secrets): (Api<BareMetalHost>, Api<Secret>) = match &ctx.base.settings.namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
-    };
-    let hosts = hosts.list(&ListParams::default()).await?.items;
-    let namespaces: BTreeSet<String> = hosts.iter().filter_map(|h| h.namespace()).collect();
-    let mut by_name: BTreeMap<(String, String), Secret> = BTreeMap::new();
-    if !hosts.is_empty() {
-        let listed = if namespaces.len() == 1 {
-            let only = namespaces.iter().next().expect("one");
-            Api::<Secret>::namespaced(client.clone(), only)
-                .list(&ListParams::default())
-                .await?
-                .items
-        } else {
-            secrets.list(&ListParams::default()).await?.items
-        };
-        for s in listed {
-            by_name.insert((s.namespace().unwrap_or_default(), s.name_any()), s);
-        }
-    }
-    let secret_value = |ns: &str, name: &str, key: &str| {
-        secrets::value(
-            by_name.get(&(ns.to_owned(), name.to_owned())),
-            ns,
-            name,
-            key,
-        )
-    };
-    Ok(hosts
-        .into_iter()
-        .map(|bmh| {
-            let ns = bmh.namespace().unwrap_or_default();
-            let network_data = match bmh.spec.network_data.as_ref().and_then(|r| r.name.clone()) {
-                None => Err("no spec.networkData".to_owned()),
-                Some(name) => {
-                    let sns = bmh
-                        .spec
-                        .network_data
-                        .as_ref()
-                        .and_then(|r| r.namespace.clone())
-                        .unwrap_or_else(|| ns.clone());
-                    secret_value(&sns, &name, "networkData").and_then(|text| {
-                        render::parse_network_data(&text)
-                            .map(|_| text)
-                            .map_err(|e| format!("Secret {sns}/{name}: {e}"))
-                    })
-                }
-            };
-            let bmc = match &bmh.spec.bmc {
-                None => Err("no spec.bmc".to_owned()),
-                Some(b) => render::bmc_host(&b.address).and_then(|ip| {
-                    Ok(Bmc {
-                        ip,
-                        username: secret_value(&ns, &b.credentials_name, "username")?,
-                        password: secret_value(&ns, &b.credentials_name, "password")?,
-                    })
-                }),
-            };
-            Observed {
-                bmh,
-                network_data,
-                bmc,
-            }
-        })
-        .collect())
-}
-
-fn planner_host(o: &Observed) -> Host {
-    let status = o.bmh.status.clone().unwrap_or_default();
-    let state = status.provisioning.map(|p| p.state).unwrap_or_default();
-    let failed = status.operational_status.as_deref() == Some("error")
-        || state == "deleting"
-        || o.bmh.metadata.deletion_timestamp.is_some();
-    let has_network_data = o
-        .bmh
-        .spec
-        .network_data
-        .as_ref()
-        .is_some_and(|r| r.name.is_some());
-    let unreadable = match (&o.network_data, &o.bmc) {
-        (Err(e), _) if has_network_data => Some(e.clone()),
-        (_, Err(e)) => Some(e.clone()),
-        _ => None,
-    };
-    Host {
-        name: qualified(&o.bmh),
-        labels: o.bmh.labels().clone(),
-        has_network_data,
-        state,
-        failed,
-        unreadable,
     }
 }
 
@@ -535,576 +382,52 @@ async fn write_status(
     Ok(())
 }
 
-enum ServiceError {
-    /// The spec or the hosts' data cannot make the service; nothing but a change fixes it.
-    Invalid(String),
-    Kube(Error),
-}
-
-impl From<Error> for ServiceError {
-    fn from(e: Error) -> Self {
-        ServiceError::Kube(e)
-    }
-}
-
-impl From<kube::Error> for ServiceError {
-    fn from(e: kube::Error) -> Self {
-        ServiceError::Kube(e.into())
-    }
-}
-
-/// The objects of the services, by kind.
-#[derive(Default)]
-struct Desired {
-    secrets: Vec<(String, serde_json::Value)>,
-    config_maps: Vec<(String, serde_json::Value)>,
-    deployments: Vec<(String, serde_json::Value)>,
-    services: Vec<(String, serde_json::Value)>,
-    endpoints: Vec<ServiceEndpoint>,
-}
-
-/// `<sip>-<kind>` for the first service of a kind, `<sip>-<kind>-<i>` for the others.
-fn service_name(sip: &str, kind: &str, i: usize) -> String {
-    if i == 0 {
-        child_name(sip, kind)
-    } else {
-        child_name(sip, &format!("{kind}-{i}"))
-    }
-}
-
-/// The nodes of `roles` (active hosts; standbys too when `with_standby`), with their address on `interface`.
-fn nodes(
-    roles: &[&RoleHosts],
-    with_standby: bool,
-    by_name: &BTreeMap<String, &Observed>,
-    interface: Option<&str>,
-    service: &str,
-) -> Result<Vec<Node>, ServiceError> {
-    let mut out = Vec::new();
-    for rh in roles {
-        let names = rh
-            .active
-            .iter()
-            .chain(if with_standby { &rh.standby[..] } else { &[] });
-        for host in names {
-            let o = by_name[host];
-            let text = o
-                .network_data
-                .as_ref()
-                .map_err(|e| ServiceError::Invalid(format!("{service}: host {host}: {e}")))?;
-            let ip = render::network_data_ip(text, interface)
-                .map_err(|e| ServiceError::Invalid(format!("{service}: host {host}: {e}")))?;
-            out.push(Node {
-                name: o.bmh.name_any(),
-                ip,
-            });
-        }
-    }
-    Ok(out)
-}
-
-fn port(p: i32, what: &str) -> Result<u16, ServiceError> {
-    u16::try_from(p)
-        .ok()
-        .filter(|p| *p > 0)
-        .ok_or_else(|| ServiceError::Invalid(format!("{what}: port {p} is out of range")))
-}
-
-fn config_hash(parts: &[&str]) -> String {
-    use sha2::Digest as _;
-    let mut h = sha2::Sha256::new();
-    for p in parts {
-        h.update(p.as_bytes());
-        h.update([0]);
-    }
-    hex::encode(&h.finalize()[..8])
-}
-
-#[allow(clippy::too_many_arguments)]
-fn deployment(
-    sip: &SIPCluster,
-    ns: &str,
-    name: &str,
-    common: &ServiceCommon,
-    hash: &str,
-    container: serde_json::Value,
-    volumes: serde_json::Value,
-    host_aliases: serde_json::Value,
-) -> serde_json::Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": owned_meta(sip, OWNER_LABEL, ns, name),
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {SERVICE_LABEL: name}},
-            "template": {
-                "metadata": {
-                    "labels": {SERVICE_LABEL: name, OWNER_LABEL: sip.name_any()},
-                    // A changed configuration rolls the pods.
-                    "annotations": {"sip.airshipit.org/config-hash": hash},
-                },
-                "spec": {
-                    "nodeSelector": common.node_labels,
-                    "containers": [container],
-                    "volumes": volumes,
-                    "hostAliases": host_aliases,
-                },
-            },
-        },
-    })
-}
-
-fn node_port_service(
-    sip: &SIPCluster,
-    ns: &str,
-    name: &str,
-    common: &ServiceCommon,
-    ports: &[(u16, Option<u16>)],
-) -> serde_json::Value {
-    let mut spec = json!({
-        "type": "NodePort",
-        "selector": {SERVICE_LABEL: name},
-        "ports": ports.iter().map(|(port, node_port)| {
-            let mut p = json!({"name": format!("p{port}"), "port": port, "targetPort": port, "protocol": "TCP"});
-            if let Some(np) = node_port {
-                p["nodePort"] = json!(np);
-            }
-            p
-        }).collect::<Vec<_>>(),
-    });
-    if let Some(ip) = &common.cluster_ip {
-        spec["clusterIP"] = json!(ip);
-    }
-    json!({"apiVersion": "v1", "kind": "Service", "metadata": owned_meta(sip, OWNER_LABEL, ns, name), "spec": spec})
-}
-
-fn endpoint(
-    service: &str,
-    name: &str,
-    ns: &str,
-    port: u16,
-    node_ports: Vec<i32>,
-) -> ServiceEndpoint {
-    ServiceEndpoint {
-        service: service.into(),
-        address: format!("{name}.{ns}.svc:{port}"),
-        node_ports,
-    }
-}
-
+/// Applies the services' objects (Secrets and ConfigMaps before the Deployments that mount them) and prunes
+/// the ones of services no longer in the spec. `Ok(Err(_))`: the spec or the hosts' data cannot make them.
 async fn apply_services(
     sip: &SIPCluster,
     ns: &str,
     ctx: &Ctx,
     roles: &BTreeMap<String, RoleHosts>,
     by_name: &BTreeMap<String, &Observed>,
-) -> Result<Vec<ServiceEndpoint>, ServiceError> {
-    let desired = desired_services(sip, ns, ctx, roles, by_name).await?;
+) -> Result<Result<Vec<ServiceEndpoint>, String>, Error> {
     let client = &ctx.base.client;
-    let owner = sip.name_any();
-    // Secrets and ConfigMaps before the Deployments that mount them.
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    for (name, body) in &desired.secrets {
-        server_side_apply(&secrets, name, body.clone()).await?;
-    }
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    for (name, body) in &desired.config_maps {
-        server_side_apply(&maps, name, body.clone()).await?;
-    }
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    for (name, body) in &desired.deployments {
-        server_side_apply(&deployments, name, body.clone()).await?;
-    }
-    let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    for (name, body) in &desired.services {
-        server_side_apply(&services, name, body.clone()).await?;
-    }
-    // Objects of services no longer in the spec go.
-    prune(&services, &owner, &desired.services).await?;
-    prune(&deployments, &owner, &desired.deployments).await?;
-    prune(&maps, &owner, &desired.config_maps).await?;
-    prune(&secrets, &owner, &desired.secrets).await?;
-    Ok(desired.endpoints)
-}
-
-async fn prune<K>(
-    api: &Api<K>,
-    owner: &str,
-    keep: &[(String, serde_json::Value)],
-) -> Result<(), Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + kube::Resource,
-{
-    for obj in api
-        .list(&ListParams::default().labels(&format!("{OWNER_LABEL}={owner}")))
-        .await?
-        .items
-    {
-        let n = obj.name_any();
-        if !keep.iter().any(|(k, _)| *k == n) {
-            common::delete_ignoring_missing(api, &n).await?;
-        }
-    }
-    Ok(())
-}
-
-async fn desired_services(
-    sip: &SIPCluster,
-    ns: &str,
-    ctx: &Ctx,
-    roles: &BTreeMap<String, RoleHosts>,
-    by_name: &BTreeMap<String, &Observed>,
-) -> Result<Desired, ServiceError> {
-    let sip_name = sip.name_any();
-    let none = RoleHosts::default();
-    let cp = roles.get("ControlPlane").unwrap_or(&none);
-    let workers = roles.get("Worker").unwrap_or(&none);
-    let mut d = Desired::default();
-    let secret = |sip: &SIPCluster, name: &str, data: serde_json::Value| {
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": owned_meta(sip, OWNER_LABEL, ns, name),
-               "type": "Opaque", "stringData": data})
+    let auth = observe::auth_secrets(client, sip, ns).await?;
+    let desired = match render::services(sip, ns, roles, by_name, &auth) {
+        Ok(d) => d,
+        Err(invalid) => return Ok(Err(invalid)),
     };
-
-    for (i, lb) in sip
-        .spec
-        .services
-        .load_balancer_control_plane
-        .iter()
-        .enumerate()
-    {
-        let name = service_name(&sip_name, "lb-control-plane", i);
-        let listen = port(lb.node_port, &name)?;
-        let nodes = nodes(
-            &[cp],
-            false,
-            by_name,
-            lb.common.node_interface_id.as_deref(),
-            &name,
-        )?;
-        let cfg = render::haproxy_control_plane(&nodes, listen, API_PORT);
-        d.secrets.push((
-            name.clone(),
-            secret(sip, &name, json!({"haproxy.cfg": cfg})),
-        ));
-        d.deployments.push((
-            name.clone(),
-            haproxy_deployment(sip, ns, &name, &lb.common, &cfg, &[listen]),
-        ));
-        d.services.push((
-            name.clone(),
-            node_port_service(sip, ns, &name, &lb.common, &[(listen, Some(listen))]),
-        ));
-        d.endpoints.push(endpoint(
-            "loadBalancerControlPlane",
-            &name,
-            ns,
-            listen,
-            vec![lb.node_port],
-        ));
+    let mut owned = Owned::new(client, OWNERSHIP, sip, ns);
+    for o in desired.secrets {
+        owned.apply(o).await?;
     }
-    for (i, lb) in sip.spec.services.load_balancer_worker.iter().enumerate() {
-        let name = service_name(&sip_name, "lb-worker", i);
-        let (start, end) = (lb.node_port_range.start, lb.node_port_range.end);
-        if end < start || end - start >= MAX_WORKER_PORTS {
-            return Err(ServiceError::Invalid(format!(
-                "{name}: nodePortRange {start}-{end} must be ascending and span at most {MAX_WORKER_PORTS} ports"
-            )));
-        }
-        let (s, e) = (port(start, &name)?, port(end, &name)?);
-        let nodes = nodes(
-            &[workers],
-            false,
-            by_name,
-            lb.common.node_interface_id.as_deref(),
-            &name,
-        )?;
-        let cfg = render::haproxy_workers(&nodes, s, e);
-        let ports: Vec<u16> = (s..=e).collect();
-        d.secrets.push((
-            name.clone(),
-            secret(sip, &name, json!({"haproxy.cfg": cfg})),
-        ));
-        d.deployments.push((
-            name.clone(),
-            haproxy_deployment(sip, ns, &name, &lb.common, &cfg, &ports),
-        ));
-        let svc_ports: Vec<(u16, Option<u16>)> = ports.iter().map(|p| (*p, Some(*p))).collect();
-        d.services.push((
-            name.clone(),
-            node_port_service(sip, ns, &name, &lb.common, &svc_ports),
-        ));
-        d.endpoints.push(endpoint(
-            "loadBalancerWorker",
-            &name,
-            ns,
-            s,
-            (start..=end).collect(),
-        ));
+    for o in desired.config_maps {
+        owned.apply(o).await?;
     }
-    for (i, jh) in sip.spec.services.jump_host.iter().enumerate() {
-        let name = service_name(&sip_name, "jump-host", i);
-        jump_host(sip, ns, &name, jh, &[cp, workers], by_name, &mut d)?;
+    for o in desired.deployments {
+        owned.apply(o).await?;
     }
-    for (i, auth) in sip.spec.services.auth.iter().enumerate() {
-        let name = service_name(&sip_name, "auth", i);
-        dex(sip, ns, ctx, &name, auth, &mut d).await?;
+    for o in desired.services {
+        owned.apply(o).await?;
     }
-    Ok(d)
+    prune(&owned).await?;
+    Ok(Ok(desired.endpoints))
 }
 
-fn haproxy_deployment(
-    sip: &SIPCluster,
-    ns: &str,
-    name: &str,
-    common: &ServiceCommon,
-    cfg: &str,
-    ports: &[u16],
-) -> serde_json::Value {
-    deployment(
-        sip,
-        ns,
-        name,
-        common,
-        &config_hash(&[cfg]),
-        json!({
-            "name": "haproxy",
-            "image": common.image,
-            "ports": ports.iter().map(|p| json!({"containerPort": p, "protocol": "TCP"})).collect::<Vec<_>>(),
-            "volumeMounts": [{"name": "config", "mountPath": "/usr/local/etc/haproxy", "readOnly": true}],
-        }),
-        json!([{"name": "config", "secret": {"secretName": name}}]),
-        json!([]),
-    )
-}
-
-fn jump_host(
-    sip: &SIPCluster,
-    ns: &str,
-    name: &str,
-    jh: &JumpHost,
-    roles: &[&RoleHosts],
-    by_name: &BTreeMap<String, &Observed>,
-    d: &mut Desired,
-) -> Result<(), ServiceError> {
-    let nodes = nodes(
-        roles,
-        true,
-        by_name,
-        jh.common.node_interface_id.as_deref(),
-        name,
-    )?;
-    let mut hosts = Vec::new();
-    for rh in roles {
-        for host in rh.active.iter().chain(&rh.standby) {
-            let o = by_name[host];
-            let bmc = o
-                .bmc
-                .as_ref()
-                .map_err(|e| ServiceError::Invalid(format!("{name}: host {host}: {e}")))?;
-            hosts.push(json!({"name": o.bmh.name_any(),
-                              "bmc": {"ip": bmc.ip, "username": bmc.username, "password": bmc.password}}));
-        }
-    }
-    let hosts = serde_json::to_string_pretty(&hosts).expect("JSON values serialize");
-    let ssh_config = render::ssh_config(&nodes, "root", "/etc/foothold/ssh/id_rsa");
-    let keys = jh
-        .ssh_authorized_keys
-        .iter()
-        .map(|k| format!("{}\n", k.trim()))
-        .collect::<String>();
-    let keys_name = child_name(name, "keys");
-    d.secrets.push((
-        name.to_owned(),
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": owned_meta(sip, OWNER_LABEL, ns, name),
-               "type": "Opaque", "stringData": {"hosts": hosts, "ssh_config": ssh_config}}),
-    ));
-    d.config_maps.push((
-        keys_name.clone(),
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": owned_meta(sip, OWNER_LABEL, ns, &keys_name),
-               "data": {"authorized_keys": keys}}),
-    ));
-    let mut volumes = vec![
-        json!({"name": "jump", "secret": {"secretName": name, "defaultMode": 0o400}}),
-        json!({"name": "keys", "configMap": {"name": keys_name}}),
-    ];
-    let mut mounts = vec![
-        json!({"name": "jump", "mountPath": "/etc/foothold/jump", "readOnly": true}),
-        json!({"name": "keys", "mountPath": "/etc/foothold/authorized_keys", "readOnly": true}),
-    ];
-    if let Some(private) = &jh.node_ssh_private_keys {
-        volumes
-            .push(json!({"name": "ssh", "secret": {"secretName": private, "defaultMode": 0o400}}));
-        mounts.push(json!({"name": "ssh", "mountPath": "/etc/foothold/ssh", "readOnly": true}));
-    }
-    let aliases: Vec<serde_json::Value> = nodes
-        .iter()
-        .map(|n| json!({"ip": n.ip.to_string(), "hostnames": [n.name]}))
-        .collect();
-    let bmc_proxy = jh.bmc.as_ref().is_some_and(|b| b.proxy);
-    d.deployments.push((
-        name.to_owned(),
-        deployment(
-            sip,
-            ns,
-            name,
-            &jh.common,
-            &config_hash(&[&hosts, &ssh_config, &keys]),
-            json!({
-                "name": "jump-host",
-                "image": jh.common.image,
-                "env": [{"name": "BMC_PROXY", "value": bmc_proxy.to_string()}],
-                "ports": [{"containerPort": 22, "protocol": "TCP"}],
-                "volumeMounts": mounts,
-            }),
-            json!(volumes),
-            json!(aliases),
-        ),
-    ));
-    let node_port = jh.node_port.map(|p| port(p, name)).transpose()?;
-    d.services.push((
-        name.to_owned(),
-        node_port_service(sip, ns, name, &jh.common, &[(22, node_port)]),
-    ));
-    d.endpoints.push(endpoint(
-        "jumpHost",
-        name,
-        ns,
-        22,
-        jh.node_port.into_iter().collect(),
-    ));
-    Ok(())
-}
-
-#[derive(serde::Deserialize)]
-struct StaticUser {
-    email: String,
-    hash: String,
-    #[serde(default)]
-    username: Option<String>,
-}
-
-/// Dex's configuration from the spec: the static connector's users come from their Secret (key `users`, a
-/// list of `{email, hash, username}`), the LDAP bind password from its Secret.
-async fn dex(
-    sip: &SIPCluster,
-    ns: &str,
-    ctx: &Ctx,
-    name: &str,
-    auth: &Auth,
-    d: &mut Desired,
-) -> Result<(), ServiceError> {
-    const DEX_PORT: u16 = 5556;
-    let client = &ctx.base.client;
-    let invalid = |why: String| ServiceError::Invalid(format!("{name}: {why}"));
-    let tls = auth.ca_secret.is_some();
-    let issuer = auth.issuer.clone().unwrap_or_else(|| {
-        format!(
-            "{}://{name}.{ns}.svc:{DEX_PORT}/dex",
-            if tls { "https" } else { "http" }
-        )
-    });
-    let mut config = json!({
-        "issuer": issuer,
-        "storage": {"type": "memory"},
-        "oauth2": {"skipApprovalScreen": true},
-        "web": if tls {
-            json!({"https": format!("0.0.0.0:{DEX_PORT}"), "tlsCert": "/etc/dex/tls/tls.crt", "tlsKey": "/etc/dex/tls/tls.key"})
-        } else {
-            json!({"http": format!("0.0.0.0:{DEX_PORT}")})
-        },
-        "connectors": [],
-    });
-    if let Some(st) = &auth.static_connector {
-        let what = format!("{name}: Secret {ns}/{} key users", st.users_secret);
-        let text = secrets::read(client, ns, &st.users_secret, "users")
-            .await?
-            .map_err(invalid)?;
-        let users: Vec<StaticUser> = json_or_yaml(&text).map_err(|e| {
-            ServiceError::Invalid(format!(
-                "{what}: not a list of {{email, hash, username}}: {e}"
-            ))
-        })?;
-        config["enablePasswordDB"] = json!(true);
-        config["staticPasswords"] = json!(users
-            .iter()
-            .map(|u| {
-                let username = u
-                    .username
-                    .clone()
-                    .unwrap_or_else(|| u.email.split('@').next().unwrap_or(&u.email).to_owned());
-                json!({"email": u.email, "hash": u.hash.trim(), "username": username,
-                       "userID": config_hash(&[&u.email])})
-            })
-            .collect::<Vec<_>>());
-    }
-    if let Some(ldap) = &auth.ldap {
-        let password = match &ldap.bind_password_secret {
-            Some(s) => secrets::read(client, ns, s, "password")
-                .await?
-                .map_err(invalid)?,
-            None => String::new(),
-        };
-        let mut c = json!({
-            "host": ldap.host, "insecureNoSSL": ldap.insecure_no_ssl,
-            "userSearch": {"baseDN": ldap.user_base_dn, "filter": ldap.user_filter.clone().unwrap_or_default(),
-                           "username": "uid", "idAttr": "uid", "emailAttr": "mail", "nameAttr": "cn"},
-        });
-        if let Some(dn) = &ldap.bind_dn {
-            c["bindDN"] = json!(dn);
-            c["bindPW"] = json!(password);
-        }
-        if let Some(g) = &ldap.group_base_dn {
-            c["groupSearch"] = json!({"baseDN": g, "filter": "(objectClass=groupOfNames)",
-                "userMatchers": [{"userAttr": "DN", "groupAttr": "member"}], "nameAttr": "cn"});
-        }
-        config["connectors"] = json!([{"type": "ldap", "id": "ldap", "name": "LDAP", "config": c}]);
-    }
-    // JSON is YAML: Dex reads it as its config.yaml.
-    let config = serde_json::to_string_pretty(&config).expect("JSON values serialize");
-    d.secrets.push((
-        name.to_owned(),
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": owned_meta(sip, OWNER_LABEL, ns, name),
-               "type": "Opaque", "stringData": {"config.yaml": config}}),
-    ));
-    let mut volumes = vec![json!({"name": "config", "secret": {"secretName": name}})];
-    let mut mounts = vec![json!({"name": "config", "mountPath": "/etc/dex/cfg", "readOnly": true})];
-    if let Some(ca) = &auth.ca_secret {
-        volumes.push(json!({"name": "tls", "secret": {"secretName": ca}}));
-        mounts.push(json!({"name": "tls", "mountPath": "/etc/dex/tls", "readOnly": true}));
-    }
-    d.deployments.push((
-        name.to_owned(),
-        deployment(
-            sip,
-            ns,
-            name,
-            &auth.common,
-            &config_hash(&[&config]),
-            json!({
-                "name": "dex",
-                "image": auth.common.image,
-                "args": ["dex", "serve", "/etc/dex/cfg/config.yaml"],
-                "ports": [{"containerPort": DEX_PORT, "protocol": "TCP"}],
-                "volumeMounts": mounts,
-            }),
-            json!(volumes),
-            json!([]),
-        ),
-    ));
-    let node_port = auth.node_port.map(|p| port(p, name)).transpose()?;
-    d.services.push((
-        name.to_owned(),
-        node_port_service(sip, ns, name, &auth.common, &[(DEX_PORT, node_port)]),
-    ));
-    d.endpoints.push(endpoint(
-        "auth",
-        name,
-        ns,
-        DEX_PORT,
-        auth.node_port.into_iter().collect(),
-    ));
+/// Deletes the SIPCluster's service objects that `owned` did not apply: those of services no longer in the
+/// spec, or all of them for a tracker that applied nothing. Services and Deployments before the Secrets and
+/// ConfigMaps they use.
+async fn prune(owned: &Owned<'_, SIPCluster>) -> Result<(), Error> {
+    owned.prune::<Service>().await?;
+    owned.prune::<Deployment>().await?;
+    owned.prune::<ConfigMap>().await?;
+    owned.prune::<Secret>().await?;
     Ok(())
 }
 
 #[cfg(test)]
+mod plan_tests;
+#[cfg(test)]
 mod reconcile_tests;
+#[cfg(test)]
+mod render_tests;

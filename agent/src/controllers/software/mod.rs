@@ -30,11 +30,10 @@ use self::plan::{Files, Uploaded};
 use super::bpa::{cluster_name, FINALIZER};
 use super::common::child_name;
 use super::common::report::{report, Headline};
-use super::common::{
-    delete_owned, job_outcome, owned_meta, publish, server_side_apply, set_conditions, Base, Error,
-    JobOutcome,
-};
 use super::common::{every, run as run_controller, scoped_api, Reconciler};
+use super::common::{
+    job_outcome, publish, set_conditions, Base, Error, JobOutcome, Owned, Ownership,
+};
 use super::settings::Settings;
 use crate::crd::bpa::{Provisioning, Software, SoftwareStatus};
 use crate::images::{Images, Kind};
@@ -43,6 +42,11 @@ use crate::store::Store;
 
 /// On every object the reconciler creates: the Software's name.
 pub const OWNER_LABEL: &str = "bpa.akraino.org/software";
+/// How the objects are marked: the Software's name and generation (BPA's keys: Software is BPA's resource).
+pub const OWNERSHIP: Ownership = Ownership {
+    owner_label: OWNER_LABEL,
+    generation_label: "bpa.akraino.org/generation",
+};
 /// How often a Software waiting for uploads re-reads the store anyway (uploads trigger a reconcile too).
 const UPLOAD_POLL: Duration = Duration::from_secs(60);
 
@@ -111,7 +115,6 @@ impl Reconciler for Ctx {
             observed_generation: Some(generation),
             ..SoftwareStatus::default()
         };
-        let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
         let mut action = Action::requeue(Duration::from_secs(300));
 
         match ready_cluster(sw, &provs) {
@@ -213,7 +216,9 @@ impl Reconciler for Ctx {
         }
         if status.job_name.is_none() {
             // No Job runs for a cluster that is not ready, missing packages or an invalid spec.
-            delete_owned(&jobs, OWNER_LABEL, &name, None).await?;
+            Owned::new(&ctx.base.client, OWNERSHIP, sw, ns)
+                .prune::<Job>()
+                .await?;
         }
         let phase = status.phase.as_deref().unwrap_or_default();
         let headline =
@@ -225,21 +230,9 @@ impl Reconciler for Ctx {
     /// Deletes the Jobs and manifests of `sw` (it does not rely on a garbage collector).
     async fn cleanup(&self, sw: &Software, ns: &str) -> Result<Action, Error> {
         let ctx = self;
-        let name = sw.name_any();
-        delete_owned(
-            &Api::<Job>::namespaced(ctx.base.client.clone(), ns),
-            OWNER_LABEL,
-            &name,
-            None,
-        )
-        .await?;
-        delete_owned(
-            &Api::<ConfigMap>::namespaced(ctx.base.client.clone(), ns),
-            OWNER_LABEL,
-            &name,
-            None,
-        )
-        .await?;
+        let owned = Owned::new(&ctx.base.client, OWNERSHIP, sw, ns);
+        owned.prune::<Job>().await?;
+        owned.prune::<ConfigMap>().await?;
         publish(
             &ctx.base.recorder,
             sw,
@@ -325,16 +318,16 @@ async fn run_job(
     let jobs: Api<Job> = Api::namespaced(ctx.base.client.clone(), ns);
     let manifest_name = child_name(&name, "packages");
     let existing = jobs.get_opt(job_name).await?;
+    let mut owned = Owned::new(&ctx.base.client, OWNERSHIP, sw, ns);
     if existing.is_none() {
-        server_side_apply(
-            &Api::<ConfigMap>::namespaced(ctx.base.client.clone(), ns),
-            &manifest_name,
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                   "metadata": owned_meta(sw, OWNER_LABEL, ns, &manifest_name),
-                   "data": {"packages.json": manifest}}),
-        )
-        .await?;
-        let job = software_job(sw, prov, ns, ctx, job_name, &manifest_name);
+        owned
+            .apply(ConfigMap {
+                metadata: owned.meta(&manifest_name),
+                data: Some([("packages.json".to_owned(), manifest.to_owned())].into()),
+                ..ConfigMap::default()
+            })
+            .await?;
+        let job = software_job(&owned, prov, ns, ctx, job_name, &manifest_name);
         match jobs.create(&PostParams::default(), &job).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -349,7 +342,8 @@ async fn run_job(
         )
         .await;
     }
-    delete_owned(&jobs, OWNER_LABEL, &name, Some(job_name)).await?;
+    owned.keep::<Job>(job_name);
+    owned.prune::<Job>().await?;
     let outcome = match existing {
         Some(job) => job_outcome(&job),
         None => JobOutcome::Running,
@@ -403,7 +397,7 @@ async fn run_job(
 }
 
 fn software_job(
-    sw: &Software,
+    owned: &Owned<'_, Software>,
     prov: &Provisioning,
     ns: &str,
     ctx: &Ctx,
@@ -411,8 +405,11 @@ fn software_job(
     manifest_name: &str,
 ) -> Job {
     let cluster = cluster_name(prov);
-    let mut meta = owned_meta(sw, OWNER_LABEL, ns, job_name);
-    meta["labels"]["cluster"] = json!(cluster);
+    let sw = owned.owner();
+    let mut meta = owned.meta(job_name);
+    meta.labels
+        .get_or_insert_with(Default::default)
+        .insert("cluster".into(), cluster.clone());
     let status = prov.status.clone().unwrap_or_default();
     let inventory = status.inventory_config_map.unwrap_or_default();
     let kubeconfig = status

@@ -7,9 +7,19 @@ use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
 
 use crate::controllers::common::document::json_or_yaml;
+use crate::controllers::common::Ownership;
 use crate::crd::vino::{DiskDrive, Flavor, Network, VmNodeSet};
 use crate::vino_plan::{DiskOptionsPlan, DiskPlan};
 
+/// On every object the reconciler creates: the Vino's name.
+pub const OWNER_LABEL: &str = "vino.airshipit.org/vino";
+/// On per-node objects: the node.
+pub const NODE_LABEL: &str = "vino.airshipit.org/node";
+/// How the objects are marked: the Vino's name and generation.
+pub const OWNERSHIP: Ownership = Ownership {
+    owner_label: OWNER_LABEL,
+    generation_label: "vino.airshipit.org/generation",
+};
 /// The Redfish port of sushy-tools on each node.
 pub const REDFISH_PORT: u16 = 8000;
 
@@ -65,7 +75,7 @@ pub(super) fn dns_name(s: &str) -> String {
 }
 
 /// A VNC password: eight random letters and digits (VNC authentication uses at most eight characters).
-pub(super) fn vnc_password() -> String {
+pub fn vnc_password() -> String {
     use rand::Rng as _;
     const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnpqrstuvwxyz23456789";
     let mut rng = rand::rng();
@@ -154,7 +164,7 @@ pub fn render_network_data(
     }
 }
 
-pub(super) fn node_ip(node: &Node) -> Option<std::net::IpAddr> {
+pub fn node_ip(node: &Node) -> Option<std::net::IpAddr> {
     node.status
         .as_ref()?
         .addresses
@@ -165,13 +175,13 @@ pub(super) fn node_ip(node: &Node) -> Option<std::net::IpAddr> {
 }
 
 /// The host bridge of a Vino network: its `bridgeName`, else `vino-<network>`.
-pub(super) fn bridge_name(net: &Network) -> String {
+pub fn bridge_name(net: &Network) -> String {
     net.bridge_name
         .clone()
         .unwrap_or_else(|| format!("vino-{}", net.name))
 }
 
-pub(super) fn disk_plan(d: &DiskDrive) -> DiskPlan {
+pub fn disk_plan(d: &DiskDrive) -> DiskPlan {
     DiskPlan {
         name: d.name.clone(),
         kind: d.kind.clone(),
@@ -183,7 +193,7 @@ pub(super) fn disk_plan(d: &DiskDrive) -> DiskPlan {
     }
 }
 
-pub(super) fn prefix_len(subnet: &str) -> Option<u32> {
+pub fn prefix_len(subnet: &str) -> Option<u32> {
     subnet.split_once('/').and_then(|(_, l)| l.parse().ok())
 }
 
@@ -284,7 +294,7 @@ mod tests {
         assert_eq!(d["services"][0]["address"], "10.0.0.1");
         // The SIP reconciler reads it back.
         assert_eq!(
-            crate::controllers::sip::render::network_data_ip(
+            crate::controllers::sip::configs::network_data_ip(
                 &render_network_data(None, &vars).unwrap(),
                 Some("oam")
             )
