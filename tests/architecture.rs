@@ -10,14 +10,9 @@ use std::path::{Path, PathBuf};
 
 const MAX_LINES: usize = 700;
 
-/// Files still over [`MAX_LINES`], with the size they may not pass: the list only shrinks.
-const WAITING_TO_BE_SPLIT: &[(&str, usize)] = &[
-    ("agent/tests/kube/bpa.rs", 1166),
-    ("agent/tests/kube/sip.rs", 724),
-    ("image-builder/src/images.rs", 765),
-    ("image-builder/src/qemu.rs", 814),
-    ("tests/container_images.rs", 947),
-];
+/// Files still over [`MAX_LINES`], with the size they may not pass: the list only shrinks. Empty since
+/// 2026-11-24: every file is under the limit.
+const WAITING_TO_BE_SPLIT: &[(&str, usize)] = &[];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
 use futures_util::{StreamExt as _, TryStreamExt as _};
-use oci_client::client::{BlobResponse, ClientConfig, ClientProtocol};
+use oci_client::client::BlobResponse;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use serde_json::{json, Value};
@@ -22,6 +22,10 @@ use sha2::{Digest as _, Sha256};
 
 use crate::progress::Progress;
 use crate::spec::{is_digest, ImageComponent, Loaded};
+
+mod registries;
+pub use registries::PullSettings;
+use registries::Registries;
 
 /// Manifest media types asked for; registries answer with what the digest is.
 const ACCEPT: &[&str] = &[
@@ -384,99 +388,6 @@ fn missing_blobs(cache: &Path, im: &ImageComponent) -> Result<Vec<String>> {
     Ok(missing.into_iter().collect())
 }
 
-/// Settings for pulling.
-#[derive(Debug, Clone, Default)]
-pub struct PullSettings {
-    /// Registries (`host:port`) spoken to over plain HTTP.
-    pub insecure: Vec<String>,
-    /// Registry credentials (see `auth`); None: the default auth file, if there is one.
-    pub auth_file: Option<PathBuf>,
-}
-
-/// Whether an error says the registry wants credentials (or refused the ones given).
-fn is_auth_error(e: &anyhow::Error) -> bool {
-    use oci_client::errors::{OciDistributionError as E, OciErrorCode as C};
-    e.chain().any(|c| match c.downcast_ref::<E>() {
-        Some(E::AuthenticationFailure(_) | E::UnauthorizedError { .. }) => true,
-        Some(E::ServerError { code, .. }) => *code == 401 || *code == 403,
-        Some(E::RegistryError { envelope, .. }) => envelope
-            .errors
-            .iter()
-            .any(|o| matches!(o.code, C::Unauthorized | C::Denied)),
-        _ => false,
-    })
-}
-
-/// What talking to registries needs: a runtime, a client and the credentials file.
-struct Registries {
-    rt: tokio::runtime::Runtime,
-    client: Client,
-    auth_file: Option<crate::auth::AuthFile>,
-}
-
-impl Registries {
-    /// Reads the credentials file: only call this when something is to be pulled.
-    fn new(settings: &PullSettings) -> Result<Registries> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        // oci-client is built without a rustls backend; ring is the one the workspace uses.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = Client::new(ClientConfig {
-            protocol: ClientProtocol::HttpsExcept(settings.insecure.clone()),
-            connect_timeout: Some(std::time::Duration::from_secs(30)),
-            read_timeout: Some(std::time::Duration::from_secs(120)),
-            ..ClientConfig::default()
-        });
-        let auth_file = match settings
-            .auth_file
-            .clone()
-            .or_else(crate::auth::default_path)
-        {
-            Some(path) => Some(crate::auth::AuthFile::load(&path)?),
-            None => None,
-        };
-        Ok(Registries {
-            rt,
-            client,
-            auth_file,
-        })
-    }
-
-    /// The credentials for `repo`, and for progress lines who they are (` as <user> (credentials for <key> in
-    /// <file>)`, or nothing when anonymous).
-    fn auth(&self, repo: &Reference) -> (RegistryAuth, String) {
-        let found = self
-            .auth_file
-            .as_ref()
-            .and_then(|f| Some((f, f.lookup(repo.registry(), repo.repository())?)));
-        match found {
-            Some((f, (key, user, password))) => (
-                RegistryAuth::Basic(user.to_owned(), password.to_owned()),
-                format!(" as {user} (credentials for {key} in {})", f.path.display()),
-            ),
-            None => (RegistryAuth::Anonymous, String::new()),
-        }
-    }
-
-    /// What to add to an error from `repo` when the registry wants credentials or refused them.
-    fn hint(&self, auth: &RegistryAuth, e: &anyhow::Error, repo: &Reference) -> String {
-        match (auth, is_auth_error(e), &self.auth_file) {
-            (RegistryAuth::Anonymous, true, Some(f)) => format!(
-                "; the registry wants credentials and {} has none for {}",
-                f.path.display(),
-                repo.registry()
-            ),
-            (RegistryAuth::Anonymous, true, None) => format!(
-                "; the registry wants credentials: log in to {} with `skopeo login` or give --authfile",
-                repo.registry()
-            ),
-            (_, true, _) => "; the registry refused the credentials".to_owned(),
-            _ => String::new(),
-        }
-    }
-}
-
 /// Pulls every image of the spec that the cache lacks; a complete cache makes no request. Errors name the field.
 pub fn fetch_all(
     loaded: &Loaded,
@@ -713,53 +624,4 @@ pub fn write_layout(loaded: &Loaded, cache: &Path, dir: &Path) -> Result<Vec<Val
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::spec::tests::image;
-
-    #[test]
-    fn an_index_keeps_the_wanted_platforms_only() {
-        let d = |c: char| format!("sha256:{}", c.to_string().repeat(64));
-        let index = json!({"manifests": [
-            {"digest": d('1'), "platform": {"os": "linux", "architecture": "amd64"}},
-            {"digest": d('2'), "platform": {"os": "linux", "architecture": "arm64", "variant": "v8"}},
-            {"digest": d('3'), "platform": {"os": "unknown", "architecture": "unknown"}},
-            {"digest": d('4')},
-        ]})
-        .to_string();
-        let (m, b) = children(index.as_bytes(), &["linux/amd64".into()]).unwrap();
-        assert_eq!((m, b.len()), (vec![d('1')], 0));
-        let (m, _) = children(
-            index.as_bytes(),
-            &["linux/arm64".into(), "linux/amd64".into()],
-        )
-        .unwrap();
-        assert_eq!(m, vec![d('1'), d('2')]);
-        let (m, _) = children(index.as_bytes(), &["linux/arm64/v7".into()])
-            .err()
-            .map(|e| (vec![e.to_string()], ()))
-            .unwrap();
-        assert!(
-            m[0].contains("linux/arm64/v8") && m[0].contains("linux/arm64/v7"),
-            "{m:?}"
-        );
-        let manifest = json!({"config": {"digest": d('c')}, "layers": [{"digest": d('5')}, {"digest": d('6')}]}).to_string();
-        let (m, b) = children(manifest.as_bytes(), &[]).unwrap();
-        assert!(m.is_empty());
-        assert_eq!(b, vec![d('c'), d('5'), d('6')]);
-        let foreign = json!({"config": {"digest": d('c')}, "layers": [{"digest": d('5'), "urls": ["https://x"]}]}).to_string();
-        assert!(children(foreign.as_bytes(), &[])
-            .unwrap_err()
-            .to_string()
-            .contains("foreign"));
-        assert!(children(b"{}", &[]).is_err());
-    }
-
-    #[test]
-    fn served_names_drop_the_digest() {
-        let mut im = image("quay.io/a/b:1");
-        assert_eq!(served_name(&im), "quay.io/a/b:1");
-        im.reference = format!("quay.io/a/b@{}", im.pinned());
-        assert_eq!(served_name(&im), "quay.io/a/b");
-    }
-}
+mod tests;

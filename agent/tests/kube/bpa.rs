@@ -2,6 +2,7 @@
 //! are genuine Metal3 BareMetalHosts, and the test plays kubelet and installer (it patches Job status and
 //! writes the kubeconfig Secret).
 
+use crate::software::{get_json, upload};
 use crate::support;
 
 use std::path::Path;
@@ -17,13 +18,13 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
-use foothold_agent::crd::bpa::{Provisioning, Software};
+use foothold_agent::crd::bpa::Provisioning;
 use foothold_agent::crd::metal3::BareMetalHost;
 
 /// What the agents tell nodes their file server is (`--advertise-url`).
-const ADVERTISED: &str = "http://10.1.2.3:5000";
+pub(crate) const ADVERTISED: &str = "http://10.1.2.3:5000";
 
-fn start_agent(dir: &Path, ns: &str, identity: &str) -> Agent {
+pub(crate) fn start_agent(dir: &Path, ns: &str, identity: &str) -> Agent {
     start_agent_with(dir, ns, identity, &env().kubeconfig)
 }
 
@@ -46,7 +47,7 @@ fn start_agent_with(dir: &Path, ns: &str, identity: &str, kubeconfig: &Path) -> 
 /// A host fixture: name, MAC, IP of that NIC, CPUs, MiB of RAM, provisioning state.
 type Hw<'a> = (&'a str, &'a str, &'a str, i64, i64, &'a str);
 
-async fn bmh(client: &kube::Client, ns: &str, hw: Hw<'_>, labels: Value) {
+pub(crate) async fn bmh(client: &kube::Client, ns: &str, hw: Hw<'_>, labels: Value) {
     let (name, mac, _, cpus, _, _) = hw;
     let api: Api<BareMetalHost> = Api::namespaced(client.clone(), ns);
     let obj: BareMetalHost = serde_json::from_value(json!({
@@ -91,7 +92,7 @@ fn condition(p: &Provisioning, type_: &str) -> Option<(String, String, String, O
         })
 }
 
-async fn job_status(client: &kube::Client, ns: &str, name: &str, success: bool) {
+pub(crate) async fn job_status(client: &kube::Client, ns: &str, name: &str, success: bool) {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
     let status = if success {
         json!({"startTime": now, "completionTime": now, "succeeded": 1, "active": 0, "ready": 0, "terminating": 0,
@@ -114,7 +115,7 @@ async fn job_status(client: &kube::Client, ns: &str, name: &str, success: bool) 
         .unwrap_or_else(|e| panic!("patching Job {name} status: {e}"));
 }
 
-fn provisioning(name: &str, cluster: &str, spec: Value) -> Provisioning {
+pub(crate) fn provisioning(name: &str, cluster: &str, spec: Value) -> Provisioning {
     serde_json::from_value(json!({
         "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Provisioning",
         "metadata": {"name": name, "labels": {"cluster": cluster, "owner": "tenant-a"}},
@@ -123,7 +124,7 @@ fn provisioning(name: &str, cluster: &str, spec: Value) -> Provisioning {
     .unwrap()
 }
 
-async fn get_prov(api: &Api<Provisioning>, name: &str) -> Option<Provisioning> {
+pub(crate) async fn get_prov(api: &Api<Provisioning>, name: &str) -> Option<Provisioning> {
     api.get_opt(name).await.unwrap()
 }
 
@@ -587,483 +588,6 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_dies() {
         1,
         "exactly one installer Job"
     );
-}
-
-fn sw_condition(s: &Software, type_: &str) -> Option<(String, String, String)> {
-    s.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-fn sw_phase(s: &Software) -> Option<&str> {
-    s.status.as_ref().and_then(|s| s.phase.as_deref())
-}
-
-/// Creates a binary_images record of `length` bytes and uploads `content` into it (all of it, or a part).
-fn upload(agent: &Agent, owner: &str, cluster: &str, name: &str, length: usize, content: &[u8]) {
-    let http = support::http();
-    let base = agent.url(&format!(
-        "/v1/baremetalcluster/{owner}/{cluster}/binary_images"
-    ));
-    let created = http
-        .post(&base)
-        .header("Content-Type", "application/json")
-        .send(json!({"image_name": name, "image_length": length}).to_string())
-        .unwrap();
-    assert_eq!(created.status(), 201);
-    append(agent, owner, cluster, name, 0, content);
-}
-
-fn append(agent: &Agent, owner: &str, cluster: &str, name: &str, offset: usize, content: &[u8]) {
-    let url = agent.url(&format!(
-        "/v1/baremetalcluster/{owner}/{cluster}/binary_images/{name}"
-    ));
-    let r = support::http()
-        .patch(&url)
-        .header("Upload-Offset", &offset.to_string())
-        .header("Content-Type", "application/offset+octet-stream")
-        .send(content)
-        .unwrap();
-    assert_eq!(r.status(), 204, "PATCH {name}");
-}
-
-fn get_json(agent: &Agent, path: &str) -> Value {
-    let body = support::http()
-        .get(&agent.url(path))
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap();
-    serde_json::from_str(&body).unwrap()
-}
-
-/// Makes the Provisioning's cluster Ready the way the installer would: kubeconfig Secret, then Job success.
-async fn install_cluster(client: &kube::Client, ns: &str, prov: &str, cluster: &str) {
-    Api::<Secret>::namespaced(client.clone(), ns).create(&PostParams::default(), &serde_json::from_value(json!({
-        "metadata": {"name": format!("{cluster}-kubeconfig")}, "stringData": {"kubeconfig": "apiVersion: v1\n"},
-    })).unwrap()).await.unwrap();
-    let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
-    let job = format!("{prov}-install-g1");
-    until("the installer Job", || async {
-        jobs.get_opt(&job).await.unwrap()
-    })
-    .await;
-    job_status(client, ns, &job, true).await;
-    let provs: Api<Provisioning> = Api::namespaced(client.clone(), ns);
-    until("phase Ready", || async {
-        get_prov(&provs, prov)
-            .await
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Ready"))
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_status_shows_both()
-{
-    let env = env();
-    let client = env.client().await;
-    let ns = env.namespace(&client, "bpa-software").await;
-    let tmp = tempfile::tempdir().unwrap();
-    let agent = start_agent(tmp.path(), &ns, "agent-a");
-    bmh(
-        &client,
-        &ns,
-        (
-            "n1",
-            "02:00:00:00:01:01",
-            "10.0.1.1",
-            8,
-            16384,
-            "provisioned",
-        ),
-        json!({}),
-    )
-    .await;
-    let provs: Api<Provisioning> = Api::namespaced(client.clone(), &ns);
-    provs
-        .create(
-            &PostParams::default(),
-            &provisioning(
-                "c2-prov",
-                "c2",
-                json!({"masters": [{"m": {"mac-address": "02:00:00:00:01:01"}}]}),
-            ),
-        )
-        .await
-        .unwrap();
-    let sws: Api<Software> = Api::namespaced(client.clone(), &ns);
-    let sw: Software = serde_json::from_value(json!({
-        "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Software",
-        "metadata": {"name": "tools", "labels": {"cluster": "c2"}},
-        "spec": {"masterSoftware": ["tool", {"kubectl": {"version": "1.33.4"}}],
-                 "workerSoftware": ["tool"]},
-    }))
-    .unwrap();
-    sws.create(&PostParams::default(), &sw).await.unwrap();
-
-    // The cluster is still installing: the Software waits and runs nothing.
-    let s = until("Software waiting for its cluster", || async {
-        sws.get_opt("tools")
-            .await
-            .unwrap()
-            .filter(|s| sw_condition(s, "ClusterReady").is_some_and(|c| c.1 == "ClusterNotReady"))
-    })
-    .await;
-    assert_eq!(sw_phase(&s), Some("Pending"));
-    assert!(sw_condition(&s, "ClusterReady")
-        .unwrap()
-        .2
-        .contains("Provisioning c2-prov is"));
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let of_sw = ListParams::default().labels("bpa.akraino.org/software=tools");
-    assert!(jobs.list(&of_sw).await.unwrap().items.is_empty());
-
-    // Ready cluster, packages not uploaded: each missing record is named.
-    install_cluster(&client, &ns, "c2-prov", "c2").await;
-    let s = until("Software waiting for uploads", || async {
-        sws.get_opt("tools")
-            .await
-            .unwrap()
-            .filter(|s| sw_condition(s, "PackagesAvailable").is_some())
-    })
-    .await;
-    assert_eq!(
-        sw_condition(&s, "PackagesAvailable").unwrap(),
-        (
-            "False".into(),
-            "PackagesMissing".into(),
-            "tool: no binary_images record tool for tenant-a/c2; \
-             kubectl: no binary_images record kubectl-1.33.4 for tenant-a/c2"
-                .into()
-        )
-    );
-    assert_eq!(sw_phase(&s), Some("Pending"));
-
-    // One upload finishes, one is half done: the store's change re-plans without any Kubernetes event.
-    let tool = b"#!/bin/sh\necho tool\n".to_vec();
-    let kubectl = vec![7u8; 4096];
-    upload(&agent, "tenant-a", "c2", "tool", tool.len(), &tool);
-    upload(
-        &agent,
-        "tenant-a",
-        "c2",
-        "kubectl-1.33.4",
-        kubectl.len(),
-        &kubectl[..1000],
-    );
-    until("only kubectl missing", || async {
-        sws.get_opt("tools").await.unwrap().filter(|s| {
-            sw_condition(s, "PackagesAvailable").is_some_and(|c| {
-                c.2 == "kubectl: the upload of binary_images record kubectl-1.33.4 is not complete"
-            })
-        })
-    })
-    .await;
-    assert!(jobs.list(&of_sw).await.unwrap().items.is_empty());
-    append(
-        &agent,
-        "tenant-a",
-        "c2",
-        "kubectl-1.33.4",
-        1000,
-        &kubectl[1000..],
-    );
-
-    // Everything uploaded: the manifest and the Job.
-    let job = until("the package installer Job", || async {
-        jobs.get_opt("tools-install-g1-p1").await.unwrap()
-    })
-    .await;
-    let manifest = Api::<ConfigMap>::namespaced(client.clone(), &ns)
-        .get("tools-packages")
-        .await
-        .unwrap();
-    let manifest: Value = serde_json::from_str(&manifest.data.unwrap()["packages.json"]).unwrap();
-    let sha = |b: &[u8]| {
-        support::sha256_digest(b)
-            .trim_start_matches("sha256:")
-            .to_owned()
-    };
-    assert_eq!(
-        manifest,
-        json!({"owner": "tenant-a", "cluster": "c2", "packages": [
-            {"name": "tool", "version": null, "groups": ["kube_control_plane", "kube_node"],
-             "url": format!("{ADVERTISED}/files/tenant-a/c2/binary_images/tool"), "sha256": sha(&tool)},
-            {"name": "kubectl", "version": "1.33.4", "groups": ["kube_control_plane"],
-             "url": format!("{ADVERTISED}/files/tenant-a/c2/binary_images/kubectl-1.33.4"),
-             "sha256": sha(&kubectl)},
-        ]})
-    );
-    // The manifest's URLs are the agent's own /files.
-    for p in manifest["packages"].as_array().unwrap() {
-        let path = p["url"].as_str().unwrap().trim_start_matches(ADVERTISED);
-        let mut r = support::http().get(&agent.url(path)).call().unwrap();
-        let body = r
-            .body_mut()
-            .with_config()
-            .limit(1 << 20)
-            .read_to_vec()
-            .unwrap();
-        assert_eq!(sha(&body), p["sha256"].as_str().unwrap());
-    }
-    let pod = job.spec.unwrap().template.spec.unwrap();
-    let c = &pod.containers[0];
-    let env_of = |k: &str| {
-        c.env
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|e| e.name == k)
-            .and_then(|e| e.value.clone())
-    };
-    assert_eq!(env_of("INSTALLER_TASK").as_deref(), Some("software"));
-    assert_eq!(
-        c.image.as_deref(),
-        Some("registry.example/kud-installer:v1")
-    );
-    let volumes: Vec<(String, String)> = pod
-        .volumes
-        .unwrap()
-        .into_iter()
-        .map(|v| {
-            let source = v
-                .config_map
-                .map(|c| c.name)
-                .or(v.secret.and_then(|s| s.secret_name))
-                .unwrap();
-            (v.name, source)
-        })
-        .collect();
-    assert_eq!(
-        volumes,
-        [
-            ("inventory".into(), "c2-prov-inventory".into()),
-            ("packages".into(), "tools-packages".into()),
-            ("kubeconfig".into(), "c2-kubeconfig".into()),
-            ("ssh".into(), "ssh-key-secret".into()),
-        ]
-    );
-    until("Software Installing", || async {
-        sws.get_opt("tools")
-            .await
-            .unwrap()
-            .filter(|s| sw_phase(s) == Some("Installing"))
-    })
-    .await;
-
-    job_status(&client, &ns, "tools-install-g1-p1", true).await;
-    let s = until("Software Installed", || async {
-        sws.get_opt("tools")
-            .await
-            .unwrap()
-            .filter(|s| sw_phase(s) == Some("Installed"))
-    })
-    .await;
-    let st = s.status.unwrap();
-    assert_eq!(st.provisioning.as_deref(), Some("c2-prov"));
-    assert_eq!(st.packages.len(), 2);
-    assert!(st
-        .packages
-        .iter()
-        .all(|p| p.problem.is_none() && p.sha256.is_some()));
-
-    // The REST status shows the images, the Provisioning and the Software; another owner sees none of it.
-    let status = get_json(&agent, "/v1/baremetalcluster/tenant-a/c2/status");
-    assert_eq!(status["kubernetes"], json!({"state": "ok"}));
-    assert_eq!(
-        status["images"]["binary_images"].as_array().unwrap().len(),
-        2
-    );
-    assert_eq!(status["provisioning"][0]["name"], "c2-prov");
-    assert_eq!(status["provisioning"][0]["namespace"], ns.as_str());
-    assert_eq!(status["provisioning"][0]["status"]["phase"], "Ready");
-    assert_eq!(
-        status["provisioning"][0]["status"]["kubeconfigSecretRef"]["name"],
-        "c2-kubeconfig"
-    );
-    assert_eq!(status["software"][0]["name"], "tools");
-    assert_eq!(status["software"][0]["status"]["phase"], "Installed");
-    let other = get_json(&agent, "/v1/baremetalcluster/tenant-b/c2/status");
-    assert_eq!(other["provisioning"], json!([]));
-    assert_eq!(other["software"], json!([]));
-
-    // A spec change installs again with a new Job; the old one goes.
-    sws.patch(
-        "tools",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"masterSoftware": ["tool"]}})),
-    )
-    .await
-    .unwrap();
-    until("the generation-2 Job", || async {
-        jobs.get_opt("tools-install-g2-p1").await.unwrap()
-    })
-    .await;
-    until("the generation-1 Job gone", || async {
-        jobs.get_opt("tools-install-g1-p1")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
-    job_status(&client, &ns, "tools-install-g2-p1", false).await;
-    let s = until("Software Failed", || async {
-        sws.get_opt("tools")
-            .await
-            .unwrap()
-            .filter(|s| sw_phase(s) == Some("Failed"))
-    })
-    .await;
-    let failed = sw_condition(&s, "Failed").unwrap();
-    assert_eq!(
-        (failed.0.as_str(), failed.1.as_str()),
-        ("True", "JobFailed")
-    );
-
-    // Delete: the finalizer removes the Jobs and the manifest.
-    sws.delete("tools", &DeleteParams::default()).await.unwrap();
-    until("the Software gone", || async {
-        sws.get_opt("tools").await.unwrap().is_none().then_some(())
-    })
-    .await;
-    assert!(jobs.list(&of_sw).await.unwrap().items.is_empty());
-    assert!(Api::<ConfigMap>::namespaced(client.clone(), &ns)
-        .list(&of_sw)
-        .await
-        .unwrap()
-        .items
-        .is_empty());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_killed_mid_reconcile_and_restarted_reaches_the_same_end_state() {
-    let env = env();
-    let client = env.client().await;
-    let ns = env.namespace(&client, "bpa-restart").await;
-    let tmp = tempfile::tempdir().unwrap();
-    let mut agent = start_agent(tmp.path(), &ns, "agent-r");
-    bmh(
-        &client,
-        &ns,
-        (
-            "r1",
-            "02:00:00:00:02:01",
-            "10.0.2.1",
-            8,
-            16384,
-            "provisioned",
-        ),
-        json!({}),
-    )
-    .await;
-    bmh(
-        &client,
-        &ns,
-        (
-            "r2",
-            "02:00:00:00:02:02",
-            "10.0.2.2",
-            8,
-            16384,
-            "provisioned",
-        ),
-        json!({}),
-    )
-    .await;
-    let provs: Api<Provisioning> = Api::namespaced(client.clone(), &ns);
-    provs
-        .create(
-            &PostParams::default(),
-            &provisioning(
-                "rp",
-                "rp",
-                json!({"masters": [{"m": {"mac-address": "02:00:00:00:02:01"}}],
-                       "workers": [{"w": {"mac-address": "02:00:00:00:02:02"}}]}),
-            ),
-        )
-        .await
-        .unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-
-    // SIGKILL as soon as the first object of the reconcile is written (the inventory, before the RBAC objects
-    // and the Job), and restart the same agent on the same data.
-    until("the inventory ConfigMap", || async {
-        cms.get_opt("rp-inventory").await.unwrap()
-    })
-    .await;
-    agent.kill();
-    let after_first_kill = jobs.list(&ListParams::default()).await.unwrap().items.len();
-    let mut agent = start_agent(tmp.path(), &ns, "agent-r");
-    // Again as soon as the Job exists, before the status says Installing.
-    until("the installer Job", || async {
-        jobs.get_opt("rp-install-g1").await.unwrap()
-    })
-    .await;
-    agent.kill();
-    let _agent = start_agent(tmp.path(), &ns, "agent-r");
-    let p = until("phase Installing", || async {
-        get_prov(&provs, "rp")
-            .await
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Installing"))
-    })
-    .await;
-    assert!(after_first_kill <= 1);
-    // The same end state as an uninterrupted reconcile: one Job, every installer object, the finalizer.
-    assert_eq!(
-        jobs.list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .map(|j| j.name_any())
-            .collect::<Vec<_>>(),
-        ["rp-install-g1"]
-    );
-    for (kind, present) in [
-        (
-            "ServiceAccount",
-            Api::<ServiceAccount>::namespaced(client.clone(), &ns)
-                .get_opt("rp-installer")
-                .await
-                .unwrap()
-                .is_some(),
-        ),
-        (
-            "Role",
-            Api::<Role>::namespaced(client.clone(), &ns)
-                .get_opt("rp-installer")
-                .await
-                .unwrap()
-                .is_some(),
-        ),
-        (
-            "RoleBinding",
-            Api::<RoleBinding>::namespaced(client.clone(), &ns)
-                .get_opt("rp-installer")
-                .await
-                .unwrap()
-                .is_some(),
-        ),
-    ] {
-        assert!(present, "{kind} rp-installer missing after the restarts");
-    }
-    assert!(p
-        .finalizers()
-        .iter()
-        .any(|f| f == "bpa.akraino.org/cleanup"));
-    assert_eq!(p.status.as_ref().unwrap().hosts.len(), 2);
-    assert_eq!(
-        p.status.as_ref().unwrap().job_name.as_deref(),
-        Some("rp-install-g1")
-    );
-    install_cluster(&client, &ns, "rp", "rp").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

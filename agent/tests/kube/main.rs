@@ -11,5 +11,6 @@ mod crds;
 mod sip;
 mod sip_bench;
 mod sip_render;
+mod software;
 mod vino;
 mod vino_builder;

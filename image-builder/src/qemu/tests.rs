@@ -1,0 +1,191 @@
+use super::*;
+
+fn args(image: &str, media: Media) -> Vec<String> {
+    let o = RunOptions {
+        media,
+        bios: true,
+        forwards: vec![(8080, 5000)],
+        memory_mib: 512,
+        cpus: 1,
+        snapshot: true,
+        ..RunOptions::new(PathBuf::from(image))
+    };
+    command(&o, Accel::Tcg, Path::new("/nonexistent"))
+        .unwrap()
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn an_iso_goes_in_a_cd_drive_and_anything_else_on_a_disk_by_default() {
+    assert_eq!(Media::for_image(Path::new("a/site.iso")), Media::Cdrom);
+    assert_eq!(Media::for_image(Path::new("a/site.qcow2")), Media::Disk);
+    assert_eq!(Media::for_image(Path::new("a/site.raw")), Media::Disk);
+    assert_eq!(Media::for_image(Path::new("a/site")), Media::Disk);
+}
+
+#[test]
+fn each_medium_attaches_the_image_its_own_way() {
+    let disk = args("/i/site.qcow2", Media::Disk);
+    assert!(disk.contains(&"file=/i/site.qcow2,format=qcow2,if=virtio".to_owned()));
+    let cd = args("/i/site.iso", Media::Cdrom);
+    assert!(cd.contains(&"file=/i/site.iso,format=raw,media=cdrom,readonly=on".to_owned()));
+    let usb = args("/i/a,b.iso", Media::Usb);
+    assert!(usb.contains(&"file=/i/a,,b.iso,format=raw,if=none,id=stick".to_owned()));
+    let i = usb
+        .iter()
+        .position(|a| a.starts_with("usb-storage,"))
+        .unwrap();
+    assert_eq!(usb[i - 1], "-device");
+    assert!(usb[i].contains("drive=stick") && usb[i].contains("bootindex=0"));
+    assert!(usb.contains(&"qemu-xhci,id=xhci".to_owned()));
+    for a in [&disk, &cd] {
+        assert!(!a.iter().any(|a| a.contains("usb")), "{a:?}");
+    }
+    // BIOS: no pflash; -snapshot and the forward as asked; TCG with its CPU model.
+    assert!(!usb.iter().any(|a| a.contains("pflash")));
+    assert!(usb.contains(&"-snapshot".to_owned()));
+    assert!(usb
+        .iter()
+        .any(|a| a.contains("hostfwd=tcp:127.0.0.1:8080-:5000")));
+    assert!(usb
+        .windows(4)
+        .any(|w| w == ["-accel", "tcg", "-cpu", "max"]));
+    // The console on the terminal keeps a copy for the watcher.
+    let i = usb.iter().position(|a| a.starts_with("stdio,")).unwrap();
+    assert_eq!(
+        usb[i],
+        "stdio,id=console,signal=on,logfile=/nonexistent/console.log"
+    );
+    assert_eq!(usb[i + 1..i + 3], ["-serial", "chardev:console"]);
+}
+
+#[test]
+fn accel_choices_parse_and_name_the_alternatives() {
+    assert_eq!("auto".parse(), Ok(AccelChoice::Auto));
+    assert_eq!("kvm".parse(), Ok(AccelChoice::Kvm));
+    assert_eq!("tcg".parse(), Ok(AccelChoice::Tcg));
+    assert_eq!(
+        "hvf".parse::<AccelChoice>(),
+        Err("\"hvf\" is not one of auto, kvm, tcg".to_owned())
+    );
+}
+
+/// A copy of tests/fixtures/fake-qemu.sh with its behaviour, and the calls it will log.
+struct FakeQemu {
+    dir: tempfile::TempDir,
+}
+
+impl FakeQemu {
+    fn new(probe: &str, boot: &str) -> FakeQemu {
+        let dir = tempfile::tempdir().unwrap();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fake-qemu.sh");
+        std::fs::copy(script, dir.path().join("qemu")).unwrap();
+        std::fs::write(
+            dir.path().join("behaviour"),
+            format!("PROBE={probe}\nBOOT={boot}\nTCG=marker\n"),
+        )
+        .unwrap();
+        FakeQemu { dir }
+    }
+
+    fn options(&self, bios: bool, accel: AccelChoice) -> RunOptions {
+        RunOptions {
+            bios,
+            serial_log: Some(self.dir.path().join("console.log")),
+            accel,
+            qemu: self.dir.path().join("qemu"),
+            kvm_first_output: Duration::from_secs(2),
+            ..RunOptions::new(self.dir.path().join("site.raw"))
+        }
+    }
+
+    fn calls(&self) -> String {
+        read_lossy(&self.dir.path().join("calls.log"))
+    }
+}
+
+#[test]
+fn auto_boots_again_under_tcg_when_kvm_fails_a_boot_its_probe_passed() {
+    for (boot, why) in [
+        ("internal-error", "KVM internal error. Suberror: 1"),
+        ("silent", "no console output within 2s"),
+        (
+            "exit",
+            "before the guest printed anything: qemu-system-x86_64: error: failed to set MSR",
+        ),
+    ] {
+        for bios in [false, true] {
+            let fake = FakeQemu::new("pass", boot);
+            let mut vm = Vm::start(fake.options(bios, AccelChoice::Auto)).unwrap();
+            assert_eq!(vm.accel(), Accel::Kvm, "{boot}: the probe passed");
+            let line = vm.wait_ready(Duration::from_secs(30)).unwrap();
+            assert_eq!(line, "FOOTHOLD-READY host=fake accel=tcg", "{boot}");
+            assert_eq!(vm.accel(), Accel::Tcg, "{boot}");
+            let fallback = vm.fallback().unwrap();
+            assert!(fallback.contains(why), "{boot}: {fallback}");
+            assert_eq!(fake.calls(), "kvm probe\nkvm boot\ntcg boot\n", "{boot}");
+            drop(vm);
+            // The next boot of that firmware in this process goes straight to TCG.
+            let mut vm = Vm::start(fake.options(bios, AccelChoice::Auto)).unwrap();
+            assert_eq!(vm.accel(), Accel::Tcg, "{boot}");
+            vm.wait_ready(Duration::from_secs(30)).unwrap();
+            assert_eq!(
+                fake.calls(),
+                "kvm probe\nkvm boot\ntcg boot\ntcg boot\n",
+                "{boot}"
+            );
+        }
+    }
+}
+
+#[test]
+fn auto_keeps_kvm_where_it_works_and_skips_it_where_the_probe_fails() {
+    for bios in [false, true] {
+        let fake = FakeQemu::new("pass", "works");
+        let mut vm = Vm::start(fake.options(bios, AccelChoice::Auto)).unwrap();
+        let line = vm.wait_ready(Duration::from_secs(30)).unwrap();
+        assert_eq!(line, "FOOTHOLD-READY host=fake accel=kvm");
+        assert_eq!((vm.accel(), vm.fallback()), (Accel::Kvm, None));
+        assert_eq!(fake.calls(), "kvm probe\nkvm boot\n");
+
+        let fake = FakeQemu::new("internal-error", "works");
+        let mut vm = Vm::start(fake.options(bios, AccelChoice::Auto)).unwrap();
+        vm.wait_ready(Duration::from_secs(30)).unwrap();
+        assert_eq!((vm.accel(), vm.fallback()), (Accel::Tcg, None));
+        assert_eq!(fake.calls(), "kvm probe\ntcg boot\n");
+    }
+}
+
+#[test]
+fn a_forced_accelerator_is_used_as_it_is_and_a_failing_kvm_names_the_override() {
+    let fake = FakeQemu::new("pass", "internal-error");
+    let mut vm = Vm::start(fake.options(false, AccelChoice::Kvm)).unwrap();
+    let err = format!("{:#}", vm.wait_ready(Duration::from_secs(30)).unwrap_err());
+    assert!(
+        err.contains("KVM internal error") && err.contains("--accel tcg"),
+        "{err}"
+    );
+    assert_eq!(fake.calls(), "kvm boot\n");
+
+    let fake = FakeQemu::new("pass", "works");
+    let mut vm = Vm::start(fake.options(false, AccelChoice::Tcg)).unwrap();
+    vm.wait_ready(Duration::from_secs(30)).unwrap();
+    assert_eq!(fake.calls(), "tcg boot\n");
+}
+
+#[test]
+fn a_console_on_the_terminal_is_watched_through_its_copy() {
+    let fake = FakeQemu::new("pass", "internal-error");
+    let mut vm = Vm::start(RunOptions {
+        serial_log: None,
+        ..fake.options(false, AccelChoice::Auto)
+    })
+    .unwrap();
+    // The stand-in under TCG prints the marker to the terminal and to its copy, then quits.
+    assert!(vm.wait().unwrap().success());
+    assert_eq!(vm.accel(), Accel::Tcg);
+    assert!(read_lossy(vm.console()).contains("FOOTHOLD-READY host=fake accel=tcg"));
+    assert_eq!(fake.calls(), "kvm probe\nkvm boot\ntcg boot\n");
+}
