@@ -1,5 +1,7 @@
-//! Foothold's site agent: the OCI registry that compute nodes use as a mirror, the BPA image upload API and
-//! file server, their shared content store, and the tools around them (import, fsck, mirror configuration).
+//! Foothold's site agent: the OCI registry that compute nodes use as a mirror, the BPA image upload API (REST
+//! and tus) and file server, their shared content store, the BPA, Software, SIP and ViNO reconcilers
+//! (`controllers`) and ViNO's node side (`vino_builder`), and the tools around them (import, fsck, mirror
+//! configuration, the CRDs).
 // Denied everywhere but `store::mapped` (memory-mapped blob reads for serving).
 #![deny(unsafe_code)]
 

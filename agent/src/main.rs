@@ -13,7 +13,7 @@ use foothold_agent::{controllers, fsck, http, import, mirror_config, store, vino
 #[command(
     name = "foothold-agent",
     version,
-    about = "Foothold site agent: registry mirror and content store for offline compute nodes"
+    about = "Foothold site agent: for offline compute nodes, a registry mirror, a file server and image upload API over one content store, and the BPA, SIP and ViNO reconcilers"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -136,7 +136,8 @@ enum MirrorTarget {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the registry (and metrics) over HTTP or HTTPS.
+    /// Serve the registry, the file server, the BPA upload API (REST and tus), /metrics and /readyz over HTTP or
+    /// HTTPS, and run the reconcilers (see --controllers) once the apiserver answers.
     Serve {
         /// Address and port to listen on. Plain HTTP unless --tls-cert/--tls-key are given.
         #[arg(long, default_value = "127.0.0.1:5000")]

@@ -21,7 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Build the spec's outputs (<name>.raw, .qcow2, each with .manifest.json) into --out. Needs root (mmdebstrap).
+    /// Build the spec's outputs into --out: <name>.raw always, and as the spec asks .raw.zst or .raw.xz, .qcow2
+    /// and .iso, each with a .manifest.json. Needs root (mmdebstrap).
     Build {
         /// The appliance spec (or --bundle).
         #[arg(required_unless_present = "bundle", conflicts_with = "bundle")]

@@ -1,3 +1,6 @@
+//! Which platforms of an index are kept, and the names images are served under: from values (the pulls
+//! themselves run in `tests/container_images.rs`).
+
 use super::*;
 use crate::spec::tests::image;
 

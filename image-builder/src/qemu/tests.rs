@@ -1,3 +1,6 @@
+//! The qemu command lines, the KVM probe's verdicts and a VM's life, with fake qemu binaries where a real boot
+//! is not the point.
+
 use super::*;
 
 fn args(image: &str, media: Media) -> Vec<String> {

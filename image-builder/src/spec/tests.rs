@@ -1,3 +1,5 @@
+//! The spec's parsing and validation, from strings: each error names the field and the reason.
+
 use super::validate::validate_image;
 use super::*;
 
