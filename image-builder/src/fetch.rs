@@ -3,7 +3,7 @@
 //! several at a time. A cache hit makes no network request at all. Inputs built from source (`go`, `cc`) are
 //! built into the same cache, one at a time, and checked against their pins the same way.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -109,43 +109,32 @@ pub fn fetch_with_progress(
     }
     let dir = done.parent().expect("has a parent");
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let partial = dir.join(format!("{hex}.partial"));
-    let mut hasher = Sha256::new();
-    let mut have = 0u64;
-    if let Ok(mut f) = File::open(&partial) {
-        have = std::io::copy(&mut f, &mut hasher)?;
-    }
+    let mut partial = crate::io::Partial::open(&dir.join(format!("{hex}.partial")))?;
+    let have = partial.have();
     let mut req = agent().get(url);
     if have > 0 {
         req = req.header("Range", &format!("bytes={have}-"));
     }
     let resp = req.call().with_context(|| format!("GET {url}"))?;
-    let status = resp.status().as_u16();
-    let mut out = match status {
-        206 if have > 0 => OpenOptions::new().append(true).open(&partial)?,
-        200 => {
-            // A full body: start again.
-            hasher = Sha256::new();
-            have = 0;
-            File::create(&partial)?
-        }
+    let resumed = match resp.status().as_u16() {
+        206 if have > 0 => true,
+        // A full body: start again.
+        200 => false,
         416 if have > 0 => {
             // The partial file is already complete (or longer than the content): start again next time.
-            fs::remove_file(&partial)?;
-            bail!("GET {url}: the server refused to resume at byte {have} (416); the partial download was removed, fetch again");
+            partial.file(false)?;
+            bail!("GET {url}: the server refused to resume at byte {have} (416); the partial download was emptied, fetch again");
         }
         s => bail!("GET {url}: HTTP {s}"),
     };
-    let resumed_from = have;
-    let bytes = stream(url, resp, &mut out, &mut hasher, have, progress)
+    let resumed_from = if resumed { have } else { 0 };
+    let mut out = partial.file(resumed)?;
+    let bytes = stream(url, resp, &mut partial, &mut out, progress)
         .map_err(|e| anyhow::anyhow!("{e:#}; fetch again to resume"))?;
     drop(out);
-    let got = hex::encode(hasher.finalize());
-    if got != hex {
-        fs::remove_file(&partial)?;
+    if let Err(got) = partial.finish(hex, &done)? {
         bail!("GET {url}: the content has sha256 {got}, the spec pins {hex}; nothing was cached");
     }
-    crate::files::publish(&partial, &done)?;
     Ok(Fetched::Downloaded {
         bytes: resumed_from + bytes,
         resumed_from,
@@ -161,16 +150,17 @@ fn agent() -> ureq::Agent {
     )
 }
 
-/// Streams a response's body into `out` (which holds `have` bytes already), hashing it; returns the bytes
-/// written. A body cut short is an error that names how far it got, with `out` synced.
+/// Streams a response's body into `out`, the file of `partial` (which holds `partial.have()` bytes already),
+/// hashing it; returns the bytes written. A body cut short is an error that names how far it got, with `out`
+/// synced.
 fn stream(
     url: &str,
     resp: ureq::http::Response<ureq::Body>,
+    partial: &mut crate::io::Partial,
     out: &mut File,
-    hasher: &mut Sha256,
-    have: u64,
     progress: Option<&Progress>,
 ) -> Result<u64> {
+    let have = partial.have();
     let total = resp
         .headers()
         .get("content-length")
@@ -181,22 +171,21 @@ fn stream(
     bar.set_position(have);
     let mut body = resp.into_body().into_reader();
     let mut buf = vec![0u8; 1 << 20];
-    let mut bytes = 0u64;
+    let mut w = partial.writer(out, &bar);
     loop {
         let n = match body.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
+                let bytes = w.written();
                 out.sync_all()?;
                 bail!("GET {url}: interrupted after {} bytes ({e})", have + bytes);
             }
         };
-        hasher.update(&buf[..n]);
-        out.write_all(&buf[..n])?;
-        bytes += n as u64;
-        bar.inc(n as u64);
+        w.write_all(&buf[..n])?;
     }
+    let bytes = w.written();
     out.sync_all()?;
     Ok(bytes)
 }
@@ -220,8 +209,20 @@ pub fn fetch_unpinned(cache: &Path, url: &str, progress: Option<&Progress>) -> R
         .suffix(".partial")
         .tempfile_in(&dir)
         .with_context(|| format!("creating a file in {}", dir.display()))?;
+    let total = resp
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let bar = progress.map_or_else(Bytes::none, |p| p.bytes(url, total));
     let mut hasher = Sha256::new();
-    stream(url, resp, tmp.as_file_mut(), &mut hasher, 0, progress)?;
+    let mut body = resp.into_body().into_reader();
+    std::io::copy(
+        &mut body,
+        &mut crate::io::HashingWriter::new(tmp.as_file_mut(), &mut hasher, &bar),
+    )
+    .with_context(|| format!("GET {url}"))?;
+    tmp.as_file().sync_all()?;
     let hex = hex::encode(hasher.finalize());
     let done = cached(cache, &hex);
     if !done.is_file() {

@@ -237,12 +237,8 @@ async fn pull_blob(
     let dir = blobs_dir(cache);
     fs::create_dir_all(&dir)?;
     let hex = digest.trim_start_matches("sha256:");
-    let partial = dir.join(format!(".{hex}.partial"));
-    let mut hasher = Sha256::new();
-    let mut have = match File::open(&partial) {
-        Ok(mut f) => std::io::copy(&mut f, &mut hasher)?,
-        Err(_) => 0,
-    };
+    let mut partial = crate::io::Partial::open(&dir.join(format!(".{hex}.partial")))?;
+    let have = partial.have();
     let (stream, resumed) = match client
         .pull_blob_stream_partial(repo, digest, have, None)
         .await
@@ -251,44 +247,34 @@ async fn pull_blob(
         BlobResponse::Partial(s) if have > 0 => (s, true),
         BlobResponse::Partial(s) | BlobResponse::Full(s) => (s, false),
     };
-    let mut out = if resumed {
-        fs::OpenOptions::new().append(true).open(&partial)?
-    } else {
-        hasher = Sha256::new();
-        have = 0;
-        File::create(&partial)?
-    };
+    let mut out = partial.file(resumed)?;
+    let have = partial.have();
     let bar = progress.bytes(
         &format!("{}@{}", repo.repository(), &hex[..12]),
         stream.content_length.map(|n| n + have),
     );
     bar.set_position(have);
     let mut stream = stream.stream;
-    let mut bytes = 0u64;
+    let mut w = partial.writer(&mut out, &bar);
     while let Some(chunk) = stream.next().await {
-        let chunk = match chunk {
-            Ok(c) => c,
+        match chunk {
+            Ok(c) => w.write_all(&c)?,
             Err(e) => {
+                let bytes = w.written();
                 out.sync_all()?;
                 bail!(
                     "blob {digest}: interrupted after {} bytes ({e}); fetch again to resume",
                     have + bytes
                 );
             }
-        };
-        hasher.update(&chunk);
-        out.write_all(&chunk)?;
-        bytes += chunk.len() as u64;
-        bar.inc(chunk.len() as u64);
+        }
     }
+    let bytes = w.written();
     out.sync_all()?;
     drop(out);
-    let got = format!("sha256:{}", hex::encode(hasher.finalize()));
-    if got != digest {
-        fs::remove_file(&partial)?;
-        bail!("blob {digest}: the content has digest {got}; nothing was cached");
+    if let Err(got) = partial.finish(hex, &blob_path(cache, digest))? {
+        bail!("blob {digest}: the content has digest sha256:{got}; nothing was cached");
     }
-    crate::files::publish(&partial, &blob_path(cache, digest))?;
     Ok((bytes, resumed))
 }
 

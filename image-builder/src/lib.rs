@@ -13,6 +13,7 @@ pub mod fetch;
 pub mod files;
 pub mod gpt;
 pub mod images;
+pub mod io;
 pub mod kube;
 pub mod overlay;
 pub mod pin;
