@@ -10,6 +10,7 @@
 //! without the Secret counts as failed.
 
 pub mod plan;
+pub mod render;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,14 +22,14 @@ use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
-use serde_json::json;
 
 use self::plan::{Host, Problem};
+pub use self::plan::{OWNERSHIP, OWNER_LABEL};
 use super::common::report::{report, Headline};
 use super::common::secrets;
 use super::common::{
-    apply_account, core_rule, delete_ignoring_missing, job_outcome, publish, set_conditions, Base,
-    Error, JobOutcome, Owned, Ownership,
+    apply_account, delete_ignoring_missing, job_outcome, publish, set_conditions, Base, Error,
+    JobOutcome, Owned,
 };
 use super::common::{child_name, set_condition};
 use super::common::{every, run as run_controller, scoped_api, Reconciler};
@@ -38,13 +39,6 @@ use crate::crd::metal3::BareMetalHost;
 use crate::metrics::Metrics;
 
 pub const FINALIZER: &str = "bpa.akraino.org/cleanup";
-/// On every object the reconciler creates: the Provisioning's name.
-pub const OWNER_LABEL: &str = "bpa.akraino.org/provisioning";
-/// How the objects are marked: the Provisioning's name and generation.
-pub const OWNERSHIP: Ownership = Ownership {
-    owner_label: OWNER_LABEL,
-    generation_label: "bpa.akraino.org/generation",
-};
 
 struct Ctx {
     base: Base,
@@ -172,16 +166,28 @@ impl Reconciler for Ctx {
             (existing, inventory) => {
                 if existing.is_none() {
                     let inventory = inventory.expect("matched above");
-                    apply_installer_objects(&mut owned, &inventory_name, &secret_name, inventory)
+                    owned
+                        .apply(render::inventory(&inventory_name, inventory))
                         .await?;
-                    let job = installer_job(
-                        &owned,
-                        ctx,
-                        &job_name,
-                        &inventory_name,
-                        &secret_name,
-                        &cluster,
+                    apply_account(
+                        &mut owned,
+                        &render::account(p),
+                        render::account_rules(&secret_name),
+                    )
+                    .await?;
+                    let mut job = render::installer(
+                        p,
+                        &render::Names {
+                            ns,
+                            cluster: &cluster,
+                            job: &job_name,
+                            inventory: &inventory_name,
+                            kubeconfig_secret: &secret_name,
+                            image: &ctx.base.settings.installer_image,
+                            ssh_key_secret: &ctx.base.settings.ssh_key_secret,
+                        },
                     );
+                    owned.adopt(&mut job);
                     match jobs.create(&PostParams::default(), &job).await {
                         Ok(_) => {}
                         Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -421,83 +427,6 @@ fn host_of(bmh: &BareMetalHost) -> Host {
         ram_mebibytes: hw.ram_mebibytes,
         state: status.provisioning.map(|p| p.state).unwrap_or_default(),
     }
-}
-
-async fn apply_installer_objects(
-    owned: &mut Owned<'_, Provisioning>,
-    inventory_name: &str,
-    secret_name: &str,
-    inventory: &str,
-) -> Result<(), Error> {
-    owned
-        .apply(ConfigMap {
-            metadata: owned.meta(inventory_name),
-            data: Some([("hosts.ini".to_owned(), inventory.to_owned())].into()),
-            ..ConfigMap::default()
-        })
-        .await?;
-    let account = child_name(&owned.owner().name_any(), "installer");
-    apply_account(
-        owned,
-        &account,
-        vec![
-            core_rule(&["secrets"], &[], &["create"]),
-            core_rule(&["secrets"], &[secret_name], &["get", "update", "patch"]),
-        ],
-    )
-    .await?;
-    Ok(())
-}
-
-fn installer_job(
-    owned: &Owned<'_, Provisioning>,
-    ctx: &Ctx,
-    job_name: &str,
-    inventory_name: &str,
-    secret_name: &str,
-    cluster: &str,
-) -> Job {
-    let (p, ns) = (owned.owner(), owned.namespace());
-    let mut meta = owned.meta(job_name);
-    meta.labels
-        .get_or_insert_with(Default::default)
-        .insert("cluster".into(), cluster.into());
-    serde_json::from_value(json!({
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": meta,
-        "spec": {
-            "backoffLimit": 2,
-            "template": {
-                "metadata": {"labels": {OWNER_LABEL: p.name_any()}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "serviceAccountName": child_name(&p.name_any(), "installer"),
-                    "containers": [{
-                        "name": "installer",
-                        "image": ctx.base.settings.installer_image,
-                        "env": [
-                            {"name": "CLUSTER_NAME", "value": cluster},
-                            {"name": "NAMESPACE", "value": ns},
-                            {"name": "KUD_PLUGINS", "value": p.spec.kud_plugins.join(",")},
-                            {"name": "POD_SUBNET", "value": p.spec.pod_subnet.clone().unwrap_or_default()},
-                            {"name": "KUBECONFIG_SECRET", "value": secret_name},
-                            {"name": "INVENTORY", "value": "/etc/foothold/inventory/hosts.ini"},
-                        ],
-                        "volumeMounts": [
-                            {"name": "inventory", "mountPath": "/etc/foothold/inventory", "readOnly": true},
-                            {"name": "ssh", "mountPath": "/etc/foothold/ssh", "readOnly": true},
-                        ],
-                    }],
-                    "volumes": [
-                        {"name": "inventory", "configMap": {"name": inventory_name}},
-                        {"name": "ssh", "secret": {"secretName": ctx.base.settings.ssh_key_secret, "defaultMode": 0o400}},
-                    ],
-                },
-            },
-        },
-    }))
-    .expect("the Job is well-formed")
 }
 
 #[cfg(test)]

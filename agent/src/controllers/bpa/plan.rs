@@ -4,8 +4,17 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::controllers::common::Ownership;
 use crate::crd::bpa::{HostStatus, ProvisioningSpec};
 use crate::crd::metal3::{has_feature, QAT_LABEL, SRIOV_LABEL};
+
+/// On every object the reconciler creates: the Provisioning's name.
+pub const OWNER_LABEL: &str = "bpa.akraino.org/provisioning";
+/// How the objects are marked: the Provisioning's name and generation.
+pub const OWNERSHIP: Ownership = Ownership {
+    owner_label: OWNER_LABEL,
+    generation_label: "bpa.akraino.org/generation",
+};
 
 /// What the planner needs of a BareMetalHost.
 #[derive(Clone, Debug, Default, PartialEq)]

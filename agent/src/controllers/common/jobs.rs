@@ -1,4 +1,4 @@
-//! Jobs a reconciler runs (installers): their outcome from their conditions.
+//! Jobs a reconciler runs (installers): the Job, typed, and its outcome from its conditions.
 
 use k8s_openapi::api::batch::v1::Job;
 
@@ -28,4 +28,185 @@ pub fn job_outcome(job: &Job) -> JobOutcome {
         }
     }
     JobOutcome::Running
+}
+
+/// Where a file the installer reads comes from.
+pub enum Source<'a> {
+    ConfigMap(&'a str),
+    /// A Secret, its files readable by the owner only.
+    Secret(&'a str),
+}
+
+/// An installer Job (BPA's cluster installer, Software's package installer): one container, `installer`, run
+/// once (two retries), with its inputs as environment variables and read-only mounts.
+pub struct Installer<'a> {
+    pub name: &'a str,
+    pub image: &'a str,
+    /// Labels of the Job (its owner's are added when it is created).
+    pub labels: &'a [(&'a str, &'a str)],
+    /// Labels of its pod.
+    pub pod_labels: &'a [(&'a str, &'a str)],
+    /// The account it runs as; None: no account token at all (it talks to hosts, not to this apiserver).
+    pub service_account: Option<&'a str>,
+    pub env: &'a [(&'a str, &'a str)],
+    /// `(volume name, mount path, source)`.
+    pub mounts: &'a [(&'a str, &'a str, Source<'a>)],
+}
+
+/// The Job of `i`, typed.
+pub fn installer_job(i: &Installer) -> Job {
+    use k8s_openapi::api::batch::v1::JobSpec;
+    use k8s_openapi::api::core::v1::{
+        ConfigMapVolumeSource, Container, EnvVar, PodSpec, PodTemplateSpec, SecretVolumeSource,
+        Volume, VolumeMount,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let map = |pairs: &[(&str, &str)]| {
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        )
+    };
+    let volumes = i
+        .mounts
+        .iter()
+        .map(|(name, _, source)| Volume {
+            name: (*name).into(),
+            config_map: match source {
+                Source::ConfigMap(c) => Some(ConfigMapVolumeSource {
+                    name: (*c).into(),
+                    ..ConfigMapVolumeSource::default()
+                }),
+                Source::Secret(_) => None,
+            },
+            secret: match source {
+                Source::Secret(s) => Some(SecretVolumeSource {
+                    secret_name: Some((*s).into()),
+                    default_mode: Some(0o400),
+                    ..SecretVolumeSource::default()
+                }),
+                Source::ConfigMap(_) => None,
+            },
+            ..Volume::default()
+        })
+        .collect();
+    let mounts = i
+        .mounts
+        .iter()
+        .map(|(name, path, _)| VolumeMount {
+            name: (*name).into(),
+            mount_path: (*path).into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        })
+        .collect();
+    Job {
+        metadata: ObjectMeta {
+            name: Some(i.name.into()),
+            labels: map(i.labels),
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(2),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: map(i.pod_labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    service_account_name: i.service_account.map(Into::into),
+                    automount_service_account_token: i.service_account.is_none().then_some(false),
+                    containers: vec![Container {
+                        name: "installer".into(),
+                        image: Some(i.image.into()),
+                        env: Some(
+                            i.env
+                                .iter()
+                                .map(|(k, v)| EnvVar {
+                                    name: (*k).into(),
+                                    value: Some((*v).into()),
+                                    ..EnvVar::default()
+                                })
+                                .collect(),
+                        ),
+                        volume_mounts: Some(mounts),
+                        ..Container::default()
+                    }],
+                    volumes: Some(volumes),
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        ..Job::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_installer_job_carries_its_contract_and_an_account_only_when_given_one() {
+        let mounts = [
+            (
+                "inventory",
+                "/etc/foothold/inventory",
+                Source::ConfigMap("inv"),
+            ),
+            ("ssh", "/etc/foothold/ssh", Source::Secret("ssh-key")),
+        ];
+        let i = Installer {
+            name: "p-install-g1",
+            image: "installer:1",
+            labels: &[("cluster", "c1")],
+            pod_labels: &[("owner", "p")],
+            service_account: None,
+            env: &[("CLUSTER_NAME", "c1")],
+            mounts: &mounts,
+        };
+        let job = installer_job(&i);
+        let spec = job.spec.unwrap();
+        assert_eq!(spec.backoff_limit, Some(2));
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(
+            (
+                pod.restart_policy.as_deref(),
+                pod.automount_service_account_token
+            ),
+            (Some("Never"), Some(false))
+        );
+        let c = &pod.containers[0];
+        assert_eq!(c.env.as_ref().unwrap()[0].value.as_deref(), Some("c1"));
+        assert!(c
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .all(|m| m.read_only == Some(true)));
+        let volumes = pod.volumes.unwrap();
+        assert_eq!(volumes[0].config_map.as_ref().unwrap().name, "inv");
+        let secret = volumes[1].secret.as_ref().unwrap();
+        assert_eq!(
+            (secret.secret_name.as_deref(), secret.default_mode),
+            (Some("ssh-key"), Some(0o400))
+        );
+        assert_eq!(job.metadata.labels.unwrap()["cluster"], "c1");
+
+        let with_account = installer_job(&Installer {
+            service_account: Some("p-installer"),
+            ..i
+        });
+        let pod = with_account.spec.unwrap().template.spec.unwrap();
+        assert_eq!(
+            (
+                pod.service_account_name.as_deref(),
+                pod.automount_service_account_token
+            ),
+            (Some("p-installer"), None)
+        );
+    }
 }

@@ -72,6 +72,18 @@ where
         meta(self.ownership, self.owner, &self.ns, name)
     }
 
+    /// Lays [`Owned::meta`] over `obj`'s metadata: its namespace, the owner's labels over its own, the
+    /// ownerReference. For an object written otherwise than by [`Owned::apply`] (a Job, created once).
+    pub fn adopt<K: Resource<DynamicType = ()>>(&self, obj: &mut K) {
+        let ours = self.meta(&obj.name_any());
+        let meta = obj.meta_mut();
+        meta.namespace = ours.namespace;
+        meta.labels
+            .get_or_insert_with(Default::default)
+            .extend(ours.labels.unwrap_or_default());
+        meta.owner_references = ours.owner_references;
+    }
+
     /// Marks the object `name` of kind `K` as wanted without applying it (one created or replaced otherwise,
     /// under a precondition).
     pub fn keep<K: Resource<DynamicType = ()>>(&mut self, name: &str) {
@@ -93,13 +105,7 @@ where
             + Debug,
     {
         let name = obj.name_any();
-        let ours = self.meta(&name);
-        let meta = obj.meta_mut();
-        meta.namespace = ours.namespace;
-        meta.labels
-            .get_or_insert_with(Default::default)
-            .extend(ours.labels.unwrap_or_default());
-        meta.owner_references = ours.owner_references;
+        self.adopt(&mut obj);
         let api: Api<K> = Api::namespaced(self.client.clone(), &self.ns);
         let applied = api
             .patch(

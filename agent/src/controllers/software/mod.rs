@@ -14,6 +14,9 @@
 //! a reinstalled cluster (a new Provisioning generation), runs a new Job.
 
 pub mod plan;
+pub mod render;
+
+pub use self::plan::{OWNERSHIP, OWNER_LABEL};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,29 +27,19 @@ use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
-use serde_json::json;
 
 use self::plan::{Files, Uploaded};
 use super::bpa::{cluster_name, FINALIZER};
 use super::common::child_name;
 use super::common::report::{report, Headline};
 use super::common::{every, run as run_controller, scoped_api, Reconciler};
-use super::common::{
-    job_outcome, publish, set_conditions, Base, Error, JobOutcome, Owned, Ownership,
-};
+use super::common::{job_outcome, publish, set_conditions, Base, Error, JobOutcome, Owned};
 use super::settings::Settings;
 use crate::crd::bpa::{Provisioning, Software, SoftwareStatus};
 use crate::images::{Images, Kind};
 use crate::metrics::Metrics;
 use crate::store::Store;
 
-/// On every object the reconciler creates: the Software's name.
-pub const OWNER_LABEL: &str = "bpa.akraino.org/software";
-/// How the objects are marked: the Software's name and generation (BPA's keys: Software is BPA's resource).
-pub const OWNERSHIP: Ownership = Ownership {
-    owner_label: OWNER_LABEL,
-    generation_label: "bpa.akraino.org/generation",
-};
 /// How often a Software waiting for uploads re-reads the store anyway (uploads trigger a reconcile too).
 const UPLOAD_POLL: Duration = Duration::from_secs(60);
 
@@ -321,13 +314,19 @@ async fn run_job(
     let mut owned = Owned::new(&ctx.base.client, OWNERSHIP, sw, ns);
     if existing.is_none() {
         owned
-            .apply(ConfigMap {
-                metadata: owned.meta(&manifest_name),
-                data: Some([("packages.json".to_owned(), manifest.to_owned())].into()),
-                ..ConfigMap::default()
-            })
+            .apply(render::manifest(&manifest_name, manifest))
             .await?;
-        let job = software_job(&owned, prov, ns, ctx, job_name, &manifest_name);
+        let settings = &ctx.base.settings;
+        let mut job = render::installer(
+            sw,
+            prov,
+            ns,
+            job_name,
+            &manifest_name,
+            &settings.installer_image,
+            &settings.ssh_key_secret,
+        );
+        owned.adopt(&mut job);
         match jobs.create(&PostParams::default(), &job).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -394,67 +393,4 @@ async fn run_job(
         .collect();
     set_conditions(&mut status.conditions, generation, &updates);
     Ok(action)
-}
-
-fn software_job(
-    owned: &Owned<'_, Software>,
-    prov: &Provisioning,
-    ns: &str,
-    ctx: &Ctx,
-    job_name: &str,
-    manifest_name: &str,
-) -> Job {
-    let cluster = cluster_name(prov);
-    let sw = owned.owner();
-    let mut meta = owned.meta(job_name);
-    meta.labels
-        .get_or_insert_with(Default::default)
-        .insert("cluster".into(), cluster.clone());
-    let status = prov.status.clone().unwrap_or_default();
-    let inventory = status.inventory_config_map.unwrap_or_default();
-    let kubeconfig = status
-        .kubeconfig_secret_ref
-        .map(|r| r.name)
-        .unwrap_or_else(|| format!("{cluster}-kubeconfig"));
-    serde_json::from_value(json!({
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": meta,
-        "spec": {
-            "backoffLimit": 2,
-            "template": {
-                "metadata": {"labels": {OWNER_LABEL: sw.name_any()}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    // The package installer talks to the hosts over SSH, not to this apiserver.
-                    "automountServiceAccountToken": false,
-                    "containers": [{
-                        "name": "installer",
-                        "image": ctx.base.settings.installer_image,
-                        "env": [
-                            {"name": "INSTALLER_TASK", "value": "software"},
-                            {"name": "CLUSTER_NAME", "value": cluster},
-                            {"name": "NAMESPACE", "value": ns},
-                            {"name": "INVENTORY", "value": "/etc/foothold/inventory/hosts.ini"},
-                            {"name": "PACKAGES", "value": "/etc/foothold/packages/packages.json"},
-                            {"name": "KUBECONFIG", "value": "/etc/foothold/kubeconfig/kubeconfig"},
-                        ],
-                        "volumeMounts": [
-                            {"name": "inventory", "mountPath": "/etc/foothold/inventory", "readOnly": true},
-                            {"name": "packages", "mountPath": "/etc/foothold/packages", "readOnly": true},
-                            {"name": "kubeconfig", "mountPath": "/etc/foothold/kubeconfig", "readOnly": true},
-                            {"name": "ssh", "mountPath": "/etc/foothold/ssh", "readOnly": true},
-                        ],
-                    }],
-                    "volumes": [
-                        {"name": "inventory", "configMap": {"name": inventory}},
-                        {"name": "packages", "configMap": {"name": manifest_name}},
-                        {"name": "kubeconfig", "secret": {"secretName": kubeconfig, "defaultMode": 0o400}},
-                        {"name": "ssh", "secret": {"secretName": ctx.base.settings.ssh_key_secret, "defaultMode": 0o400}},
-                    ],
-                },
-            },
-        },
-    }))
-    .expect("the Job is well-formed")
 }

@@ -9,7 +9,16 @@
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::json;
 
+use crate::controllers::common::Ownership;
 use crate::crd::bpa::{Package, PackageStatus, SoftwareSpec};
+
+/// On every object the reconciler creates: the Software's name.
+pub const OWNER_LABEL: &str = "bpa.akraino.org/software";
+/// How the objects are marked: the Software's name and generation (BPA's keys: Software is BPA's resource).
+pub const OWNERSHIP: Ownership = Ownership {
+    owner_label: OWNER_LABEL,
+    generation_label: "bpa.akraino.org/generation",
+};
 
 /// The inventory group masterSoftware goes to.
 pub const MASTER_GROUP: &str = "kube_control_plane";

@@ -1,0 +1,86 @@
+//! BPA's objects, pure and typed: the installer's inventory ConfigMap, the rules of its account, and the
+//! installer Job (the contract in the README: environment, mounts).
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::PolicyRule;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+
+use super::plan::OWNER_LABEL;
+use crate::controllers::common::jobs::{installer_job, Installer, Source};
+use crate::controllers::common::{child_name, core_rule};
+use crate::crd::bpa::Provisioning;
+
+/// The inventory (`hosts.ini`) the installer reads.
+pub fn inventory(name: &str, hosts_ini: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        data: Some([("hosts.ini".to_owned(), hosts_ini.to_owned())].into()),
+        ..ConfigMap::default()
+    }
+}
+
+/// The installer's account: `<provisioning>-installer`.
+pub fn account(p: &Provisioning) -> String {
+    child_name(&p.name_any(), "installer")
+}
+
+/// What the installer may do: create the cluster's kubeconfig Secret, then read and update only that one.
+pub fn account_rules(kubeconfig_secret: &str) -> Vec<PolicyRule> {
+    vec![
+        core_rule(&["secrets"], &[], &["create"]),
+        core_rule(
+            &["secrets"],
+            &[kubeconfig_secret],
+            &["get", "update", "patch"],
+        ),
+    ]
+}
+
+/// What an installer Job of `p` is made from.
+pub struct Names<'a> {
+    pub ns: &'a str,
+    pub cluster: &'a str,
+    pub job: &'a str,
+    pub inventory: &'a str,
+    pub kubeconfig_secret: &'a str,
+    pub image: &'a str,
+    pub ssh_key_secret: &'a str,
+}
+
+/// The installer Job of `p`, with the installer contract's environment and mounts.
+pub fn installer(p: &Provisioning, n: &Names) -> Job {
+    let owner = p.name_any();
+    let account = account(p);
+    let (plugins, subnet) = (
+        p.spec.kud_plugins.join(","),
+        p.spec.pod_subnet.clone().unwrap_or_default(),
+    );
+    installer_job(&Installer {
+        name: n.job,
+        image: n.image,
+        labels: &[("cluster", n.cluster)],
+        pod_labels: &[(OWNER_LABEL, &owner)],
+        service_account: Some(&account),
+        env: &[
+            ("CLUSTER_NAME", n.cluster),
+            ("NAMESPACE", n.ns),
+            ("KUD_PLUGINS", &plugins),
+            ("POD_SUBNET", &subnet),
+            ("KUBECONFIG_SECRET", n.kubeconfig_secret),
+            ("INVENTORY", "/etc/foothold/inventory/hosts.ini"),
+        ],
+        mounts: &[
+            (
+                "inventory",
+                "/etc/foothold/inventory",
+                Source::ConfigMap(n.inventory),
+            ),
+            ("ssh", "/etc/foothold/ssh", Source::Secret(n.ssh_key_secret)),
+        ],
+    })
+}

@@ -1,0 +1,78 @@
+//! Software's objects, pure and typed: the packages manifest ConfigMap and the package installer Job (the
+//! installer contract's `software` task: environment, mounts).
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
+
+use super::plan::OWNER_LABEL;
+use crate::controllers::bpa::cluster_name;
+use crate::controllers::common::jobs::{installer_job, Installer, Source};
+use crate::crd::bpa::{Provisioning, Software};
+
+/// The packages manifest (`packages.json`) the installer reads.
+pub fn manifest(name: &str, packages_json: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
+        data: Some([("packages.json".to_owned(), packages_json.to_owned())].into()),
+        ..ConfigMap::default()
+    }
+}
+
+/// The package installer Job of `sw` on `prov`'s cluster: its inventory and kubeconfig come from the
+/// Provisioning's status. It talks to the hosts over SSH, not to this apiserver: no account token.
+pub fn installer(
+    sw: &Software,
+    prov: &Provisioning,
+    ns: &str,
+    job: &str,
+    manifest: &str,
+    image: &str,
+    ssh_key_secret: &str,
+) -> Job {
+    let cluster = cluster_name(prov);
+    let status = prov.status.clone().unwrap_or_default();
+    let inventory = status.inventory_config_map.unwrap_or_default();
+    let kubeconfig = status
+        .kubeconfig_secret_ref
+        .map(|r| r.name)
+        .unwrap_or_else(|| format!("{cluster}-kubeconfig"));
+    let owner = sw.name_any();
+    installer_job(&Installer {
+        name: job,
+        image,
+        labels: &[("cluster", &cluster)],
+        pod_labels: &[(OWNER_LABEL, &owner)],
+        service_account: None,
+        env: &[
+            ("INSTALLER_TASK", "software"),
+            ("CLUSTER_NAME", &cluster),
+            ("NAMESPACE", ns),
+            ("INVENTORY", "/etc/foothold/inventory/hosts.ini"),
+            ("PACKAGES", "/etc/foothold/packages/packages.json"),
+            ("KUBECONFIG", "/etc/foothold/kubeconfig/kubeconfig"),
+        ],
+        mounts: &[
+            (
+                "inventory",
+                "/etc/foothold/inventory",
+                Source::ConfigMap(&inventory),
+            ),
+            (
+                "packages",
+                "/etc/foothold/packages",
+                Source::ConfigMap(manifest),
+            ),
+            (
+                "kubeconfig",
+                "/etc/foothold/kubeconfig",
+                Source::Secret(&kubeconfig),
+            ),
+            ("ssh", "/etc/foothold/ssh", Source::Secret(ssh_key_secret)),
+        ],
+    })
+}
