@@ -4,24 +4,16 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use super::plan::OWNER_LABEL;
-use crate::controllers::common::jobs::{installer_job, Installer, Source};
+use crate::controllers::common::jobs::{input, installer_job, Installer, Source};
 use crate::controllers::common::{child_name, core_rule};
 use crate::crd::bpa::Provisioning;
 
 /// The inventory (`hosts.ini`) the installer reads.
 pub fn inventory(name: &str, hosts_ini: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        data: Some([("hosts.ini".to_owned(), hosts_ini.to_owned())].into()),
-        ..ConfigMap::default()
-    }
+    input(name, "hosts.ini", hosts_ini)
 }
 
 /// The installer's account: `<provisioning>-installer`.

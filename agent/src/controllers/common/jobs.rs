@@ -30,6 +30,18 @@ pub fn job_outcome(job: &Job) -> JobOutcome {
     JobOutcome::Running
 }
 
+/// A ConfigMap holding one file an installer reads: `file` with `text`.
+pub fn input(name: &str, file: &str, text: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    k8s_openapi::api::core::v1::ConfigMap {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        data: Some([(file.to_owned(), text.to_owned())].into()),
+        ..Default::default()
+    }
+}
+
 /// Where a file the installer reads comes from.
 pub enum Source<'a> {
     ConfigMap(&'a str),

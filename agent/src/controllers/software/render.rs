@@ -3,24 +3,16 @@
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use super::plan::OWNER_LABEL;
 use crate::controllers::bpa::cluster_name;
-use crate::controllers::common::jobs::{installer_job, Installer, Source};
+use crate::controllers::common::jobs::{input, installer_job, Installer, Source};
 use crate::crd::bpa::{Provisioning, Software};
 
 /// The packages manifest (`packages.json`) the installer reads.
 pub fn manifest(name: &str, packages_json: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        data: Some([("packages.json".to_owned(), packages_json.to_owned())].into()),
-        ..ConfigMap::default()
-    }
+    input(name, "packages.json", packages_json)
 }
 
 /// The package installer Job of `sw` on `prov`'s cluster: its inventory and kubeconfig come from the
