@@ -9,6 +9,7 @@
 //! key `kubeconfig`); its ServiceAccount may create and update exactly that Secret. A Job that completes
 //! without the Secret counts as failed.
 
+pub mod observe;
 pub mod plan;
 pub mod render;
 
@@ -23,7 +24,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 
-use self::plan::{Host, Problem};
+use self::plan::Problem;
 pub use self::plan::{OWNERSHIP, OWNER_LABEL};
 use super::common::report::{report, Headline};
 use super::common::secrets;
@@ -85,13 +86,7 @@ impl Reconciler for Ctx {
         let name = p.name_any();
         let generation = p.metadata.generation.unwrap_or(0);
         let cluster = cluster_name(p);
-        let hosts: Vec<Host> = Api::<BareMetalHost>::namespaced(client.clone(), ns)
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .map(host_of)
-            .collect();
+        let hosts = observe::hosts(client, ns).await?;
         let plan = plan::plan(&p.spec, &hosts);
         let old = p.status.clone().unwrap_or_default();
         let mut status = ProvisioningStatus {
@@ -413,20 +408,6 @@ pub async fn cluster_status(
         provs.iter().map(|p| summary(p, &p.status)).collect(),
         software,
     ))
-}
-
-fn host_of(bmh: &BareMetalHost) -> Host {
-    let status = bmh.status.clone().unwrap_or_default();
-    let hw = status.hardware.unwrap_or_default();
-    Host {
-        name: bmh.name_any(),
-        labels: bmh.labels().clone(),
-        boot_mac: bmh.spec.boot_mac_address.clone(),
-        nics: hw.nics.into_iter().map(|n| (n.mac, n.ip)).collect(),
-        cpus: hw.cpu.and_then(|c| c.count),
-        ram_mebibytes: hw.ram_mebibytes,
-        state: status.provisioning.map(|p| p.state).unwrap_or_default(),
-    }
 }
 
 #[cfg(test)]

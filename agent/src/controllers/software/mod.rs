@@ -13,6 +13,7 @@
 //! each package on the hosts of its groups and exits 0 when all are installed. A new Software generation, or
 //! a reinstalled cluster (a new Provisioning generation), runs a new Job.
 
+pub mod observe;
 pub mod plan;
 pub mod render;
 
@@ -23,12 +24,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, PostParams, ResourceExt};
+use kube::api::{Api, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 
-use self::plan::{Files, Uploaded};
+use self::plan::Files;
 use super::bpa::{cluster_name, FINALIZER};
 use super::common::child_name;
 use super::common::report::{report, Headline};
@@ -36,7 +37,6 @@ use super::common::{every, run as run_controller, scoped_api, Reconciler};
 use super::common::{job_outcome, publish, set_conditions, Base, Error, JobOutcome, Owned};
 use super::settings::Settings;
 use crate::crd::bpa::{Provisioning, Software, SoftwareStatus};
-use crate::images::{Images, Kind};
 use crate::metrics::Metrics;
 use crate::store::Store;
 
@@ -98,10 +98,7 @@ impl Reconciler for Ctx {
         let client = &ctx.base.client;
         let name = sw.name_any();
         let generation = sw.metadata.generation.unwrap_or(0);
-        let provs = Api::<Provisioning>::namespaced(client.clone(), ns)
-            .list(&ListParams::default())
-            .await?
-            .items;
+        let provs = observe::provisionings(client, ns).await?;
         let old = sw.status.clone().unwrap_or_default();
         let mut status = SoftwareStatus {
             conditions: old.conditions.clone(),
@@ -138,17 +135,7 @@ impl Reconciler for Ctx {
                         &format!("Provisioning {} is Ready", prov.name_any()),
                     )],
                 );
-                let uploaded: Vec<Uploaded> = Images::new(&ctx.store, u64::MAX)
-                    .list(&owner, &cluster, Some(Kind::Binary))
-                    .await
-                    .map_err(|e| Error::Store(e.to_string()))?
-                    .into_iter()
-                    .map(|r| Uploaded {
-                        name: r.image_name,
-                        complete: r.upload_complete,
-                        sha256: r.sha256.filter(|_| r.upload_complete),
-                    })
-                    .collect();
+                let uploaded = observe::uploaded(&ctx.store, &owner, &cluster).await?;
                 let files = Files {
                     base_url: ctx.base.settings.advertise_url.as_deref(),
                     owner: &owner,
