@@ -197,6 +197,7 @@ fn busybox_layout(layout: &Path) -> String {
         &[foothold_image_builder::built_images::BuiltImage {
             reference: "docker.io/library/busybox:1.35",
             binary: Path::new("/bin/busybox"),
+            binary_sha256: &foothold_e2e::sha256_file(Path::new("/bin/busybox")),
             entrypoint: "/bin/busybox",
             user: "0:0",
         }],

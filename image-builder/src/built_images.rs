@@ -18,6 +18,8 @@ pub struct BuiltImage<'a> {
     pub reference: &'a str,
     /// The binary's content.
     pub binary: &'a Path,
+    /// Its hex sha256, as the build verified it: [`cached_layout`]'s key names the binary by it.
+    pub binary_sha256: &'a str,
     /// Its path in the image, which is also the entrypoint: `/pause`.
     pub entrypoint: &'a str,
     /// The user it runs as (`65535:65535` for pause, as upstream's image).
@@ -120,15 +122,13 @@ pub fn cached_layout(
     cache: &Path,
     epoch: u64,
 ) -> Result<(PathBuf, Vec<serde_json::Value>)> {
-    let inputs = images
+    let inputs: Vec<_> = images
         .iter()
         .map(|im| {
-            let sha256 = crate::sparse::sha256(im.binary)
-                .with_context(|| format!("hashing {}", im.binary.display()))?;
-            Ok(json!({"reference": im.reference, "binarySha256": sha256,
-                      "entrypoint": im.entrypoint, "user": im.user}))
+            json!({"reference": im.reference, "binarySha256": im.binary_sha256,
+                   "entrypoint": im.entrypoint, "user": im.user})
         })
-        .collect::<Result<Vec<_>>>()?;
+        .collect();
     let key = json!({"format": LAYOUT_FORMAT, "epoch": epoch, "images": inputs});
     let key = hex::encode(Sha256::digest(key.to_string().as_bytes()));
     let dir = cache.join("built-images");
@@ -169,14 +169,8 @@ mod tests {
     #[test]
     fn the_same_binary_makes_the_same_image() {
         let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("pause");
-        fs::write(&bin, b"\x7fELF not really").unwrap();
-        let im = [BuiltImage {
-            reference: "registry.k8s.io/pause:3.10.1",
-            binary: &bin,
-            entrypoint: "/pause",
-            user: "65535:65535",
-        }];
+        let bin = fixture(dir.path());
+        let im = [pause(&bin, "")];
         let a = write_layout(&im, &dir.path().join("a"), 1_767_225_600).unwrap();
         let b = write_layout(&im, &dir.path().join("b"), 1_767_225_600).unwrap();
         assert_eq!(a, b);
@@ -207,17 +201,23 @@ mod tests {
         bin
     }
 
+    /// The pause image of `bin`, whose sha256 is `sha`.
+    fn pause<'a>(bin: &'a Path, sha: &'a str) -> BuiltImage<'a> {
+        BuiltImage {
+            reference: "registry.k8s.io/pause:3.10.1",
+            binary: bin,
+            binary_sha256: sha,
+            entrypoint: "/pause",
+            user: "65535:65535",
+        }
+    }
+
     #[test]
     fn the_layout_format_is_pinned() {
         // If this digest changes, write_layout's bytes changed: bump LAYOUT_FORMAT, then update the digest here.
         let dir = tempfile::tempdir().unwrap();
         let bin = fixture(dir.path());
-        let im = [BuiltImage {
-            reference: "registry.k8s.io/pause:3.10.1",
-            binary: &bin,
-            entrypoint: "/pause",
-            user: "65535:65535",
-        }];
+        let im = [pause(&bin, "")];
         let records = write_layout(&im, &dir.path().join("a"), 1_767_225_600).unwrap();
         assert_eq!(
             (LAYOUT_FORMAT, records[0]["digest"].as_str().unwrap()),
@@ -233,12 +233,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let bin = fixture(dir.path());
         let cache = dir.path().join("cache");
-        let mut im = BuiltImage {
-            reference: "registry.k8s.io/pause:3.10.1",
-            binary: &bin,
-            entrypoint: "/pause",
-            user: "65535:65535",
-        };
+        let sha = crate::sparse::sha256(&bin).unwrap();
+        let mut im = pause(&bin, &sha);
         let fresh = write_layout(std::slice::from_ref(&im), &dir.path().join("fresh"), 7).unwrap();
         let (entry, records) = cached_layout(std::slice::from_ref(&im), &cache, 7).unwrap();
         assert_eq!(records, fresh);
@@ -256,9 +252,10 @@ mod tests {
         let mut entries = vec![entry];
         let other = dir.path().join("other");
         fs::write(&other, b"\x7fELF another").unwrap();
+        let other_sha = crate::sparse::sha256(&other).unwrap();
         for change in 0..4 {
             match change {
-                0 => im.binary = &other,
+                0 => (im.binary, im.binary_sha256) = (&other, &other_sha),
                 1 => im.reference = "registry.k8s.io/pause:3.10.2",
                 2 => im.entrypoint = "/pause2",
                 _ => im.user = "0:0",

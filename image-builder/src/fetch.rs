@@ -141,6 +141,14 @@ pub fn fetch_with_progress(
     })
 }
 
+/// The body's length, when the response says it.
+fn content_length(resp: &ureq::http::Response<ureq::Body>) -> Option<u64> {
+    resp.headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+}
+
 fn agent() -> ureq::Agent {
     ureq::Agent::new_with_config(
         ureq::config::Config::builder()
@@ -161,12 +169,7 @@ fn stream(
     progress: Option<&Progress>,
 ) -> Result<u64> {
     let have = partial.have();
-    let total = resp
-        .headers()
-        .get("content-length")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .map(|n| n + have);
+    let total = content_length(&resp).map(|n| n + have);
     let bar = progress.map_or_else(Bytes::none, |p| p.bytes(url, total));
     bar.set_position(have);
     let mut body = resp.into_body().into_reader();
@@ -209,11 +212,7 @@ pub fn fetch_unpinned(cache: &Path, url: &str, progress: Option<&Progress>) -> R
         .suffix(".partial")
         .tempfile_in(&dir)
         .with_context(|| format!("creating a file in {}", dir.display()))?;
-    let total = resp
-        .headers()
-        .get("content-length")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let total = content_length(&resp);
     let bar = progress.map_or_else(Bytes::none, |p| p.bytes(url, total));
     let mut hasher = Sha256::new();
     let mut body = resp.into_body().into_reader();

@@ -99,27 +99,28 @@ pub fn stage(b: &Build, files: &[FileInput], agent: &Path, record: &mut Record) 
             "data",
             "the pause and CoreDNS images, made from their binaries",
         );
-        let src = |field: &str| {
+        let input = |field: &str| {
             files
                 .iter()
                 .find(|f| f.field == field)
-                .map(|f| f.src.clone())
                 .expect("every image binary is an input")
         };
         let (pause, coredns) = (
-            src("components.kubernetes.pause.binary"),
-            src("components.kubernetes.coredns.binary"),
+            input("components.kubernetes.pause.binary"),
+            input("components.kubernetes.coredns.binary"),
         );
         let built = [
             crate::built_images::BuiltImage {
                 reference: &k.pause.reference,
-                binary: &pause,
+                binary: &pause.src,
+                binary_sha256: &pause.sha256,
                 entrypoint: "/pause",
                 user: "65535:65535",
             },
             crate::built_images::BuiltImage {
                 reference: &k.coredns.reference,
-                binary: &coredns,
+                binary: &coredns.src,
+                binary_sha256: &coredns.sha256,
                 entrypoint: "/coredns",
                 user: "0:0",
             },

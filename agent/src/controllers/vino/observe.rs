@@ -116,9 +116,16 @@ pub async fn observe(
         }
     }
 
-    let vnc_passwords = Api::<Secret>::namespaced(client.clone(), ns)
-        .get_opt(&child_name(&name, "vnc"))
-        .await?
+    // Read only when some VM has VNC: otherwise there is nothing to keep.
+    let vnc = match spec.nodes.iter().any(|s| s.enable_vnc) {
+        true => {
+            Api::<Secret>::namespaced(client.clone(), ns)
+                .get_opt(&child_name(&name, "vnc"))
+                .await?
+        }
+        false => None,
+    };
+    let vnc_passwords = vnc
         .and_then(|s| s.data)
         .unwrap_or_default()
         .into_iter()

@@ -104,3 +104,66 @@ async fn an_unchanged_invalid_spec_writes_nothing() {
     drop(ctx);
     assert!(scenario.await.unwrap().is_empty());
 }
+
+/// A spec found unrealisable only while rendering (an interface on a network the spec lacks, met once a node
+/// is selected): the reconcile reads, then reports, and writes none of the objects it would have wanted —
+/// not the inline credentials' Secret, not a pool, not a host.
+#[tokio::test]
+async fn a_spec_that_cannot_be_rendered_writes_no_object() {
+    let (ctx, handle) = ctx();
+    let v = vino(serde_json::json!({
+        "bmcCredentials": {"username": "admin", "password": "pw"},
+        "networks": [],
+        "nodes": [{"name": "worker", "count": 1,
+                   "networkInterfaces": [{"name": "enp1s0", "network": "storage"}],
+                   "flavor": {"vcpus": 1, "memoryMiB": 512, "rootDiskGb": 1}}],
+    }));
+    let list = |items: serde_json::Value| serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items});
+    let node = serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.11"}]}});
+    let scenario = tokio::spawn(serve(
+        handle,
+        vec![
+            Step {
+                method: Method::GET,
+                path: "/api/v1/nodes",
+                status: 200,
+                body: list(serde_json::json!([node])),
+            },
+            Step {
+                method: Method::GET,
+                path: "/namespaces/site/ippools",
+                status: 200,
+                body: list(serde_json::json!([])),
+            },
+            Step {
+                method: Method::POST,
+                path: "/events",
+                status: 201,
+                body: serde_json::json!({}),
+            },
+            Step {
+                method: Method::PATCH,
+                path: "/vinos/v/status",
+                status: 200,
+                body: serde_json::to_value(&v).unwrap(),
+            },
+        ],
+    ));
+    let action = ctx.apply(&v, "site").await.unwrap();
+    drop(ctx);
+    let bodies = scenario.await.unwrap();
+    assert_eq!(action, Action::requeue(Duration::from_secs(300)));
+    let ready = bodies[3]["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready["reason"], "InvalidSpec");
+    assert_eq!(
+        ready["message"],
+        "node set worker: interface enp1s0 names unknown network storage"
+    );
+}

@@ -145,14 +145,10 @@ pub fn desired(
             next_mac: None,
         };
         pools.push(match existing {
-            None => {
-                let mut pool = IPPool::new(&pool_name, new_spec);
-                pool.metadata = named(&pool_name, None);
-                PoolWrite {
-                    pool,
-                    change: PoolChange::Create,
-                }
-            }
+            None => PoolWrite {
+                pool: IPPool::new(&pool_name, new_spec),
+                change: PoolChange::Create,
+            },
             Some(p) => {
                 let change = if p.spec == new_spec {
                     PoolChange::Unchanged
