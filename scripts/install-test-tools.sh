@@ -30,6 +30,18 @@ if ! python3 -c 'import oras.provider, tusclient, schemathesis' 2>/dev/null; the
 fi
 ln -sf "$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/st" "$tools/st"
 
+# sushy-tools, the Redfish BMC of the Metal3 tests (its fake driver, and libvirt's for VMs), pinned, in a venv
+# of its own (Flask and friends stay out of the system's Python); `sushy-emulator` is linked into target/tools/bin.
+if ! "$root/target/tools/sushy/bin/python" -c 'import sushy_tools' 2>/dev/null; then
+  echo "install-test-tools: pip install sushy-tools (venv target/tools/sushy)"
+  python3 -m venv "$root/target/tools/sushy"
+  "$root/target/tools/sushy/bin/pip" install -q --disable-pip-version-check 'sushy-tools==2.2.0'
+fi
+ln -sf "$root/target/tools/sushy/bin/sushy-emulator" "$tools/sushy-emulator"
+
+# Metal3's source archives, which packages/appliance.yaml names (the appliance test builds it).
+scripts/third-party.sh
+
 if command -v rustup >/dev/null 2>&1; then
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
 fi

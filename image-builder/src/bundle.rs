@@ -70,7 +70,13 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
         .kubernetes
         .iter_mut()
         .flat_map(|k| k.inputs_mut())
-        .chain(spec.components.manifests.iter_mut());
+        .chain(spec.components.manifests.iter_mut())
+        .chain(
+            spec.components
+                .metal3
+                .iter_mut()
+                .flat_map(|m| m.baremetal_operator.inputs_mut()),
+        );
     for i in inputs {
         if let Some(p) = &i.path {
             i.path = Some(local(&loaded.resolve(p))?);

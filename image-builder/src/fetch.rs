@@ -50,9 +50,7 @@ pub fn build_source(
     }
     let dir = cache.join("files/sha256");
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let reference = match recipe {
-        crate::source::Recipe::Go(r) | crate::source::Recipe::Cc(r) => r,
-    };
+    let reference = recipe.reference();
     let work = cache.join("go/work").join(
         reference
             .chars()
@@ -70,7 +68,10 @@ pub fn build_source(
         .tempfile_in(&dir)
         .with_context(|| format!("creating a file in {}", dir.display()))?
         .into_temp_path();
-    let made = crate::source::build(recipe, &work, &tmp)?;
+    let made = match recipe {
+        crate::source::Recipe::Archive(a) => crate::go_archive::build(a, &work, &tmp)?,
+        _ => crate::source::build(recipe, &work, &tmp)?,
+    };
     let hex = crate::sparse::sha256(&tmp)?;
     if let Some(want) = pin {
         if want != hex {
@@ -250,10 +251,11 @@ pub fn fetch_all(
         if !cached(cache, hex).is_file() {
             progress.step("fetch", &format!("building {what} ({field})"));
         }
+        let recipe = recipe.located(&loaded.dir, |h| cached(cache, h));
         let (_, fetched) = build_source(cache, &recipe, Some(hex))
             .with_context(|| format!("{}: {field}.{key}", loaded.path.display()))?;
         progress.step("fetch", &format!("{what}: {fetched:?}"));
-        done.push((what.to_owned(), fetched));
+        done.push((what, fetched));
     }
     Ok(done)
 }

@@ -51,7 +51,10 @@ pub fn pin(
             crate::fetch::fetch_unpinned(cache, url, Some(progress))
                 .with_context(|| format!("{file}: {field}.url"))?
         } else {
-            let recipe = f.recipe().expect("validated: url, path, go or cc");
+            let recipe = f
+                .recipe()
+                .expect("validated: url, path, go or cc")
+                .located(&loaded.dir, |h| crate::fetch::cached(cache, h));
             let (key, what) = f.source_ref().expect("a recipe has a source");
             progress.step("pin", &format!("building {what} ({field})"));
             crate::fetch::build_source(cache, &recipe, None)
@@ -148,6 +151,15 @@ fn set_pin(spec: &mut Spec, c: &Change) -> Result<()> {
             };
             Some(&mut i.sha256)
         })
+    } else if let Some(name) = c.field.strip_prefix("components.metal3.baremetalOperator.") {
+        c_.metal3.as_mut().and_then(|m| {
+            let b = &mut m.baremetal_operator;
+            match name {
+                "manager" => Some(&mut b.manager.sha256),
+                "plugin" => Some(&mut b.plugin.sha256),
+                _ => None,
+            }
+        })
     } else {
         None
     };
@@ -159,6 +171,8 @@ fn set_pin(spec: &mut Spec, c: &Change) -> Result<()> {
 #[derive(Debug, Default)]
 struct Mapping {
     flow: bool,
+    /// For a flow mapping, the byte just after its `{`.
+    open: Option<usize>,
     /// By key: the key's start and the value's byte range (None for an alias or a collection).
     entries: BTreeMap<String, (Marker, Option<(usize, usize)>)>,
 }
@@ -224,6 +238,7 @@ fn mappings(text: &str) -> Result<BTreeMap<String, Mapping>> {
                         path.clone(),
                         Mapping {
                             flow: style == StructureStyle::Flow,
+                            open: (style == StructureStyle::Flow).then(|| byte(span.start) + 1),
                             entries: BTreeMap::new(),
                         },
                     );
@@ -270,7 +285,8 @@ fn mappings(text: &str) -> Result<BTreeMap<String, Mapping>> {
 }
 
 /// Writes the changes' pins into the spec text: an existing value is replaced, a missing one goes after the
-/// input's `url` (or the image's `reference`), in the mapping's own style and indentation.
+/// input's `url` (or the image's `reference`), in the mapping's own style and indentation, or into an empty
+/// flow mapping (`manager: {}`).
 pub fn edit(text: &str, changes: &[Change]) -> Result<String> {
     let maps = mappings(text)?;
     let mut edits: Vec<(usize, usize, String)> = Vec::new();
@@ -294,10 +310,15 @@ pub fn edit(text: &str, changes: &[Change]) -> Result<String> {
             edits.push((start, end, c.new.clone()));
             continue;
         }
-        let (key_at, range) = m
-            .entries
-            .get(anchor)
-            .with_context(|| format!("{} has no {anchor}{}", c.field, hint()))?;
+        let Some((key_at, range)) = m.entries.get(anchor) else {
+            // A flow mapping with nothing to follow (`manager: {}`, a pin of something built): first in it.
+            let open = m
+                .open
+                .filter(|_| m.entries.is_empty())
+                .with_context(|| format!("{} has no {anchor}{}", c.field, hint()))?;
+            edits.push((open, open, format!("{}: {}", c.key, c.new)));
+            continue;
+        };
         let (_, end) = range
             .with_context(|| format!("{}.{anchor} is not a plain value{}", c.field, hint()))?;
         if m.flow {
@@ -407,6 +428,35 @@ components:
                 "quay.io/a/b:1\n      digest: sha256:dd\n",
             );
         assert_eq!(out, want);
+    }
+
+    #[test]
+    fn a_pin_of_something_built_goes_first_in_its_flow_mapping() {
+        let text = "components:\n  metal3:\n    baremetalOperator:\n      manager: {}\n      plugin: { }\n";
+        let out = edit(
+            text,
+            &[
+                change(
+                    "components.metal3.baremetalOperator.manager",
+                    "sha256",
+                    "aa",
+                ),
+                change("components.metal3.baremetalOperator.plugin", "sha256", "bb"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            "components:\n  metal3:\n    baremetalOperator:\n      manager: {sha256: aa}\n      plugin: {sha256: bb }\n"
+        );
+        let mut s = crate::spec::tests::metal3_spec(|t| t).unwrap();
+        set_pin(
+            &mut s,
+            &change("components.metal3.baremetalOperator.plugin", "sha256", "cc"),
+        )
+        .unwrap();
+        let b = &s.components.metal3.unwrap().baremetal_operator;
+        assert_eq!(b.plugin.sha256.as_deref(), Some("cc"));
     }
 
     #[test]

@@ -16,19 +16,71 @@ use crate::cmd::CommandExt as _;
 /// The module whose packages get Kubernetes' version stamp (`kubectl version`, `/version`).
 pub const KUBERNETES_MODULE: &str = "k8s.io/kubernetes";
 
-/// What to build: a package or a C file, `<module path>[/<path in it>]@<version>`.
+/// What to build: a package or a C file, `<module path>[/<path in it>]@<version>`, or a package of a module's
+/// source archive (a module the proxy does not serve; built by [`crate::go_archive`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recipe {
     Go(String),
     Cc(String),
+    Archive(ArchiveRecipe),
 }
 
 impl Recipe {
-    fn reference(&self) -> &str {
+    /// What is built, for messages and the cache's work directory.
+    pub fn reference(&self) -> String {
         match self {
-            Recipe::Go(r) | Recipe::Cc(r) => r,
+            Recipe::Go(r) | Recipe::Cc(r) => r.clone(),
+            Recipe::Archive(a) => a.reference(),
         }
     }
+
+    /// The recipe with its archives' paths made absolute: a spec path is relative to `spec_dir`, an archive
+    /// given by URL is where `cached` says its pin is.
+    pub fn located(self, spec_dir: &Path, cached: impl Fn(&str) -> PathBuf) -> Recipe {
+        match self {
+            Recipe::Archive(mut a) => {
+                for s in
+                    std::iter::once(&mut a.source).chain(a.replace.iter_mut().map(|r| &mut r.1))
+                {
+                    s.path = Some(match &s.path {
+                        Some(p) if p.is_absolute() => p.clone(),
+                        Some(p) => spec_dir.join(p),
+                        None => cached(&s.sha256),
+                    });
+                }
+                Recipe::Archive(a)
+            }
+            r => r,
+        }
+    }
+}
+
+/// A Go package built from a module's source archive, with other archives replacing modules it requires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveRecipe {
+    pub source: ArchiveSource,
+    /// (module path, the archive that holds it).
+    pub replace: Vec<(String, ArchiveSource)>,
+    /// The package, relative to the module's root (`.`, `./pkg/provisioner/ironic/plugin`).
+    pub package: String,
+    /// Built with `-buildmode=plugin`.
+    pub plugin: bool,
+}
+
+impl ArchiveRecipe {
+    pub fn reference(&self) -> String {
+        let mode = if self.plugin { " (plugin)" } else { "" };
+        format!("{}:{}{mode}", self.source.name, self.package)
+    }
+}
+
+/// A source archive: its path (relative to the spec until [`Recipe::located`]) and its pinned sha256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveSource {
+    pub path: Option<PathBuf>,
+    pub sha256: String,
+    /// Its file name, for messages.
+    pub name: String,
 }
 
 /// Splits `path@version`, checking both halves; the error says what is wrong with `reference`.
@@ -89,7 +141,7 @@ pub fn go_version() -> Result<String> {
 
 /// A `go` command that asks nothing of the user's environment: the module proxy and checksum database as
 /// configured, the local toolchain only, modules resolved as needed.
-fn go(dir: &Path) -> Command {
+pub(crate) fn go(dir: &Path) -> Command {
     let mut c = Command::new("go");
     c.current_dir(dir)
         .env("GOTOOLCHAIN", "local")
@@ -208,10 +260,18 @@ fn ldflags(module: &str, version: &str, time: Option<&str>) -> String {
     flags.join(" ")
 }
 
+fn not_here(reference: &str) -> Result<String> {
+    bail!("{reference}: a source archive's package is built by go_archive::build")
+}
+
 /// Builds `recipe` into `out` (a new file), using `work` as the wrapper module's directory. Returns a line for the
 /// manifest saying what was built from which module version with which toolchain.
 pub fn build(recipe: &Recipe, work: &Path, out: &Path) -> Result<String> {
     let reference = recipe.reference();
+    let reference = reference.as_str();
+    if let Recipe::Archive(_) = recipe {
+        return not_here(reference);
+    }
     let (path, version) = parse_reference(reference).map_err(|e| anyhow::anyhow!(e))?;
     let toolchain = go_version()?;
     std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
@@ -254,6 +314,7 @@ pub fn build(recipe: &Recipe, work: &Path, out: &Path) -> Result<String> {
                 .run_bytes()
                 .with_context(|| format!("building {reference}"))?;
         }
+        Recipe::Archive(_) => return not_here(reference),
         Recipe::Cc(_) => {
             let src = PathBuf::from(&module.dir).join(rest);
             if rest.is_empty() || !src.is_file() {
@@ -284,7 +345,7 @@ pub fn build(recipe: &Recipe, work: &Path, out: &Path) -> Result<String> {
             .next()
             .unwrap_or_default()
         ),
-        Recipe::Go(_) => String::new(),
+        Recipe::Go(_) | Recipe::Archive(_) => String::new(),
     };
     Ok(format!(
         "built from {} {} ({toolchain}{cc})",

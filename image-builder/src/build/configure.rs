@@ -14,7 +14,7 @@ use crate::cmd::CommandExt as _;
 use crate::files::write_file;
 use crate::spec::Spec;
 
-/// Units every image enables; Kubernetes adds [`crate::kube::UNITS`].
+/// Units every image enables; Kubernetes adds [`crate::kube::UNITS`], Metal3 [`crate::metal3::UNITS`].
 const UNITS: &[&str] = &[
     "systemd-networkd.service",
     "foothold-agent.service",
@@ -117,6 +117,13 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
         }
         c.units
             .extend(crate::kube::UNITS.iter().map(|u| u.to_string()));
+    }
+    if spec.components.metal3.is_some() {
+        for (path, text, mode) in crate::metal3::render(spec) {
+            c.add(path, text, mode);
+        }
+        c.units
+            .extend(crate::metal3::UNITS.iter().map(|u| u.to_string()));
     }
     for u in &spec.users {
         // Users log in with keys only (their password is locked): sudo must not ask for one.

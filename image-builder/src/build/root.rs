@@ -128,8 +128,38 @@ fn stage(
             .unwrap_or(0o644);
         fs::set_permissions(&dest, fs::Permissions::from_mode(mode))?;
     }
+    place_bmo_crds(loaded, files, root)?;
     fs::create_dir_all(root.join(AGENT_DIR.trim_start_matches('/')))?;
     configure::apply(root, &configure::render(&loaded.spec, &layout.ids))
+}
+
+/// baremetal-operator's CRDs, read from its checked source archive, where the bring-up applies manifests (before
+/// the spec's own: `00-bmo-…` sorts first).
+fn place_bmo_crds(loaded: &Loaded, files: &[FileInput], root: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(m) = &loaded.spec.components.metal3 else {
+        return Ok(());
+    };
+    let (field, _) = &m.baremetal_operator.archives()[0];
+    let f = files
+        .iter()
+        .find(|f| &f.field == field)
+        .with_context(|| format!("{field}: not among the resolved inputs"))?;
+    let archive = crate::source::ArchiveSource {
+        path: Some(f.src.clone()),
+        sha256: f.sha256.clone(),
+        name: f.origin.clone(),
+    };
+    let dir = root.join(crate::spec::KUBE_MANIFESTS_DIR.trim_start_matches('/'));
+    fs::create_dir_all(&dir)?;
+    for (name, bytes) in crate::go_archive::read_dir(&archive, crate::spec::BMO_CRDS, ".yaml")
+        .with_context(|| format!("{field}: BMO's CRDs"))?
+    {
+        let dest = dir.join(format!("00-bmo-{name}"));
+        fs::write(&dest, bytes)?;
+        fs::set_permissions(&dest, fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(())
 }
 
 /// The hash of everything in the root partition but the agent: this builder (its code writes the

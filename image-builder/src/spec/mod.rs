@@ -1,7 +1,15 @@
 //! The appliance spec (`packages/*.yaml`): what goes into an image, every remote input pinned by sha256.
 //! `load` reports problems with the file, line and field; `schema` is the JSON Schema of the format.
 
+mod inputs;
+mod metal3;
 mod validate;
+
+pub use inputs::{FileComponent, Input, Serve, ServeKind};
+
+pub use metal3::{
+    BaremetalOperator, Built, Metal3, Replacement, BMO_BIN, BMO_CRDS, BMO_PLUGIN, BMO_PLUGIN_DIR,
+};
 
 use std::path::{Path, PathBuf};
 
@@ -114,6 +122,9 @@ pub struct Components {
     /// needs `kubernetes`.
     #[serde(default)]
     pub manifests: Vec<Input>,
+    /// Metal3 (baremetal-operator and Ironic), as systemd units beside the control plane; needs `kubernetes`.
+    #[serde(default)]
+    pub metal3: Option<Metal3>,
 }
 
 /// Kubernetes: the node and control-plane binaries of one release, and the images the cluster itself runs. Each
@@ -178,65 +189,6 @@ pub const KUBE_BIN_DIR: &str = "/usr/local/bin";
 /// Where the image's manifests are kept for the bring-up to apply.
 pub const KUBE_MANIFESTS_DIR: &str = "/usr/local/share/foothold/manifests";
 
-/// One input: a URL pinned by sha256, a local path (relative to the spec), or built here from source.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Input {
-    #[serde(default)]
-    pub url: Option<String>,
-    #[serde(default)]
-    pub path: Option<PathBuf>,
-    /// A Go package to build, `<import path>@<module version>` (`github.com/coredns/coredns@v1.13.1`).
-    #[serde(default)]
-    pub go: Option<String>,
-    /// A C file of a Go module to compile statically, `<module path>/<file>@<version>`.
-    #[serde(default)]
-    pub cc: Option<String>,
-    /// Hex sha256 of the content; required for `url`, `go` and `cc` (`foothold-build pin` fills it in).
-    #[serde(default)]
-    pub sha256: Option<String>,
-}
-
-impl Input {
-    /// The input's file name (of the URL's last path segment, the path, or the package's last element).
-    fn file_name(&self) -> String {
-        let from_url = self.url.as_deref().and_then(|u| {
-            let path = u.split(['?', '#']).next().unwrap_or(u);
-            path.rsplit('/').next().filter(|s| !s.is_empty())
-        });
-        let from_path = self
-            .path
-            .as_deref()
-            .and_then(|p| p.file_name())
-            .map(|s| s.to_string_lossy().into_owned());
-        let from_source = self
-            .go
-            .as_deref()
-            .or(self.cc.as_deref())
-            .and_then(|r| r.split('@').next()?.rsplit('/').next())
-            .map(str::to_owned);
-        from_url
-            .map(str::to_owned)
-            .or(from_path)
-            .or(from_source)
-            .unwrap_or_else(|| "input".into())
-            .replace('%', "_")
-    }
-
-    fn to_file(&self, dest: Option<String>, mode: Option<&str>) -> FileComponent {
-        FileComponent {
-            url: self.url.clone(),
-            path: self.path.clone(),
-            go: self.go.clone(),
-            cc: self.cc.clone(),
-            sha256: self.sha256.clone(),
-            dest,
-            serve: None,
-            mode: mode.map(str::to_owned),
-        }
-    }
-}
-
 /// A container image by reference and digest.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -275,57 +227,6 @@ fn default_platforms() -> Vec<String> {
 pub struct LocalFile {
     pub path: PathBuf,
 }
-
-/// A file from a URL (pinned by sha256) or a local path.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct FileComponent {
-    #[serde(default)]
-    pub url: Option<String>,
-    #[serde(default)]
-    pub path: Option<PathBuf>,
-    /// A Go package to build, `<import path>@<module version>`.
-    #[serde(default)]
-    pub go: Option<String>,
-    /// A C file of a Go module to compile statically, `<module path>/<file>@<version>`.
-    #[serde(default)]
-    pub cc: Option<String>,
-    /// Hex sha256 of the content; required for `url`, `go` and `cc`.
-    #[serde(default)]
-    pub sha256: Option<String>,
-    /// Where it goes in the root file system (absolute path).
-    #[serde(default)]
-    pub dest: Option<String>,
-    /// Serve it from the agent's store at `/files/<owner>/<cluster>/<kind>/<name>` from first boot.
-    #[serde(default)]
-    pub serve: Option<Serve>,
-    /// Octal mode, default `0644`.
-    #[serde(default)]
-    pub mode: Option<String>,
-}
-
-/// A file the agent serves: a completed BPA image record.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Serve {
-    #[serde(default = "default_owner")]
-    pub owner: String,
-    #[serde(default = "default_cluster")]
-    pub cluster: String,
-    pub kind: ServeKind,
-    pub name: String,
-}
-
-fn default_owner() -> String {
-    "foothold".into()
-}
-
-fn default_cluster() -> String {
-    "site".into()
-}
-
-/// `binary_images` or `os_images` (one type with the agent's records; container images go in `images`).
-pub use foothold_names::ImageKind as ServeKind;
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -441,6 +342,9 @@ impl Spec {
                 ));
             }
         }
+        if let Some(m) = &c.metal3 {
+            out.extend(m.baremetal_operator.binaries());
+        }
         for (i, m) in c.manifests.iter().enumerate() {
             out.push((
                 format!("components.manifests[{i}]"),
@@ -463,9 +367,12 @@ impl Spec {
             .collect()
     }
 
-    /// Every input to fetch (placed files and image binaries), named by field.
+    /// Every input to fetch (placed files, image binaries and source archives), named by field.
     pub fn sources(&self) -> Vec<(String, FileComponent)> {
         let mut out = self.file_inputs();
+        if let Some(m) = &self.components.metal3 {
+            out.extend(m.baremetal_operator.archives());
+        }
         out.extend(
             self.image_binaries()
                 .into_iter()
@@ -535,25 +442,6 @@ impl Kubernetes {
             ("kubectl", &self.kubectl),
             ("kubeadm", &self.kubeadm),
         ]
-    }
-}
-
-impl FileComponent {
-    /// The spec key and reference of an input built from source: `("go", "…@v1")` or `("cc", "…@v1")`.
-    pub fn source_ref(&self) -> Option<(&'static str, &str)> {
-        self.go
-            .as_deref()
-            .map(|r| ("go", r))
-            .or_else(|| self.cc.as_deref().map(|r| ("cc", r)))
-    }
-
-    /// How to build this input here, if it is built from source.
-    pub fn recipe(&self) -> Option<crate::source::Recipe> {
-        use crate::source::Recipe;
-        self.source_ref().map(|(key, r)| match key {
-            "go" => Recipe::Go(r.to_owned()),
-            _ => Recipe::Cc(r.to_owned()),
-        })
     }
 }
 

@@ -242,3 +242,95 @@ fn the_schema_names_every_top_level_field() {
         assert!(props.contains_key(f), "{f}");
     }
 }
+
+const METAL3: &str = "  metal3:\n    baremetalOperator:\n      source: {path: ../third_party/baremetal-operator-02aa5059e348.tar.gz, sha256: HEX}\n      replace:\n        - module: github.com/metal3-io/ironic-standalone-operator/api\n          source: {path: ../third_party/ironic-standalone-operator-api-c75aa296a52a.tar.gz, sha256: HEX}\n      manager: {sha256: HEX}\n      plugin: {sha256: HEX}\n";
+
+/// The appliance's shape: trixie, Kubernetes and Metal3.
+pub(crate) fn metal3_spec(edit: impl Fn(String) -> String) -> Result<Spec, String> {
+    kubernetes_spec(|t| {
+        edit(t.replace("suite: bookworm", "suite: trixie").replace(
+            "  manifests:",
+            &format!("{}  manifests:", METAL3.replace("HEX", &"b".repeat(64))),
+        ))
+    })
+}
+
+#[test]
+fn metal3_builds_two_binaries_from_its_archives_and_places_them_where_bmo_looks() {
+    let s = metal3_spec(|t| t).unwrap();
+    let files = s.file_inputs();
+    let (field, manager) = &files[7];
+    assert_eq!(field, "components.metal3.baremetalOperator.manager");
+    assert_eq!(manager.dest.as_deref(), Some(BMO_BIN));
+    let recipe = manager.archive.as_ref().unwrap();
+    assert_eq!((recipe.package.as_str(), recipe.plugin), (".", false));
+    assert_eq!(
+        recipe.replace[0].0,
+        "github.com/metal3-io/ironic-standalone-operator/api"
+    );
+    let (field, plugin) = &files[8];
+    assert_eq!(field, "components.metal3.baremetalOperator.plugin");
+    assert_eq!(
+        plugin.dest.as_deref(),
+        Some("/usr/local/lib/metal3/plugins/ironic-provisioner.so")
+    );
+    assert!(plugin.archive.as_ref().unwrap().plugin);
+    assert_eq!(
+        plugin.source_ref().unwrap(),
+        (
+            "sha256",
+            "baremetal-operator-02aa5059e348.tar.gz:./pkg/provisioner/ironic/plugin (plugin)"
+                .into()
+        )
+    );
+    // The archives are fetched and checked, placed nowhere.
+    let sources: Vec<(String, Option<String>)> =
+        s.sources().into_iter().map(|(f, c)| (f, c.dest)).collect();
+    assert!(sources.contains(&("components.metal3.baremetalOperator.source".into(), None)));
+    assert!(sources.contains(&(
+        "components.metal3.baremetalOperator.replace[0].source".into(),
+        None
+    )));
+}
+
+#[test]
+fn metal3_errors_name_the_field() {
+    let bad = |from: &str, to: &str| metal3_spec(|t| t.replacen(from, to, 1)).unwrap_err();
+    let e = bad("suite: trixie", "suite: bookworm");
+    assert!(
+        e.starts_with("components.metal3: Ironic comes from the base suite's packages"),
+        "{e}"
+    );
+    let e = bad(".tar.gz, sha256: bbbb", ".tar.gz, x: bbbb");
+    assert!(e.contains("x"), "{e}");
+    let pin = format!(", sha256: {}", "b".repeat(64));
+    let e = bad(&format!("c75aa296a52a.tar.gz{pin}"), "c75aa296a52a.tar.gz");
+    assert_eq!(
+        e,
+        "components.metal3.baremetalOperator.replace[0].source.sha256: required (a source archive is pinned, wherever it is)"
+    );
+    let e = bad("module: github.com/metal3-io", "module: metal3-io");
+    assert!(
+        e.starts_with("components.metal3.baremetalOperator.replace[0].module: "),
+        "{e}"
+    );
+    // Unpinned, the manager is what `pin` builds.
+    let e = bad(
+        &format!("manager: {{sha256: {}}}", "b".repeat(64)),
+        "manager: {}",
+    );
+    assert!(
+        e.starts_with("components.metal3.baremetalOperator.manager.sha256: required"),
+        "{e}"
+    );
+    let e = metal3_spec(|t| {
+        let start = t.find("  kubernetes:").unwrap();
+        let end = t.find("  metal3:").unwrap();
+        format!("{}{}", &t[..start], &t[end..]).replace("  manifests: [{path: crds.yaml}]\n", "")
+    })
+    .unwrap_err();
+    assert!(
+        e.starts_with("components.metal3: BMO runs against the appliance's cluster"),
+        "{e}"
+    );
+}

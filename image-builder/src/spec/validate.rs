@@ -99,6 +99,22 @@ impl Spec {
         if let Some(k) = &self.components.kubernetes {
             self.validate_kubernetes(k)?;
         }
+        if let Some(m) = &self.components.metal3 {
+            if self.components.kubernetes.is_none() {
+                return Err("components.metal3: BMO runs against the appliance's cluster; add components.kubernetes".into());
+            }
+            if matches!(self.base.suite.as_str(), "bookworm" | "bullseye" | "buster") {
+                return Err(format!(
+                    "components.metal3: Ironic comes from the base suite's packages, and {}'s is older than \
+                     Ironic 24 (API 1.89, which baremetal-operator needs); use base.suite: trixie",
+                    self.base.suite
+                ));
+            }
+            m.baremetal_operator.validate()?;
+            for (field, f) in m.baremetal_operator.archives() {
+                validate_source(&field, &f, pins)?;
+            }
+        }
         for (field, f) in self.file_inputs() {
             validate_file(&field, &f, pins)?;
         }
@@ -266,6 +282,7 @@ pub(super) fn validate_image(im: &ImageComponent, pins: Pins) -> std::result::Re
 /// Checks where an input comes from and its pin; `field` names it in errors.
 fn validate_source(field: &str, f: &FileComponent, pins: Pins) -> Result<(), String> {
     let given = [
+        f.archive.is_some(),
         f.url.is_some(),
         f.path.is_some(),
         f.go.is_some(),
