@@ -18,6 +18,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod mirror_config;
 pub mod names;
+pub mod neighbors;
 pub mod store;
 pub mod uploads;
 pub mod vino_builder;

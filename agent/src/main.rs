@@ -160,6 +160,10 @@ enum Command {
         /// Require the token for reading BPA image records and downloading /files too (default: anonymous).
         #[arg(long, requires = "token_file")]
         files_require_token: bool,
+        /// A service beside the agent that /readyz probes and reports, as name=http://host:port/path (2xx is
+        /// ready), e.g. ironic=http://127.0.0.1:6385/. Repeatable.
+        #[arg(long = "ready-check", value_parser = foothold_agent::neighbors::parse)]
+        ready_checks: Vec<foothold_agent::neighbors::Check>,
         #[command(flatten)]
         kube: Box<KubeArgs>,
     },
@@ -334,6 +338,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tls_key,
             max_image_size,
             files_require_token,
+            ready_checks,
             kube,
         } => {
             let cfg = http::ServeConfig {
@@ -344,6 +349,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 token_file,
                 controllers: kube.settings(listen, tls_cert.is_some()),
                 tls: tls_cert.zip(tls_key),
+                ready_checks,
             };
             tokio::runtime::Runtime::new()?.block_on(http::serve(cfg))?;
             Ok(ExitCode::SUCCESS)

@@ -47,6 +47,16 @@ const INTERFACES: &[(&str, &str)] = &[
     ("enabled_vendor_interfaces", "redfish,no-vendor"),
 ];
 
+/// The agent's arguments that make its `/readyz` report Ironic and BMO.
+pub fn ready_checks() -> [String; 4] {
+    [
+        "--ready-check".into(),
+        format!("ironic=http://{IRONIC_API}/"),
+        "--ready-check".into(),
+        format!("baremetal-operator=http://{BMO_HEALTH}/readyz"),
+    ]
+}
+
 /// Every file, as (absolute path, text, mode).
 pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
     let mut defaults = format!(

@@ -73,13 +73,17 @@ async fn read_small_bodies(req: Request, next: Next) -> Response {
 }
 
 /// Ready as soon as the HTTP services are (nodes must be able to pull while Kubernetes itself starts), with
-/// the controllers' state in the body: `{"http": "ok", "controllers": {"state": "connecting", ...}}`.
+/// the controllers' state and the services beside the agent in the body: `{"http": "ok", "controllers":
+/// {"state": "connecting", ...}, "services": {"ironic": {"state": "ok", ...}}}`.
 async fn readyz(State(state): State<AppState>) -> Response {
-    axum::Json(serde_json::json!({
+    let mut body = serde_json::json!({
         "http": "ok",
         "controllers": state.controllers.get(),
-    }))
-    .into_response()
+    });
+    if !state.neighbors.is_empty() {
+        body["services"] = serde_json::json!(crate::neighbors::probe_all(&state.neighbors).await);
+    }
+    axum::Json(body).into_response()
 }
 
 /// One structured log line and one counter per request.

@@ -21,6 +21,8 @@ pub struct ServeConfig {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// The Kubernetes controllers to run, if any.
     pub controllers: Option<crate::controllers::Settings>,
+    /// The services beside the agent that `/readyz` probes.
+    pub ready_checks: Vec<crate::neighbors::Check>,
 }
 
 pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
@@ -34,7 +36,8 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         .with_context(|| format!("opening the data directory {}", cfg.data.display()))?;
     let state = AppState::new(store, auth)
         .max_image_length(cfg.max_image_length)
-        .files_need_token(cfg.files_need_token);
+        .files_need_token(cfg.files_need_token)
+        .neighbors(cfg.ready_checks.clone());
     if let Some(settings) = cfg
         .controllers
         .clone()

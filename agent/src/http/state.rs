@@ -22,6 +22,8 @@ pub struct AppState {
     pub limits: Limits,
     /// The Kubernetes controllers' state, for `/readyz` and the BPA status endpoint.
     pub controllers: crate::controllers::Shared,
+    /// The services beside the agent that `/readyz` probes.
+    pub neighbors: Arc<Vec<crate::neighbors::Check>>,
 }
 
 /// Who may do what: writes need the token; reads of BPA records and `/files` need it too when
@@ -53,7 +55,14 @@ impl AppState {
                 max_image_length: DEFAULT_MAX_IMAGE_LENGTH,
             },
             controllers: crate::controllers::Shared::new(crate::controllers::State::Disabled),
+            neighbors: Arc::default(),
         }
+    }
+
+    /// The services beside the agent that `/readyz` probes.
+    pub fn neighbors(mut self, checks: Vec<crate::neighbors::Check>) -> Self {
+        self.neighbors = Arc::new(checks);
+        self
     }
 
     /// Reads of BPA records and `/files` need the token too.

@@ -204,6 +204,9 @@ fn agent(spec: &Spec, c: &mut Configuration) {
             .map(String::from),
         );
     }
+    if spec.components.metal3.is_some() {
+        args.extend(crate::metal3::ready_checks());
+    }
     args.extend(spec.components.agent_args.iter().cloned());
     c.add(
         "/etc/foothold/agent.env",
@@ -397,6 +400,21 @@ mod tests {
                     has_keys: false
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn metal3_brings_ironic_and_bmo_units_and_the_agent_reports_them() {
+        let spec = crate::spec::tests::metal3_spec(|t| t).unwrap();
+        let c = render(&spec, &ids());
+        for unit in crate::metal3::UNITS {
+            assert!(c.units.iter().any(|u| u == unit), "{unit}: {:?}", c.units);
+        }
+        assert!(c.file("/etc/ironic/ironic.conf").is_some());
+        let env = &c.file("/etc/foothold/agent.env").unwrap().text;
+        assert!(
+            env.contains("--ready-check ironic=http://127.0.0.1:6385/ --ready-check baremetal-operator=http://127.0.0.1:9440/readyz"),
+            "{env}"
         );
     }
 }
