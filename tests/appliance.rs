@@ -6,10 +6,14 @@
 //! this host (the one the build made) finds `/readyz` ok, the node Ready and CoreDNS Running; a pod whose image
 //! was baked into the agent's registry under `docker.io/library/busybox` resolves a Service name through CoreDNS
 //! and completes, pulled by containerd through the agent (its metrics count the manifest GET, and containerd
-//! holds the layout's digest); the agent's controllers lead on this apiserver, and a SIPCluster over two
-//! BareMetalHosts goes Ready. The same disk then boots a second time (after a clean poweroff): the node is Ready
+//! holds the layout's digest); the agent's controllers lead on this apiserver; Metal3 (baremetal-operator built
+//! from source, Ironic from Debian) registers, provisions and deprovisions BareMetalHosts behind sushy-tools'
+//! fake BMC, and a SIPCluster claims them (`appliance_metal3.rs`). The same disk then boots a second time (after a clean poweroff): the node is Ready
 //! again and a ConfigMap made before is still there. Last, the ISO boots from a USB stick under BIOS to a Ready
 //! node. Every wait is bounded.
+
+#[path = "appliance_metal3.rs"]
+mod metal3;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -158,6 +162,17 @@ impl Appliance {
         (s == "True").then_some(()).ok_or(s)
     }
 
+    /// The agent's `/readyz`, through the forward.
+    fn readyz(&self) -> Result<Value, String> {
+        let r = try_run(Command::new("curl").args([
+            "-kfsS",
+            "--max-time",
+            "30",
+            &format!("https://127.0.0.1:{}/readyz", self.agent_port),
+        ]))?;
+        serde_json::from_str(&r).map_err(|e| format!("{e}: {r}"))
+    }
+
     /// The agent's count of GETs of manifests (what containerd asks the mirror for).
     fn manifest_gets(&self) -> u64 {
         let metrics = run(Command::new("curl").args([
@@ -228,6 +243,9 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
     let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
     let layout = dir.join("busybox");
     let busybox = busybox_layout(&layout);
+    // What the compute node boots: any bytes do for sushy-tools' fake systems, which never fetch it.
+    let iso = dir.join(metal3::ISO_NAME);
+    std::fs::write(&iso, b"a live ISO stand-in\n").unwrap();
     let text = std::fs::read_to_string(ws.join("packages/appliance.yaml"))
         .unwrap()
         .replace("path: ../", &format!("path: {}/", ws.display()))
@@ -238,8 +256,10 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         .replace(
             "  manifests:\n",
             &format!(
-                "  imageLayouts:\n    - path: {}\n  manifests:\n",
-                layout.display()
+                "  imageLayouts:\n    - path: {}\n  files:\n    - path: {}\n      serve: {{kind: os_images, name: {}}}\n  manifests:\n",
+                layout.display(),
+                iso.display(),
+                metal3::ISO_NAME
             ),
         )
         .replace("formats: [raw, qcow2, iso]", "formats: [raw, iso]");
@@ -297,6 +317,13 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         coredns.contains("built from github.com/coredns/coredns v1.13.1"),
         "{coredns}"
     );
+    let bmo = manifest["inputs"]["metal3.baremetalOperator.plugin"]["from"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        bmo.contains(" (plugin) built from github.com/metal3-io/baremetal-operator baremetal-operator-02aa5059e348.tar.gz sha256:ae6db5d1d40e, with github.com/metal3-io/ironic-standalone-operator/api from"),
+        "{manifest}"
+    );
     assert_eq!(
         manifest["inputs"]["kubernetes.pause.image"]["reference"],
         "registry.k8s.io/pause:3.10.1"
@@ -320,9 +347,16 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         snapshot: false,
         ..boot_options(image, dir.join(console))
     };
+    // The BMC emulator the Metal3 checks start on this host, which the isolated appliance reaches through a
+    // guest forward.
+    let bmc_port = free_port();
     let a = Appliance::boot(
         "first boot (raw, UEFI)",
-        options(&disk, "console-1.log"),
+        RunOptions {
+            guest_forwards: vec![(metal3::BMC_GUEST_PORT, bmc_port)],
+            relay: Some(target().join("debug/foothold-build")),
+            ..options(&disk, "console-1.log")
+        },
         &key,
         &kubectl,
         dir,
@@ -391,66 +425,19 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
     );
     assert!(images.contains("registry.k8s.io/pause:3.10.1"), "{images}");
 
-    // The agent's controllers lead on this apiserver, and SIP schedules two BareMetalHosts.
+    // The agent's controllers lead on this apiserver.
     wait_for(
         "the agent's controllers leading",
         Duration::from_secs(300),
         || {
-            let r = try_run(Command::new("curl").args([
-                "-kfsS",
-                "--max-time",
-                "30",
-                &format!("https://127.0.0.1:{}/readyz", a.agent_port),
-            ]))?;
-            let v: Value = serde_json::from_str(&r).map_err(|e| e.to_string())?;
+            let v = a.readyz()?;
             (v["controllers"]["state"] == "leading")
                 .then_some(())
-                .ok_or(r)
+                .ok_or(v.to_string())
         },
     );
-    let fixture = ws.join("tests/fixtures/sip-two-hosts.yaml");
-    wait_for("the SIP fixture to apply", Duration::from_secs(120), || {
-        a.kubectl(&["apply", "-f", fixture.to_str().unwrap()])
-    });
-    for host in ["node-00", "node-01"] {
-        a.kubectl(&[
-            "-n",
-            "site",
-            "patch",
-            "baremetalhost",
-            host,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            r#"{"status": {"errorCount": 0, "errorMessage": "", "operationalStatus": "OK", "poweredOn": false, "provisioningFailCount": 0, "provisioning": {"ID": "x", "state": "available"}}}"#,
-        ])
-        .unwrap();
-    }
-    wait_for("the SIPCluster Ready", Duration::from_secs(300), || {
-        let s = a.kubectl(&[
-            "-n",
-            "site",
-            "get",
-            "sipcluster",
-            "edge",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-        ])?;
-        (s == "True").then_some(()).ok_or(s)
-    });
-    let claimed = a
-        .kubectl(&[
-            "-n",
-            "site",
-            "get",
-            "bmh",
-            "-l",
-            "sip.airshipit.org/cluster-name=edge",
-            "-o",
-            "name",
-        ])
-        .unwrap();
-    assert_eq!(claimed.lines().count(), 2, "{claimed}");
+    // Metal3: BMO and Ironic drive real BareMetalHosts; SIP claims them.
+    metal3::check(&a, &ws, dir, bmc_port);
     a.kubectl(&[
         "create",
         "configmap",

@@ -6,6 +6,8 @@ use std::time::Duration;
 use foothold_image_builder::qemu::{AccelChoice, RunOptions, Vm};
 use sha2::{Digest, Sha256};
 
+pub mod sushy;
+
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

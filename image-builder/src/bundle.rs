@@ -43,8 +43,10 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "input".into());
         let rel = PathBuf::from("local").join(format!("{n}-{name}"));
+        // -H: the input itself, when it is a link (third_party/ links to the archives); links inside a tree stay
+        // links.
         Command::new("cp")
-            .arg("-a")
+            .args(["-a", "-H"])
             .arg(p)
             .arg(staging.join(&rel))
             .run()

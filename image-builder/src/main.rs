@@ -118,6 +118,11 @@ enum Cmd {
         /// (the Kubernetes API of an appliance, for kubectl on this host).
         #[arg(long = "forward", value_parser = parse_forward)]
         forwards: Vec<(u16, u16)>,
+        /// guest:host TCP port forward the other way (repeatable): the guest's connections to
+        /// 10.0.2.100:<guest> reach 127.0.0.1:<host> here (a BMC emulator on this host, for an appliance under
+        /// --isolated), each relayed by `foothold-build relay`.
+        #[arg(long = "guest-forward", value_parser = parse_forward)]
+        guest_forwards: Vec<(u16, u16)>,
         #[arg(long, default_value_t = 2048)]
         memory: u32,
         #[arg(long, default_value_t = 2)]
@@ -139,6 +144,9 @@ enum Cmd {
         #[arg(long, env = "FOOTHOLD_QEMU", default_value = qemu::QEMU)]
         qemu: PathBuf,
     },
+    /// Relay stdin and stdout to a TCP address (what qemu runs for each connection of a --guest-forward).
+    #[command(hide = true)]
+    Relay { addr: String },
 }
 
 /// How container images are pulled (build and fetch).
@@ -325,12 +333,17 @@ fn real_main() -> Result<ExitCode> {
             let loaded = spec::load_with(&path, pins)?;
             print_document(&serde_json::to_string_pretty(&loaded.spec)?)
         }
+        Cmd::Relay { addr } => {
+            qemu::relay(&addr)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Schema => print_document(&serde_json::to_string_pretty(&spec::schema())?),
         Cmd::Run {
             image,
             bios,
             usb,
             mut forwards,
+            guest_forwards,
             memory,
             cpus,
             serial_log,
@@ -392,6 +405,8 @@ fn real_main() -> Result<ExitCode> {
                 media,
                 bios,
                 forwards,
+                relay: Some(std::env::current_exe().context("finding this program, the relay")?),
+                guest_forwards,
                 memory_mib: memory,
                 cpus,
                 serial_log,

@@ -19,7 +19,11 @@ pub const BMO_HEALTH: &str = "127.0.0.1:9440";
 pub const AUTH_DIR: &str = "/etc/metal3/auth";
 
 /// The systemd units, enabled in images with Metal3.
-pub const UNITS: &[&str] = &["ironic.service", "baremetal-operator.service"];
+pub const UNITS: &[&str] = &[
+    "foothold-metal3-auth.service",
+    "ironic.service",
+    "baremetal-operator.service",
+];
 
 /// Debian packages: Ironic (the library; the one-process launcher is Foothold's, so none of the packaged
 /// daemons, their database prompts or their PXE/TFTP servers come with it).

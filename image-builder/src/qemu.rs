@@ -241,6 +241,37 @@ impl Media {
 /// few seconds under KVM, and a guest KVM cannot run prints nothing at all.
 pub const KVM_FIRST_OUTPUT: Duration = Duration::from_secs(30);
 
+/// The address in qemu's user network where a guest reaches the host's forwarded ports
+/// ([`RunOptions::guest_forwards`]).
+pub const GUEST_FORWARD_ADDRESS: &str = "10.0.2.100";
+
+/// Relays one connection: stdin to `addr` and what `addr` answers to stdout, unbuffered, until both ends are
+/// done (qemu runs this for each connection a guest makes to a guest forward).
+pub fn relay(addr: &str) -> Result<()> {
+    use std::io::Write as _;
+    use std::os::fd::AsFd as _;
+    let socket =
+        std::net::TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    let mut from = socket.try_clone()?;
+    let mut stdout = std::fs::File::from(std::io::stdout().as_fd().try_clone_to_owned()?);
+    let back = std::thread::spawn(move || -> std::io::Result<u64> {
+        let n = std::io::copy(&mut from, &mut stdout)?;
+        stdout.flush()?;
+        Ok(n)
+    });
+    let mut stdin = std::fs::File::from(std::io::stdin().as_fd().try_clone_to_owned()?);
+    let mut to = socket.try_clone()?;
+    let sent = std::io::copy(&mut stdin, &mut to);
+    // The guest is done sending: say so, and let the answer finish.
+    let _ = socket.shutdown(std::net::Shutdown::Write);
+    let answered = back
+        .join()
+        .map_err(|_| anyhow::anyhow!("the relay's reader panicked"))?;
+    sent.with_context(|| format!("relaying to {addr}"))?;
+    answered.with_context(|| format!("relaying from {addr}"))?;
+    Ok(())
+}
+
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     pub image: PathBuf,
@@ -248,6 +279,12 @@ pub struct RunOptions {
     pub bios: bool,
     /// (host port on 127.0.0.1, guest port)
     pub forwards: Vec<(u16, u16)>,
+    /// (guest port, host port): the guest's connections to [`GUEST_FORWARD_ADDRESS`]`:<guest port>` reach
+    /// 127.0.0.1:<host port> on this host, through `relay` (an isolated guest reaches nothing else).
+    pub guest_forwards: Vec<(u16, u16)>,
+    /// The program that relays one guest connection (its stdin and stdout) to the TCP address it is given:
+    /// `foothold-build relay` (see [`relay`]).
+    pub relay: Option<PathBuf>,
     pub memory_mib: u32,
     pub cpus: u32,
     /// Where the serial console goes (None: this terminal, with a copy in the VM's scratch directory that the
@@ -273,6 +310,8 @@ impl RunOptions {
             image,
             bios: false,
             forwards: Vec::new(),
+            guest_forwards: Vec::new(),
+            relay: None,
             memory_mib: 2048,
             cpus: 2,
             serial_log: None,
@@ -346,6 +385,17 @@ pub fn command(o: &RunOptions, accel: Accel, scratch: &Path) -> Result<Command> 
         .iter()
         .map(|(h, g)| format!(",hostfwd=tcp:127.0.0.1:{h}-:{g}"))
         .collect();
+    let mut fwd = fwd;
+    for (g, h) in &o.guest_forwards {
+        let relay = o
+            .relay
+            .as_deref()
+            .context("a guest forward needs RunOptions::relay (foothold-build's path)")?;
+        fwd.push_str(&format!(
+            ",guestfwd=tcp:{GUEST_FORWARD_ADDRESS}:{g}-cmd:{} relay 127.0.0.1:{h}",
+            relay.display()
+        ));
+    }
     let restrict = if o.isolated { ",restrict=on" } else { "" };
     c.args([
         "-netdev",

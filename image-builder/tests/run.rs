@@ -118,3 +118,53 @@ fn the_accelerator_can_be_forced_by_flag_or_environment() {
         "{err}"
     );
 }
+
+/// `foothold-build relay`, what qemu runs for each connection to a guest forward: the request goes through,
+/// the whole answer comes back (no newline at its end, so nothing may wait in a line buffer), and the server
+/// sees the end of the request.
+#[test]
+fn the_relay_carries_a_connection_both_ways() {
+    use std::io::{Read as _, Write as _};
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = server.local_addr().unwrap();
+    let served = std::thread::spawn(move || {
+        let (mut c, _) = server.accept().unwrap();
+        let mut request = Vec::new();
+        c.read_to_end(&mut request).unwrap();
+        c.write_all(&request.to_ascii_uppercase()).unwrap();
+        request.len()
+    });
+    let mut relay = Command::new(env!("CARGO_BIN_EXE_foothold-build"))
+        .args(["relay", &addr.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let body = "GET /redfish/v1/ HTTP/1.1\r\n\r\npartial".repeat(1000);
+    relay
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = relay.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(served.join().unwrap(), body.len());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        body.to_ascii_uppercase()
+    );
+    // Nothing listening: an error naming the address.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_foothold-build"))
+        .args(["relay", &closed.to_string()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("connecting to {closed}")), "{err}");
+}

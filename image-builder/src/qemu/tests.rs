@@ -8,6 +8,8 @@ fn args(image: &str, media: Media) -> Vec<String> {
         media,
         bios: true,
         forwards: vec![(8080, 5000)],
+        guest_forwards: vec![(8000, 39987)],
+        relay: Some(PathBuf::from("/usr/bin/foothold-build")),
         memory_mib: 512,
         cpus: 1,
         snapshot: true,
@@ -52,6 +54,10 @@ fn each_medium_attaches_the_image_its_own_way() {
     assert!(usb
         .iter()
         .any(|a| a.contains("hostfwd=tcp:127.0.0.1:8080-:5000")));
+    // The guest's connections to 10.0.2.100:8000 reach this host's 127.0.0.1:39987 through the relay.
+    assert!(usb.iter().any(|a| a.contains(
+        ",guestfwd=tcp:10.0.2.100:8000-cmd:/usr/bin/foothold-build relay 127.0.0.1:39987"
+    )));
     assert!(usb
         .windows(4)
         .any(|w| w == ["-accel", "tcg", "-cpu", "max"]));

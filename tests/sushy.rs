@@ -1,0 +1,97 @@
+//! sushy-tools (PyPI, installed by `scripts/install-test-tools.sh`) as the Redfish BMC of the tests' compute
+//! nodes, on 127.0.0.1 (an isolated VM reaches it through a guest forward, `RunOptions::guest_forwards`). With the fake driver the
+//! systems are simulated (power, boot device, virtual media), so Ironic's whole control path runs with no VM.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{run, target};
+
+/// A fake system: its name, UUID (the Redfish id) and the MAC of its NIC (a BareMetalHost's bootMACAddress).
+pub struct System {
+    pub name: String,
+    pub uuid: String,
+    pub mac: String,
+}
+
+/// A running sushy-emulator; killed on drop.
+pub struct Sushy {
+    child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Sushy {
+    /// Starts the fake driver on `port` with `systems`, all behind one user and password (bcrypt htpasswd),
+    /// its configuration and log in `dir`; returns once it answers.
+    pub fn fake(dir: &Path, port: u16, systems: &[System], user: &str, password: &str) -> Sushy {
+        let htpasswd = dir.join("sushy.htpasswd");
+        let line = run(Command::new("htpasswd").args(["-nbB", user, password]));
+        std::fs::write(&htpasswd, line.trim().to_owned() + "\n").unwrap();
+        let systems: Vec<String> = systems
+            .iter()
+            .map(|s| {
+                format!(
+                    "{{'uuid': '{}', 'name': '{}', 'power_state': 'Off', 'nics': [{{'mac': '{}', 'ip': '172.22.0.100'}}]}}",
+                    s.uuid, s.name, s.mac
+                )
+            })
+            .collect();
+        let config = dir.join("sushy.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\nSUSHY_EMULATOR_LISTEN_PORT = {port}\n\
+                 SUSHY_EMULATOR_AUTH_FILE = '{}'\nSUSHY_EMULATOR_FAKE_DRIVER = True\n\
+                 SUSHY_EMULATOR_FAKE_SYSTEMS = [{}]\n",
+                htpasswd.display(),
+                systems.join(", ")
+            ),
+        )
+        .unwrap();
+        let log = dir.join("sushy.log");
+        let child = Command::new(target().join("tools/bin/sushy-emulator"))
+            .arg("--config")
+            .arg(&config)
+            .arg("--fake")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::options().append(true).open(&log).unwrap())
+            .spawn()
+            .expect("sushy-emulator (scripts/install-test-tools.sh installs it)");
+        let mut s = Sushy { child, port, log };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = s.child.try_wait().unwrap() {
+                panic!(
+                    "sushy-emulator exited ({status}): {}",
+                    std::fs::read_to_string(&s.log).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sushy-emulator did not listen within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        s
+    }
+
+    /// The requests it logged whose line contains `what` (`VirtualMedia.InsertMedia`, a system's UUID).
+    pub fn requests(&self, what: &str) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(what))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for Sushy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
