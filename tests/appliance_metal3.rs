@@ -79,6 +79,17 @@ fn patch_bmh(a: &Appliance, name: &str, kind: &str, patch: &str) {
     .unwrap();
 }
 
+fn wait_powered(a: &Appliance, name: &str, want: &str) {
+    wait_for(
+        &format!("{name} poweredOn {want}"),
+        Duration::from_secs(300),
+        || {
+            let s = bmh(a, name, ".status.poweredOn")?;
+            (s == want).then_some(()).ok_or(s)
+        },
+    );
+}
+
 /// Waits for host `name` to reach provisioning state `want`; returns how long it took.
 fn wait_state(a: &Appliance, name: &str, want: &str, limit: Duration) -> Duration {
     let started = Instant::now();
@@ -205,7 +216,8 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, bmc_port: u16) {
         "metal3: node-00 provisioning → provisioned in {:.0} s",
         took.as_secs_f64()
     );
-    assert_eq!(bmh(a, "node-00", ".status.poweredOn").unwrap(), "true");
+    // BMO records the power state at its next look at the host.
+    wait_powered(a, "node-00", "true");
     let inserted = sushy.requests("VirtualMedia.InsertMedia");
     assert!(
         inserted.iter().any(|l| l.contains(&node.uuid)),
@@ -234,7 +246,7 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, bmc_port: u16) {
         r#"[{"op": "remove", "path": "/spec/image"}]"#,
     );
     wait_state(a, "node-00", "available", Duration::from_secs(900));
-    assert_eq!(bmh(a, "node-00", ".status.poweredOn").unwrap(), "false");
+    wait_powered(a, "node-00", "false");
     assert!(
         sushy.requests("VirtualMedia.EjectMedia").len() > ejects,
         "no EjectMedia after deprovisioning"
