@@ -78,7 +78,8 @@ pub fn write(loaded: &Loaded, settings: &Settings, out: &Path, progress: &Progre
                 .metal3
                 .iter_mut()
                 .flat_map(|m| m.baremetal_operator.inputs_mut()),
-        );
+        )
+        .chain(spec.components.node.iter_mut().flat_map(|n| n.ca.as_mut()));
     for i in inputs {
         if let Some(p) = &i.path {
             i.path = Some(local(&loaded.resolve(p))?);

@@ -17,6 +17,7 @@ pub mod images;
 pub mod io;
 pub mod kube;
 pub mod metal3;
+pub mod node;
 pub mod overlay;
 pub mod pin;
 pub mod progress;

@@ -24,6 +24,13 @@ const UNITS: &[&str] = &[
     "foothold-grow-data.service",
 ];
 
+/// The units of the agent's service, which a compute node's image does not enable.
+const AGENT_UNITS: &[&str] = &[
+    "foothold-agent.service",
+    "foothold-ready.service",
+    "foothold-firstboot.service",
+];
+
 /// A file to write into the root: its absolute path there, its content and mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct File {
@@ -147,7 +154,23 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
             has_keys: !u.authorized_keys.is_empty(),
         });
     }
-    c.units.extend(UNITS.iter().map(|u| u.to_string()));
+    match &spec.components.node {
+        // A compute node: the agent is a tool (mirror-config), not a service; containerd and the node's ready
+        // report instead of the agent's units.
+        Some(n) => {
+            for (path, text, mode) in crate::node::render(n) {
+                c.add(path, text, mode);
+            }
+            c.units.extend(
+                UNITS
+                    .iter()
+                    .filter(|u| !AGENT_UNITS.contains(u))
+                    .chain(crate::node::UNITS)
+                    .map(|u| u.to_string()),
+            );
+        }
+        None => c.units.extend(UNITS.iter().map(|u| u.to_string())),
+    }
     // Each machine booted from the image is a new one: its own machine-id (and SSH host keys, removed by
     // `apply`), made at first boot.
     c.add("/etc/machine-id", "", 0o444);
@@ -416,5 +439,30 @@ mod tests {
             env.contains("--ready-check ironic=http://127.0.0.1:6385/ --ready-check baremetal-operator=http://127.0.0.1:9440/readyz"),
             "{env}"
         );
+    }
+
+    #[test]
+    fn a_node_runs_containerd_and_its_ready_report_not_the_agent() {
+        let mut spec = crate::spec::parse(
+            "name: node\nbase: {suite: trixie}\nhostname: node\ncomponents:\n  node: {mirror: 'https://172.22.0.1:5000', ca: {path: ca.pem}}\noutputs: {formats: [iso], diskSize: 2GiB}\n",
+        )
+        .unwrap();
+        spec.validate().unwrap();
+        let c = render(&spec, &ids());
+        for unit in [
+            "containerd.service",
+            "foothold-node-ready.service",
+            "systemd-networkd.service",
+        ] {
+            assert!(c.units.iter().any(|u| u == unit), "{unit}: {:?}", c.units);
+        }
+        for unit in AGENT_UNITS {
+            assert!(!c.units.iter().any(|u| u == unit), "{unit}: {:?}", c.units);
+        }
+        assert!(c.file("/etc/foothold/mirror.env").is_some());
+        spec.components.node = None;
+        let c = render(&spec, &ids());
+        assert!(c.units.iter().any(|u| u == "foothold-agent.service"));
+        assert!(c.file("/etc/foothold/mirror.env").is_none());
     }
 }

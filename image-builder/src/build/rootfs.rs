@@ -47,6 +47,9 @@ pub fn rootfs(
     if loaded.spec.components.kubernetes.is_some() {
         packages.extend(crate::kube::PACKAGES.iter().map(|s| s.to_string()));
     }
+    if loaded.spec.components.node.is_some() {
+        packages.extend(crate::node::PACKAGES.iter().map(|s| s.to_string()));
+    }
     if loaded.spec.components.metal3.is_some() {
         packages.extend(crate::metal3::PACKAGES.iter().map(|s| s.to_string()));
     }

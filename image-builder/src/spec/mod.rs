@@ -3,9 +3,11 @@
 
 mod inputs;
 mod metal3;
+mod node;
 mod validate;
 
 pub use inputs::{FileComponent, Input, Serve, ServeKind};
+pub use node::{Node, SITE_CA};
 
 pub use metal3::{
     BaremetalOperator, Built, Metal3, Replacement, BMO_BIN, BMO_CRDS, BMO_PLUGIN, BMO_PLUGIN_DIR,
@@ -125,6 +127,10 @@ pub struct Components {
     /// Metal3 (baremetal-operator and Ironic), as systemd units beside the control plane; needs `kubernetes`.
     #[serde(default)]
     pub metal3: Option<Metal3>,
+    /// A compute node's image: containerd pulling through the appliance's agent; the agent is a tool here, not
+    /// a service.
+    #[serde(default)]
+    pub node: Option<Node>,
 }
 
 /// Kubernetes: the node and control-plane binaries of one release, and the images the cluster itself runs. Each
@@ -345,6 +351,7 @@ impl Spec {
         if let Some(m) = &c.metal3 {
             out.extend(m.baremetal_operator.binaries());
         }
+        out.extend(c.node.as_ref().and_then(Node::files));
         for (i, m) in c.manifests.iter().enumerate() {
             out.push((
                 format!("components.manifests[{i}]"),

@@ -334,3 +334,40 @@ fn metal3_errors_name_the_field() {
         "{e}"
     );
 }
+
+#[test]
+fn a_node_image_places_the_site_ca_and_names_its_errors() {
+    let node = |extra: &str| {
+        let s = parse(&format!("{GOOD}components:\n  node:\n{extra}")).unwrap();
+        s.validate().map(|()| s)
+    };
+    let s = node("    mirror: https://172.22.0.1:5000\n    ca: {path: site-ca.pem}\n").unwrap();
+    let files = s.file_inputs();
+    assert_eq!(files[0].0, "components.node.ca");
+    assert_eq!(files[0].1.dest.as_deref(), Some(SITE_CA));
+    assert_eq!(
+        node("    mirror: https://172.22.0.1:5000\n").unwrap_err(),
+        "components.node.ca: required for an https mirror (the appliance's /etc/foothold/tls/cert.pem)"
+    );
+    assert!(node("    mirror: 172.22.0.1:5000\n")
+        .unwrap_err()
+        .starts_with("components.node.mirror: "));
+    assert!(node("    mirror: http://a/b\n")
+        .unwrap_err()
+        .contains("scheme://host[:port] only"));
+    assert!(node("    mirror: http://a:5000\n    prefetch: [busybox]\n")
+        .unwrap_err()
+        .starts_with("components.node.prefetch[0]: "));
+    node("    mirror: http://a:5000\n    prefetch: [docker.io/library/busybox:1.35]\n").unwrap();
+    let e = kubernetes_spec(|t| {
+        t.replace(
+            "  manifests:",
+            "  node: {mirror: 'http://a:5000'}\n  manifests:",
+        )
+    })
+    .unwrap_err();
+    assert!(
+        e.starts_with("components.node: a compute node's image has no Kubernetes"),
+        "{e}"
+    );
+}

@@ -99,6 +99,12 @@ impl Spec {
         if let Some(k) = &self.components.kubernetes {
             self.validate_kubernetes(k)?;
         }
+        if let Some(n) = &self.components.node {
+            if self.components.kubernetes.is_some() {
+                return Err("components.node: a compute node's image has no Kubernetes of its own (the appliance's is components.kubernetes); choose one".into());
+            }
+            n.validate()?;
+        }
         if let Some(m) = &self.components.metal3 {
             if self.components.kubernetes.is_none() {
                 return Err("components.metal3: BMO runs against the appliance's cluster; add components.kubernetes".into());
