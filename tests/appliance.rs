@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use foothold_e2e::{boot_options, build_binaries, free_port, run, target, workspace};
+use foothold_e2e::{
+    boot_options, build_binaries, busybox_layout, free_port, run, target, workspace,
+};
 use foothold_image_builder::qemu::{Media, RunOptions, Vm};
 use serde_json::Value;
 
@@ -203,24 +205,6 @@ impl Appliance {
             },
         );
     }
-}
-
-/// The image baked into the agent's registry for the test pod: Debian's static busybox, as
-/// `docker.io/library/busybox:1.35`. Returns its manifest digest.
-fn busybox_layout(layout: &Path) -> String {
-    let records = foothold_image_builder::built_images::write_layout(
-        &[foothold_image_builder::built_images::BuiltImage {
-            reference: "docker.io/library/busybox:1.35",
-            binary: Path::new("/bin/busybox"),
-            binary_sha256: &foothold_e2e::sha256_file(Path::new("/bin/busybox")),
-            entrypoint: "/bin/busybox",
-            user: "0:0",
-        }],
-        layout,
-        1_767_225_600,
-    )
-    .unwrap();
-    records[0]["digest"].as_str().unwrap().to_owned()
 }
 
 const POD: &str = r#"{"apiVersion": "v1", "kind": "Pod",

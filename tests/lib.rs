@@ -122,3 +122,21 @@ pub fn qemu_with_broken_kvm(dir: &Path) -> PathBuf {
     .unwrap();
     qemu
 }
+
+/// An image only a test's agent has: Debian's static busybox as `docker.io/library/busybox:1.35`, made with the
+/// builder's own image writer into the OCI layout `layout`. Returns its manifest digest.
+pub fn busybox_layout(layout: &Path) -> String {
+    let records = foothold_image_builder::built_images::write_layout(
+        &[foothold_image_builder::built_images::BuiltImage {
+            reference: "docker.io/library/busybox:1.35",
+            binary: Path::new("/bin/busybox"),
+            binary_sha256: &sha256_file(Path::new("/bin/busybox")),
+            entrypoint: "/bin/busybox",
+            user: "0:0",
+        }],
+        layout,
+        1_767_225_600,
+    )
+    .unwrap();
+    records[0]["digest"].as_str().unwrap().to_owned()
+}
