@@ -30,11 +30,30 @@ if ! python3 -c 'import oras.provider, tusclient, schemathesis' 2>/dev/null; the
 fi
 ln -sf "$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/st" "$tools/st"
 
+# libvirt for the virtual site's compute VMs (its daemons are started by hand: PID 1 is not systemd here). qemu
+# runs a VM's guest forwards (guestfwd=...-cmd:) as a command per connection, which libvirt's default seccomp
+# sandbox (spawn=deny) kills the VM for: the sandbox is off on test machines.
+need_apt=()
+[ -x /usr/sbin/libvirtd ] || need_apt+=(libvirt-daemon-system)
+/usr/bin/python3 -c 'import libvirt' 2>/dev/null || need_apt+=(python3-libvirt)
+/usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "install-test-tools: apt-get install ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+if ! grep -q '^seccomp_sandbox = 0' /etc/libvirt/qemu.conf; then
+  echo "install-test-tools: seccomp_sandbox = 0 in /etc/libvirt/qemu.conf (guest forwards spawn a relay)"
+  echo 'seccomp_sandbox = 0' >> /etc/libvirt/qemu.conf
+fi
+
 # sushy-tools, the Redfish BMC of the Metal3 tests (its fake driver, and libvirt's for VMs), pinned, in a venv
-# of its own (Flask and friends stay out of the system's Python); `sushy-emulator` is linked into target/tools/bin.
-if ! "$root/target/tools/sushy/bin/python" -c 'import sushy_tools' 2>/dev/null; then
+# of its own (Flask and friends stay out of the system's Python) on Debian's Python, whose python3-libvirt its
+# libvirt driver uses; `sushy-emulator` is linked into target/tools/bin.
+if ! "$root/target/tools/sushy/bin/python" -c 'import sushy_tools, libvirt' 2>/dev/null; then
   echo "install-test-tools: pip install sushy-tools (venv target/tools/sushy)"
-  python3 -m venv "$root/target/tools/sushy"
+  rm -rf "$root/target/tools/sushy"
+  /usr/bin/python3 -m venv --system-site-packages "$root/target/tools/sushy"
   "$root/target/tools/sushy/bin/pip" install -q --disable-pip-version-check 'sushy-tools==2.2.0'
 fi
 ln -sf "$root/target/tools/sushy/bin/sushy-emulator" "$tools/sushy-emulator"

@@ -38,15 +38,20 @@ impl Sushy {
                 )
             })
             .collect();
+        // The systems' state (power, media) is kept on disk, by default in the system's temporary directory,
+        // where it would outlive this test and meet the next: it stays in `dir`.
+        let state = dir.join("sushy-state");
+        std::fs::create_dir_all(&state).unwrap();
         let config = dir.join("sushy.conf");
         std::fs::write(
             &config,
             format!(
                 "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\nSUSHY_EMULATOR_LISTEN_PORT = {port}\n\
                  SUSHY_EMULATOR_AUTH_FILE = '{}'\nSUSHY_EMULATOR_FAKE_DRIVER = True\n\
-                 SUSHY_EMULATOR_FAKE_SYSTEMS = [{}]\n",
+                 SUSHY_EMULATOR_FAKE_SYSTEMS = [{}]\nSUSHY_EMULATOR_STATE_DIR = '{}'\n",
                 htpasswd.display(),
-                systems.join(", ")
+                systems.join(", "),
+                state.display()
             ),
         )
         .unwrap();
@@ -55,6 +60,7 @@ impl Sushy {
             .arg("--config")
             .arg(&config)
             .arg("--fake")
+            .env("TMPDIR", &state)
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(std::fs::File::options().append(true).open(&log).unwrap())
