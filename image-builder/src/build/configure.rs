@@ -102,7 +102,10 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
         0o644,
     );
     network(spec, &mut c);
-    agent(spec, &mut c);
+    // A compute node runs no agent service: its environment and TLS names would be read by nothing.
+    if spec.components.node.is_none() {
+        agent(spec, &mut c);
+    }
     if let Some(k) = &spec.components.kubernetes {
         // containerd pulls through the agent for the usual registries and those of the image's containers.
         let mut registries: Vec<String> = spec
@@ -460,6 +463,7 @@ mod tests {
             assert!(!c.units.iter().any(|u| u == unit), "{unit}: {:?}", c.units);
         }
         assert!(c.file("/etc/foothold/mirror.env").is_some());
+        assert!(c.file("/etc/foothold/agent.env").is_none());
         spec.components.node = None;
         let c = render(&spec, &ids());
         assert!(c.units.iter().any(|u| u == "foothold-agent.service"));
