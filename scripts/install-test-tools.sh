@@ -46,6 +46,14 @@ if ! grep -q '^seccomp_sandbox = 0' /etc/libvirt/qemu.conf; then
   echo "install-test-tools: seccomp_sandbox = 0 in /etc/libvirt/qemu.conf (guest forwards spawn a relay)"
   echo 'seccomp_sandbox = 0' >> /etc/libvirt/qemu.conf
 fi
+# libvirt checks that its QEMU user can open /dev/kvm and compares that with what its QEMU probe found: where
+# /dev/kvm is root's alone (as in containers) but the probe, as root, enabled KVM, every check disagrees and
+# libvirt probes QEMU again on each call (a minute per domain change, which sushy-tools' virtual media makes
+# several of). Debian's usual owner and mode settle it; the tests' domains run under TCG (type='qemu') anyway.
+if [ -c /dev/kvm ] && [ "$(stat -c %G:%a /dev/kvm)" != kvm:660 ]; then
+  echo "install-test-tools: /dev/kvm root:kvm 0660 (libvirt re-probes QEMU on every call otherwise)"
+  chgrp kvm /dev/kvm && chmod 660 /dev/kvm
+fi
 
 # sushy-tools, the Redfish BMC of the Metal3 tests (its fake driver, and libvirt's for VMs), pinned, in a venv
 # of its own (Flask and friends stay out of the system's Python) on Debian's Python, whose python3-libvirt its

@@ -7,8 +7,9 @@
 //! was baked into the agent's registry under `docker.io/library/busybox` resolves a Service name through CoreDNS
 //! and completes, pulled by containerd through the agent (its metrics count the manifest GET, and containerd
 //! holds the layout's digest); the agent's controllers lead on this apiserver; Metal3 (baremetal-operator built
-//! from source, Ironic from Debian) registers, provisions and deprovisions BareMetalHosts behind sushy-tools'
-//! fake BMC, and a SIPCluster claims them (`appliance_metal3.rs`). The same disk then boots a second time (after a clean poweroff): the node is Ready
+//! from source, Ironic from Debian) provisions a libvirt compute node with `packages/node.yaml`'s live ISO,
+//! uploaded to the agent, and the node pulls from the appliance; a fake BMC with a wrong password shows the
+//! registration error, and a SIPCluster claims both hosts (`appliance_metal3.rs`). The same disk then boots a second time (after a clean poweroff): the node is Ready
 //! again and a ConfigMap made before is still there. Last, the ISO boots from a USB stick under BIOS to a Ready
 //! node. Every wait is bounded.
 
@@ -227,9 +228,6 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
     let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
     let layout = dir.join("busybox");
     let busybox = busybox_layout(&layout);
-    // What the compute node boots: any bytes do for sushy-tools' fake systems, which never fetch it.
-    let iso = dir.join(metal3::ISO_NAME);
-    std::fs::write(&iso, b"a live ISO stand-in\n").unwrap();
     let text = std::fs::read_to_string(ws.join("packages/appliance.yaml"))
         .unwrap()
         .replace("path: ../", &format!("path: {}/", ws.display()))
@@ -240,10 +238,8 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         .replace(
             "  manifests:\n",
             &format!(
-                "  imageLayouts:\n    - path: {}\n  files:\n    - path: {}\n      serve: {{kind: os_images, name: {}}}\n  manifests:\n",
+                "  imageLayouts:\n    - path: {}\n  manifests:\n",
                 layout.display(),
-                iso.display(),
-                metal3::ISO_NAME
             ),
         )
         .replace("formats: [raw, qcow2, iso]", "formats: [raw, iso]");
@@ -331,13 +327,19 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         snapshot: false,
         ..boot_options(image, dir.join(console))
     };
-    // The BMC emulator the Metal3 checks start on this host, which the isolated appliance reaches through a
-    // guest forward.
-    let bmc_port = free_port();
+    // The BMC emulators the Metal3 checks start on this host, which the isolated appliance reaches through
+    // guest forwards.
+    let bmc_ports = metal3::BmcPorts {
+        fake: free_port(),
+        site: free_port(),
+    };
     let a = Appliance::boot(
         "first boot (raw, UEFI)",
         RunOptions {
-            guest_forwards: vec![(metal3::BMC_GUEST_PORT, bmc_port)],
+            guest_forwards: vec![
+                (metal3::FAKE_BMC_GUEST_PORT, bmc_ports.fake),
+                (metal3::SITE_BMC_GUEST_PORT, bmc_ports.site),
+            ],
             relay: Some(target().join("debug/foothold-build")),
             ..options(&disk, "console-1.log")
         },
@@ -421,7 +423,7 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         },
     );
     // Metal3: BMO and Ironic drive real BareMetalHosts; SIP claims them.
-    metal3::check(&a, &ws, dir, bmc_port);
+    metal3::check(&a, &ws, dir, &bmc_ports, &busybox);
     a.kubectl(&[
         "create",
         "configmap",

@@ -1,56 +1,92 @@
 //! Metal3 on the booted appliance (part of `appliance.rs`'s first boot): baremetal-operator built from source and
-//! Debian's Ironic drive BareMetalHosts whose BMCs are sushy-tools' fake systems on this host. A host with a wrong BMC password is in a registration error that names the
-//! cause, and recovers when its Secret is fixed (the appliance is isolated: it reaches the BMC through a guest
-//! forward, as it would reach BMCs on its provisioning network); SIP claims the real BareMetalHosts; a claimed host is
-//! provisioned with a live ISO from the agent's `/files` (Registering → Available → Provisioning →
-//! Provisioned, the ISO inserted as virtual media and the system powered on) and deprovisioned (powered off,
-//! the media ejected).
+//! Debian's Ironic drive BareMetalHosts whose BMCs are sushy-tools on this host (the appliance is isolated: it
+//! reaches them through guest forwards, as it would reach BMCs on its provisioning network).
+//! - node-00 is a real compute node, a libvirt domain behind sushy-tools' libvirt driver (the virtual site).
+//!   `packages/node.yaml` is built with the appliance's CA and uploaded to its agent as an `os_images` record;
+//!   the host goes Registering → Available → Provisioning → Provisioned with that live ISO, the BMC fetching it
+//!   from the agent's `/files` over TLS; the node boots it and its containerd pulls busybox from the appliance's
+//!   registry by its original name (the ready marker on its console names the digest). Deprovisioned, the domain
+//!   is off and its CD empty.
+//! - node-01 is a fake system with a wrong BMC password: a registration error that names the cause, recovered
+//!   when its Secret is fixed.
+//! - SIP claims both real BareMetalHosts.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use std::process::Command;
+
+use foothold_e2e::libvirt::Site;
 use foothold_e2e::sushy::{Sushy, System};
+use foothold_e2e::{run, target, upload_os_image, wait_for_marker};
+use foothold_image_builder::qemu::GUEST_FORWARD_ADDRESS;
+use foothold_image_builder::site::{Bmc, ComputeNode, GuestForward, NodeNetwork};
 
 use super::{wait_for, Appliance};
 
-/// The port the appliance reaches the BMC at, on qemu's guest-forward address.
-pub const BMC_GUEST_PORT: u16 = 8000;
+/// The ports the appliance reaches the BMCs at, on qemu's guest-forward address: the fake one, and the virtual
+/// site's (libvirt).
+pub const FAKE_BMC_GUEST_PORT: u16 = 8000;
+pub const SITE_BMC_GUEST_PORT: u16 = 8001;
 
-/// The live ISO the test bakes into the agent's store (`components.files`), and where the agent serves it.
-pub const ISO_NAME: &str = "node-live.iso";
-
-/// The systems behind the BMC, named as the SIP fixture's hosts.
-fn systems() -> Vec<System> {
-    (0..2)
-        .map(|i| System {
-            name: format!("node-0{i}"),
-            uuid: format!("27946b59-9e44-4fa7-8e91-f3527a1ef0{i:02}"),
-            mac: format!("02:00:00:00:10:0{i}"),
-        })
-        .collect()
+/// The fake system behind the fake BMC, named as the SIP fixture's second host.
+fn fake_system() -> System {
+    System {
+        name: "node-01".into(),
+        uuid: "27946b59-9e44-4fa7-8e91-f3527a1ef001".into(),
+        mac: "02:00:00:00:10:01".into(),
+    }
 }
 
-/// The SIP fixture's hosts as real BMO manages them: their BMC the fake systems by UUID with virtual media, no
-/// inspection and no cleaning (no IPA ramdisk), UEFI.
-fn fixture(ws: &Path) -> String {
-    let mut text = std::fs::read_to_string(ws.join("tests/fixtures/sip-two-hosts.yaml")).unwrap();
-    for s in systems() {
-        text = text.replace(
-            &format!(
-                "redfish+http://127.0.0.1:8000/redfish/v1/Systems/{}",
-                s.name
-            ),
-            &format!(
-                "redfish-virtualmedia+http://{}:{BMC_GUEST_PORT}/redfish/v1/Systems/{}",
-                foothold_image_builder::qemu::GUEST_FORWARD_ADDRESS,
-                s.uuid
-            ),
-        );
-    }
+/// The SIP fixture's hosts as real BMO manages them: node-00 the virtual site's `node`, node-01 the fake
+/// system; their BMCs by UUID with virtual media, no inspection and no cleaning (no IPA ramdisk), UEFI. node-00
+/// stays off until it is provisioned.
+fn fixture(ws: &Path, node: &ComputeNode) -> String {
+    let text = std::fs::read_to_string(ws.join("tests/fixtures/sip-two-hosts.yaml")).unwrap();
+    let bmc = |port: u16, uuid: &str| {
+        format!(
+            "redfish-virtualmedia+http://{GUEST_FORWARD_ADDRESS}:{port}/redfish/v1/Systems/{uuid}"
+        )
+    };
+    let fake = fake_system();
     text.replace(
-        "  online: true\n",
-        "  online: true\n  bootMode: UEFI\n  inspectionMode: disabled\n  automatedCleaningMode: disabled\n",
+        "redfish+http://127.0.0.1:8000/redfish/v1/Systems/node-00",
+        &bmc(SITE_BMC_GUEST_PORT, &node.uuid),
     )
+    .replace("\"02:00:00:00:10:00\"", &format!("\"{}\"", node.mac))
+    .replace(
+        "redfish+http://127.0.0.1:8000/redfish/v1/Systems/node-01",
+        &bmc(FAKE_BMC_GUEST_PORT, &fake.uuid),
+    )
+    .replacen("  online: true\n", "  online: false\n", 1)
+    .replace(
+        "  online: ",
+        "  bootMode: UEFI\n  inspectionMode: disabled\n  automatedCleaningMode: disabled\n  online: ",
+    )
+}
+
+/// `packages/node.yaml` as committed, built with the appliance's CA (`ca`) and busybox to prefetch; the ISO.
+fn build_node_image(ws: &Path, dir: &Path, ca: &Path) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(ws.join("packages/node.yaml"))
+        .unwrap()
+        .replace("path: ../", &format!("path: {}/", ws.display()))
+        .replace("release/foothold-agent", "debug/foothold-agent")
+        .replace("path: site-ca.pem", &format!("path: {}", ca.display()))
+        .replace("prefetch: []", "prefetch: [docker.io/library/busybox:1.35]");
+    let spec = dir.join("node.yaml");
+    std::fs::write(&spec, text).unwrap();
+    let out = dir.join("node-out");
+    let started = Instant::now();
+    run(Command::new(target().join("debug/foothold-build"))
+        .arg("build")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out));
+    eprintln!(
+        "metal3: the node image built in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    out.join("foothold-node.iso")
 }
 
 fn bmh(a: &Appliance, name: &str, path: &str) -> Result<String, String> {
@@ -104,8 +140,14 @@ fn wait_state(a: &Appliance, name: &str, want: &str, limit: Duration) -> Duratio
     started.elapsed()
 }
 
-/// `bmc_port`: where on this host the appliance's guest forward to the BMC leads.
-pub fn check(a: &Appliance, ws: &Path, dir: &Path, bmc_port: u16) {
+/// The ports on this host the appliance's guest forwards to the BMCs lead to.
+pub struct BmcPorts {
+    pub fake: u16,
+    pub site: u16,
+}
+
+/// `busybox`: the digest of the image the appliance's registry holds as `docker.io/library/busybox:1.35`.
+pub fn check(a: &Appliance, ws: &Path, dir: &Path, ports: &BmcPorts, busybox: &str) {
     // BMO and Ironic, as the agent's /readyz reports them.
     wait_for(
         "Ironic and baremetal-operator ready in the agent's /readyz",
@@ -128,9 +170,40 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, bmc_port: u16) {
         assert!(crds.contains(crd), "{crd} not applied: {crds}");
     }
 
-    // The fixture's node-01 Secret has another password than the BMC's.
-    let sushy = Sushy::fake(dir, bmc_port, &systems(), "admin", "pw-0");
-    std::fs::write(dir.join("metal3-hosts.yaml"), fixture(ws)).unwrap();
+    // The virtual site: one compute node reaching the appliance's agent at the provisioning address the node
+    // image is built for, and its BMC, which fetches media from the agent as the appliance's CA vouches.
+    let ca = dir.join("site-ca.pem");
+    std::fs::write(&ca, a.ssh("cat /etc/foothold/tls/cert.pem")).unwrap();
+    let mut site = Site::new(&target().join("debug/foothold-build"));
+    let node = site.node(0, 1536);
+    site.define(
+        &node,
+        &NodeNetwork {
+            net: "172.22.0.0/24".into(),
+            forwards: vec![GuestForward {
+                address: "172.22.0.1".into(),
+                port: 5000,
+                host_port: a.agent_port,
+            }],
+            relay: site.relay(),
+        },
+    );
+    let site_bmc = Sushy::libvirt(
+        dir,
+        &Bmc {
+            port: ports.site,
+            auth_file: dir.join("site-bmc.htpasswd"),
+            nodes: vec![node.uuid.clone()],
+            pool: "default".into(),
+            media_ca: Some(ca.clone()),
+            state_dir: dir.join("site-bmc-state"),
+        },
+        "admin",
+        "pw-0",
+    );
+    // The fixture's node-01 Secret has another password than the fake BMC's.
+    let _fake_bmc = Sushy::fake(dir, ports.fake, &[fake_system()], "admin", "pw-0");
+    std::fs::write(dir.join("metal3-hosts.yaml"), fixture(ws, &node)).unwrap();
     let started = Instant::now();
     wait_for(
         "the Metal3 fixture to apply",
@@ -143,6 +216,25 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, bmc_port: u16) {
             ])
         },
     );
+
+    // While Metal3 registers the hosts: the node's image, with the appliance's CA, uploaded to its agent.
+    let iso = build_node_image(ws, dir, &ca);
+    let token = a.ssh("sudo cat /etc/foothold/token");
+    let started_upload = Instant::now();
+    let url = upload_os_image(
+        &format!("https://127.0.0.1:{}", a.agent_port),
+        &ca,
+        token.trim(),
+        ("foothold", "site"),
+        &iso,
+        "node.iso",
+    );
+    eprintln!(
+        "metal3: the node image ({} MiB) uploaded in {:.0} s",
+        std::fs::metadata(&iso).unwrap().len() >> 20,
+        started_upload.elapsed().as_secs_f64()
+    );
+
     let available = wait_state(a, "node-00", "available", Duration::from_secs(600));
     eprintln!(
         "metal3: node-00 registered and available {:.0} s after its creation",
@@ -203,14 +295,11 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, bmc_port: u16) {
         .unwrap();
     assert_eq!(claimed.lines().count(), 2, "{claimed}");
 
-    // A claimed host provisioned with the live ISO the agent serves (as the BMC reaches the agent).
-    let url = format!(
-        "https://127.0.0.1:{}/files/foothold/site/os_images/{ISO_NAME}",
-        a.agent_port
-    );
-    let node = &systems()[0];
-    let patch = serde_json::json!({"spec": {"image": {"url": url, "format": "live-iso"}}});
+    // The compute node provisioned with the uploaded live ISO, which its BMC fetches from the agent.
+    let patch =
+        serde_json::json!({"spec": {"online": true, "image": {"url": url, "format": "live-iso"}}});
     patch_bmh(a, "node-00", "merge", &patch.to_string());
+    let provisioning = Instant::now();
     let took = wait_state(a, "node-00", "provisioned", Duration::from_secs(900));
     eprintln!(
         "metal3: node-00 provisioning → provisioned in {:.0} s",
@@ -218,11 +307,27 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, bmc_port: u16) {
     );
     // BMO records the power state at its next look at the host.
     wait_powered(a, "node-00", "true");
-    let inserted = sushy.requests("VirtualMedia.InsertMedia");
+    let inserted = site_bmc.requests("VirtualMedia.InsertMedia");
     assert!(
         inserted.iter().any(|l| l.contains(&node.uuid)),
         "no InsertMedia for {}: {inserted:?}",
         node.uuid
+    );
+    assert!(
+        site.cdrom(&node)
+            .unwrap()
+            .is_some_and(|m| m.contains(&node.uuid)),
+        "the BMC's copy of the ISO is not in node-00's CD"
+    );
+    let line = wait_for_marker(&site.console(&node), Duration::from_secs(900));
+    eprintln!(
+        "metal3: node-00's marker {:.0} s after the image was set: {line}",
+        provisioning.elapsed().as_secs_f64()
+    );
+    assert!(line.contains(" role=node "), "{line}");
+    assert!(
+        line.contains(&format!("pulled=docker.io/library/busybox:1.35@{busybox}")),
+        "{line} (the appliance holds {busybox})"
     );
     let claimed_by = bmh(
         a,
@@ -237,8 +342,7 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, bmc_port: u16) {
             .unwrap()
     );
 
-    // Deprovisioned: the image removed, the host is powered off and its media ejected.
-    let ejects = sushy.requests("VirtualMedia.EjectMedia").len();
+    // Deprovisioned: the image removed, the domain is powered off and its CD emptied.
     patch_bmh(
         a,
         "node-00",
@@ -247,8 +351,20 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, bmc_port: u16) {
     );
     wait_state(a, "node-00", "available", Duration::from_secs(900));
     wait_powered(a, "node-00", "false");
+    wait_for("node-00's domain off", Duration::from_secs(120), || {
+        let s = site.state(&node)?;
+        (s == "shut off").then_some(()).ok_or(s)
+    });
+    wait_for(
+        "node-00's CD empty",
+        Duration::from_secs(120),
+        || match site.cdrom(&node)? {
+            None => Ok(()),
+            Some(m) => Err(m),
+        },
+    );
     assert!(
-        sushy.requests("VirtualMedia.EjectMedia").len() > ejects,
+        !site_bmc.requests("VirtualMedia.EjectMedia").is_empty(),
         "no EjectMedia after deprovisioning"
     );
     // Ironic's own log of it, on the appliance.

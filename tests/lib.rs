@@ -6,6 +6,7 @@ use std::time::Duration;
 use foothold_image_builder::qemu::{AccelChoice, RunOptions, Vm};
 use sha2::{Digest, Sha256};
 
+pub mod libvirt;
 pub mod sushy;
 
 pub fn workspace() -> PathBuf {
@@ -139,4 +140,81 @@ pub fn busybox_layout(layout: &Path) -> String {
     )
     .unwrap();
     records[0]["digest"].as_str().unwrap().to_owned()
+}
+
+/// Uploads `file` to the agent at `base` (`https://127.0.0.1:<port>`, signed by `ca`) as the `os_images` record
+/// `name` of cluster `owner/cluster` on ICN's BPA REST paths, with its sha256; returns the `/files` URL it is
+/// served at once complete.
+pub fn upload_os_image(
+    base: &str,
+    ca: &Path,
+    token: &str,
+    (owner, cluster): (&str, &str),
+    file: &Path,
+    name: &str,
+) -> String {
+    let records = format!("{base}/v1/baremetalcluster/{owner}/{cluster}/os_images");
+    let auth = format!("Authorization: Bearer {token}");
+    let meta = serde_json::json!({
+        "image_name": name,
+        "image_length": std::fs::metadata(file).unwrap().len(),
+        "sha256": sha256_file(file),
+    });
+    let curl = || {
+        let mut c = Command::new("curl");
+        c.args(["-fsS", "--max-time", "600", "--cacert"])
+            .arg(ca)
+            .args(["-H", &auth]);
+        c
+    };
+    run(curl()
+        .args([
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            &meta.to_string(),
+        ])
+        .arg(&records));
+    run(curl()
+        .args(["-X", "PATCH", "-H", "Upload-Offset: 0", "--data-binary"])
+        .arg(format!("@{}", file.display()))
+        .arg(format!("{records}/{name}")));
+    let record: serde_json::Value =
+        serde_json::from_str(&run(curl().arg(format!("{records}/{name}")))).unwrap();
+    assert_eq!(record["upload_complete"], true, "{record}");
+    format!("{base}/files/{owner}/{cluster}/os_images/{name}")
+}
+
+/// Waits up to `limit` for the ready marker on the console log `console` (a file a VM's serial port writes);
+/// returns its line.
+pub fn wait_for_marker(console: &Path, limit: Duration) -> String {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        // Firmware and terminal queries put bytes on a console that are not UTF-8.
+        let text =
+            String::from_utf8_lossy(&std::fs::read(console).unwrap_or_default()).into_owned();
+        let marker = foothold_image_builder::qemu::READY_MARKER;
+        if let Some(at) = text.find(&format!("{marker} ")) {
+            return text[at..]
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim_end()
+                .to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no ready marker on {} within {limit:?}; the console ends:\n{}",
+            console.display(),
+            text.lines()
+                .rev()
+                .take(30)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }

@@ -1,18 +1,28 @@
-//! `packages/node.yaml`, the compute node's live ISO, built by the real `foothold-build` (as root) and booted in
-//! qemu as Metal3 boots it (a CD under UEFI), isolated: its only way out is a guest forward to a foothold-agent
-//! on this host, serving over TLS with a certificate for the mirror address the node was built with (the site
-//! CA in the image). At boot containerd pulls `docker.io/library/busybox:1.35`, an image only that agent has,
-//! by its original name through the mirror, and the node's ready marker names it with the agent's digest; the
-//! agent's metrics count the manifest requests.
+//! `packages/node.yaml`, the compute node's live ISO, built as committed by the real `foothold-build` (as root)
+//! and booted as Metal3 boots it: uploaded to a foothold-agent on this host as an `os_images` record, then
+//! sushy-tools (the virtual site's Redfish BMC, libvirt driver) inserts it from the agent's `/files` over TLS as
+//! virtual media and powers on a libvirt domain that boots it under UEFI. The node is isolated: its only way out
+//! is a guest forward from the mirror address it was built for (172.22.0.1:5000) to the agent, which serves with
+//! a certificate for that address (the site CA in the image). At boot containerd pulls
+//! `docker.io/library/busybox:1.35`, an image only that agent has, by its original name through the mirror, and
+//! the node's ready marker names it with the agent's digest; the agent's metrics count the manifest requests.
+//! Ejecting the media and powering off leaves the domain off with an empty CD.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use foothold_e2e::libvirt::Site;
+use foothold_e2e::sushy::Sushy;
 use foothold_e2e::{
-    boot_options, build_binaries, busybox_layout, free_port, run, target, workspace,
+    build_binaries, busybox_layout, free_port, run, target, upload_os_image, wait_for_marker,
+    workspace,
 };
-use foothold_image_builder::qemu::{RunOptions, Vm, GUEST_FORWARD_ADDRESS};
+use foothold_image_builder::site::{Bmc, GuestForward, NodeNetwork};
+use serde_json::json;
+
+/// The mirror's address on the site's provisioning network, as `packages/node.yaml` names it.
+const MIRROR_ADDRESS: &str = "172.22.0.1";
 
 /// The agent this test serves the mirror with; killed on drop.
 struct Agent(Child);
@@ -57,9 +67,7 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
             "-nodes",
         ])
         .args(["-days", "2", "-subj", "/CN=foothold", "-addext"])
-        .arg(format!(
-            "subjectAltName=IP:{GUEST_FORWARD_ADDRESS},IP:127.0.0.1"
-        ))
+        .arg(format!("subjectAltName=IP:{MIRROR_ADDRESS},IP:127.0.0.1"))
         .arg("-keyout")
         .arg(&key)
         .arg("-out")
@@ -73,6 +81,7 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
         .arg(&layout)
         .arg("--data")
         .arg(&data));
+    std::fs::write(dir.join("token"), "node-image-test\n").unwrap();
     let port = free_port();
     let _agent = Agent(
         Command::new(&agent_bin)
@@ -84,6 +93,8 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
             ])
             .arg("--data")
             .arg(&data)
+            .arg("--token-file")
+            .arg(dir.join("token"))
             .arg("--tls-cert")
             .arg(&cert)
             .arg("--tls-key")
@@ -99,10 +110,6 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
         .unwrap()
         .replace("path: ../", &format!("path: {}/", ws.display()))
         .replace("release/foothold-agent", "debug/foothold-agent")
-        .replace(
-            "mirror: https://172.22.0.1:5000",
-            &format!("mirror: https://{GUEST_FORWARD_ADDRESS}:5000"),
-        )
         .replace("path: site-ca.pem", &format!("path: {}", cert.display()))
         .replace("prefetch: []", "prefetch: [docker.io/library/busybox:1.35]");
     let spec = dir.join("node.yaml");
@@ -116,20 +123,81 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
     let iso = out.join("foothold-node.iso");
     assert!(iso.is_file());
 
+    let base = format!("https://127.0.0.1:{port}");
+    let url = upload_os_image(
+        &base,
+        &cert,
+        "node-image-test",
+        ("foothold", "site"),
+        &iso,
+        "node.iso",
+    );
+
+    // The virtual site's node, and its BMC.
+    let mut site = Site::new(&target().join("debug/foothold-build"));
+    let node = site.node(0, 1536);
+    site.define(
+        &node,
+        &NodeNetwork {
+            net: "172.22.0.0/24".into(),
+            forwards: vec![GuestForward {
+                address: MIRROR_ADDRESS.into(),
+                port: 5000,
+                host_port: port,
+            }],
+            relay: site.relay(),
+        },
+    );
+    let bmc = Sushy::libvirt(
+        dir,
+        &Bmc {
+            port: free_port(),
+            auth_file: dir.join("bmc.htpasswd"),
+            nodes: vec![node.uuid.clone()],
+            pool: "default".into(),
+            media_ca: Some(cert.clone()),
+            state_dir: dir.join("bmc-state"),
+        },
+        "admin",
+        "bmc-pw",
+    );
+    let admin = ("admin", "bmc-pw");
+    let (system, media) = (
+        format!("/redfish/v1/Systems/{}", node.uuid),
+        format!("/redfish/v1/Systems/{}/VirtualMedia/Cd", node.uuid),
+    );
+
+    // What Ironic's redfish-virtual-media boot does: insert the ISO, boot once from CD under UEFI, power on.
     let before = manifest_requests(port, &cert);
-    let mut vm = Vm::start(RunOptions {
-        guest_forwards: vec![(5000, port)],
-        relay: Some(target().join("debug/foothold-build")),
-        ..boot_options(&iso, dir.join("console.log"))
-    })
-    .unwrap();
-    let line = vm.wait_ready(Duration::from_secs(900)).unwrap_or_else(|e| {
-        panic!(
-            "{e:#}\nagent log:\n{}",
-            std::fs::read_to_string(dir.join("agent.log")).unwrap_or_default()
-        )
-    });
-    eprintln!("node ISO under {}: {line}", vm.accel());
+    bmc.call(
+        admin,
+        "POST",
+        &format!("{media}/Actions/VirtualMedia.InsertMedia"),
+        Some(json!({"Image": url, "Inserted": true, "WriteProtected": true})),
+    );
+    bmc.call(
+        admin,
+        "PATCH",
+        &system,
+        Some(
+            json!({"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once",
+            "BootSourceOverrideMode": "UEFI"}}),
+        ),
+    );
+    bmc.call(
+        admin,
+        "POST",
+        &format!("{system}/Actions/ComputerSystem.Reset"),
+        Some(json!({"ResetType": "On"})),
+    );
+    assert!(
+        site.cdrom(&node)
+            .unwrap()
+            .is_some_and(|m| m.contains(&node.uuid)),
+        "the BMC's copy of the ISO is not in the CD"
+    );
+    let line = wait_for_marker(&site.console(&node), Duration::from_secs(900));
+    eprintln!("node ISO, booted by the BMC: {line}");
     assert!(line.contains(" role=node "), "{line}");
     assert!(
         line.contains(&format!("pulled=docker.io/library/busybox:1.35@{digest}")),
@@ -139,4 +207,23 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
         manifest_requests(port, &cert) > before,
         "the node's containerd did not ask the agent"
     );
+    let inserted: serde_json::Value =
+        serde_json::from_str(&bmc.call(admin, "GET", &media, None)).unwrap();
+    assert_eq!(inserted["Image"], url.as_str(), "{inserted}");
+
+    // Powered off and the media ejected, as deprovisioning does.
+    bmc.call(
+        admin,
+        "POST",
+        &format!("{system}/Actions/ComputerSystem.Reset"),
+        Some(json!({"ResetType": "ForceOff"})),
+    );
+    bmc.call(
+        admin,
+        "POST",
+        &format!("{media}/Actions/VirtualMedia.EjectMedia"),
+        Some(json!({})),
+    );
+    assert_eq!(site.state(&node).unwrap(), "shut off");
+    assert_eq!(site.cdrom(&node).unwrap(), None);
 }

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use foothold_image_builder::site::{self, Bmc};
+
 use crate::{run, target};
 
 /// A fake system: its name, UUID (the Redfish id) and the MAC of its NIC (a BareMetalHost's bootMACAddress).
@@ -55,12 +57,27 @@ impl Sushy {
             ),
         )
         .unwrap();
-        let log = dir.join("sushy.log");
+        Sushy::start(dir, &config, &["--fake"], port, &state)
+    }
+
+    /// Starts sushy-tools' libvirt driver as `bmc` says, its configuration and log in `dir`, one user and
+    /// password; returns once it answers.
+    pub fn libvirt(dir: &Path, bmc: &Bmc, user: &str, password: &str) -> Sushy {
+        let line = run(Command::new("htpasswd").args(["-nbB", user, password]));
+        std::fs::write(&bmc.auth_file, line.trim().to_owned() + "\n").unwrap();
+        std::fs::create_dir_all(&bmc.state_dir).unwrap();
+        let config = dir.join(format!("sushy-{}.conf", bmc.port));
+        std::fs::write(&config, site::sushy_config(bmc)).unwrap();
+        Sushy::start(dir, &config, &[], bmc.port, &bmc.state_dir)
+    }
+
+    fn start(dir: &Path, config: &Path, args: &[&str], port: u16, state: &Path) -> Sushy {
+        let log = dir.join(format!("sushy-{port}.log"));
         let child = Command::new(target().join("tools/bin/sushy-emulator"))
             .arg("--config")
-            .arg(&config)
-            .arg("--fake")
-            .env("TMPDIR", &state)
+            .arg(config)
+            .args(args)
+            .env("TMPDIR", state)
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&log).unwrap())
             .stderr(std::fs::File::options().append(true).open(&log).unwrap())
@@ -82,6 +99,30 @@ impl Sushy {
             std::thread::sleep(Duration::from_millis(200));
         }
         s
+    }
+
+    /// A Redfish request to it as `user`, as a BMC client would make it; the body it answers.
+    pub fn call(
+        &self,
+        (user, password): (&str, &str),
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> String {
+        let mut c = Command::new("curl");
+        c.args([
+            "-fsS",
+            "--max-time",
+            "600",
+            "-u",
+            &format!("{user}:{password}"),
+            "-X",
+            method,
+        ]);
+        if let Some(b) = body {
+            c.args(["-H", "Content-Type: application/json", "-d", &b.to_string()]);
+        }
+        run(c.arg(format!("http://127.0.0.1:{}{path}", self.port)))
     }
 
     /// The requests it logged whose line contains `what` (`VirtualMedia.InsertMedia`, a system's UUID).

@@ -22,6 +22,7 @@ pub mod overlay;
 pub mod pin;
 pub mod progress;
 pub mod qemu;
+pub mod site;
 pub mod source;
 pub mod sparse;
 pub mod spec;

@@ -245,6 +245,15 @@ pub const KVM_FIRST_OUTPUT: Duration = Duration::from_secs(30);
 /// ([`RunOptions::guest_forwards`]).
 pub const GUEST_FORWARD_ADDRESS: &str = "10.0.2.100";
 
+/// qemu's `guestfwd` option for one forward: the guest's connections to `address:port` are relayed by `relay`
+/// (`foothold-build relay`, one process a connection) to 127.0.0.1:`host_port`.
+pub fn guestfwd(address: &str, port: u16, relay: &Path, host_port: u16) -> String {
+    format!(
+        ",guestfwd=tcp:{address}:{port}-cmd:{} relay 127.0.0.1:{host_port}",
+        relay.display()
+    )
+}
+
 /// Relays one connection: stdin to `addr` and what `addr` answers to stdout, unbuffered, until both ends are
 /// done (qemu runs this for each connection a guest makes to a guest forward).
 pub fn relay(addr: &str) -> Result<()> {
@@ -391,10 +400,7 @@ pub fn command(o: &RunOptions, accel: Accel, scratch: &Path) -> Result<Command> 
             .relay
             .as_deref()
             .context("a guest forward needs RunOptions::relay (foothold-build's path)")?;
-        fwd.push_str(&format!(
-            ",guestfwd=tcp:{GUEST_FORWARD_ADDRESS}:{g}-cmd:{} relay 127.0.0.1:{h}",
-            relay.display()
-        ));
+        fwd.push_str(&guestfwd(GUEST_FORWARD_ADDRESS, *g, relay, *h));
     }
     let restrict = if o.isolated { ",restrict=on" } else { "" };
     c.args([
