@@ -29,8 +29,7 @@ impl Sushy {
     /// its configuration and log in `dir`; returns once it answers.
     pub fn fake(dir: &Path, port: u16, systems: &[System], user: &str, password: &str) -> Sushy {
         let htpasswd = dir.join("sushy.htpasswd");
-        let line = run(Command::new("htpasswd").args(["-nbB", user, password]));
-        std::fs::write(&htpasswd, line.trim().to_owned() + "\n").unwrap();
+        std::fs::write(&htpasswd, site::htpasswd_line(user, password).unwrap()).unwrap();
         let systems: Vec<String> = systems
             .iter()
             .map(|s| {
@@ -63,8 +62,7 @@ impl Sushy {
     /// Starts sushy-tools' libvirt driver as `bmc` says, its configuration and log in `dir`, one user and
     /// password; returns once it answers.
     pub fn libvirt(dir: &Path, bmc: &Bmc, user: &str, password: &str) -> Sushy {
-        let line = run(Command::new("htpasswd").args(["-nbB", user, password]));
-        std::fs::write(&bmc.auth_file, line.trim().to_owned() + "\n").unwrap();
+        std::fs::write(&bmc.auth_file, site::htpasswd_line(user, password).unwrap()).unwrap();
         std::fs::create_dir_all(&bmc.state_dir).unwrap();
         let config = dir.join(format!("sushy-{}.conf", bmc.port));
         std::fs::write(&config, site::sushy_config(bmc)).unwrap();

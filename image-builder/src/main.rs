@@ -144,6 +144,30 @@ enum Cmd {
         #[arg(long, env = "FOOTHOLD_QEMU", default_value = qemu::QEMU)]
         qemu: PathBuf,
     },
+    /// Write a virtual site for a lab into a new directory: compute nodes as libvirt domains (<name>-node-<i>.xml,
+    /// UEFI, booting what their BMC inserts, isolated but for the appliance's agent at 172.22.0.1:5000),
+    /// sushy-tools' configuration as their Redfish BMC (sushy.conf, bmc.htpasswd, user admin, the password in
+    /// bmc-password), and their Secrets and BareMetalHosts (hosts.yaml). scripts/virtual-site.sh starts it all
+    /// beside an appliance.
+    Site {
+        /// The new directory; libvirt's QEMU user must be able to run the relay copied there, e.g.
+        /// /var/lib/libvirt/images/site.
+        dir: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        nodes: u16,
+        /// Each node's memory (MiB).
+        #[arg(long, default_value_t = 1536)]
+        memory: u32,
+        /// The appliance's agent on 127.0.0.1 (its forward of port 5000), which the nodes reach as their mirror.
+        #[arg(long, default_value_t = 5000)]
+        agent_port: u16,
+        /// The BMC's port on 127.0.0.1; boot the appliance with --guest-forward 8001:<this>.
+        #[arg(long, default_value_t = 8001)]
+        bmc_port: u16,
+        /// The BareMetalHosts' namespace.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+    },
     /// Relay stdin and stdout to a TCP address (what qemu runs for each connection of a --guest-forward).
     #[command(hide = true)]
     Relay { addr: String },
@@ -332,6 +356,31 @@ fn real_main() -> Result<ExitCode> {
             };
             let loaded = spec::load_with(&path, pins)?;
             print_document(&serde_json::to_string_pretty(&loaded.spec)?)
+        }
+        Cmd::Site {
+            dir,
+            nodes,
+            memory,
+            agent_port,
+            bmc_port,
+            namespace,
+        } => {
+            let made = foothold_image_builder::site::write(
+                &dir,
+                &foothold_image_builder::site::SiteOptions {
+                    nodes,
+                    memory_mib: memory,
+                    agent_port,
+                    bmc_port,
+                    namespace,
+                    relay: std::env::current_exe().context("finding this program, the relay")?,
+                },
+            )
+            .with_context(|| format!("writing the site {}", dir.display()))?;
+            for n in made {
+                println!("{} {} {}", n.name, n.uuid, n.mac);
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Relay { addr } => {
             qemu::relay(&addr)?;

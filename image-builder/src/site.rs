@@ -7,6 +7,10 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use anyhow::{bail, Context as _, Result};
+
+use crate::files::{publish_dir, write_file};
+
 /// A compute node: a libvirt domain (`<domain type='qemu'>`, so it runs where KVM does not) that boots UEFI
 /// from whatever CD its BMC inserts.
 #[derive(Clone, Debug)]
@@ -199,6 +203,125 @@ pub fn bare_metal_host(node: &ComputeNode, h: &HostSpec) -> String {
     )
 }
 
+/// One `htpasswd` line for `user` with a bcrypt digest of `password`: what sushy-tools (bcrypt only) and
+/// Apache's `htpasswd -B` agree on.
+pub fn htpasswd_line(user: &str, password: &str) -> Result<String> {
+    let hash = bcrypt::hash(password, bcrypt::DEFAULT_COST).context("hashing the BMC password")?;
+    Ok(format!("{user}:{hash}\n"))
+}
+
+/// The port the appliance reaches the site's BMC at, on qemu's guest-forward address (`run --guest-forward
+/// 8001:<bmc port>`).
+pub const BMC_GUEST_PORT: u16 = 8001;
+
+/// What [`write`] makes a site of.
+#[derive(Clone, Debug)]
+pub struct SiteOptions {
+    pub nodes: u16,
+    pub memory_mib: u32,
+    /// The appliance's agent on this host (its forward of port 5000): where the nodes' mirror address leads.
+    pub agent_port: u16,
+    /// The BMC's port on 127.0.0.1.
+    pub bmc_port: u16,
+    /// The BareMetalHosts' namespace.
+    pub namespace: String,
+    /// `foothold-build`, copied into the site as the nodes' relay.
+    pub relay: PathBuf,
+}
+
+/// The nodes' mirror address: the appliance's address on its provisioning network, which node images are
+/// built for (`packages/node.yaml`) and its agent's certificate names.
+pub const MIRROR: (&str, u16) = ("172.22.0.1", 5000);
+
+/// Writes a virtual site into `dir` (which must not exist; the whole directory appears at once):
+/// `node-<i>.xml` (libvirt domains), `sushy.conf` + `bmc.htpasswd` (the BMC, user `admin`, a random password
+/// also in `bmc-password`), `hosts.yaml` (Secrets and BareMetalHosts for the appliance), `foothold-build` (the
+/// relay). `dir` must be where libvirt's QEMU user can run the relay, e.g. under /var/lib/libvirt/images.
+/// Returns the nodes.
+pub fn write(dir: &Path, o: &SiteOptions) -> Result<Vec<ComputeNode>> {
+    use std::os::unix::fs::PermissionsExt as _;
+    if dir.exists() {
+        bail!(
+            "{} exists: a site is written into a new directory",
+            dir.display()
+        );
+    }
+    let dir = std::path::absolute(dir).with_context(|| format!("resolving {}", dir.display()))?;
+    let name = dir
+        .file_name()
+        .context("the site's directory needs a name")?
+        .to_string_lossy()
+        .into_owned();
+    let tmp = dir.with_file_name(format!(".{name}.tmp"));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).with_context(|| format!("making {}", tmp.display()))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+    let relay = tmp.join("foothold-build");
+    std::fs::copy(&o.relay, &relay)
+        .with_context(|| format!("copying {} as the relay", o.relay.display()))?;
+    std::fs::set_permissions(&relay, std::fs::Permissions::from_mode(0o755))?;
+    let net = NodeNetwork {
+        net: "172.22.0.0/24".into(),
+        forwards: vec![GuestForward {
+            address: MIRROR.0.into(),
+            port: MIRROR.1,
+            host_port: o.agent_port,
+        }],
+        relay: dir.join("foothold-build"),
+    };
+    let password = uuid::Uuid::new_v4().simple().to_string();
+    let bmc = format!(
+        "http://{}:{BMC_GUEST_PORT}",
+        crate::qemu::GUEST_FORWARD_ADDRESS
+    );
+    let nodes: Vec<ComputeNode> = (0..o.nodes)
+        .map(|i| ComputeNode {
+            name: format!("{name}-node-{i}"),
+            uuid: uuid::Uuid::new_v4().to_string(),
+            mac: format!("52:54:00:22:{:02x}:{:02x}", i >> 8, i & 0xff),
+            memory_mib: o.memory_mib,
+            vcpus: 1,
+        })
+        .collect();
+    let mut hosts = Vec::new();
+    for n in &nodes {
+        let console = dir.join(format!("{}.console.log", n.name));
+        write_file(
+            &tmp.join(format!("{}.xml", n.name)),
+            &domain_xml(n, &net, &console),
+            0o644,
+        )?;
+        hosts.push(bare_metal_host(
+            n,
+            &HostSpec {
+                namespace: &o.namespace,
+                bmc: &bmc,
+                user: "admin",
+                password: &password,
+            },
+        ));
+    }
+    write_file(&tmp.join("hosts.yaml"), &hosts.join("---\n"), 0o600)?;
+    write_file(&tmp.join("bmc-password"), &format!("{password}\n"), 0o600)?;
+    write_file(
+        &tmp.join("bmc.htpasswd"),
+        &htpasswd_line("admin", &password)?,
+        0o600,
+    )?;
+    let config = sushy_config(&Bmc {
+        port: o.bmc_port,
+        auth_file: dir.join("bmc.htpasswd"),
+        nodes: nodes.iter().map(|n| n.uuid.clone()).collect(),
+        pool: "default".into(),
+        media_ca: Some(dir.join("site-ca.pem")),
+        state_dir: dir.join("bmc-state"),
+    });
+    write_file(&tmp.join("sushy.conf"), &config, 0o644)?;
+    std::fs::create_dir(tmp.join("bmc-state"))?;
+    publish_dir(&tmp, &dir)?;
+    Ok(nodes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,5 +421,52 @@ mod tests {
         assert_eq!(docs[1]["spec"]["inspectionMode"], "disabled");
         assert_eq!(docs[1]["spec"]["automatedCleaningMode"], "disabled");
         assert_eq!(docs[1]["spec"]["online"], false);
+    }
+
+    #[test]
+    fn a_site_is_written_whole_into_a_new_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let relay = tmp.path().join("relay");
+        std::fs::write(&relay, "#!/bin/sh\n").unwrap();
+        let dir = tmp.path().join("lab");
+        let o = SiteOptions {
+            nodes: 2,
+            memory_mib: 1024,
+            agent_port: 5000,
+            bmc_port: 8001,
+            namespace: "site".into(),
+            relay,
+        };
+        let nodes = write(&dir, &o).unwrap();
+        assert_eq!(nodes.len(), 2);
+        assert_eq!(nodes[1].name, "lab-node-1");
+        assert_eq!(nodes[1].mac, "52:54:00:22:00:01");
+        let xml = std::fs::read_to_string(dir.join("lab-node-0.xml")).unwrap();
+        assert!(xml.contains(&format!("<uuid>{}</uuid>", nodes[0].uuid)));
+        assert!(xml.contains(&format!(
+            "guestfwd=tcp:172.22.0.1:5000-cmd:{} relay 127.0.0.1:5000",
+            dir.join("foothold-build").display()
+        )));
+        let password = std::fs::read_to_string(dir.join("bmc-password")).unwrap();
+        let line = std::fs::read_to_string(dir.join("bmc.htpasswd")).unwrap();
+        let hash = line.trim().strip_prefix("admin:").unwrap();
+        assert!(bcrypt::verify(password.trim(), hash).unwrap());
+        let hosts = std::fs::read_to_string(dir.join("hosts.yaml")).unwrap();
+        assert_eq!(hosts.matches("kind: BareMetalHost").count(), 2);
+        assert!(hosts.contains(&format!(
+            "redfish-virtualmedia+http://10.0.2.100:8001/redfish/v1/Systems/{}",
+            nodes[1].uuid
+        )));
+        let conf = std::fs::read_to_string(dir.join("sushy.conf")).unwrap();
+        assert!(conf.contains("SUSHY_EMULATOR_LISTEN_PORT = 8001\n"));
+        assert!(dir.join("bmc-state").is_dir());
+        // Never over an existing site, and nothing left of the attempt.
+        let e = write(&dir, &o).unwrap_err();
+        assert!(e.to_string().contains("exists"), "{e}");
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
     }
 }
