@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Metal3 at scale, beyond what can be booted here: the appliance's baremetal-operator and Ironic drive HOSTS
+# BareMetalHosts (default 1000) whose BMCs are sushy-tools' fake driver (systems simulated, no VMs: the
+# technique Metal3 uses for its own scale tests) to Provisioned with a live ISO. Prints the appliance's memory at
+# idle with Kubernetes + BMO + Ironic + agent (target <= 3 GiB), the time from applying the hosts to all
+# available and to all provisioned (target <= 15 min), and the appliance's peak memory and mean CPU meanwhile
+# (target <= 4 GiB). Needs root and what scripts/install-test-tools.sh installs (sushy-tools).
+# Usage: scripts/bench-metal3-scale.sh [hosts]   (IMAGE=<appliance .raw> boots that image instead of building
+# packages/appliance.yaml; it must take the SSH key in BENCH_DIR/id_ed25519 for its user foothold)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+hosts=${1:-1000}
+bench=${BENCH_DIR:-target/bench-metal3}
+mkdir -p "$bench"
+bench=$(cd "$bench" && pwd)
+build=target/release/foothold-build
+sushy=target/tools/bin/sushy-emulator
+[ -x "$sushy" ] || { echo "bench-metal3-scale: $sushy missing (scripts/install-test-tools.sh)" >&2; exit 1; }
+cargo build -q --release -p foothold-agent -p foothold-image-builder
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", b - a }'; }
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+key="$bench/id_ed25519"
+[ -f "$key" ] || ssh-keygen -q -t ed25519 -N '' -f "$key"
+image=${IMAGE:-}
+if [ -z "$image" ]; then
+  sed -e "s|path: \.\./|path: $(pwd)/|" -e "s|authorizedKeys: \[\]|authorizedKeys: [\"$(cat "$key.pub")\"]|" \
+    -e 's/formats: \[raw, qcow2, iso\]/formats: [raw]/' packages/appliance.yaml > "$bench/appliance.yaml"
+  rm -rf "$bench/out"
+  "$build" build "$bench/appliance.yaml" --out "$bench/out" > "$bench/build.log" 2>&1
+  image="$bench/out/foothold-appliance.raw"
+fi
+
+# The fake BMC: HOSTS simulated systems behind one user.
+bmc_port=$(port)
+rm -rf "$bench/bmc-state"
+mkdir -p "$bench/bmc-state"
+htpasswd -nbB admin bench-pw > "$bench/bmc.htpasswd"
+{
+  echo "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'"
+  echo "SUSHY_EMULATOR_LISTEN_PORT = $bmc_port"
+  echo "SUSHY_EMULATOR_AUTH_FILE = '$bench/bmc.htpasswd'"
+  echo "SUSHY_EMULATOR_FAKE_DRIVER = True"
+  echo "SUSHY_EMULATOR_STATE_DIR = '$bench/bmc-state'"
+  printf 'SUSHY_EMULATOR_FAKE_SYSTEMS = ['
+  for i in $(seq 0 $((hosts - 1))); do
+    printf "{'uuid': '5ca1e000-0000-4000-8000-%012x', 'name': 'scale-%d', 'power_state': 'Off', 'nics': [{'mac': '02:5c:%02x:%02x:%02x:%02x', 'ip': '172.22.1.1'}]}, " \
+      "$i" "$i" $((i >> 24 & 255)) $((i >> 16 & 255)) $((i >> 8 & 255)) $((i & 255))
+  done
+  echo ']'
+} > "$bench/sushy.conf"
+TMPDIR="$bench/bmc-state" "$sushy" --config "$bench/sushy.conf" --fake > "$bench/bmc.log" 2>&1 &
+sushy_pid=$!
+
+# The hosts: one credentials Secret each, UEFI, no inspection or cleaning, a live ISO from the agent (the fake
+# systems never fetch it).
+{
+  echo "apiVersion: v1"; echo "kind: Namespace"; echo "metadata: {name: scale}"
+  for i in $(seq 0 $((hosts - 1))); do
+    cat <<YAML
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: scale-$i-bmc, namespace: scale}
+stringData: {username: admin, password: bench-pw}
+---
+apiVersion: metal3.io/v1alpha1
+kind: BareMetalHost
+metadata: {name: scale-$i, namespace: scale}
+spec:
+  online: true
+  bootMode: UEFI
+  inspectionMode: disabled
+  automatedCleaningMode: disabled
+  bootMACAddress: "$(printf '02:5c:%02x:%02x:%02x:%02x' $((i >> 24 & 255)) $((i >> 16 & 255)) $((i >> 8 & 255)) $((i & 255)))"
+  bmc: {address: "redfish-virtualmedia+http://10.0.2.100:8000/redfish/v1/Systems/$(printf '5ca1e000-0000-4000-8000-%012x' "$i")", credentialsName: scale-$i-bmc}
+  image: {url: "https://172.22.0.1:5000/files/foothold/site/os_images/node.iso", format: live-iso}
+YAML
+  done
+} > "$bench/hosts.yaml"
+
+agent_port=$(port)
+ssh_port=$(port)
+log="$bench/console.log"
+rm -f "$log"
+"$build" run "$image" --snapshot --isolated --memory 6144 --serial-log "$log" --forward "$agent_port:5000" \
+  --forward "$ssh_port:22" --guest-forward "8000:$bmc_port" > "$bench/run.log" 2>&1 &
+vm_pid=$!
+cleanup() {
+  pkill -P "$vm_pid" 2>/dev/null || true
+  kill "$vm_pid" "$sushy_pid" 2>/dev/null || true
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+on() {
+  ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR \
+    -o ConnectTimeout=30 -i "$key" -p "$ssh_port" foothold@127.0.0.1 "$@"
+}
+# Used memory (MiB, page cache aside) and the CPU's busy and total jiffies.
+sample() { on "free -m | awk '/^Mem:/ {print \$3}'; head -1 /proc/stat"; }
+
+ready=
+for _ in $(seq 1 1800); do
+  if curl -ksf --max-time 5 "https://127.0.0.1:$agent_port/readyz" 2>/dev/null \
+    | python3 -c 'import json,sys; s=json.load(sys.stdin)["services"]; sys.exit(0 if s["ironic"]["state"]=="ok" and s["baremetal-operator"]["state"]=="ok" else 1)' 2>/dev/null; then
+    ready=1; break
+  fi
+  kill -0 "$vm_pid" 2>/dev/null || break
+  sleep 1
+done
+[ -n "$ready" ] || { echo "bench-metal3-scale: Ironic and BMO never ready (see $log)" >&2; exit 1; }
+# Idle: a minute after Metal3 is ready, nothing asked of it.
+sleep 60
+idle=$(sample | head -1)
+
+counts() {
+  on "kubectl -n scale get bmh -o jsonpath='{range .items[*]}{.status.provisioning.state}{\"\\n\"}{end}'" \
+    | sort | uniq -c | awk '{printf "%s=%s ", $2, $1}'
+}
+t0=$(now)
+on "kubectl apply -f - > /dev/null" < "$bench/hosts.yaml"
+available=timeout
+provisioned=timeout
+peak=$idle
+first=$(sample | tail -1)
+deadline=$(( $(date +%s) + 3600 ))
+while [ "$(date +%s)" -lt "$deadline" ]; do
+  s=$(sample)
+  mem=$(echo "$s" | head -1)
+  [ "$mem" -gt "$peak" ] && peak=$mem
+  c=$(counts)
+  echo "$(secs "$t0" "$(now)") s: $c mem ${mem} MiB" >> "$bench/progress.log"
+  n_prov=$(echo "$c" | grep -oE 'provisioned=[0-9]+' | cut -d= -f2 || true)
+  n_avail=$(echo "$c" | tr ' ' '\n' | awk -F= '$1 == "available" || $1 == "provisioning" || $1 == "provisioned" {n += $2} END {print n + 0}')
+  if [ "$available" = timeout ] && [ "${n_avail:-0}" -ge "$hosts" ]; then available=$(secs "$t0" "$(now)"); fi
+  if [ "${n_prov:-0}" -ge "$hosts" ]; then provisioned=$(secs "$t0" "$(now)"); break; fi
+  sleep 10
+done
+last=$(sample | tail -1)
+cpu=$(printf '%s\n%s\n' "$first" "$last" | awk '{busy=$2+$3+$4+$7+$8+$9; total=busy+$5+$6} NR==1 {b=busy; t=total} NR==2 {printf "%.0f", 100 * (busy - b) / (total - t)}')
+
+echo "Metal3 on the appliance, $hosts hosts behind sushy-tools' fake BMC, $(nproc) cores (appliance: $(grep -oE 'qemu under (TCG|KVM)' "$bench/run.log" | head -1 | cut -d' ' -f3))"
+printf '%-52s %s\n' "memory used at idle (Kubernetes, BMO, Ironic, agent)" "${idle} MiB (target <= 3072)"
+printf '%-52s %s\n' "hosts applied → all available or beyond" "${available} s"
+printf '%-52s %s\n' "hosts applied → all provisioned" "${provisioned} s (target <= 900)"
+printf '%-52s %s\n' "peak memory used meanwhile" "${peak} MiB (target <= 4096)"
+printf '%-52s %s\n' "mean CPU busy meanwhile (2 vCPUs)" "${cpu} %"
+echo "progress: $bench/progress.log"
