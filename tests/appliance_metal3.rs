@@ -69,8 +69,11 @@ fn fixture(ws: &Path, node: &ComputeNode) -> String {
 fn build_node_image(ws: &Path, dir: &Path, ca: &Path) -> std::path::PathBuf {
     let text = std::fs::read_to_string(ws.join("packages/node.yaml"))
         .unwrap()
+        .replace(
+            "path: ../target/release/foothold-agent",
+            &format!("path: {}", target().join("debug/foothold-agent").display()),
+        )
         .replace("path: ../", &format!("path: {}/", ws.display()))
-        .replace("release/foothold-agent", "debug/foothold-agent")
         .replace("path: site-ca.pem", &format!("path: {}", ca.display()))
         .replace("prefetch: []", "prefetch: [docker.io/library/busybox:1.35]");
     let spec = dir.join("node.yaml");

@@ -108,8 +108,11 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
     // The spec as committed, with the mirror where this test's agent is, its CA, and busybox to prefetch.
     let text = std::fs::read_to_string(ws.join("packages/node.yaml"))
         .unwrap()
+        .replace(
+            "path: ../target/release/foothold-agent",
+            &format!("path: {}", target().join("debug/foothold-agent").display()),
+        )
         .replace("path: ../", &format!("path: {}/", ws.display()))
-        .replace("release/foothold-agent", "debug/foothold-agent")
         .replace("path: site-ca.pem", &format!("path: {}", cert.display()))
         .replace("prefetch: []", "prefetch: [docker.io/library/busybox:1.35]");
     let spec = dir.join("node.yaml");
