@@ -53,8 +53,9 @@ htpasswd -nbB admin bench-pw > "$bench/bmc.htpasswd"
 TMPDIR="$bench/bmc-state" "$sushy" --config "$bench/sushy.conf" --fake > "$bench/bmc.log" 2>&1 &
 sushy_pid=$!
 
-# The hosts: one credentials Secret each, UEFI, no inspection or cleaning, a live ISO from the agent (the fake
-# systems never fetch it).
+# The hosts: one credentials Secret each, UEFI, no inspection or cleaning, a live ISO from the agent. The fake
+# BMC does download it (on this host, from the agent's forward on 127.0.0.1, never anywhere else), so it is a
+# small stand-in uploaded to the agent once it is up.
 {
   echo "apiVersion: v1"; echo "kind: Namespace"; echo "metadata: {name: scale}"
   for i in $(seq 0 $((hosts - 1))); do
@@ -75,7 +76,7 @@ spec:
   automatedCleaningMode: disabled
   bootMACAddress: "$(printf '02:5c:%02x:%02x:%02x:%02x' $((i >> 24 & 255)) $((i >> 16 & 255)) $((i >> 8 & 255)) $((i & 255)))"
   bmc: {address: "redfish-virtualmedia+http://10.0.2.100:8000/redfish/v1/Systems/$(printf '5ca1e000-0000-4000-8000-%012x' "$i")", credentialsName: scale-$i-bmc}
-  image: {url: "https://172.22.0.1:5000/files/foothold/site/os_images/node.iso", format: live-iso}
+  image: {url: "https://127.0.0.1:AGENT_PORT/files/foothold/scale/os_images/live.iso", format: live-iso}
 YAML
   done
 } > "$bench/hosts.yaml"
@@ -113,6 +114,18 @@ done
 # Idle: a minute after Metal3 is ready, nothing asked of it.
 sleep 60
 idle=$(sample | head -1)
+echo "memory used at idle (Kubernetes, BMO, Ironic, agent): ${idle} MiB"
+
+# The stand-in ISO, uploaded over the BPA REST API; the hosts name it where the BMC on this host reaches it.
+head -c 1048576 /dev/urandom > "$bench/live.iso"
+token=$(on "sudo cat /etc/foothold/token")
+records="https://127.0.0.1:$agent_port/v1/baremetalcluster/foothold/scale/os_images"
+curl -ksfS -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+  -d "{\"image_name\": \"live.iso\", \"image_length\": 1048576, \"sha256\": \"$(sha256sum "$bench/live.iso" | cut -d' ' -f1)\"}" \
+  "$records" > /dev/null
+curl -ksfS -H "Authorization: Bearer $token" -X PATCH -H 'Upload-Offset: 0' --data-binary "@$bench/live.iso" \
+  "$records/live.iso" > /dev/null
+sed -i "s/AGENT_PORT/$agent_port/" "$bench/hosts.yaml"
 
 counts() {
   on "kubectl -n scale get bmh -o jsonpath='{range .items[*]}{.status.provisioning.state}{\"\\n\"}{end}'" \
