@@ -44,7 +44,11 @@ fi
 if ! "${virsh[@]}" pool-info default >/dev/null 2>&1; then
   "${virsh[@]}" pool-define-as default dir --target /var/lib/libvirt/images >/dev/null
 fi
-"${virsh[@]}" pool-info default | grep -q running || "${virsh[@]}" pool-start default >/dev/null
+# (Read whole: grep -q would close the pipe early, which pipefail counts as a failure.)
+case $("${virsh[@]}" pool-info default) in
+  *running*) ;;
+  *) "${virsh[@]}" pool-start default >/dev/null ;;
+esac
 
 "$build" site "$site" --nodes "$nodes" --agent-port "$agent_port" --bmc-port "$bmc_port" > "$site.nodes"
 mv "$site.nodes" "$site/nodes"
