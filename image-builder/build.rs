@@ -41,7 +41,10 @@ fn walk(root: &Path, rel: &Path, out: &mut Vec<(String, u32, bool)>) {
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+    // Read when the script runs, not baked in when it is compiled: cargo reuses a compiled build script for
+    // the same sources in another checkout sharing the target directory.
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let root = Path::new(&manifest_dir)
         .join("../rootfs")
         .canonicalize()
         .expect("the repository's rootfs/ beside image-builder/");

@@ -21,7 +21,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use foothold_e2e::{
-    boot_options, build_binaries, busybox_layout, free_port, run, target, workspace,
+    boot_options, build_binaries, busybox_layout, free_port, run, target, try_run, workspace,
 };
 use foothold_image_builder::qemu::{Media, RunOptions, Vm};
 use serde_json::Value;
@@ -43,20 +43,6 @@ fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Result<T, Str
                 std::thread::sleep(Duration::from_secs(2));
             }
         }
-    }
-}
-
-/// Runs a command, returning its stdout or, on failure, its stderr.
-fn try_run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd.output().map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
     }
 }
 

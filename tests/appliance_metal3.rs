@@ -14,20 +14,18 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use std::process::Command;
-
 use foothold_e2e::libvirt::Site;
 use foothold_e2e::sushy::{Sushy, System};
-use foothold_e2e::{run, target, upload_os_image, wait_for_marker};
+use foothold_e2e::{build_node_image, target, upload_os_image, wait_for_marker};
 use foothold_image_builder::qemu::GUEST_FORWARD_ADDRESS;
-use foothold_image_builder::site::{Bmc, ComputeNode, GuestForward, NodeNetwork};
+use foothold_image_builder::site::{self, site_network, Bmc, ComputeNode};
 
 use super::{wait_for, Appliance};
 
 /// The ports the appliance reaches the BMCs at, on qemu's guest-forward address: the fake one, and the virtual
 /// site's (libvirt).
 pub const FAKE_BMC_GUEST_PORT: u16 = 8000;
-pub const SITE_BMC_GUEST_PORT: u16 = 8001;
+pub const SITE_BMC_GUEST_PORT: u16 = site::BMC_GUEST_PORT;
 
 /// The fake system behind the fake BMC, named as the SIP fixture's second host.
 fn fake_system() -> System {
@@ -63,33 +61,6 @@ fn fixture(ws: &Path, node: &ComputeNode) -> String {
         "  online: ",
         "  bootMode: UEFI\n  inspectionMode: disabled\n  automatedCleaningMode: disabled\n  online: ",
     )
-}
-
-/// `packages/node.yaml` as committed, built with the appliance's CA (`ca`) and busybox to prefetch; the ISO.
-fn build_node_image(ws: &Path, dir: &Path, ca: &Path) -> std::path::PathBuf {
-    let text = std::fs::read_to_string(ws.join("packages/node.yaml"))
-        .unwrap()
-        .replace(
-            "path: ../target/release/foothold-agent",
-            &format!("path: {}", target().join("debug/foothold-agent").display()),
-        )
-        .replace("path: ../", &format!("path: {}/", ws.display()))
-        .replace("path: site-ca.pem", &format!("path: {}", ca.display()))
-        .replace("prefetch: []", "prefetch: [docker.io/library/busybox:1.35]");
-    let spec = dir.join("node.yaml");
-    std::fs::write(&spec, text).unwrap();
-    let out = dir.join("node-out");
-    let started = Instant::now();
-    run(Command::new(target().join("debug/foothold-build"))
-        .arg("build")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out));
-    eprintln!(
-        "metal3: the node image built in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
-    out.join("foothold-node.iso")
 }
 
 fn bmh(a: &Appliance, name: &str, path: &str) -> Result<String, String> {
@@ -179,18 +150,7 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, ports: &BmcPorts, busybox: &s
     std::fs::write(&ca, a.ssh("cat /etc/foothold/tls/cert.pem")).unwrap();
     let mut site = Site::new(&target().join("debug/foothold-build"));
     let node = site.node(0, 1536);
-    site.define(
-        &node,
-        &NodeNetwork {
-            net: "172.22.0.0/24".into(),
-            forwards: vec![GuestForward {
-                address: "172.22.0.1".into(),
-                port: 5000,
-                host_port: a.agent_port,
-            }],
-            relay: site.relay(),
-        },
-    );
+    site.define(&node, &site_network(a.agent_port, site.relay()));
     let site_bmc = Sushy::libvirt(
         dir,
         &Bmc {
@@ -221,7 +181,12 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, ports: &BmcPorts, busybox: &s
     );
 
     // While Metal3 registers the hosts: the node's image, with the appliance's CA, uploaded to its agent.
-    let iso = build_node_image(ws, dir, &ca);
+    let building = Instant::now();
+    let iso = build_node_image(dir, &ca);
+    eprintln!(
+        "metal3: the node image built in {:.0} s",
+        building.elapsed().as_secs_f64()
+    );
     let token = a.ssh("sudo cat /etc/foothold/token");
     let started_upload = Instant::now();
     let url = upload_os_image(

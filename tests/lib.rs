@@ -34,6 +34,20 @@ pub fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs a command, returning its stdout or, on failure, its stdout and stderr.
+pub fn try_run(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
 pub fn sha256_file(p: &Path) -> String {
     let mut h = Sha256::new();
     std::io::copy(&mut std::fs::File::open(p).unwrap(), &mut h).unwrap();
@@ -217,4 +231,28 @@ pub fn wait_for_marker(console: &Path, limit: Duration) -> String {
         );
         std::thread::sleep(Duration::from_secs(1));
     }
+}
+
+/// `packages/node.yaml` as committed (its mirror `https://172.22.0.1:5000`), with the site CA `ca`, the tests'
+/// agent binary and busybox to prefetch, built by the real `foothold-build` into `dir`; the ISO.
+pub fn build_node_image(dir: &Path, ca: &Path) -> PathBuf {
+    let ws = workspace();
+    let text = std::fs::read_to_string(ws.join("packages/node.yaml"))
+        .unwrap()
+        .replace(
+            "path: ../target/release/foothold-agent",
+            &format!("path: {}", target().join("debug/foothold-agent").display()),
+        )
+        .replace("path: ../", &format!("path: {}/", ws.display()))
+        .replace("path: site-ca.pem", &format!("path: {}", ca.display()))
+        .replace("prefetch: []", "prefetch: [docker.io/library/busybox:1.35]");
+    let spec = dir.join("node.yaml");
+    std::fs::write(&spec, text).unwrap();
+    let out = dir.join("node-out");
+    run(Command::new(target().join("debug/foothold-build"))
+        .arg("build")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out));
+    out.join("foothold-node.iso")
 }

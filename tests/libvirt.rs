@@ -8,27 +8,19 @@ use std::time::{Duration, Instant};
 
 use foothold_image_builder::site::{self, ComputeNode, NodeNetwork};
 
-use crate::run;
+use crate::{run, try_run};
 
 /// Where libvirt keeps images; its qemu user can reach it (the tests' own directories may be private).
 const IMAGES: &str = "/var/lib/libvirt/images";
 
 /// `virsh` on the system daemon, bounded in time.
 pub fn virsh(args: &[&str]) -> Result<String, String> {
-    let out = Command::new("timeout")
-        .args(["60", "virsh", "-c", "qemu:///system"])
-        .args(args)
-        .output()
-        .map_err(|e| format!("virsh: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "virsh {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
+    try_run(
+        Command::new("timeout")
+            .args(["60", "virsh", "-c", "qemu:///system"])
+            .args(args),
+    )
+    .map_err(|e| format!("virsh {args:?}: {e}"))
 }
 
 /// Starts virtlogd and libvirtd unless the daemon answers, and makes the `default` storage pool if missing.

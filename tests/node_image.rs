@@ -15,14 +15,11 @@ use std::time::Duration;
 use foothold_e2e::libvirt::Site;
 use foothold_e2e::sushy::Sushy;
 use foothold_e2e::{
-    build_binaries, busybox_layout, free_port, run, target, upload_os_image, wait_for_marker,
-    workspace,
+    build_binaries, build_node_image, busybox_layout, free_port, run, target, upload_os_image,
+    wait_for_marker,
 };
-use foothold_image_builder::site::{Bmc, GuestForward, NodeNetwork};
+use foothold_image_builder::site::{site_network, Bmc, MIRROR};
 use serde_json::json;
-
-/// The mirror's address on the site's provisioning network, as `packages/node.yaml` names it.
-const MIRROR_ADDRESS: &str = "172.22.0.1";
 
 /// The agent this test serves the mirror with; killed on drop.
 struct Agent(Child);
@@ -50,7 +47,6 @@ fn manifest_requests(port: u16, ca: &Path) -> u64 {
 #[test]
 fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
     build_binaries();
-    let ws = workspace();
     let tmp = tempfile::tempdir_in(target()).unwrap();
     let dir = tmp.path();
 
@@ -67,7 +63,7 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
             "-nodes",
         ])
         .args(["-days", "2", "-subj", "/CN=foothold", "-addext"])
-        .arg(format!("subjectAltName=IP:{MIRROR_ADDRESS},IP:127.0.0.1"))
+        .arg(format!("subjectAltName=IP:{},IP:127.0.0.1", MIRROR.0))
         .arg("-keyout")
         .arg(&key)
         .arg("-out")
@@ -105,25 +101,8 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
             .unwrap(),
     );
 
-    // The spec as committed, with the mirror where this test's agent is, its CA, and busybox to prefetch.
-    let text = std::fs::read_to_string(ws.join("packages/node.yaml"))
-        .unwrap()
-        .replace(
-            "path: ../target/release/foothold-agent",
-            &format!("path: {}", target().join("debug/foothold-agent").display()),
-        )
-        .replace("path: ../", &format!("path: {}/", ws.display()))
-        .replace("path: site-ca.pem", &format!("path: {}", cert.display()))
-        .replace("prefetch: []", "prefetch: [docker.io/library/busybox:1.35]");
-    let spec = dir.join("node.yaml");
-    std::fs::write(&spec, text).unwrap();
-    let out = dir.join("out");
-    run(Command::new(target().join("debug/foothold-build"))
-        .arg("build")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out));
-    let iso = out.join("foothold-node.iso");
+    // The spec as committed, with the test's CA and busybox to prefetch.
+    let iso = build_node_image(dir, &cert);
     assert!(iso.is_file());
 
     let base = format!("https://127.0.0.1:{port}");
@@ -139,18 +118,7 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
     // The virtual site's node, and its BMC.
     let mut site = Site::new(&target().join("debug/foothold-build"));
     let node = site.node(0, 1536);
-    site.define(
-        &node,
-        &NodeNetwork {
-            net: "172.22.0.0/24".into(),
-            forwards: vec![GuestForward {
-                address: MIRROR_ADDRESS.into(),
-                port: 5000,
-                host_port: port,
-            }],
-            relay: site.relay(),
-        },
-    );
+    site.define(&node, &site_network(port, site.relay()));
     let bmc = Sushy::libvirt(
         dir,
         &Bmc {

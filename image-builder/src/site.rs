@@ -233,6 +233,20 @@ pub struct SiteOptions {
 /// built for (`packages/node.yaml`) and its agent's certificate names.
 pub const MIRROR: (&str, u16) = ("172.22.0.1", 5000);
 
+/// A node's network on the site: the provisioning network, its one way out the mirror address, relayed by
+/// `relay` to the appliance's agent at 127.0.0.1:`agent_port`.
+pub fn site_network(agent_port: u16, relay: PathBuf) -> NodeNetwork {
+    NodeNetwork {
+        net: "172.22.0.0/24".into(),
+        forwards: vec![GuestForward {
+            address: MIRROR.0.into(),
+            port: MIRROR.1,
+            host_port: agent_port,
+        }],
+        relay,
+    }
+}
+
 /// Writes a virtual site into `dir` (which must not exist; the whole directory appears at once):
 /// `node-<i>.xml` (libvirt domains), `sushy.conf` + `bmc.htpasswd` (the BMC, user `admin`, a random password
 /// also in `bmc-password`), `hosts.yaml` (Secrets and BareMetalHosts for the appliance), `foothold-build` (the
@@ -260,15 +274,7 @@ pub fn write(dir: &Path, o: &SiteOptions) -> Result<Vec<ComputeNode>> {
     std::fs::copy(&o.relay, &relay)
         .with_context(|| format!("copying {} as the relay", o.relay.display()))?;
     std::fs::set_permissions(&relay, std::fs::Permissions::from_mode(0o755))?;
-    let net = NodeNetwork {
-        net: "172.22.0.0/24".into(),
-        forwards: vec![GuestForward {
-            address: MIRROR.0.into(),
-            port: MIRROR.1,
-            host_port: o.agent_port,
-        }],
-        relay: dir.join("foothold-build"),
-    };
+    let net = site_network(o.agent_port, dir.join("foothold-build"));
     let password = uuid::Uuid::new_v4().simple().to_string();
     let bmc = format!(
         "http://{}:{BMC_GUEST_PORT}",
