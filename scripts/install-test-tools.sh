@@ -76,7 +76,7 @@ fi
 # Go test tools, rebuilt only when the pinned module set changes.
 stamp="$tools/.go-tools.sha256"
 want=$(cat scripts/go-tools/go.mod scripts/go-tools/go.sum | sha256sum | cut -d' ' -f1)
-if [ ! -x "$tools/crane" ] || [ ! -x "$tools/conformance.test" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+if [ ! -x "$tools/crane" ] || [ ! -x "$tools/oci-conformance" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   command -v go >/dev/null 2>&1 || { echo "install-test-tools: Go is required to build crane and the conformance suite" >&2; exit 1; }
   echo "install-test-tools: building crane and the OCI conformance suite"
   (
@@ -84,7 +84,7 @@ if [ ! -x "$tools/crane" ] || [ ! -x "$tools/conformance.test" ] || [ "$(cat "$s
     # The conformance module has no checksum-database entry; go.sum pins its hash.
     export GOFLAGS=-mod=readonly GONOSUMDB=github.com/opencontainers/distribution-spec/conformance
     go build -o "$tools/crane" github.com/google/go-containerregistry/cmd/crane
-    go test -c -o "$tools/conformance.test" github.com/opencontainers/distribution-spec/conformance
+    go build -o "$tools/oci-conformance" github.com/opencontainers/distribution-spec/conformance
   )
   echo "$want" > "$stamp"
 fi

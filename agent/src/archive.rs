@@ -15,7 +15,7 @@ use std::path::Path;
 use anyhow::Context as _;
 use serde::Deserialize;
 
-use crate::digest::Digest;
+use crate::digest::{Algorithm, Digest};
 use crate::import::{self, BlobSource, Imported, Index};
 use crate::names;
 use crate::store::{BlobFiles, Store, StoreError};
@@ -85,6 +85,16 @@ pub fn import_archive(store: &Store, path: &Path) -> Result<Vec<Imported>, Archi
 }
 
 /// The archive's files by normalised path, and its links.
+/// The algorithm and hex an OCI layout path `blobs/<algorithm>/<hex>` names, for a registered algorithm.
+fn layout_blob(path: &str) -> Option<(Algorithm, &str)> {
+    let rest = path.strip_prefix("blobs/")?;
+    Algorithm::ALL.into_iter().find_map(|a| {
+        rest.strip_prefix(a.name())
+            .and_then(|r| r.strip_prefix('/'))
+            .map(|hex| (a, hex))
+    })
+}
+
 struct Scan {
     files: HashMap<String, (Digest, u64)>,
     links: HashMap<String, String>,
@@ -188,13 +198,15 @@ fn scan(store: &Store, path: &Path, created: &mut Vec<Digest>) -> Result<Scan, A
                     return Err(bad("names no file".into()));
                 }
                 let declared = entry.size();
+                // A layout's `blobs/sha512/…` holds content named by sha512; everything else is named by sha256.
+                let algorithm = layout_blob(&p).map_or(Algorithm::Sha256, |(a, _)| a);
                 let (digest, size, new) =
-                    store
-                        .stage_blob(&mut entry)
-                        .map_err(|e| match StoreError::from(e) {
+                    store.stage_blob(&mut entry, algorithm).map_err(
+                        |e| match StoreError::from(e) {
                             StoreError::Io(e) => bad(format!("cannot be read: {e}")),
                             other => ArchiveError::Store(other),
-                        })?;
+                        },
+                    )?;
                 if new {
                     created.push(digest.clone());
                 }
@@ -237,8 +249,8 @@ impl<'a> Stored<'a> {
         let mut sizes = HashMap::new();
         for (path, (digest, size)) in &scan.files {
             // In an OCI layout the path names the digest: it must be what the content hashes to.
-            if let Some(hex) = path.strip_prefix("blobs/sha256/") {
-                if hex != digest.hex() {
+            if let Some((algorithm, hex)) = layout_blob(path) {
+                if algorithm != digest.algorithm() || hex != digest.hex() {
                     return Err(invalid(format!(
                         "archive entry {path:?} hashes to {digest}: the archive is corrupt"
                     )));

@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::Path;
 
-use crate::digest::Digest;
+use crate::digest::{Algorithm, Digest};
 use crate::store::blobs::hash_file;
 use crate::store::Meta;
 
@@ -26,30 +26,35 @@ pub fn check(root: &Path) -> anyhow::Result<Report> {
     );
     let meta = Meta::open(&db).with_context(|| format!("opening {}", db.display()))?;
     let mut report = Report::default();
-    let blob_dir = root.join("blobs/sha256");
     let mut on_disk = std::collections::HashMap::new();
-    for entry in
-        fs::read_dir(&blob_dir).with_context(|| format!("listing {}", blob_dir.display()))?
-    {
-        let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Ok(expected) = format!("sha256:{name}").parse::<Digest>() else {
-            report.problems.push(format!(
-                "{}: file name is not a sha256 digest",
-                entry.path().display()
-            ));
-            continue;
-        };
-        let (actual, size) = hash_file(&entry.path())
-            .with_context(|| format!("hashing {}", entry.path().display()))?;
-        report.blobs_checked += 1;
-        report.bytes_hashed += size;
-        if actual != expected {
-            report.problems.push(format!(
-                "blob {expected} is corrupt: its content hashes to {actual}"
-            ));
+    for algorithm in Algorithm::ALL {
+        let blob_dir = root.join("blobs").join(algorithm.name());
+        if algorithm != Algorithm::Sha256 && !blob_dir.exists() {
+            continue; // a store written before sha512 was supported
         }
-        on_disk.insert(expected, size);
+        for entry in
+            fs::read_dir(&blob_dir).with_context(|| format!("listing {}", blob_dir.display()))?
+        {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(expected) = Digest::from_parts(algorithm, &name) else {
+                report.problems.push(format!(
+                    "{}: file name is not a {algorithm} digest",
+                    entry.path().display()
+                ));
+                continue;
+            };
+            let (actual, size) = hash_file(&entry.path(), algorithm)
+                .with_context(|| format!("hashing {}", entry.path().display()))?;
+            report.blobs_checked += 1;
+            report.bytes_hashed += size;
+            if actual != expected {
+                report.problems.push(format!(
+                    "blob {expected} is corrupt: its content hashes to {actual}"
+                ));
+            }
+            on_disk.insert(expected, size);
+        }
     }
     let mut referenced = std::collections::HashSet::new();
     for (repo, digest, _) in meta.all_references()? {

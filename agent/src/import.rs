@@ -57,7 +57,7 @@ pub(crate) trait BlobSource {
             );
         }
         let bytes = self.read(digest)?;
-        let actual = Digest::of_bytes(&bytes);
+        let actual = Digest::of_bytes_with(digest.algorithm(), &bytes);
         if &actual != digest {
             bail!("{} hashes to {actual}", self.describe(digest));
         }
@@ -73,7 +73,10 @@ pub(crate) struct Layout<'a>(pub &'a Path);
 
 impl Layout<'_> {
     fn path(&self, digest: &Digest) -> PathBuf {
-        self.0.join("blobs/sha256").join(digest.hex())
+        self.0
+            .join("blobs")
+            .join(digest.algorithm().name())
+            .join(digest.hex())
     }
 }
 
@@ -187,8 +190,9 @@ pub(crate) fn commit(src: &dyn BlobSource, store: &Store, p: &Plan) -> anyhow::R
     for (digest, bytes, parsed) in &p.manifests {
         let tag = (digest == &p.digest).then_some(p.tag.as_deref()).flatten();
         store.with_meta_blocking(|m, files| -> anyhow::Result<()> {
-            files.put_bytes(bytes)?;
-            Ok(m.put_manifest(&p.repo, digest, bytes.len() as u64, parsed, tag)?)
+            files.put_bytes(digest.algorithm(), bytes)?;
+            let tags: Vec<&str> = tag.into_iter().collect();
+            Ok(m.put_manifest(&p.repo, digest, bytes.len() as u64, parsed, &tags)?)
         })?;
     }
     tracing::info!(repo = p.repo, tag = p.tag, digest = %p.digest, "imported");
@@ -319,7 +323,7 @@ pub fn add_file(
     // The file is written and its record made under one acquisition of the lock.
     store.with_meta_blocking(|m, files| -> anyhow::Result<Digest> {
         let (digest, length, created) = files
-            .put_hashing(file)
+            .put_hashing(file, crate::digest::Algorithm::Sha256)
             .with_context(|| format!("storing {}", path.display()))?;
         let hex = digest.hex().to_owned();
         if let Some(want) = sha256 {

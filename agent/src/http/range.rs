@@ -37,6 +37,9 @@ pub fn parse(header: Option<&str>, size: u64) -> ByteRange {
             .map(|s| (s < size).then(|| (s, size - 1))),
         (false, false) => match (a.parse::<u64>(), b.parse::<u64>()) {
             (Ok(s), Ok(e)) if s <= e => Some((s < size).then(|| (s, e.min(size - 1)))),
+            // Last before first: the RFC lets a server ignore or reject it; nginx, Go and the OCI conformance
+            // suite expect 416.
+            (Ok(_), Ok(_)) => Some(None),
             _ => None,
         },
         (true, true) => None,
@@ -78,7 +81,8 @@ mod tests {
         );
         assert_eq!(parse(Some("bytes=10-"), 10), ByteRange::Unsatisfiable);
         assert_eq!(parse(Some("bytes=-0"), 10), ByteRange::Unsatisfiable);
-        assert_eq!(parse(Some("bytes=5-2"), 10), ByteRange::Full);
+        assert_eq!(parse(Some("bytes=5-2"), 10), ByteRange::Unsatisfiable);
+        assert_eq!(parse(Some("bytes=5-x"), 10), ByteRange::Full);
         assert_eq!(parse(Some("bytes=0-1,3-4"), 10), ByteRange::Full);
         assert_eq!(parse(Some("items=0-1"), 10), ByteRange::Full);
     }

@@ -1,4 +1,4 @@
-//! Blob files in the OCI image layout (`<data>/blobs/sha256/<hex>`). Owns durability: every blob is written to a
+//! Blob files in the OCI image layout (`<data>/blobs/<algorithm>/<hex>`). Owns durability: every blob is written to a
 //! temp file in the same file system, fsynced, verified, renamed into place and the directory fsynced. It never
 //! makes a file visible under a digest it does not hash to, and never holds a whole blob in memory.
 
@@ -6,9 +6,7 @@ use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest as _, Sha256};
-
-use crate::digest::Digest;
+use crate::digest::{Algorithm, Digest, Hasher};
 
 /// Read and write buffer for hashing and copying; large enough to keep syscalls off the profile.
 pub const IO_BUF: usize = 256 * 1024;
@@ -25,7 +23,10 @@ pub struct BlobFiles {
 impl BlobFiles {
     /// Opens (creating if needed) the OCI layout skeleton under `root`.
     pub fn open(root: &Path) -> io::Result<Self> {
-        for dir in ["blobs/sha256", "tmp", "uploads"] {
+        for algorithm in Algorithm::ALL {
+            fs::create_dir_all(root.join("blobs").join(algorithm.name()))?;
+        }
+        for dir in ["tmp", "uploads"] {
             fs::create_dir_all(root.join(dir))?;
         }
         let layout = root.join("oci-layout");
@@ -49,12 +50,12 @@ impl BlobFiles {
         &self.root
     }
 
-    pub fn blob_dir(&self) -> PathBuf {
-        self.root.join("blobs/sha256")
+    pub fn blob_dir(&self, algorithm: Algorithm) -> PathBuf {
+        self.root.join("blobs").join(algorithm.name())
     }
 
     pub fn path(&self, digest: &Digest) -> PathBuf {
-        self.blob_dir().join(digest.hex())
+        self.blob_dir(digest.algorithm()).join(digest.hex())
     }
 
     pub fn upload_path(&self, id: &str) -> PathBuf {
@@ -85,20 +86,20 @@ impl BlobFiles {
             return Ok(());
         }
         fs::rename(from, &to)?;
-        sync_dir(&self.blob_dir())
+        sync_dir(&self.blob_dir(digest.algorithm()))
     }
 
     pub fn remove(&self, digest: &Digest) -> io::Result<()> {
         match fs::remove_file(self.path(digest)) {
-            Ok(()) => sync_dir(&self.blob_dir()),
+            Ok(()) => sync_dir(&self.blob_dir(digest.algorithm())),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
         }
     }
 
-    /// Writes small content (manifests) durably under its digest.
-    pub fn put_bytes(&self, bytes: &[u8]) -> io::Result<Digest> {
-        let digest = Digest::of_bytes(bytes);
+    /// Writes small content (manifests) durably under its digest of `algorithm`.
+    pub fn put_bytes(&self, algorithm: Algorithm, bytes: &[u8]) -> io::Result<Digest> {
+        let digest = Digest::of_bytes_with(algorithm, bytes);
         if self.path(&digest).exists() {
             return Ok(digest);
         }
@@ -118,7 +119,7 @@ impl BlobFiles {
             return Ok(size);
         }
         let tmp = self.temp_path();
-        match self.write_temp(&tmp, reader) {
+        match self.write_temp(&tmp, reader, expected.algorithm()) {
             Ok((digest, size)) if &digest == expected => {
                 self.commit(&tmp, expected)?;
                 Ok(size)
@@ -137,10 +138,15 @@ impl BlobFiles {
 
 impl BlobFiles {
     /// Copies a reader into the fsynced temp file `tmp`, hashing it; the file is removed on error.
-    fn write_temp(&self, tmp: &Path, reader: impl Read) -> io::Result<(Digest, u64)> {
+    fn write_temp(
+        &self,
+        tmp: &Path,
+        reader: impl Read,
+        algorithm: Algorithm,
+    ) -> io::Result<(Digest, u64)> {
         let result = (|| {
             let mut f = File::create(tmp)?;
-            let (digest, size) = copy_hashing(reader, &mut f)?;
+            let (digest, size) = copy_hashing(reader, &mut f, algorithm.hasher())?;
             f.sync_all()?;
             Ok::<_, io::Error>((digest, size))
         })();
@@ -153,9 +159,13 @@ impl BlobFiles {
     /// Copies a reader into the store under whatever its content hashes to. Returns the digest, the size and
     /// whether this call created the blob (false: it was there already). Used by archive import, which learns
     /// digests by reading; a blob stored this way stays invisible until metadata references it.
-    pub fn put_hashing(&self, reader: impl Read) -> io::Result<(Digest, u64, bool)> {
+    pub fn put_hashing(
+        &self,
+        reader: impl Read,
+        algorithm: Algorithm,
+    ) -> io::Result<(Digest, u64, bool)> {
         let tmp = self.temp_path();
-        match self.write_temp(&tmp, reader) {
+        match self.write_temp(&tmp, reader, algorithm) {
             Ok((digest, size)) => {
                 let created = !self.path(&digest).exists();
                 self.commit(&tmp, &digest)?;
@@ -175,12 +185,15 @@ pub enum PutError {
 }
 
 /// Hashes a file from the start.
-pub fn hash_file(path: &Path) -> io::Result<(Digest, u64)> {
-    copy_hashing(File::open(path)?, &mut io::sink())
+pub fn hash_file(path: &Path, algorithm: Algorithm) -> io::Result<(Digest, u64)> {
+    copy_hashing(File::open(path)?, &mut io::sink(), algorithm.hasher())
 }
 
-fn copy_hashing(mut reader: impl Read, out: &mut impl Write) -> io::Result<(Digest, u64)> {
-    let mut hasher = Sha256::new();
+fn copy_hashing(
+    mut reader: impl Read,
+    out: &mut impl Write,
+    mut hasher: Hasher,
+) -> io::Result<(Digest, u64)> {
     let mut buf = vec![0u8; IO_BUF];
     let mut total = 0u64;
     loop {
@@ -194,7 +207,7 @@ fn copy_hashing(mut reader: impl Read, out: &mut impl Write) -> io::Result<(Dige
         out.write_all(&buf[..n])?;
         total += n as u64;
     }
-    Ok((Digest::from_sha256(hasher), total))
+    Ok((hasher.finish(), total))
 }
 
 pub fn sync_dir(dir: &Path) -> io::Result<()> {

@@ -14,13 +14,11 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use bytes::{Bytes, BytesMut};
-use futures_util::{Stream, StreamExt};
-use sha2::{Digest as _, Sha256};
-
-use crate::digest::Digest;
+use crate::digest::{Digest, Hasher};
 use crate::manifest::{self, ManifestError};
 pub use blobs::BlobFiles;
+use bytes::{Bytes, BytesMut};
+use futures_util::{Stream, StreamExt};
 pub use meta::{ImageRow, ManifestRow, Meta, MetaError, TusRow};
 
 /// Writes are batched to this size before they go to the blocking pool.
@@ -117,7 +115,7 @@ impl Display for Reference {
 /// is None and the file is re-hashed when the upload finishes.
 struct Session {
     pub(super) offset: u64,
-    pub(super) hasher: Option<Sha256>,
+    pub(super) hasher: Option<Hasher>,
 }
 
 pub struct Store {
@@ -174,8 +172,12 @@ impl Store {
 
     /// Writes a blob's file unlinked (an archive's entries): it may be collected before its import links it
     /// under the lock ([`Store::with_meta_blocking`]), which then fails cleanly.
-    pub fn stage_blob(&self, reader: impl io::Read) -> io::Result<(Digest, u64, bool)> {
-        self.files.put_hashing(reader)
+    pub fn stage_blob(
+        &self,
+        reader: impl io::Read,
+        algorithm: crate::digest::Algorithm,
+    ) -> io::Result<(Digest, u64, bool)> {
+        self.files.put_hashing(reader, algorithm)
     }
 
     /// Runs `f` with the metadata (and file commits) on the blocking pool.
@@ -276,7 +278,8 @@ impl Store {
     {
         let tmp = self.files.temp_path();
         let file = File::create(&tmp)?;
-        let (file, hasher, written, outcome) = write_stream(file, Sha256::new(), body).await;
+        let (file, hasher, written, outcome) =
+            write_stream(file, expected.algorithm().hasher(), body).await;
         let result = (|| {
             outcome?;
             file.sync_all()?;
@@ -286,7 +289,7 @@ impl Store {
                     got: written,
                 });
             }
-            let actual = Digest::from_sha256(hasher);
+            let actual = hasher.finish();
             if &actual != expected {
                 return Err(StoreError::DigestMismatch {
                     expected: expected.clone(),
@@ -309,36 +312,45 @@ impl Store {
         .await
     }
 
-    /// Stores a manifest under `reference`. Returns its digest and subject.
+    /// Stores a manifest under `reference`, also tagged `extra_tags` (the `?tag=` of a push by digest).
+    /// Returns its digest and subject.
     pub async fn put_manifest(
         &self,
         repo: &str,
         reference: &Reference,
+        extra_tags: &[String],
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<(Digest, Option<Digest>)> {
         if body.len() > manifest::MAX_MANIFEST_SIZE {
             return Err(StoreError::ManifestTooLarge);
         }
-        let digest = Digest::of_bytes(&body);
-        let tag = match reference {
+        // Named by the algorithm of the digest it is pushed by; pushed by tag, sha256.
+        let algorithm = match reference {
+            Reference::Digest(d) => d.algorithm(),
+            Reference::Tag(_) => crate::digest::Algorithm::Sha256,
+        };
+        let digest = Digest::of_bytes_with(algorithm, &body);
+        let mut tags = extra_tags.to_vec();
+        match reference {
             Reference::Digest(d) if *d != digest => {
                 return Err(StoreError::DigestMismatch {
                     expected: d.clone(),
                     actual: digest,
                 })
             }
-            Reference::Digest(_) => None,
-            Reference::Tag(t) => Some(t.clone()),
-        };
+            Reference::Digest(_) => {}
+            Reference::Tag(t) => tags.push(t.clone()),
+        }
         let parsed = manifest::parse(content_type, &body)?;
         let subject = parsed.subject.clone();
         let repo = repo.to_owned();
         let d = digest.clone();
         self.with_meta(move |m, files| {
             m.check_references(&repo, &parsed)?; // before the file is written: a refused manifest leaves nothing
-            files.put_bytes(&body)?;
-            m.put_manifest(&repo, &d, body.len() as u64, &parsed, tag.as_deref())?;
+            files.put_bytes(algorithm, &body)?;
+            let tags: Vec<&str> = tags.iter().map(String::as_str).collect();
+            m.put_manifest(&repo, &d, body.len() as u64, &parsed, &tags)?;
             Ok(())
         })
         .await?;
@@ -432,9 +444,9 @@ impl Store {
 /// file, hasher and the byte count actually written even when the body fails midway.
 pub(super) async fn write_stream<S, E>(
     mut file: File,
-    mut hasher: Sha256,
+    mut hasher: Hasher,
     mut body: S,
-) -> (File, Sha256, u64, Result<()>)
+) -> (File, Hasher, u64, Result<()>)
 where
     S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
     E: Display,

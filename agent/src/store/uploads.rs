@@ -7,12 +7,10 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::sync::Arc;
 
+use super::{blobs, write_stream, Meta, Result, Session, Store, StoreError};
+use crate::digest::{Algorithm, Digest};
 use bytes::Bytes;
 use futures_util::Stream;
-use sha2::{Digest as _, Sha256};
-
-use super::{blobs, write_stream, Meta, Result, Session, Store, StoreError};
-use crate::digest::Digest;
 
 impl Store {
     pub async fn start_upload(&self, repo: &str) -> Result<String> {
@@ -34,7 +32,7 @@ impl Store {
             id.clone(),
             Arc::new(tokio::sync::Mutex::new(Session {
                 offset: 0,
-                hasher: Some(Sha256::new()),
+                hasher: Some(Algorithm::Sha256.hasher()),
             })),
         );
         Ok(id)
@@ -165,12 +163,13 @@ impl Store {
         Ok(s.offset)
     }
 
-    /// Appends the final chunk (if any), verifies the digest and makes the blob visible. On mismatch the
+    /// Appends the final chunk (if any; `start` as for `append_upload`), verifies the digest and makes the blob visible. On mismatch the
     /// session is discarded, as the spec requires the client to start over.
     pub async fn finish_upload<S, E>(
         &self,
         repo: &str,
         id: &str,
+        start: Option<u64>,
         expected: &Digest,
         body: S,
     ) -> Result<u64>
@@ -178,7 +177,7 @@ impl Store {
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: Display,
     {
-        self.append_upload(repo, id, None, body).await?;
+        self.append_upload(repo, id, start, body).await?;
         let link = repo.to_owned();
         let (_, size) = self
             .complete_upload(repo, id, Some(expected.clone()), move |m, digest, size| {
@@ -188,8 +187,8 @@ impl Store {
         Ok(size)
     }
 
-    /// Ends an upload session: hashes what it holds, checks it against `expected` (if any), moves it into the
-    /// blob store and lets `record` write what now references the blob — all under the metadata lock, so the
+    /// Ends an upload session: hashes what it holds (with `expected`'s algorithm, else sha256), checks it
+    /// against `expected` (if any), moves it into the blob store and lets `record` write what now references the blob — all under the metadata lock, so the
     /// blob is never visible unreferenced. The session is gone afterwards, whatever the outcome.
     pub async fn complete_upload(
         &self,
@@ -202,11 +201,15 @@ impl Store {
         let mut s = session.lock().await;
         let path = self.files.upload_path(id);
         let size = s.offset;
-        let actual = match s.hasher.take() {
-            Some(h) => Digest::from_sha256(h),
+        let algorithm = expected
+            .as_ref()
+            .map_or(Algorithm::Sha256, Digest::algorithm);
+        // The running hash is sha256; content named by another algorithm is hashed once, here.
+        let actual = match s.hasher.take().filter(|h| h.algorithm() == algorithm) {
+            Some(h) => h.finish(),
             None => {
                 let p = path.clone();
-                tokio::task::spawn_blocking(move || blobs::hash_file(&p))
+                tokio::task::spawn_blocking(move || blobs::hash_file(&p, algorithm))
                     .await
                     .expect("hash task")?
                     .0

@@ -378,6 +378,25 @@ async fn malicious_and_broken_archives_import_nothing() {
             "the archive is corrupt",
         ),
         (
+            "oci-lying-sha512-blob",
+            // 141-byte name: a GNU long-name entry, which the hand-made headers cannot carry.
+            {
+                let mut t = tar::Builder::new(Vec::new());
+                for (name, data) in [
+                    ("oci-layout", &br#"{"imageLayoutVersion":"1.0.0"}"#[..]),
+                    (&format!("blobs/sha512/{}", "0".repeat(128)), &oci_blob),
+                    ("index.json", br#"{"schemaVersion":2,"manifests":[]}"#),
+                ] {
+                    let mut h = tar::Header::new_gnu();
+                    h.set_size(data.len() as u64);
+                    h.set_mode(0o644);
+                    t.append_data(&mut h, name, data).unwrap();
+                }
+                t.into_inner().unwrap()
+            },
+            "the archive is corrupt",
+        ),
+        (
             "not-an-archive",
             b"this is not a tar archive at all, just some text that is long enough".repeat(20),
             "not a valid tar file",
@@ -442,4 +461,34 @@ async fn malicious_and_broken_archives_import_nothing() {
     // is not kept.
     assert_eq!(inproc::stored_blobs(dir.path()), 4);
     inproc::assert_fsck_clean(dir.path());
+}
+
+/// An oci-archive whose blobs are named by sha512 imports under those digests (one that lies about a sha512
+/// name is in `malicious_and_broken_archives_import_nothing`).
+#[test]
+fn sha512_oci_archives_import_under_sha512_digests() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("layout");
+    let image = layout::write_image_with(
+        layout::Algo::Sha512,
+        &src,
+        41,
+        &[30_000],
+        "quay.io/foothold/five:v1",
+    );
+    let tar_of = |dir: &std::path::Path| {
+        let mut t = tar::Builder::new(Vec::new());
+        t.append_dir_all(".", dir).unwrap();
+        t.into_inner().unwrap()
+    };
+    let agent = Agent::start(&tmp.path().join("data"), Some(TOKEN));
+    let (status, record) = upload(&agent, "five.tar", &tar_of(&src));
+    assert_eq!(status, 200, "{record}");
+    assert_eq!(
+        record["imported"][0]["digest"], image.manifest_digest,
+        "{record}"
+    );
+
+    drop(agent);
+    assert_fsck_clean(&tmp.path().join("data"));
 }

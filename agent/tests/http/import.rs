@@ -195,3 +195,72 @@ fn an_index_with_absent_platforms_imports_only_with_present_platforms() {
     drop(agent);
     assert_fsck_clean(&data);
 }
+
+/// A layout whose every blob is named by sha512 (`blobs/sha512/…`) imports, is served under those digests, and
+/// fsck re-hashes it with sha512 — and notices when such a blob is damaged.
+#[test]
+fn sha512_layouts_import_and_serve_under_sha512_digests() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let src = tmp.path().join("layout");
+    let image = layout::write_image_with(
+        layout::Algo::Sha512,
+        &src,
+        31,
+        &[40_000],
+        "docker.io/library/five:12",
+    );
+    assert!(image.manifest_digest.starts_with("sha512:"));
+    let out = import(&data, &src, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("docker.io/library/five:12 {}", image.manifest_digest)
+    );
+
+    let agent = Agent::start(&data, None);
+    let headers = stdout(Command::new("curl").args([
+        "-sfI",
+        "-H",
+        "Accept: application/vnd.oci.image.manifest.v1+json",
+        &agent.url("/v2/docker.io/library/five/manifests/12"),
+    ]));
+    assert!(
+        headers
+            .to_ascii_lowercase()
+            .contains(&format!("docker-content-digest: {}", image.manifest_digest)),
+        "{headers}"
+    );
+    for digest in image.layer_digests.iter().chain([&image.config_digest]) {
+        let body = Command::new("curl")
+            .args([
+                "-sf",
+                &agent.url(&format!("/v2/docker.io/library/five/blobs/{digest}")),
+            ])
+            .output()
+            .unwrap();
+        assert!(body.status.success(), "GET {digest}");
+        assert_eq!(&layout::Algo::Sha512.digest(&body.stdout), digest);
+    }
+    drop(agent);
+    assert_fsck_clean(&data);
+    let layer = &image.layer_digests[0];
+    assert!(data.join("blobs/sha512").join(&layer[7..]).exists());
+    std::fs::write(data.join("blobs/sha512").join(&layer[7..]), b"damaged").unwrap();
+    let fsck = Command::new(agent_bin())
+        .args(["fsck", "--data"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let report =
+        String::from_utf8_lossy(&fsck.stdout).into_owned() + &String::from_utf8_lossy(&fsck.stderr);
+    assert!(!fsck.status.success(), "{report}");
+    assert!(
+        report.contains(&format!("blob {layer} is corrupt")),
+        "{report}"
+    );
+}

@@ -98,5 +98,12 @@ pub fn assert_fsck_clean(dir: &Path) {
 
 /// How many blob files the store at `dir` holds.
 pub fn stored_blobs(dir: &Path) -> usize {
-    std::fs::read_dir(dir.join("blobs/sha256")).unwrap().count()
+    ["sha256", "sha512"]
+        .iter()
+        .map(|a| {
+            std::fs::read_dir(dir.join("blobs").join(a))
+                .unwrap()
+                .count()
+        })
+        .sum()
 }

@@ -8,7 +8,7 @@ use flate2::{write::GzEncoder, Compression};
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::json;
-use sha2::{Digest, Sha256};
+use sha2::{Digest, Sha256, Sha512};
 
 pub struct Image {
     pub manifest_digest: String,
@@ -20,10 +20,35 @@ fn sha(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
-fn put(layout: &Path, bytes: &[u8]) -> String {
-    let d = sha(bytes);
-    let p = layout.join("blobs/sha256").join(&d[7..]);
-    std::fs::write(p, bytes).unwrap();
+/// The digest algorithm a layout names its blobs by.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Algo {
+    Sha256,
+    Sha512,
+}
+
+impl Algo {
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Sha256 => "sha256",
+            Algo::Sha512 => "sha512",
+        }
+    }
+
+    pub fn digest(self, bytes: &[u8]) -> String {
+        match self {
+            Algo::Sha256 => sha(bytes),
+            Algo::Sha512 => format!("sha512:{}", hex::encode(Sha512::digest(bytes))),
+        }
+    }
+}
+
+fn put(layout: &Path, algo: Algo, bytes: &[u8]) -> String {
+    let d = algo.digest(bytes);
+    let (name, hex) = d.split_once(':').unwrap();
+    let dir = layout.join("blobs").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(hex), bytes).unwrap();
     d
 }
 
@@ -52,7 +77,19 @@ pub fn layer(seed: u64, files: usize, file_size: usize) -> (Vec<u8>, String) {
 /// Writes an image with one layer per entry of `layer_sizes` (bytes of random content each) into `layout`,
 /// named `ref_name` (a bare tag, as skopeo writes `oci:DIR:TAG`, or a full reference).
 pub fn write_image(layout: &Path, seed: u64, layer_sizes: &[usize], ref_name: &str) -> Image {
-    std::fs::create_dir_all(layout.join("blobs/sha256")).unwrap();
+    write_image_with(Algo::Sha256, layout, seed, layer_sizes, ref_name)
+}
+
+/// [`write_image`] with every blob named by `algo` (diff_ids stay sha256, as the image-spec's examples have
+/// them).
+pub fn write_image_with(
+    algo: Algo,
+    layout: &Path,
+    seed: u64,
+    layer_sizes: &[usize],
+    ref_name: &str,
+) -> Image {
+    std::fs::create_dir_all(layout.join("blobs").join(algo.name())).unwrap();
     std::fs::write(
         layout.join("oci-layout"),
         r#"{"imageLayoutVersion":"1.0.0"}"#,
@@ -63,7 +100,7 @@ pub fn write_image(layout: &Path, seed: u64, layer_sizes: &[usize], ref_name: &s
     for (i, &size) in layer_sizes.iter().enumerate() {
         let file_size = size.clamp(1, 1 << 20);
         let (gz, diff_id) = layer(seed * 1000 + i as u64, size.div_ceil(file_size), file_size);
-        let digest = put(layout, &gz);
+        let digest = put(layout, algo, &gz);
         layers.push(json!({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": digest, "size": gz.len()}));
         diff_ids.push(diff_id);
     }
@@ -74,14 +111,14 @@ pub fn write_image(layout: &Path, seed: u64, layer_sizes: &[usize], ref_name: &s
         "history": [{"created": "2023-11-14T22:13:20Z", "created_by": "foothold test layout"}],
     }))
     .unwrap();
-    let config_digest = put(layout, &config);
+    let config_digest = put(layout, algo, &config);
     let manifest = serde_json::to_vec(&json!({
         "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config.len()},
         "layers": layers,
     }))
     .unwrap();
-    let manifest_digest = put(layout, &manifest);
+    let manifest_digest = put(layout, algo, &manifest);
     let index = json!({"schemaVersion": 2, "manifests": [{
         "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifest_digest, "size": manifest.len(),
         "platform": {"architecture": "amd64", "os": "linux"},

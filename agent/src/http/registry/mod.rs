@@ -17,6 +17,7 @@ use crate::http::state::AppState;
 use crate::manifest;
 use crate::names;
 use crate::store::Reference;
+use crate::store::StoreError;
 pub use error::RegistryError;
 use routes::Route;
 
@@ -175,6 +176,17 @@ async fn dispatch(
         }
         (Route::Manifest { reference, .. }, Method::PUT) => {
             let reference = parse_reference(reference, true)?;
+            // Tags given as `?tag=` (distribution-spec 1.1's push by digest with tags), answered in `OCI-Tag`.
+            let tags = Query::<Vec<(String, String)>>::try_from_uri(uri)
+                .map(|Query(q)| q)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(k, _)| k == "tag")
+                .map(|(_, t)| match names::validate_tag(&t) {
+                    Ok(()) => Ok(t),
+                    Err(e) => Err(RegistryError::ManifestInvalid(e.to_string())),
+                })
+                .collect::<Result<Vec<_>>>()?;
             let bytes = axum::body::to_bytes(body, manifest::MAX_MANIFEST_SIZE)
                 .await
                 .map_err(|_| RegistryError::ManifestTooLarge)?;
@@ -183,7 +195,7 @@ async fn dispatch(
                 .and_then(|v| v.to_str().ok());
             let (digest, subject) = state
                 .store
-                .put_manifest(&repo, &reference, ct, bytes)
+                .put_manifest(&repo, &reference, &tags, ct, bytes)
                 .await?;
             tracing::info!(repo, %digest, reference = %reference, "manifest stored");
             let mut h = vec![
@@ -192,6 +204,9 @@ async fn dispatch(
             ];
             if let Some(s) = subject {
                 h.push(("oci-subject", s.to_string()));
+            }
+            if !tags.is_empty() {
+                h.push(("oci-tag", tags.join(", ")));
             }
             Ok(empty(StatusCode::CREATED, &h))
         }
@@ -250,25 +265,12 @@ async fn dispatch(
             ))
         }
         (Route::Upload { id, .. }, Method::PATCH) => {
-            let start = match headers
-                .get(header::CONTENT_RANGE)
-                .and_then(|v| v.to_str().ok())
-            {
-                None => None,
-                Some(v) => Some(parse_content_range(v)?),
-            };
-            let location = format!("/v2/{path_name}/blobs/uploads/{id}");
+            let start = chunk_start(headers)?;
             let offset = state
                 .store
                 .append_upload(&repo, id, start, body.into_data_stream())
                 .await
-                .map_err(|e| match RegistryError::from(e) {
-                    RegistryError::RangeInvalid { offset, .. } => RegistryError::RangeInvalid {
-                        offset,
-                        location: location.clone(),
-                    },
-                    other => other,
-                })?;
+                .map_err(|e| upload_error(e, &path_name, id))?;
             Ok(upload_accepted(
                 StatusCode::ACCEPTED,
                 &path_name,
@@ -282,10 +284,13 @@ async fn dispatch(
                     .get("digest")
                     .ok_or_else(|| RegistryError::DigestInvalid("PUT needs ?digest=".into()))?,
             )?;
+            // A final chunk may say where it starts, like a PATCH: out of order is 416 and the session stays.
+            let start = chunk_start(headers)?;
             state
                 .store
-                .finish_upload(&repo, id, &digest, body.into_data_stream())
-                .await?;
+                .finish_upload(&repo, id, start, &digest, body.into_data_stream())
+                .await
+                .map_err(|e| upload_error(e, &path_name, id))?;
             tracing::info!(repo, %digest, "blob upload finished");
             Ok(blob_created(&path_name, &digest))
         }
@@ -364,6 +369,29 @@ fn paged(path: &str, key: &str, items: Vec<String>, n: Option<usize>) -> Respons
         resp.headers_mut().insert(header::LINK, hv(&link));
     }
     resp
+}
+
+/// Where a chunk says it starts (its `Content-Range`), if it says.
+fn chunk_start(headers: &HeaderMap) -> Result<Option<u64>> {
+    headers
+        .get(header::CONTENT_RANGE)
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| RegistryError::BlobUploadInvalid("Content-Range is not ASCII".into()))
+                .and_then(parse_content_range)
+        })
+        .transpose()
+}
+
+/// A store error on an upload session; an out-of-order chunk's 416 names the session's location.
+fn upload_error(e: StoreError, path_name: &str, id: &str) -> RegistryError {
+    match RegistryError::from(e) {
+        RegistryError::RangeInvalid { offset, .. } => RegistryError::RangeInvalid {
+            offset,
+            location: format!("/v2/{path_name}/blobs/uploads/{id}"),
+        },
+        other => other,
+    }
 }
 
 /// `Content-Range: <start>-<end>` (the distribution-spec form, no unit); `bytes ` prefix tolerated.

@@ -43,7 +43,7 @@ impl Meta {
         digest: &Digest,
         size: u64,
         parsed: &ParsedManifest,
-        tag: Option<&str>,
+        tags: &[&str],
     ) -> Result<(), MetaError> {
         self.check_references(repo, parsed)?;
         let tx = self.conn.transaction()?;
@@ -82,7 +82,7 @@ impl Meta {
                 params![repo, d, target.to_string(), kind],
             )?;
         }
-        if let Some(tag) = tag {
+        for tag in tags {
             tx.execute(
                 "INSERT OR REPLACE INTO tags(repo, tag, digest) VALUES (?1, ?2, ?3)",
                 params![repo, tag, d],
