@@ -78,6 +78,9 @@ impl fmt::Display for Key {
     }
 }
 
+/// `/files/<owner>/<cluster>/<kind>/<name><CHECKSUM_SUFFIX>` serves the sha256sum line of `<name>`.
+pub const CHECKSUM_SUFFIX: &str = ".sha256sum";
+
 /// Names become path segments and file names elsewhere: no separators, no `.`/`..`, no control characters.
 pub fn validate_name(field: &'static str, s: &str) -> Result<(), ImageError> {
     foothold_names::check_name(s).map_err(|reason| ImageError::InvalidName { field, reason })
@@ -215,6 +218,13 @@ impl<'a> Images<'a> {
         new: NewImage,
     ) -> Result<Record, ImageError> {
         let key = Key::new(owner, cluster, kind, &new.image_name)?;
+        if new.image_name.ends_with(CHECKSUM_SUFFIX) {
+            // `/files/.../<name>.sha256sum` is the checksum of `<name>`: such a record could never be downloaded.
+            return Err(ImageError::InvalidName {
+                field: "image_name",
+                reason: format!("must not end in {CHECKSUM_SUFFIX:?} (that name serves the checksum of the record without it)"),
+            });
+        }
         let sha256 = match new.sha256 {
             Some(s) if format!("sha256:{s}").parse::<Digest>().is_err() => {
                 return Err(ImageError::InvalidRequest(format!(
@@ -223,6 +233,18 @@ impl<'a> Images<'a> {
             }
             s => s,
         };
+        let empty = Digest::of_bytes(b"");
+        if let Some(s) = sha256
+            .as_deref()
+            .filter(|s| new.image_length == Some(0) && *s != empty.hex())
+        {
+            // Empty content is complete as soon as it is created: refuse a checksum it can never have up front,
+            // rather than leave a record that can never complete.
+            return Err(ImageError::DigestMismatch {
+                expected: s.to_owned(),
+                actual: empty.hex().to_owned(),
+            });
+        }
         if let Some(tus) = &new.tus_upload {
             let id = tus.rsplit('/').next().unwrap_or(tus).to_owned();
             return self

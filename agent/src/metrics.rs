@@ -8,9 +8,28 @@ use std::sync::Mutex;
 
 use crate::store::blobs::ReadPath;
 
+/// A request method as a metric label and in the log: one of HTTP's own, or "other" (a method is any token a
+/// client likes, and each distinct one would otherwise be a new series kept forever).
+pub fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method as M;
+    match *method {
+        M::GET => "GET",
+        M::HEAD => "HEAD",
+        M::POST => "POST",
+        M::PUT => "PUT",
+        M::PATCH => "PATCH",
+        M::DELETE => "DELETE",
+        M::OPTIONS => "OPTIONS",
+        M::CONNECT => "CONNECT",
+        M::TRACE => "TRACE",
+        _ => "other",
+    }
+}
+
 #[derive(Default)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(&'static str, String, u16), u64>>,
+    /// Keys are all static: a client cannot add series (a made-up method counts as "other").
+    requests: Mutex<BTreeMap<(&'static str, &'static str, u16), u64>>,
     /// Bytes sent from memory-mapped blob files and from `pread` buffers (see `store::blobs::ReadPath`).
     bytes_mapped: AtomicU64,
     bytes_copied: AtomicU64,
@@ -18,12 +37,15 @@ pub struct Metrics {
     reconciles: Mutex<BTreeMap<&'static str, (u64, f64)>>,
     reconcile_errors: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     leader: AtomicU64,
+    /// Times a limit on what clients may cost was reached, by limit.
+    limits: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 impl Metrics {
-    pub fn request(&self, route: &'static str, method: &str, status: u16) {
+    /// Counts a request; `method` is a [`method_label`].
+    pub fn request(&self, route: &'static str, method: &'static str, status: u16) {
         let mut r = self.requests.lock().unwrap_or_else(|p| p.into_inner());
-        *r.entry((route, method.to_owned(), status)).or_default() += 1;
+        *r.entry((route, method, status)).or_default() += 1;
     }
 
     pub fn served(&self, path: ReadPath, bytes: u64) {
@@ -47,6 +69,12 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         *r.entry((controller, cause)).or_default() += 1;
+    }
+
+    /// A limit on clients was reached (see `foothold_limit_reached_total`).
+    pub fn limit_reached(&self, limit: &'static str) {
+        let mut l = self.limits.lock().unwrap_or_else(|p| p.into_inner());
+        *l.entry(limit).or_default() += 1;
     }
 
     pub fn set_leader(&self, leading: bool) {
@@ -78,6 +106,11 @@ impl Metrics {
                 "foothold_bytes_served_total{{path=\"{path}\"}} {}",
                 n.load(Ordering::Relaxed)
             );
+        }
+        out.push_str("# HELP foothold_limit_reached_total Times a limit on what clients may cost was reached, by limit.\n");
+        out.push_str("# TYPE foothold_limit_reached_total counter\n");
+        for (limit, n) in self.limits.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = writeln!(out, "foothold_limit_reached_total{{limit=\"{limit}\"}} {n}");
         }
         out.push_str("# HELP foothold_upload_sessions_open Registry upload sessions not yet finished or cancelled.\n");
         out.push_str("# TYPE foothold_upload_sessions_open gauge\n");

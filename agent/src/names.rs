@@ -127,6 +127,18 @@ pub fn normalize_reference(r: &str) -> Result<(String, Option<String>), NameErro
     Ok((full, tag))
 }
 
+/// Path segment characters left as they are (RFC 3986 unreserved).
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// `s` as one URL path segment: everything but RFC 3986's unreserved characters percent-encoded.
+pub fn url_segment(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, SEGMENT).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

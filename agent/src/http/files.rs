@@ -65,7 +65,7 @@ pub(super) async fn download(
     }
     let images = Images::new(&store, limits.max_image_length);
     let head = method == Method::HEAD;
-    if let Some(base) = name.strip_suffix(".sha256sum") {
+    if let Some(base) = name.strip_suffix(crate::images::CHECKSUM_SUFFIX) {
         let record = images.get(&key(&owner, &cluster, &kind, base)?).await?;
         if !record.upload_complete {
             return Err(ImageError::Incomplete(base.to_owned()).into());
@@ -95,16 +95,15 @@ pub(super) async fn download(
     {
         return Ok(StatusCode::NOT_MODIFIED.into_response());
     }
-    let mut r = super::serve_file::respond(file, size, &headers, head, &metrics);
+    let modified = httpdate::fmt_http_date(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(updated.max(0) as u64),
+    );
+    let mut r =
+        super::serve_file::respond(file, size, &headers, &[&etag, &modified], head, &metrics);
     if r.status() != StatusCode::RANGE_NOT_SATISFIABLE {
-        let modified =
-            std::time::UNIX_EPOCH + std::time::Duration::from_secs(updated.max(0) as u64);
         let h = r.headers_mut();
         h.insert(header::ETAG, ascii(etag));
-        h.insert(
-            header::LAST_MODIFIED,
-            ascii(httpdate::fmt_http_date(modified)),
-        );
+        h.insert(header::LAST_MODIFIED, ascii(modified));
     }
     Ok(r)
 }

@@ -160,14 +160,17 @@ pub(super) async fn create(
     let record = images(&store, limits)
         .create(&owner, &cluster, &kind, new)
         .await?;
+    use crate::names::url_segment as seg;
     let location = format!(
-        "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{}",
-        record.image_name
+        "/v1/baremetalcluster/{}/{}/{}/{}",
+        seg(&owner),
+        seg(&cluster),
+        seg(&kind),
+        seg(&record.image_name)
     );
     let mut r = (StatusCode::CREATED, Json(record)).into_response();
-    if let Ok(v) = HeaderValue::from_str(&location) {
-        r.headers_mut().insert(header::LOCATION, v);
-    }
+    let v = HeaderValue::from_str(&location).expect("percent-encoded is ASCII");
+    r.headers_mut().insert(header::LOCATION, v);
     Ok(r)
 }
 

@@ -27,10 +27,34 @@ pub fn router(state: AppState) -> Router {
         .merge(rest::routes())
         .merge(files::routes())
         .merge(tus::routes())
-        .layer(middleware::from_fn(read_small_bodies))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            read_small_bodies,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
+}
+
+async fn not_found(uri: axum::http::Uri) -> super::error::ApiError {
+    super::error::ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "NOT_FOUND",
+        format!("nothing is served at {}", uri.path()),
+    )
+}
+
+async fn method_not_allowed(method: axum::http::Method) -> super::error::ApiError {
+    super::error::ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "METHOD_NOT_ALLOWED",
+        format!(
+            "{} is not a method this path answers",
+            crate::metrics::method_label(&method)
+        ),
+    )
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
@@ -45,40 +69,64 @@ async fn metrics(State(state): State<AppState>) -> Response {
 /// Bodies up to this size (by Content-Length) are read before the handler runs.
 const SMALL_BODY: u64 = 1024 * 1024;
 
+/// All small bodies held at once by [`read_small_bodies`], in KiB: what anonymous clients can make the agent
+/// buffer before a handler has looked at them.
+const SMALL_BODIES_BUDGET_KIB: usize = 32 * 1024;
+
+static SMALL_BODIES_BUDGET: tokio::sync::Semaphore =
+    tokio::sync::Semaphore::const_new(SMALL_BODIES_BUDGET_KIB);
+
 /// A request answered before its body was read (401, a bad name or digest...) makes hyper close the
 /// connection, and a client that already reused it from its pool sees EOF. Reading small bodies up front keeps
 /// every refusal connection-safe whatever the handler does; large bodies stay streamed (and a refused one is
-/// cut off with its connection, as it should be).
-async fn read_small_bodies(req: Request, next: Next) -> Response {
+/// cut off with its connection, as it should be). The bodies held at once share one budget: past it, a body
+/// is streamed like a large one, so many clients sending bodies they never finish cost memory only up to it.
+async fn read_small_bodies(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let small = req
         .headers()
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        .is_some_and(|n| n > 0 && n <= SMALL_BODY);
-    if !small {
+        .filter(|&n| n > 0 && n <= SMALL_BODY);
+    let Some(len) = small else {
         return next.run(req).await;
-    }
+    };
+    let Ok(_held) = SMALL_BODIES_BUDGET.try_acquire_many(len.div_ceil(1024) as u32) else {
+        state.metrics.limit_reached("small_bodies_budget");
+        return next.run(req).await;
+    };
     let (parts, body) = req.into_parts();
     match axum::body::to_bytes(body, SMALL_BODY as usize).await {
         Ok(bytes) => {
+            // The permit is held until the handler has answered: the body lives that long.
             next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
                 .await
         }
-        Err(e) => (
+        Err(e) => super::error::ApiError::new(
             axum::http::StatusCode::BAD_REQUEST,
-            format!("reading the request body: {e}\n"),
+            "BODY_INTERRUPTED",
+            format!("reading the request body: {e}"),
         )
-            .into_response(),
+        .into_response(),
     }
 }
 
 /// Ready as soon as the HTTP services are (nodes must be able to pull while Kubernetes itself starts), with
 /// the controllers' state and the services beside the agent in the body: `{"http": "ok", "controllers":
 /// {"state": "connecting", ...}, "services": {"ironic": {"state": "ok", ...}}}`.
-async fn readyz(State(state): State<AppState>) -> Response {
+///
+/// The controllers' connection error names files and addresses (the kubeconfig's path, the apiserver's): only
+/// a request with the token sees it.
+async fn readyz(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+    let mut controllers = serde_json::json!(state.controllers.get());
+    if !state.access.auth.permits_write(&headers) {
+        if let Some(error) = controllers.get_mut("error") {
+            *error =
+                "not connected yet (the agent's log, or /readyz with the token, says why)".into();
+        }
+    }
     let mut body = serde_json::json!({
         "http": "ok",
-        "controllers": state.controllers.get(),
+        "controllers": controllers,
     });
     if !state.neighbors.is_empty() {
         body["services"] = serde_json::json!(crate::neighbors::probe_all(&state.neighbors).await);
@@ -86,10 +134,13 @@ async fn readyz(State(state): State<AppState>) -> Response {
     axum::Json(body).into_response()
 }
 
+/// Characters of a request path that go into its log line.
+const MAX_LOGGED_PATH: usize = 512;
+
 /// One structured log line and one counter per request.
 async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = req.method().clone();
+    let method = crate::metrics::method_label(req.method());
     let path = req.uri().path().to_owned();
     let route = match path.as_str() {
         "/metrics" => "metrics",
@@ -102,7 +153,19 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
     };
     let resp = next.run(req).await;
     let status = resp.status().as_u16();
-    state.metrics.request(route, method.as_str(), status);
-    tracing::info!(method = %method, path, route, status, ms = started.elapsed().as_millis() as u64, "request");
+    state.metrics.request(route, method, status);
+    // The path as far as a log line should carry it (a client chooses its length).
+    let shown = match path.char_indices().nth(MAX_LOGGED_PATH) {
+        Some((cut, _)) => &path[..cut],
+        None => path.as_str(),
+    };
+    tracing::info!(
+        method,
+        path = shown,
+        route,
+        status,
+        ms = started.elapsed().as_millis() as u64,
+        "request"
+    );
     resp
 }

@@ -13,18 +13,25 @@ use super::range::{self, ByteRange};
 use crate::metrics::Metrics;
 use crate::store::blobs::read_range;
 
-/// The response for `file` (of `size` bytes) to a GET, or a HEAD when `head`, honouring `Range`.
+/// The response for `file` (of `size` bytes) to a GET, or a HEAD when `head`, honouring `Range` — unless an
+/// `If-Range` names something other than one of `validators` (the ETag and Last-Modified the caller sends):
+/// then the content changed since the client's first part, and it gets the whole of it.
 pub fn respond(
     file: std::fs::File,
     size: u64,
     request: &HeaderMap,
+    validators: &[&str],
     head: bool,
     metrics: &Arc<Metrics>,
 ) -> Response {
-    let (status, start, len) = match range::parse(
-        request.get(header::RANGE).and_then(|v| v.to_str().ok()),
-        size,
-    ) {
+    let current = request
+        .get(header::IF_RANGE)
+        .is_none_or(|v| v.to_str().is_ok_and(|v| validators.contains(&v.trim())));
+    let asked = request
+        .get(header::RANGE)
+        .and_then(|v| v.to_str().ok())
+        .filter(|_| current);
+    let (status, start, len) = match range::parse(asked, size) {
         ByteRange::Full => (StatusCode::OK, 0, size),
         ByteRange::Partial { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
         ByteRange::Unsatisfiable => {

@@ -37,7 +37,8 @@ pub fn routes() -> Router<AppState> {
                 .delete(terminate)
                 .options(options),
         )
-        .layer(middleware::from_fn(protocol))
+        // Only on its own routes: as a `layer` it also wrapped the fallback, and every unknown path got 412.
+        .route_layer(middleware::from_fn(protocol))
 }
 
 /// Every answer carries Tus-Resumable; every request but OPTIONS must speak 1.0.0 (412 otherwise).

@@ -13,7 +13,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Where `scripts/install-test-tools.sh` puts built tools (crane, conformance.test).
+/// Where `scripts/install-test-tools.sh` puts built tools (crane, oci-conformance).
 pub fn tools_dir() -> PathBuf {
     std::env::var_os("FOOTHOLD_TOOLS")
         .map(PathBuf::from)

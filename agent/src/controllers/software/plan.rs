@@ -6,7 +6,6 @@
 //! `<advertise-url>/files/<owner>/<cluster>/binary_images/<record>` and can check it against the `sha256` in the
 //! manifest (or the `.sha256sum` next to it).
 
-use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::json;
 
 use crate::controllers::common::Ownership;
@@ -55,16 +54,7 @@ pub struct Plan {
     pub manifest: Option<String>,
 }
 
-/// Path segment characters left as they are (RFC 3986 unreserved).
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
-
-fn segment(s: &str) -> String {
-    utf8_percent_encode(s, SEGMENT).to_string()
-}
+use crate::names::url_segment as segment;
 
 /// The `/files` URL of `record`.
 pub fn file_url(base_url: &str, owner: &str, cluster: &str, record: &str) -> String {

@@ -31,6 +31,8 @@ pub enum RegistryError {
     ManifestBlobUnknown(String),
     #[error("{0}")]
     SizeInvalid(String),
+    #[error("{0}")]
+    PaginationInvalid(String),
     #[error("authentication required")]
     Unauthorized,
     #[error("{0}")]
@@ -60,6 +62,7 @@ impl RegistryError {
             ManifestUnknown(_) => "MANIFEST_UNKNOWN",
             ManifestBlobUnknown(_) => "MANIFEST_BLOB_UNKNOWN",
             SizeInvalid(_) => "SIZE_INVALID",
+            PaginationInvalid(_) => "PAGINATION_NUMBER_INVALID",
             Unauthorized => "UNAUTHORIZED",
             Denied(_) => "DENIED",
             Unsupported(_) => "UNSUPPORTED",
@@ -75,6 +78,7 @@ impl RegistryError {
             | BlobUploadInvalid(_)
             | ManifestInvalid(_)
             | SizeInvalid(_)
+            | PaginationInvalid(_)
             | ManifestBlobUnknown(_) => StatusCode::BAD_REQUEST,
             NameUnknown(_) | BlobUnknown(_) | BlobUploadUnknown(_) | ManifestUnknown(_) => {
                 StatusCode::NOT_FOUND

@@ -342,7 +342,7 @@ fn paging(query: &HashMap<String, String>) -> Result<(Option<usize>, Option<Stri
         None => None,
         Some(v) => Some(
             v.parse::<usize>()
-                .map_err(|_| RegistryError::Unsupported(format!("n={v:?} is not a count")))?,
+                .map_err(|_| RegistryError::PaginationInvalid(format!("n={v:?} is not a count")))?,
         ),
     };
     Ok((n, query.get("last").cloned()))
@@ -442,11 +442,13 @@ async fn serve_blob(
     headers: &HeaderMap,
 ) -> Result<Response> {
     let (file, size) = state.store.open_blob(repo, digest).await?;
-    let mut resp = crate::http::serve_file::respond(file, size, headers, head, &state.metrics);
+    let etag = format!("\"{digest}\"");
+    let mut resp =
+        crate::http::serve_file::respond(file, size, headers, &[&etag], head, &state.metrics);
     if resp.status() != StatusCode::RANGE_NOT_SATISFIABLE {
         let h = resp.headers_mut();
         h.insert(DIGEST_HEADER, hv(&digest.to_string()));
-        h.insert(header::ETAG, hv(&format!("\"{digest}\"")));
+        h.insert(header::ETAG, hv(&etag));
     }
     Ok(resp)
 }

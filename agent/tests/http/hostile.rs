@@ -1,0 +1,259 @@
+//! What a hostile or careless client found (issue "Hardening"), each against the release-shaped binary on
+//! 127.0.0.1: made-up methods, unknown paths, bad paging, names that break URLs, stale `If-Range`, records
+//! that could never complete or be downloaded, what anonymous `/readyz` tells, and many clients holding
+//! unfinished bodies.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::{self, Agent};
+
+const TOKEN: &str = "hostile-token";
+
+fn json_of(r: ureq::http::Response<ureq::Body>) -> (u16, Value) {
+    let status = r.status().as_u16();
+    let text = r.into_body().read_to_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|_| json!({ "not json": text })),
+    )
+}
+
+/// One raw request on a fresh connection; returns the status line's code and the whole answer.
+fn raw(agent: &Agent, request: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(agent.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let code = text.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (code, text)
+}
+
+fn metrics(agent: &Agent) -> String {
+    support::http()
+        .get(&agent.url("/metrics"))
+        .call()
+        .unwrap()
+        .into_body()
+        .read_to_string()
+        .unwrap()
+}
+
+#[test]
+fn made_up_methods_add_no_metric_series_and_unknown_paths_are_json_404s() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = Agent::start(&tmp.path().join("data"), Some(TOKEN));
+    let long = "X".repeat(4000);
+    for i in 0..300 {
+        let (code, _) = raw(
+            &agent,
+            &format!("M{i}{long} /v2/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+        );
+        assert_ne!(code, 0, "no answer to a made-up method");
+    }
+    let text = metrics(&agent);
+    assert!(!text.contains("M1XX"), "a made-up method became a label");
+    assert!(text.contains(r#"method="other""#), "{text}");
+    assert!(
+        text.len() < 16 * 1024,
+        "/metrics grew to {} bytes",
+        text.len()
+    );
+    let log = std::fs::read_to_string(tmp.path().join("data.log")).unwrap();
+    assert!(
+        !log.contains(&long),
+        "a made-up method went into the log whole"
+    );
+
+    let http = support::http();
+    for path in ["/nope", "/v1/uploads/a/b", "/v1/nothing-here", "/files/a"] {
+        let (status, body) = json_of(http.get(&agent.url(path)).call().unwrap());
+        assert_eq!(status, 404, "{path}: {body}");
+        assert_eq!(body["error"]["code"], "NOT_FOUND", "{path}: {body}");
+    }
+    let (status, body) = json_of(http.delete(&agent.url("/healthz")).call().unwrap());
+    assert_eq!(status, 405, "{body}");
+    assert_eq!(body["error"]["code"], "METHOD_NOT_ALLOWED", "{body}");
+    // tus still insists on its version on its own paths.
+    let (status, body) = json_of(
+        http.head(&agent.url("/v1/uploads/00000000-0000-0000-0000-000000000000"))
+            .call()
+            .unwrap(),
+    );
+    assert_eq!(status, 412, "{body}");
+
+    let (status, body) = json_of(http.get(&agent.url("/v2/a/tags/list?n=-1")).call().unwrap());
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        body["errors"][0]["code"], "PAGINATION_NUMBER_INVALID",
+        "{body}"
+    );
+}
+
+#[test]
+fn records_that_could_never_complete_or_download_are_refused_and_locations_are_encoded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = Agent::start(&tmp.path().join("data"), Some(TOKEN));
+    let http = support::http();
+    let base = agent.url("/v1/baremetalcluster/acme/edge-1/binary_images");
+    let auth = format!("Bearer {TOKEN}");
+    let create = |body: Value| {
+        json_of(
+            http.post(&base)
+                .header("Authorization", &auth)
+                .header("Content-Type", "application/json")
+                .send(body.to_string())
+                .unwrap(),
+        )
+    };
+    let (status, body) = create(json!({"image_name": "x.sha256sum", "image_length": 3}));
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("INVALID_NAME")),
+        "{body}"
+    );
+
+    let (status, body) =
+        create(json!({"image_name": "empty", "image_length": 0, "sha256": "0".repeat(64)}));
+    assert_eq!(status, 422, "{body}");
+    let (status, _) = json_of(http.get(&format!("{base}/empty")).call().unwrap());
+    assert_eq!(status, 404, "a refused empty record was kept");
+
+    let created = http
+        .post(&base)
+        .header("Authorization", &auth)
+        .header("Content-Type", "application/json")
+        .send(json!({"image_name": "a?b#c d", "image_length": 5}).to_string())
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let location = created.headers()["location"].to_str().unwrap().to_owned();
+    assert_eq!(
+        location,
+        "/v1/baremetalcluster/acme/edge-1/binary_images/a%3Fb%23c%20d"
+    );
+    let r = http
+        .patch(&agent.url(&location))
+        .header("Authorization", &auth)
+        .header("Upload-Offset", "0")
+        .send(&b"hello"[..])
+        .unwrap();
+    assert_eq!(r.status(), 204, "PATCH at the Location");
+
+    // If-Range: the range only while the client's validator is current.
+    let file = agent.url("/files/acme/edge-1/binary_images/a%3Fb%23c%20d");
+    let first = http.get(&file).call().unwrap();
+    let etag = first.headers()["etag"].to_str().unwrap().to_owned();
+    let modified = first.headers()["last-modified"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for (validator, status, body) in [
+        (etag.as_str(), 206, "ell"),
+        (modified.as_str(), 206, "ell"),
+        ("\"sha256:stale\"", 200, "hello"),
+    ] {
+        let r = http
+            .get(&file)
+            .header("Range", "bytes=1-3")
+            .header("If-Range", validator)
+            .call()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), status, "If-Range {validator}");
+        assert_eq!(r.into_body().read_to_string().unwrap(), body);
+    }
+}
+
+#[test]
+fn anonymous_readyz_does_not_name_the_kubeconfig() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let secret = tmp.path().join("very-private-dir/kubeconfig");
+    let token = data.with_extension("token");
+    std::fs::write(&token, TOKEN).unwrap();
+    let mut cmd = Command::new(support::agent_bin());
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&data)
+        .arg("--token-file")
+        .arg(&token)
+        .arg("--kubeconfig")
+        .arg(&secret);
+    let agent = Agent::spawn(cmd, &data, Some(TOKEN));
+    let http = support::http();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let with_token = loop {
+        let (_, body) = json_of(
+            http.get(&agent.url("/readyz"))
+                .header("Authorization", &format!("Bearer {TOKEN}"))
+                .call()
+                .unwrap(),
+        );
+        if body["controllers"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("very-private-dir"))
+        {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the controllers never reported: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let (_, anonymous) = json_of(http.get(&agent.url("/readyz")).call().unwrap());
+    assert_eq!(
+        anonymous["controllers"]["state"], "connecting",
+        "{anonymous}"
+    );
+    assert!(
+        !anonymous.to_string().contains("very-private-dir"),
+        "{anonymous} (with the token: {with_token})"
+    );
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// 200 anonymous clients each send all but the last byte of a 1 MiB body: the agent holds at most its
+/// small-body budget of them (32 MiB), says so in its metrics, and keeps answering a well-behaved client.
+#[test]
+fn many_unfinished_small_bodies_cost_at_most_the_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = Agent::start(&tmp.path().join("data"), Some(TOKEN));
+    let pid = agent.child.id();
+    let before = rss_kib(pid);
+    let len = 1024 * 1024 - 1;
+    let chunk = vec![b'{'; len - 1];
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        let mut s = TcpStream::connect(agent.addr).unwrap();
+        write!(s, "PUT /v2/a/manifests/v1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\nContent-Length: {len}\r\n\r\n").unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        // A refused connection (the agent answered 401 without reading) may stop taking bytes: that is fine.
+        let _ = s.write_all(&chunk);
+        held.push(s);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !metrics(&agent).contains(r#"foothold_limit_reached_total{limit="small_bodies_budget"}"#)
+    {
+        assert!(Instant::now() < deadline, "the budget was never reached");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let grown_mib = rss_kib(pid).saturating_sub(before) / 1024;
+    println!("rss grew {grown_mib} MiB");
+    assert!(grown_mib < 80, "the agent grew by {grown_mib} MiB");
+    let r = support::http().get(&agent.url("/healthz")).call().unwrap();
+    assert_eq!(r.status(), 200);
+    drop(held);
+}
