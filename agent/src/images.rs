@@ -344,8 +344,8 @@ impl<'a> Images<'a> {
         body: S,
     ) -> Result<Record, ImageError>
     where
-        S: Stream<Item = Result<Bytes, E>> + Unpin + Send,
-        E: fmt::Display,
+        S: Stream<Item = Result<Bytes, E>> + Unpin + Send + 'static,
+        E: fmt::Display + Send + 'static,
     {
         let row = self.row(key).await?;
         let Some(id) = row.upload_id.clone().filter(|_| row.digest.is_none()) else {
@@ -372,6 +372,14 @@ impl<'a> Images<'a> {
             .append_upload(&key.session_owner(), &id, Some(offset), Box::pin(limited))
             .await;
         if overflow.load(std::sync::atomic::Ordering::Relaxed) {
+            // What fit filled the image: it is complete all the same (else it would sit full but never done).
+            let now = match appended {
+                Ok(o) => o,
+                Err(_) => self.store.upload_offset(&key.session_owner(), &id).await?,
+            };
+            if now == row.length {
+                self.complete(key, &id, &row.sha256).await?;
+            }
             return Err(ImageError::TooLarge(format!(
                 "the body at offset {offset} runs past image_length {}",
                 row.length

@@ -40,6 +40,31 @@ impl DataArg {
     }
 }
 
+/// What one client may hold.
+#[derive(clap::Args)]
+struct LimitArgs {
+    /// Seconds a client has to send a request's headers; also how long an idle keep-alive connection stays.
+    #[arg(long, value_name = "SECONDS", default_value_t = http::limits::ClientLimits::default().header_timeout.as_secs())]
+    header_timeout: u64,
+    /// Seconds a request body may go without a byte before it is cut off (an upload keeps what arrived).
+    #[arg(long, value_name = "SECONDS", default_value_t = http::limits::ClientLimits::default().body_idle_timeout.as_secs())]
+    body_idle_timeout: u64,
+    /// Connections open at once; one more is closed as it is accepted.
+    #[arg(long, default_value_t = http::limits::ClientLimits::default().max_connections)]
+    max_connections: usize,
+}
+
+impl From<LimitArgs> for http::limits::ClientLimits {
+    fn from(a: LimitArgs) -> Self {
+        use std::time::Duration;
+        http::limits::ClientLimits {
+            header_timeout: Duration::from_secs(a.header_timeout.max(1)),
+            body_idle_timeout: Duration::from_secs(a.body_idle_timeout.max(1)),
+            max_connections: a.max_connections.max(1),
+        }
+    }
+}
+
 #[derive(clap::Args)]
 struct KubeArgs {
     /// Kubeconfig for the controllers. Default: KUBECONFIG, ~/.kube/config, then the in-cluster service
@@ -164,6 +189,8 @@ enum Command {
         /// ready), e.g. ironic=http://127.0.0.1:6385/. Repeatable.
         #[arg(long = "ready-check", value_parser = foothold_agent::neighbors::parse)]
         ready_checks: Vec<foothold_agent::neighbors::Check>,
+        #[command(flatten)]
+        limits: LimitArgs,
         #[command(flatten)]
         kube: Box<KubeArgs>,
     },
@@ -339,6 +366,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             max_image_size,
             files_require_token,
             ready_checks,
+            limits,
             kube,
         } => {
             let cfg = http::ServeConfig {
@@ -350,6 +378,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 controllers: kube.settings(listen, tls_cert.is_some()),
                 tls: tls_cert.zip(tls_key),
                 ready_checks,
+                client_limits: limits.into(),
             };
             tokio::runtime::Runtime::new()?.block_on(http::serve(cfg))?;
             Ok(ExitCode::SUCCESS)

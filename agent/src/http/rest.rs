@@ -337,9 +337,15 @@ pub(super) async fn append(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
-    let record = images(&store, limits)
-        .append(&key, offset, length, body.into_data_stream())
-        .await?;
+    // Its own task: a client that hangs up mid-body (this handler dropped) still gets what arrived kept,
+    // and the last byte still completes the record.
+    let record = tokio::spawn(async move {
+        images(&store, limits)
+            .append(&key, offset, length, body.into_data_stream())
+            .await
+    })
+    .await
+    .expect("append task panicked")?;
     let mut r = StatusCode::NO_CONTENT.into_response();
     r.headers_mut()
         .insert("upload-offset", HeaderValue::from(record.image_offset));

@@ -8,6 +8,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use axum::Router;
+use futures_util::StreamExt as _;
 
 use super::state::AppState;
 use super::{files, openapi, registry, rest, tus};
@@ -32,6 +33,10 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(
             state.clone(),
             read_small_bodies,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            super::limits::body_idle_timeout,
         ))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::disable())
@@ -95,19 +100,27 @@ async fn read_small_bodies(State(state): State<AppState>, req: Request, next: Ne
         return next.run(req).await;
     };
     let (parts, body) = req.into_parts();
-    match axum::body::to_bytes(body, SMALL_BODY as usize).await {
-        Ok(bytes) => {
-            // The permit is held until the handler has answered: the body lives that long.
-            next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
-                .await
+    // Content-Length bounds what arrives (hyper enforces it). A body cut off midway still reaches the handler,
+    // as what arrived followed by the error: an upload keeps those bytes, as it would have streamed.
+    let mut stream = body.into_data_stream();
+    let mut arrived = bytes::BytesMut::with_capacity(len as usize);
+    let mut failed = None;
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(b) => arrived.extend_from_slice(&b),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
         }
-        Err(e) => super::error::ApiError::new(
-            axum::http::StatusCode::BAD_REQUEST,
-            "BODY_INTERRUPTED",
-            format!("reading the request body: {e}"),
-        )
-        .into_response(),
     }
+    let arrived = arrived.freeze();
+    let body = match failed {
+        None => axum::body::Body::from(arrived),
+        Some(e) => axum::body::Body::from_stream(futures_util::stream::iter([Ok(arrived), Err(e)])),
+    };
+    // The permit is held until the handler has answered: the body lives that long.
+    next.run(Request::from_parts(parts, body)).await
 }
 
 /// Ready as soon as the HTTP services are (nodes must be able to pull while Kubernetes itself starts), with

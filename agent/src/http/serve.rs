@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
+use super::limits::{ClientLimits, ConnectionLimit};
 use super::router::router;
 use super::state::AppState;
 use crate::auth::Auth;
@@ -23,6 +24,8 @@ pub struct ServeConfig {
     pub controllers: Option<crate::controllers::Settings>,
     /// The services beside the agent that `/readyz` probes.
     pub ready_checks: Vec<crate::neighbors::Check>,
+    /// Timeouts and the connection cap for clients.
+    pub client_limits: ClientLimits,
 }
 
 pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
@@ -37,6 +40,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let state = AppState::new(store, auth)
         .max_image_length(cfg.max_image_length)
         .files_need_token(cfg.files_need_token)
+        .body_idle_timeout(cfg.client_limits.body_idle_timeout)
         .neighbors(cfg.ready_checks.clone());
     if let Some(settings) = cfg
         .controllers
@@ -61,6 +65,20 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
             tracing::error!(error = %e, "resuming interrupted archive imports");
         }
     });
+    let files = super::limits::raise_open_files();
+    let limits = cfg.client_limits;
+    // Room beside the connections for blob files, the database and the controllers' clients.
+    let max_connections = limits
+        .max_connections
+        .min((files as usize).saturating_sub(256).max(16));
+    if max_connections < limits.max_connections {
+        tracing::warn!(
+            open_files = files,
+            max_connections,
+            "the open-file limit caps connections below --max-connections"
+        );
+    }
+    let connections = ConnectionLimit::new(max_connections, state.metrics.clone());
     let app = router(state);
     let handle = axum_server::Handle::new();
     let shutdown = handle.clone();
@@ -79,10 +97,11 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let service = app.into_make_service();
     match cfg.tls {
         None => {
-            axum_server::bind(cfg.listen)
-                .handle(handle)
-                .serve(service)
-                .await
+            let mut server = axum_server::bind(cfg.listen)
+                .acceptor(connections)
+                .handle(handle);
+            limits.configure(server.http_builder());
+            server.serve(service).await
         }
         Some((cert, key)) => {
             // Also here for callers that embed the server without going through main.
@@ -96,10 +115,13 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
                         key.display()
                     )
                 })?;
-            axum_server::bind_rustls(cfg.listen, config)
-                .handle(handle)
-                .serve(service)
-                .await
+            let mut server = axum_server::bind(cfg.listen)
+                .acceptor(
+                    axum_server::tls_rustls::RustlsAcceptor::new(config).acceptor(connections),
+                )
+                .handle(handle);
+            limits.configure(server.http_builder());
+            server.serve(service).await
         }
     }
     .with_context(|| format!("serving on {}", cfg.listen))

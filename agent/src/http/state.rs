@@ -39,6 +39,8 @@ pub struct Access {
 pub struct Limits {
     /// Largest BPA image or tus upload accepted, in bytes.
     pub max_image_length: u64,
+    /// A request body that goes this long without a byte is cut off (see `limits`).
+    pub body_idle_timeout: std::time::Duration,
 }
 
 impl AppState {
@@ -53,6 +55,7 @@ impl AppState {
             metrics: Arc::default(),
             limits: Limits {
                 max_image_length: DEFAULT_MAX_IMAGE_LENGTH,
+                body_idle_timeout: super::limits::ClientLimits::default().body_idle_timeout,
             },
             controllers: crate::controllers::Shared::new(crate::controllers::State::Disabled),
             neighbors: Arc::default(),
@@ -68,6 +71,11 @@ impl AppState {
     /// Reads of BPA records and `/files` need the token too.
     pub fn files_need_token(mut self, yes: bool) -> Self {
         self.access.files_need_token = yes;
+        self
+    }
+
+    pub fn body_idle_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.limits.body_idle_timeout = timeout;
         self
     }
 

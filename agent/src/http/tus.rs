@@ -299,9 +299,14 @@ pub(super) async fn append(
         )
     })?;
     let checksum = chunk_checksum(&headers)?;
-    let offset = Uploads::new(&store, limits.max_image_length)
-        .append(&id, start, body.into_data_stream(), checksum)
-        .await?;
+    // Its own task, so that a client hanging up mid-chunk cannot stop the last byte finishing the upload.
+    let offset = tokio::spawn(async move {
+        Uploads::new(&store, limits.max_image_length)
+            .append(&id, start, body.into_data_stream(), checksum)
+            .await
+    })
+    .await
+    .expect("append task panicked")?;
     Ok(no_content(offset))
 }
 

@@ -99,68 +99,77 @@ impl Store {
         body: S,
     ) -> Result<u64>
     where
-        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
-        E: Display,
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin + Send + 'static,
+        E: Display + Send + 'static,
     {
-        self.append_upload_checked(repo, id, start, body, || true)
+        self.append_upload_checked(repo, id, start, body, |_| true)
             .await
     }
 
-    /// Like `append_upload`, but once the whole body is written `accept` decides (under the session lock)
-    /// whether the chunk stays: when it says no, the upload is cut back to where the chunk began and
-    /// `ChunkRejected` is returned. tus's checksum extension verifies each chunk this way.
+    /// Like `append_upload`, but once the body has ended `accept` decides (under the session lock) whether the
+    /// chunk stays; it is told whether the body arrived whole. When it says no, the upload is cut back to where
+    /// the chunk began, and the body's error (or `ChunkRejected`) is returned. tus's checksum extension
+    /// verifies each chunk this way: a chunk cut off midway cannot be verified, so none of it is kept.
+    ///
+    /// The write runs as its own task: a client that goes away mid-chunk (its request future dropped) still
+    /// leaves the session at the offset of what reached the file, never behind it.
     pub async fn append_upload_checked<S, E>(
         &self,
         repo: &str,
         id: &str,
         start: Option<u64>,
         body: S,
-        accept: impl FnOnce() -> bool,
+        accept: impl FnOnce(bool) -> bool + Send + 'static,
     ) -> Result<u64>
     where
-        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
-        E: Display,
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin + Send + 'static,
+        E: Display + Send + 'static,
     {
         let session = self.session(repo, id).await?;
-        let mut s = session.lock().await;
-        if let Some(start) = start.filter(|&st| st != s.offset) {
-            return Err(StoreError::OutOfOrder {
-                expected: s.offset,
-                got: start,
-            });
-        }
         let path = self.files.upload_path(id);
-        let mut file = OpenOptions::new().write(true).open(&path)?;
-        file.set_len(s.offset)?; // drop bytes past the acknowledged offset (possible only after a crash)
-        io::Seek::seek(&mut file, io::SeekFrom::Start(s.offset))?;
-        let incremental = s.hasher.take();
-        let before = incremental.clone();
-        let tracking = incremental.is_some();
-        let (file, hasher, written, outcome) =
-            write_stream(file, incremental.unwrap_or_default(), body).await;
-        if outcome.is_ok() && !accept() {
-            let begin = s.offset;
-            let cut = tokio::task::spawn_blocking(move || {
-                file.set_len(begin)?;
-                file.sync_all()
-            })
-            .await
-            .expect("truncate task");
-            s.hasher = before;
-            cut?;
-            return Err(StoreError::ChunkRejected);
-        }
-        let synced = tokio::task::spawn_blocking(move || file.sync_all())
-            .await
-            .expect("fsync task");
-        s.offset += written;
-        // A failed write may have hashed bytes it did not store: fall back to re-hashing the file at the end.
-        let write_failed =
-            matches!(outcome, Err(ref e) if !matches!(e, StoreError::BodyInterrupted(_)));
-        s.hasher = (tracking && !write_failed).then_some(hasher);
-        synced?;
-        outcome?;
-        Ok(s.offset)
+        tokio::spawn(async move {
+            let mut s = session.lock_owned().await;
+            if let Some(start) = start.filter(|&st| st != s.offset) {
+                return Err(StoreError::OutOfOrder {
+                    expected: s.offset,
+                    got: start,
+                });
+            }
+            let mut file = OpenOptions::new().write(true).open(&path)?;
+            file.set_len(s.offset)?; // drop bytes past the acknowledged offset (possible only after a crash)
+            io::Seek::seek(&mut file, io::SeekFrom::Start(s.offset))?;
+            let incremental = s.hasher.take();
+            let before = incremental.clone();
+            let tracking = incremental.is_some();
+            let (file, hasher, written, outcome) =
+                write_stream(file, incremental.unwrap_or_default(), body).await;
+            if !accept(outcome.is_ok()) {
+                let begin = s.offset;
+                let cut = tokio::task::spawn_blocking(move || {
+                    file.set_len(begin)?;
+                    file.sync_all()
+                })
+                .await
+                .expect("truncate task");
+                s.hasher = before;
+                cut?;
+                outcome?;
+                return Err(StoreError::ChunkRejected);
+            }
+            let synced = tokio::task::spawn_blocking(move || file.sync_all())
+                .await
+                .expect("fsync task");
+            s.offset += written;
+            // A failed write may have hashed bytes it did not store: fall back to re-hashing the file at the end.
+            let write_failed =
+                matches!(outcome, Err(ref e) if !matches!(e, StoreError::BodyInterrupted(_)));
+            s.hasher = (tracking && !write_failed).then_some(hasher);
+            synced?;
+            outcome?;
+            Ok(s.offset)
+        })
+        .await
+        .expect("append task panicked")
     }
 
     /// Appends the final chunk (if any; `start` as for `append_upload`), verifies the digest and makes the blob visible. On mismatch the
@@ -174,8 +183,8 @@ impl Store {
         body: S,
     ) -> Result<u64>
     where
-        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
-        E: Display,
+        S: Stream<Item = std::result::Result<Bytes, E>> + Unpin + Send + 'static,
+        E: Display + Send + 'static,
     {
         self.append_upload(repo, id, start, body).await?;
         let link = repo.to_owned();

@@ -257,3 +257,268 @@ fn many_unfinished_small_bodies_cost_at_most_the_budget() {
     assert_eq!(r.status(), 200);
     drop(held);
 }
+
+/// An agent with short client limits (`serve --header-timeout 2 --body-idle-timeout 2 …`).
+fn strict_agent(dir: &std::path::Path, max_connections: usize) -> Agent {
+    let data = dir.join("data");
+    let token = data.with_extension("token");
+    std::fs::write(&token, TOKEN).unwrap();
+    let mut cmd = Command::new(support::agent_bin());
+    cmd.args([
+        "serve",
+        "--no-controllers",
+        "--listen",
+        "127.0.0.1:0",
+        "--data",
+    ])
+    .arg(&data)
+    .arg("--token-file")
+    .arg(&token)
+    .args(["--header-timeout", "2", "--body-idle-timeout", "2"])
+    .args(["--max-connections", &max_connections.to_string()]);
+    Agent::spawn(cmd, &data, Some(TOKEN))
+}
+
+/// Waits until the peer closes `s` (EOF or reset); panics after `within`.
+fn closed_within(s: &mut TcpStream, within: Duration) -> Duration {
+    let started = Instant::now();
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) if started.elapsed() < within => return started.elapsed(),
+            Ok(_) => continue,
+            _ => panic!("still open after {within:?}"),
+        }
+    }
+}
+
+/// 200 clients dribbling headers: /healthz and a blob pull keep answering, and every dribbler is cut off by
+/// the header timeout.
+#[test]
+fn slow_header_clients_are_cut_off_while_others_are_served() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = strict_agent(tmp.path(), 4096);
+    let blob = b"a blob a slow client must not keep from anyone";
+    let digest = support::sha256_digest(blob);
+    let r = support::http()
+        .post(&agent.url(&format!("/v2/slow/blobs/uploads/?digest={digest}")))
+        .header("Authorization", &format!("Bearer {TOKEN}"))
+        .send(&blob[..])
+        .unwrap();
+    assert_eq!(r.status(), 201);
+
+    let mut dribblers: Vec<TcpStream> = (0..200)
+        .map(|_| {
+            let mut s = TcpStream::connect(agent.addr).unwrap();
+            s.write_all(b"GET /v2/ HTTP/1.1\r\nHost: x\r\n").unwrap();
+            s
+        })
+        .collect();
+    // They keep sending a header line a little at a time, well inside any per-read timeout.
+    let dribble_until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < dribble_until {
+        for s in &mut dribblers {
+            let _ = s.write_all(b"X");
+        }
+        let health = support::http().get(&agent.url("/healthz")).call().unwrap();
+        assert_eq!(health.status(), 200);
+        let pulled = support::http()
+            .get(&agent.url(&format!("/v2/slow/blobs/{digest}")))
+            .call()
+            .unwrap();
+        assert_eq!(pulled.into_body().read_to_vec().unwrap(), blob);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for s in &mut dribblers {
+        closed_within(s, Duration::from_secs(10));
+    }
+}
+
+/// Past --max-connections a new connection is closed at once and counted; once the holders are gone (the
+/// header timeout), clients are served again.
+#[test]
+fn connections_past_the_cap_are_closed_and_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = strict_agent(tmp.path(), 20);
+    let held: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(agent.addr).unwrap())
+        .collect();
+    // The agent accepts in the background: wait until it has taken all twenty.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut extra = loop {
+        let mut s = TcpStream::connect(agent.addr).unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        let mut buf = [0u8; 64];
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break s,
+            Ok(_) => assert!(Instant::now() < deadline, "the cap was never reached"),
+        }
+    };
+    closed_within(&mut extra, Duration::from_secs(1));
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(r) = support::http().get(&agent.url("/metrics")).call() {
+            let text = r.into_body().read_to_string().unwrap();
+            assert!(
+                text.contains(r#"foothold_limit_reached_total{limit="connections"}"#),
+                "{text}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "never served again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A REST PATCH whose client goes silent mid-body is cut off by the body timeout: what arrived is kept, and the
+/// record's lock is free for the client's resume and for a DELETE.
+#[test]
+fn a_silent_upload_body_releases_its_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = strict_agent(tmp.path(), 4096);
+    let http = support::http();
+    let base = agent.url("/v1/baremetalcluster/acme/edge-1/os_images");
+    let auth = format!("Bearer {TOKEN}");
+    let r = http
+        .post(&base)
+        .header("Authorization", &auth)
+        .header("Content-Type", "application/json")
+        .send(json!({"image_name": "stalled", "image_length": 4000}).to_string())
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let mut s = TcpStream::connect(agent.addr).unwrap();
+    write!(s, "PATCH /v1/baremetalcluster/acme/edge-1/os_images/stalled HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nUpload-Offset: 0\r\nContent-Length: 4000\r\n\r\n").unwrap();
+    s.write_all(&[7u8; 1000]).unwrap();
+    // Silent from here on; the connection stays open.
+    closed_within(&mut s, Duration::from_secs(10));
+    let (_, record) = json_of(http.get(&format!("{base}/stalled")).call().unwrap());
+    assert_eq!(record["image_offset"], 1000, "{record}");
+    let resumed = http
+        .patch(&format!("{base}/stalled"))
+        .header("Authorization", &auth)
+        .header("Upload-Offset", "1000")
+        .send(&[7u8; 3000][..])
+        .unwrap();
+    assert_eq!(resumed.status(), 204);
+    let (_, record) = json_of(http.get(&format!("{base}/stalled")).call().unwrap());
+    assert_eq!(record["upload_complete"], true, "{record}");
+    let metrics = metrics(&agent);
+    assert!(
+        metrics.contains(r#"foothold_limit_reached_total{limit="body_idle_timeout"} 1"#),
+        "{metrics}"
+    );
+    drop(s);
+}
+
+fn rest_record(agent: &Agent, name: &str) -> Value {
+    json_of(
+        support::http()
+            .get(&agent.url(&format!(
+                "/v1/baremetalcluster/acme/edge-1/os_images/{name}"
+            )))
+            .call()
+            .unwrap(),
+    )
+    .1
+}
+
+/// A whole 8 MiB PATCH sent, and the connection closed without reading the answer: the bytes are kept, and as
+/// they are the whole image the record completes (before, the offset stayed 0, or the record sat full but never
+/// completed). A chunked body that fills the image and then runs on completes it too, with 413.
+#[test]
+fn acknowledged_bytes_survive_a_client_that_hangs_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = strict_agent(tmp.path(), 4096);
+    let http = support::http();
+    let auth = format!("Bearer {TOKEN}");
+    let content: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+    for name in ["hung-up", "overflowing"] {
+        let r = http
+            .post(&agent.url("/v1/baremetalcluster/acme/edge-1/os_images"))
+            .header("Authorization", &auth)
+            .header("Content-Type", "application/json")
+            .send(
+                json!({"image_name": name, "image_length": content.len(),
+                       "sha256": support::sha256_digest(&content)[7..]})
+                .to_string(),
+            )
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+
+    let mut s = TcpStream::connect(agent.addr).unwrap();
+    write!(s, "PATCH /v1/baremetalcluster/acme/edge-1/os_images/hung-up HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nUpload-Offset: 0\r\nContent-Length: {}\r\n\r\n", content.len()).unwrap();
+    s.write_all(&content).unwrap();
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let record = rest_record(&agent, "hung-up");
+        if record["upload_complete"] == true {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never completed: {record}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // Chunked: the image's worth, then one chunk more.
+    let mut s = TcpStream::connect(agent.addr).unwrap();
+    write!(s, "PATCH /v1/baremetalcluster/acme/edge-1/os_images/overflowing HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nUpload-Offset: 0\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").unwrap();
+    for part in content.chunks(1 << 20).chain([&b"more"[..]]) {
+        write!(s, "{:x}\r\n", part.len()).unwrap();
+        s.write_all(part).unwrap();
+        s.write_all(b"\r\n").unwrap();
+    }
+    s.write_all(b"0\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    let record = rest_record(&agent, "overflowing");
+    assert_eq!(record["upload_complete"], true, "{record}");
+    let served = http
+        .get(&agent.url("/files/acme/edge-1/os_images/overflowing"))
+        .call()
+        .unwrap()
+        .into_body()
+        .with_config()
+        .limit(64 << 20)
+        .read_to_vec()
+        .unwrap();
+    assert!(served == content, "served content differs");
+}
+
+/// A tus chunk with an Upload-Checksum that is cut off midway cannot be verified: none of it is kept.
+#[test]
+fn an_unverifiable_tus_chunk_is_not_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = strict_agent(tmp.path(), 4096);
+    let auth = format!("Bearer {TOKEN}");
+    let created = support::http()
+        .post(&agent.url("/v1/uploads"))
+        .header("Authorization", &auth)
+        .header("Tus-Resumable", "1.0.0")
+        .header("Upload-Length", "4000")
+        .send_empty()
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let location = created.headers()["location"].to_str().unwrap().to_owned();
+    let path = location
+        .split_once("/v1/")
+        .map(|(_, p)| format!("/v1/{p}"))
+        .unwrap();
+    let mut s = TcpStream::connect(agent.addr).unwrap();
+    write!(s, "PATCH {path} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nTus-Resumable: 1.0.0\r\nContent-Type: application/offset+octet-stream\r\nUpload-Offset: 0\r\nUpload-Checksum: sha256 {}\r\nContent-Length: 4000\r\n\r\n", "A".repeat(43) + "=").unwrap();
+    s.write_all(&[1u8; 1500]).unwrap();
+    closed_within(&mut s, Duration::from_secs(10));
+    let head = support::http()
+        .head(&agent.url(&path))
+        .header("Authorization", &auth)
+        .header("Tus-Resumable", "1.0.0")
+        .call()
+        .unwrap();
+    assert_eq!(head.headers()["upload-offset"], "0");
+}
