@@ -10,6 +10,7 @@ pub mod auth;
 pub mod controllers;
 pub mod crd;
 pub mod digest;
+pub mod expiry;
 pub mod fsck;
 pub mod http;
 pub mod images;

@@ -49,6 +49,10 @@ struct LimitArgs {
     /// Seconds a request body may go without a byte before it is cut off (an upload keeps what arrived).
     #[arg(long, value_name = "SECONDS", default_value_t = http::limits::ClientLimits::default().body_idle_timeout.as_secs())]
     body_idle_timeout: u64,
+    /// Seconds an unfinished upload (registry, REST record, tus) may go without a byte before its bytes are
+    /// freed: the registry session or tus upload is gone, the REST record starts again at offset 0.
+    #[arg(long, value_name = "SECONDS", default_value_t = foothold_agent::expiry::DEFAULT_TTL.as_secs())]
+    upload_ttl: u64,
     /// Connections open at once; one more is closed as it is accepted.
     #[arg(long, default_value_t = http::limits::ClientLimits::default().max_connections)]
     max_connections: usize,
@@ -378,6 +382,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 controllers: kube.settings(listen, tls_cert.is_some()),
                 tls: tls_cert.zip(tls_key),
                 ready_checks,
+                upload_ttl: std::time::Duration::from_secs(limits.upload_ttl.max(1)),
                 client_limits: limits.into(),
             };
             tokio::runtime::Runtime::new()?.block_on(http::serve(cfg))?;

@@ -26,6 +26,24 @@ pub fn method_label(method: &axum::http::Method) -> &'static str {
     }
 }
 
+/// The three kinds of upload the expiry sweep looks after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UploadKind {
+    Registry = 0,
+    Rest = 1,
+    Tus = 2,
+}
+
+const UPLOAD_KINDS: [&str; 3] = ["registry", "rest", "tus"];
+
+#[derive(Default)]
+struct UploadStats {
+    /// (sessions, bytes) pending at the last sweep, by kind.
+    pending: [(u64, u64); 3],
+    expired: [u64; 3],
+    reclaimed_bytes: u64,
+}
+
 #[derive(Default)]
 pub struct Metrics {
     /// Keys are all static: a client cannot add series (a made-up method counts as "other").
@@ -39,6 +57,7 @@ pub struct Metrics {
     leader: AtomicU64,
     /// Times a limit on what clients may cost was reached, by limit.
     limits: Mutex<BTreeMap<&'static str, u64>>,
+    uploads: Mutex<UploadStats>,
 }
 
 impl Metrics {
@@ -69,6 +88,21 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         *r.entry((controller, cause)).or_default() += 1;
+    }
+
+    /// An abandoned upload of `bytes` was freed.
+    pub fn upload_expired(&self, kind: UploadKind, bytes: u64) {
+        let mut u = self.uploads.lock().unwrap_or_else(|p| p.into_inner());
+        u.expired[kind as usize] += 1;
+        u.reclaimed_bytes += bytes;
+    }
+
+    /// What the last sweep found still pending: (sessions, bytes) by [`UploadKind`].
+    pub fn set_uploads_pending(&self, pending: [(u64, u64); 3]) {
+        self.uploads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pending = pending;
     }
 
     /// A limit on clients was reached (see `foothold_limit_reached_total`).
@@ -111,6 +145,31 @@ impl Metrics {
         out.push_str("# TYPE foothold_limit_reached_total counter\n");
         for (limit, n) in self.limits.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             let _ = writeln!(out, "foothold_limit_reached_total{{limit=\"{limit}\"}} {n}");
+        }
+        {
+            let u = self.uploads.lock().unwrap_or_else(|p| p.into_inner());
+            out.push_str("# HELP foothold_uploads_pending Unfinished uploads at the last expiry sweep, by kind.\n");
+            out.push_str("# TYPE foothold_uploads_pending gauge\n");
+            for (kind, (n, _)) in UPLOAD_KINDS.iter().zip(u.pending) {
+                let _ = writeln!(out, "foothold_uploads_pending{{kind=\"{kind}\"}} {n}");
+            }
+            out.push_str("# HELP foothold_uploads_pending_bytes Bytes held by unfinished uploads at the last expiry sweep, by kind.\n");
+            out.push_str("# TYPE foothold_uploads_pending_bytes gauge\n");
+            for (kind, (_, b)) in UPLOAD_KINDS.iter().zip(u.pending) {
+                let _ = writeln!(out, "foothold_uploads_pending_bytes{{kind=\"{kind}\"}} {b}");
+            }
+            out.push_str("# HELP foothold_uploads_expired_total Abandoned uploads freed by the expiry sweep, by kind.\n");
+            out.push_str("# TYPE foothold_uploads_expired_total counter\n");
+            for (kind, n) in UPLOAD_KINDS.iter().zip(u.expired) {
+                let _ = writeln!(out, "foothold_uploads_expired_total{{kind=\"{kind}\"}} {n}");
+            }
+            out.push_str("# HELP foothold_upload_bytes_reclaimed_total Bytes freed by expiring abandoned uploads.\n");
+            out.push_str("# TYPE foothold_upload_bytes_reclaimed_total counter\n");
+            let _ = writeln!(
+                out,
+                "foothold_upload_bytes_reclaimed_total {}",
+                u.reclaimed_bytes
+            );
         }
         out.push_str("# HELP foothold_upload_sessions_open Registry upload sessions not yet finished or cancelled.\n");
         out.push_str("# TYPE foothold_upload_sessions_open gauge\n");

@@ -13,7 +13,7 @@ use crate::images::{capped, now};
 use crate::store::{Store, StoreError};
 
 /// The session owner of tus uploads: not a repository name, so registry sessions never meet them.
-const OWNER: &str = "tus:";
+pub const OWNER: &str = "tus:";
 
 #[derive(Debug, thiserror::Error)]
 pub enum UploadError {
@@ -178,6 +178,26 @@ impl<'a> Uploads<'a> {
     }
 
     /// Ends the upload: its session, or its content unless an image record holds it.
+    /// For the expiry sweep: upload `id` holds `size` bytes. Finishes it when they are all of it (an agent
+    /// stopped during the final hash left it so); otherwise, with `expired`, terminates it. Returns whether
+    /// bytes were freed.
+    pub async fn sweep(&self, id: &str, size: u64, expired: bool) -> Result<bool> {
+        let upload = self.get(id).await?;
+        if upload.finished {
+            return Ok(false);
+        }
+        if size == upload.length {
+            self.finish(id).await?;
+            return Ok(false);
+        }
+        if !expired {
+            return Ok(false);
+        }
+        self.terminate(id).await?;
+        tracing::info!(upload = id, bytes = size, "abandoned tus upload expired");
+        Ok(true)
+    }
+
     pub async fn terminate(&self, id: &str) -> Result<()> {
         let upload = self.get(id).await?;
         if !upload.finished {

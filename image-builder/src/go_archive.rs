@@ -28,9 +28,13 @@ pub fn build(recipe: &ArchiveRecipe, work: &Path, out: &Path) -> Result<String> 
         let tree = unpack(archive, &work.join(format!("replace-{i}")))?;
         let dir = find_module(&tree, path)?
             .with_context(|| format!("{}: no go.mod of module {path} in it", archive.name))?;
+        // Relative: the build info the binary embeds names the replacement as written, so an absolute path
+        // would make the bytes depend on where the cache is (a plugin built in /root and one built in /home
+        // differed only there).
+        let relative = relative_to(&dir, &root, work)?;
         go(&root)
             .args(["mod", "edit"])
-            .arg(format!("-replace={path}={}", dir.display()))
+            .arg(format!("-replace={path}={relative}"))
             .run_bytes()
             .with_context(|| format!("replacing {path} with {}", archive.name))?;
         replaced.push(format!(
@@ -71,6 +75,18 @@ pub fn build(recipe: &ArchiveRecipe, work: &Path, out: &Path) -> Result<String> 
         recipe.source.name,
         short(&recipe.source.sha256),
     ))
+}
+
+/// `dir` as a path relative to `from`, both inside `work` (`../../replace-0/…`).
+fn relative_to(dir: &Path, from: &Path, work: &Path) -> Result<String> {
+    let below = |p: &Path| {
+        p.strip_prefix(work)
+            .map(Path::to_owned)
+            .with_context(|| format!("{} is not inside {}", p.display(), work.display()))
+    };
+    let (dir, from) = (below(dir)?, below(from)?);
+    let up = "../".repeat(from.components().count());
+    Ok(format!("{up}{}", dir.display()))
 }
 
 fn short(sha256: &str) -> String {
@@ -187,6 +203,21 @@ pub fn read_dir(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn replacements_are_named_relative_to_the_module() {
+        let work = Path::new("/cache/go/work/x");
+        assert_eq!(
+            relative_to(
+                &work.join("replace-0/api-abc/api"),
+                &work.join("src/bmo-123"),
+                work
+            )
+            .unwrap(),
+            "../../replace-0/api-abc/api"
+        );
+        assert!(relative_to(Path::new("/elsewhere"), &work.join("src"), work).is_err());
+    }
     use super::*;
 
     #[test]

@@ -26,6 +26,8 @@ pub struct ServeConfig {
     pub ready_checks: Vec<crate::neighbors::Check>,
     /// Timeouts and the connection cap for clients.
     pub client_limits: ClientLimits,
+    /// How long an upload may go without a byte before it is freed.
+    pub upload_ttl: std::time::Duration,
 }
 
 pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
@@ -41,6 +43,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         .max_image_length(cfg.max_image_length)
         .files_need_token(cfg.files_need_token)
         .body_idle_timeout(cfg.client_limits.body_idle_timeout)
+        .upload_ttl(cfg.upload_ttl)
         .neighbors(cfg.ready_checks.clone());
     if let Some(settings) = cfg
         .controllers
@@ -58,6 +61,12 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
             state.store.clone(),
         ));
     }
+    tokio::spawn(crate::expiry::run(
+        state.store.clone(),
+        cfg.upload_ttl,
+        cfg.max_image_length,
+        state.metrics.clone(),
+    ));
     let resume = state.clone();
     tokio::spawn(async move {
         let images = crate::images::Images::new(&resume.store, resume.limits.max_image_length);

@@ -41,6 +41,8 @@ pub struct Limits {
     pub max_image_length: u64,
     /// A request body that goes this long without a byte is cut off (see `limits`).
     pub body_idle_timeout: std::time::Duration,
+    /// An upload that goes this long without a byte is freed (see `expiry`).
+    pub upload_ttl: std::time::Duration,
 }
 
 impl AppState {
@@ -56,6 +58,7 @@ impl AppState {
             limits: Limits {
                 max_image_length: DEFAULT_MAX_IMAGE_LENGTH,
                 body_idle_timeout: super::limits::ClientLimits::default().body_idle_timeout,
+                upload_ttl: crate::expiry::DEFAULT_TTL,
             },
             controllers: crate::controllers::Shared::new(crate::controllers::State::Disabled),
             neighbors: Arc::default(),
@@ -71,6 +74,11 @@ impl AppState {
     /// Reads of BPA records and `/files` need the token too.
     pub fn files_need_token(mut self, yes: bool) -> Self {
         self.access.files_need_token = yes;
+        self
+    }
+
+    pub fn upload_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.limits.upload_ttl = ttl;
         self
     }
 

@@ -23,7 +23,7 @@ use crate::store::Store;
 use crate::uploads::Uploads;
 
 pub const VERSION: &str = "1.0.0";
-pub const EXTENSIONS: &str = "creation,termination,checksum";
+pub const EXTENSIONS: &str = "creation,termination,checksum,expiration";
 /// Upload-Metadata is a few file names and types; more is refused rather than stored.
 const MAX_METADATA: usize = 4096;
 
@@ -192,7 +192,20 @@ pub(super) async fn create(
         header::LOCATION,
         HeaderValue::from_str(&format!("/v1/uploads/{id}")).expect("uuid is ASCII"),
     );
-    Ok(r)
+    Ok(with_expiry(r, &store, &id, limits).await)
+}
+
+/// tus's expiration extension: an unfinished upload says when it is freed if no byte arrives before then.
+async fn with_expiry(mut r: Response, store: &Store, id: &str, limits: Limits) -> Response {
+    // A finished upload has no session file: it does not expire.
+    if let Ok((_, modified)) = store.upload_file_state(id).await {
+        let at = crate::expiry::expires_at(modified, limits.upload_ttl);
+        r.headers_mut().insert(
+            "upload-expires",
+            HeaderValue::from_str(&httpdate::fmt_http_date(at)).expect("an HTTP date is ASCII"),
+        );
+    }
+    r
 }
 
 #[utoipa::path(head, path = "/v1/uploads/{id}", tag = "tus",
@@ -225,7 +238,7 @@ pub(super) async fn info(
     if let Some(m) = u.metadata.and_then(|m| HeaderValue::from_str(&m).ok()) {
         h.insert("upload-metadata", m);
     }
-    Ok(r)
+    Ok(with_expiry(r, &store, &id, limits).await)
 }
 
 /// `Upload-Checksum: sha256 <base64>`: the digest the chunk must have.
@@ -300,14 +313,15 @@ pub(super) async fn append(
     })?;
     let checksum = chunk_checksum(&headers)?;
     // Its own task, so that a client hanging up mid-chunk cannot stop the last byte finishing the upload.
+    let (s, i) = (store.clone(), id.clone());
     let offset = tokio::spawn(async move {
-        Uploads::new(&store, limits.max_image_length)
-            .append(&id, start, body.into_data_stream(), checksum)
+        Uploads::new(&s, limits.max_image_length)
+            .append(&i, start, body.into_data_stream(), checksum)
             .await
     })
     .await
     .expect("append task panicked")?;
-    Ok(no_content(offset))
+    Ok(with_expiry(no_content(offset), &store, &id, limits).await)
 }
 
 fn no_content(offset: u64) -> Response {

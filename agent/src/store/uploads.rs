@@ -255,6 +255,15 @@ impl Store {
         .await
     }
 
+    /// The size and last change of a session's file (what arrived, and when the last of it did).
+    pub async fn upload_file_state(&self, id: &str) -> Result<(u64, std::time::SystemTime)> {
+        let path = self.files.upload_path(id);
+        let m = tokio::task::spawn_blocking(move || fs::metadata(path))
+            .await
+            .expect("stat task")?;
+        Ok((m.len(), m.modified()?))
+    }
+
     pub async fn upload_count(&self) -> Result<u64> {
         self.with_meta(|m, _| Ok(m.upload_count()?)).await
     }

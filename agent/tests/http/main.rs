@@ -11,6 +11,7 @@ mod conformance;
 mod connection;
 mod crash;
 mod disk_full;
+mod expiry;
 mod hostile;
 mod import;
 mod openapi;

@@ -191,7 +191,10 @@ async fn the_protocol_and_its_refusals() {
     .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     assert_eq!(r.header("tus-version"), "1.0.0");
-    assert_eq!(r.header("tus-extension"), "creation,termination,checksum");
+    assert_eq!(
+        r.header("tus-extension"),
+        "creation,termination,checksum,expiration"
+    );
     assert_eq!(r.header("tus-checksum-algorithm"), "sha256");
     assert!(r.header("tus-max-size").parse::<u64>().unwrap() > 0);
 

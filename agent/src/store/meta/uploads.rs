@@ -29,6 +29,13 @@ impl Meta {
             > 0)
     }
 
+    /// Every open session: (id, owner — a repository, or `images:…` / `tus:`).
+    pub fn upload_sessions(&self) -> Result<Vec<(String, String)>, MetaError> {
+        let mut stmt = self.conn.prepare("SELECT id, repo FROM uploads")?;
+        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     pub fn upload_ids(&self) -> Result<Vec<String>, MetaError> {
         let mut stmt = self.conn.prepare("SELECT id FROM uploads")?;
         let rows = stmt.query_map([], |r| r.get(0))?;
