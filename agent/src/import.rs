@@ -155,7 +155,7 @@ fn plan_manifest(
     let bytes = src.read_small(digest)?;
     let parsed = manifest::parse(media_type, &bytes)
         .with_context(|| format!("parsing manifest {}", src.describe(digest)))?;
-    for (child, kind) in &parsed.references {
+    for (child, kind, _) in &parsed.references {
         match kind {
             RefKind::Blob if src.size(child).is_none() => bail!(
                 "manifest {digest} references blob {child}, which is missing ({})",
@@ -192,7 +192,8 @@ pub(crate) fn commit(src: &dyn BlobSource, store: &Store, p: &Plan) -> anyhow::R
         store.with_meta_blocking(|m, files| -> anyhow::Result<()> {
             files.put_bytes(digest.algorithm(), bytes)?;
             let tags: Vec<&str> = tag.into_iter().collect();
-            Ok(m.put_manifest(&p.repo, digest, bytes.len() as u64, parsed, &tags)?)
+            // Absent children were allowed by planning (`--present-platforms`) or refused there.
+            Ok(m.put_manifest(&p.repo, digest, bytes.len() as u64, parsed, &tags, true)?)
         })?;
     }
     tracing::info!(repo = p.repo, tag = p.tag, digest = %p.digest, "imported");

@@ -28,8 +28,9 @@ pub enum RefKind {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParsedManifest {
     pub media_type: String,
-    /// What must exist in the repository before this manifest is accepted.
-    pub references: Vec<(Digest, RefKind)>,
+    /// What must exist in the repository before this manifest is accepted, with the size its descriptor
+    /// declares.
+    pub references: Vec<(Digest, RefKind, u64)>,
     pub subject: Option<Digest>,
     /// `artifactType`, or for image manifests without one the config's media type (referrers API rule).
     pub artifact_type: Option<String>,
@@ -110,7 +111,7 @@ pub fn parse(content_type: Option<&str>, body: &[u8]) -> Result<ParsedManifest, 
             .manifests
             .ok_or_else(|| ManifestError::Shape("an index needs a manifests list".into()))?;
         for d in &children {
-            references.push((descriptor_digest(d)?, RefKind::Manifest));
+            references.push((descriptor_digest(d)?, RefKind::Manifest, d.size()));
         }
     } else {
         if raw.manifests.is_some() {
@@ -121,7 +122,7 @@ pub fn parse(content_type: Option<&str>, body: &[u8]) -> Result<ParsedManifest, 
         let config = raw
             .config
             .ok_or_else(|| ManifestError::Shape("an image manifest needs a config".into()))?;
-        references.push((descriptor_digest(&config)?, RefKind::Blob));
+        references.push((descriptor_digest(&config)?, RefKind::Blob, config.size()));
         if artifact_type.is_none() {
             artifact_type = Some(config.media_type().to_string());
         }
@@ -134,7 +135,7 @@ pub fn parse(content_type: Option<&str>, body: &[u8]) -> Result<ParsedManifest, 
             if d.urls().as_ref().is_some_and(|u| !u.is_empty()) {
                 continue;
             }
-            references.push((digest, RefKind::Blob));
+            references.push((digest, RefKind::Blob, d.size()));
         }
     }
     let subject = raw.subject.as_ref().map(descriptor_digest).transpose()?;
@@ -195,8 +196,8 @@ mod tests {
         assert_eq!(
             m.references,
             vec![
-                (d(1).parse().unwrap(), RefKind::Blob),
-                (d(2).parse().unwrap(), RefKind::Blob)
+                (d(1).parse().unwrap(), RefKind::Blob, 2),
+                (d(2).parse().unwrap(), RefKind::Blob, 3)
             ]
         );
         assert_eq!(
@@ -227,7 +228,7 @@ mod tests {
         assert_eq!(m.media_type, OCI_INDEX);
         assert_eq!(
             m.references,
-            vec![(d(4).parse().unwrap(), RefKind::Manifest)]
+            vec![(d(4).parse().unwrap(), RefKind::Manifest, 5)]
         );
     }
 

@@ -77,6 +77,9 @@ impl From<MetaError> for StoreError {
                 StoreError::ManifestBlobUnknown { digest, kind }
             }
             MetaError::InUse { target, by, .. } => StoreError::InUse { target, by },
+            e @ MetaError::WrongSize { .. } => {
+                StoreError::ManifestInvalid(ManifestError::Shape(e.to_string()))
+            }
             e => StoreError::Meta(e),
         }
     }
@@ -119,6 +122,8 @@ struct Session {
 }
 
 pub struct Store {
+    /// `<data>/lock`, exclusively locked while the store is open: one process at a time writes a data directory.
+    _lock: File,
     files: BlobFiles,
     meta: Arc<Mutex<Meta>>,
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Session>>>>,
@@ -136,7 +141,11 @@ fn locked(meta: &Mutex<Meta>) -> std::sync::MutexGuard<'_, Meta> {
 
 impl Store {
     /// Opens the store at `root` (created if missing), dropping temp files and upload files no session owns.
+    ///
+    /// Only one process may have a data directory open: a second `serve`, `import` or `add-file` is refused
+    /// (it would empty `tmp/` under the first one's feet), naming the process that has it.
     pub fn open(root: &Path) -> Result<Self> {
+        let lock = lock_data_dir(root)?;
         let files = BlobFiles::open(root)?;
         let mut meta = Meta::open(&root.join("foothold.db"))?;
         let ids = meta.upload_ids()?;
@@ -153,6 +162,7 @@ impl Store {
             }
         }
         Ok(Store {
+            _lock: lock,
             files,
             meta: Arc::new(Mutex::new(meta)),
             sessions: Mutex::default(),
@@ -347,10 +357,10 @@ impl Store {
         let repo = repo.to_owned();
         let d = digest.clone();
         self.with_meta(move |m, files| {
-            m.check_references(&repo, &parsed)?; // before the file is written: a refused manifest leaves nothing
+            m.check_references(&repo, &parsed, false)?; // before the file is written: a refused manifest leaves nothing
             files.put_bytes(algorithm, &body)?;
             let tags: Vec<&str> = tags.iter().map(String::as_str).collect();
-            m.put_manifest(&repo, &d, body.len() as u64, &parsed, &tags)?;
+            m.put_manifest(&repo, &d, body.len() as u64, &parsed, &tags, false)?;
             Ok(())
         })
         .await?;
@@ -438,6 +448,37 @@ impl Store {
     pub fn blob_path(&self, digest: &Digest) -> PathBuf {
         self.files.path(digest)
     }
+}
+
+/// Takes `<root>/lock` (created if missing) for this process, writing its pid there for the next one's message.
+fn lock_data_dir(root: &Path) -> Result<File> {
+    fs::create_dir_all(root)?;
+    let path = root.join("lock");
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)?;
+    match f.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = io::Read::read_to_string(&mut f, &mut holder);
+            return Err(StoreError::Io(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "data directory {} is in use by another foothold-agent (pid {}): stop it first",
+                    root.display(),
+                    holder.trim()
+                ),
+            )));
+        }
+        Err(fs::TryLockError::Error(e)) => return Err(e.into()),
+    }
+    f.set_len(0)?;
+    writeln!(f, "{}", std::process::id())?;
+    Ok(f)
 }
 
 /// Streams a body into `file`, hashing as it goes; writes happen on the blocking pool in batches. Returns the

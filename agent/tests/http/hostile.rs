@@ -522,3 +522,72 @@ fn an_unverifiable_tus_chunk_is_not_kept() {
         .unwrap();
     assert_eq!(head.headers()["upload-offset"], "0");
 }
+
+/// One process at a time has a data directory: `add-file`, `import` and a second `serve` on a live one are
+/// refused naming the agent that has it (before, `add-file` emptied `tmp/` under a running upload).
+#[test]
+fn a_live_data_directory_is_not_opened_twice() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let agent = Agent::start(&data, Some(TOKEN));
+    let file = tmp.path().join("file.bin");
+    std::fs::write(&file, b"content").unwrap();
+    let add_file = || {
+        Command::new(support::agent_bin())
+            .arg("add-file")
+            .arg(&file)
+            .arg("--data")
+            .arg(&data)
+            .args([
+                "--owner",
+                "o",
+                "--cluster",
+                "c",
+                "--kind",
+                "binary_images",
+                "--name",
+                "f",
+            ])
+            .output()
+            .unwrap()
+    };
+    let layout = tmp.path().join("layout");
+    support::layout::write_image(&layout, 3, &[1000], "docker.io/library/x:1");
+    let refused = [
+        add_file(),
+        Command::new(support::agent_bin())
+            .arg("import")
+            .arg(&layout)
+            .arg("--data")
+            .arg(&data)
+            .output()
+            .unwrap(),
+        Command::new(support::agent_bin())
+            .args([
+                "serve",
+                "--no-controllers",
+                "--listen",
+                "127.0.0.1:0",
+                "--data",
+            ])
+            .arg(&data)
+            .output()
+            .unwrap(),
+    ];
+    let pid = agent.child.id().to_string();
+    for out in refused {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains("is in use by another foothold-agent") && err.contains(&pid),
+            "{err}"
+        );
+    }
+    drop(agent);
+    let out = add_file();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -59,6 +59,13 @@ pub enum MetaError {
         digest: Digest,
         kind: &'static str,
     },
+    #[error("the descriptor of {kind} {digest} says {declared} bytes; it has {actual}")]
+    WrongSize {
+        digest: Digest,
+        kind: &'static str,
+        declared: u64,
+        actual: u64,
+    },
     #[error("{target} is still referenced by manifest {by} in repository {repo}")]
     InUse {
         repo: String,

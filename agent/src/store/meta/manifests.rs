@@ -11,26 +11,45 @@ impl Meta {
     /// index lists need not be: a mirror may carry some platforms of a multi-platform image (the image builder
     /// keeps `linux/amd64` of an index pinned by digest), and a client asking for another platform gets
     /// MANIFEST_UNKNOWN for it.
-    pub fn check_references(&self, repo: &str, parsed: &ParsedManifest) -> Result<(), MetaError> {
-        for (target, kind) in &parsed.references {
+    pub fn check_references(
+        &self,
+        repo: &str,
+        parsed: &ParsedManifest,
+        absent_children_ok: bool,
+    ) -> Result<(), MetaError> {
+        for (target, kind, declared) in &parsed.references {
             let (sql, what) = match kind {
                 RefKind::Blob => (
-                    "SELECT 1 FROM repo_blobs WHERE repo = ?1 AND digest = ?2",
+                    "SELECT size FROM repo_blobs WHERE repo = ?1 AND digest = ?2",
                     "blob",
                 ),
-                RefKind::Manifest => continue,
+                RefKind::Manifest => (
+                    "SELECT size FROM manifests WHERE repo = ?1 AND digest = ?2",
+                    "manifest",
+                ),
             };
-            if self
+            let size: Option<i64> = self
                 .conn
-                .query_row(sql, params![repo, target.to_string()], |_| Ok(()))
-                .optional()?
-                .is_none()
-            {
-                return Err(MetaError::Missing {
-                    repo: repo.into(),
-                    digest: target.clone(),
-                    kind: what,
-                });
+                .query_row(sql, params![repo, target.to_string()], |r| r.get(0))
+                .optional()?;
+            match size {
+                None if *kind == RefKind::Manifest && absent_children_ok => {}
+                None => {
+                    return Err(MetaError::Missing {
+                        repo: repo.into(),
+                        digest: target.clone(),
+                        kind: what,
+                    })
+                }
+                Some(actual) if actual as u64 != *declared => {
+                    return Err(MetaError::WrongSize {
+                        digest: target.clone(),
+                        kind: what,
+                        declared: *declared,
+                        actual: actual as u64,
+                    })
+                }
+                Some(_) => {}
             }
         }
         Ok(())
@@ -44,8 +63,9 @@ impl Meta {
         size: u64,
         parsed: &ParsedManifest,
         tags: &[&str],
+        absent_children_ok: bool,
     ) -> Result<(), MetaError> {
-        self.check_references(repo, parsed)?;
+        self.check_references(repo, parsed, absent_children_ok)?;
         let tx = self.conn.transaction()?;
         let d = digest.to_string();
         let annotations = parsed
@@ -72,7 +92,7 @@ impl Meta {
             "DELETE FROM manifest_refs WHERE repo = ?1 AND manifest = ?2",
             params![repo, d],
         )?;
-        for (target, kind) in &parsed.references {
+        for (target, kind, _) in &parsed.references {
             let kind = match kind {
                 RefKind::Blob => "blob",
                 RefKind::Manifest => "manifest",
