@@ -12,6 +12,7 @@ pub mod crd;
 pub mod digest;
 pub mod expiry;
 pub mod fsck;
+pub mod fuzz;
 pub mod http;
 pub mod images;
 pub mod import;

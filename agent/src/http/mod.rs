@@ -7,6 +7,7 @@
 pub mod access;
 pub mod error;
 mod files;
+pub mod fuzz;
 pub mod limits;
 pub mod openapi;
 pub mod range;

@@ -176,7 +176,10 @@ pub(super) async fn create(
 
 /// Metadata is JSON of a few KiB: anything past 1 MiB is refused rather than buffered; `what` prefixes the
 /// parse error.
-async fn json_body<T: serde::de::DeserializeOwned>(body: Body, what: &str) -> ApiResult<T> {
+pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
+    body: Body,
+    what: &str,
+) -> ApiResult<T> {
     let bytes = axum::body::to_bytes(body, 1 << 20).await.map_err(|_| {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -194,7 +197,7 @@ async fn json_body<T: serde::de::DeserializeOwned>(body: Body, what: &str) -> Ap
 }
 
 /// ICN's original client sent a multipart form whose `metadata` part holds the JSON; other parts are ignored.
-async fn metadata_part(headers: &HeaderMap, body: Body) -> ApiResult<NewImage> {
+pub(super) async fn metadata_part(headers: &HeaderMap, body: Body) -> ApiResult<NewImage> {
     let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
     let boundary = headers
         .get(header::CONTENT_TYPE)

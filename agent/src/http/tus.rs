@@ -71,7 +71,7 @@ fn error(status: StatusCode, code: &'static str, message: impl Into<String>) -> 
 
 type TusResult = Result<Response, ApiError>;
 
-fn header_u64(headers: &HeaderMap, name: &str) -> Result<Option<u64>, ApiError> {
+pub(super) fn header_u64(headers: &HeaderMap, name: &str) -> Result<Option<u64>, ApiError> {
     match headers.get(name) {
         None => Ok(None),
         Some(v) => v
@@ -90,7 +90,7 @@ fn header_u64(headers: &HeaderMap, name: &str) -> Result<Option<u64>, ApiError> 
 }
 
 /// Upload-Metadata: comma-separated `key` or `key base64(value)` pairs, keys unique.
-fn parse_metadata(raw: &str) -> Result<(), String> {
+pub(super) fn parse_metadata(raw: &str) -> Result<(), String> {
     if raw.len() > MAX_METADATA {
         return Err(format!(
             "Upload-Metadata is longer than {MAX_METADATA} bytes"
@@ -242,7 +242,7 @@ pub(super) async fn info(
 }
 
 /// `Upload-Checksum: sha256 <base64>`: the digest the chunk must have.
-fn chunk_checksum(headers: &HeaderMap) -> Result<Option<[u8; 32]>, ApiError> {
+pub(super) fn chunk_checksum(headers: &HeaderMap) -> Result<Option<[u8; 32]>, ApiError> {
     let Some(v) = headers.get("upload-checksum") else {
         return Ok(None);
     };

@@ -22,6 +22,10 @@ use super::{tool, wait_for};
 /// The admin's static token (group `system:masters`).
 pub const TOKEN: &str = "foothold-test-admin-token";
 
+/// A user with no rights but those a test grants it with RBAC (`KubeEnv::restricted_kubeconfig`).
+pub const RESTRICTED_USER: &str = "restricted";
+const RESTRICTED_TOKEN: &str = "foothold-test-restricted-token";
+
 pub struct KubeEnv {
     /// A kubeconfig for the admin, for `foothold-agent serve --kubeconfig` and for test clients.
     pub kubeconfig: PathBuf,
@@ -64,6 +68,22 @@ impl KubeEnv {
                 .await
                 .expect("kubeconfig");
         kube::Client::try_from(config).expect("client")
+    }
+
+    /// A kubeconfig for [`RESTRICTED_USER`] (written once, beside the admin's).
+    pub fn restricted_kubeconfig(&self) -> PathBuf {
+        let path = self.dir.join("kubeconfig-restricted");
+        if !path.exists() {
+            let mut config: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&self.kubeconfig).unwrap()).unwrap();
+            config["users"][0]["user"]["token"] = RESTRICTED_TOKEN.into();
+            let tmp = self
+                .dir
+                .join(format!("kubeconfig-restricted.{}", std::process::id()));
+            std::fs::write(&tmp, config.to_string()).unwrap();
+            std::fs::rename(&tmp, &path).unwrap();
+        }
+        path
     }
 
     /// A fresh namespace for one test, named after it.
@@ -167,7 +187,7 @@ fn start() -> (KubeEnv, Vec<Child>) {
     );
     std::fs::write(
         dir.join("tokens.csv"),
-        format!("{TOKEN},admin,admin,system:masters\n"),
+        format!("{TOKEN},admin,admin,system:masters\n{RESTRICTED_TOKEN},{RESTRICTED_USER},{RESTRICTED_USER}\n"),
     )
     .unwrap();
     let server = format!("https://127.0.0.1:{api_port}");

@@ -511,6 +511,17 @@ pub fn parse(text: &str) -> Result<Spec, String> {
     serde_saphyr::from_str(text).map_err(|e| e.to_string())
 }
 
+/// Fuzzing entry point (see `fuzz/`): spec text as a user may write it is parsed and validated, both with the
+/// pins required and not, without panicking; an error names the file.
+pub fn fuzz(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    for pins in [Pins::Required, Pins::Optional] {
+        if let Err(e) = load_text(Path::new("fuzz.yaml"), &text, pins) {
+            assert_eq!(e.file, "fuzz.yaml");
+        }
+    }
+}
+
 /// The JSON Schema of the spec format.
 pub fn schema() -> serde_json::Value {
     serde_json::to_value(schemars::schema_for!(Spec)).expect("schemas serialize")
