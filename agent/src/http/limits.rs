@@ -33,7 +33,7 @@ impl Default for ClientLimits {
     fn default() -> Self {
         ClientLimits {
             header_timeout: Duration::from_secs(30),
-            body_idle_timeout: Duration::from_secs(60),
+            body_idle_timeout: super::state::DEFAULT_BODY_IDLE_TIMEOUT,
             max_connections: 4096,
         }
     }

@@ -45,6 +45,9 @@ pub struct Limits {
     pub upload_ttl: std::time::Duration,
 }
 
+/// A request body that goes this long without a byte is cut off, unless `serve` says otherwise.
+pub const DEFAULT_BODY_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 impl AppState {
     /// The defaults: anonymous reads, the default upload limit, no controllers.
     pub fn new(store: Store, auth: Auth) -> Self {
@@ -57,7 +60,7 @@ impl AppState {
             metrics: Arc::default(),
             limits: Limits {
                 max_image_length: DEFAULT_MAX_IMAGE_LENGTH,
-                body_idle_timeout: super::limits::ClientLimits::default().body_idle_timeout,
+                body_idle_timeout: DEFAULT_BODY_IDLE_TIMEOUT,
                 upload_ttl: crate::expiry::DEFAULT_TTL,
             },
             controllers: crate::controllers::Shared::new(crate::controllers::State::Disabled),

@@ -34,12 +34,10 @@ use kube::ResourceExt;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+pub use crate::controllers::vino::STATUS_ANNOTATION;
 use crate::controllers::vino::{NODE_LABEL, OWNER_LABEL};
 use virsh::{quote, Virsh};
 use xml::{Host, Plan};
-
-/// The annotation on the plan ConfigMap where the builder reports.
-pub const STATUS_ANNOTATION: &str = "vino.airshipit.org/builder-status";
 
 /// How the builder reaches libvirt and renders domains.
 #[derive(Clone, Debug)]

@@ -16,6 +16,7 @@ mod hostile;
 mod import;
 mod openapi;
 mod registry_api;
+mod registry_refs;
 mod rest_api;
 mod serving;
 mod tus;

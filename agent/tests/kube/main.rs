@@ -8,9 +8,11 @@ mod support;
 
 mod bpa;
 mod crds;
+mod faults;
 mod sip;
 mod sip_bench;
 mod sip_render;
 mod software;
 mod vino;
 mod vino_builder;
+mod vino_builder_live;

@@ -139,7 +139,7 @@ pub(crate) async fn claimed(
     out
 }
 
-fn owned_by(name: &str) -> ListParams {
+pub(crate) fn owned_by(name: &str) -> ListParams {
     ListParams::default().labels(&format!("sip.airshipit.org/sipcluster={name}"))
 }
 
@@ -647,120 +647,4 @@ async fn an_agent_killed_mid_reconcile_and_restarted_reaches_the_same_end_state(
         .finalizers
         .unwrap_or_default()
         .contains(&"sip.airshipit.org/finalizer".to_owned()));
-}
-
-/// A Role for the restricted user: what the SIP controller needs in `ns`, with `patch` on BareMetalHosts only
-/// when `may_label`.
-fn sip_role(ns: &str, may_label: bool) -> Value {
-    let bmh_verbs = if may_label {
-        json!(["get", "list", "watch", "patch", "update"])
-    } else {
-        json!(["get", "list", "watch"])
-    };
-    json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "sip-restricted", "namespace": ns},
-        "rules": [
-            {"apiGroups": ["airship.airshipit.org"], "resources": ["sipclusters", "sipclusters/status"], "verbs": ["*"]},
-            {"apiGroups": ["metal3.io"], "resources": ["baremetalhosts"], "verbs": bmh_verbs},
-            {"apiGroups": [""], "resources": ["secrets", "services", "configmaps", "events"], "verbs": ["*"]},
-            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["*"]},
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["*"]},
-            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["*"]},
-        ],
-    })
-}
-
-/// The controller running as a user that may not label BareMetalHosts: the SIPCluster says
-/// `UnableToApplyLabels`; granted the right, it claims; the right taken away again, deleting the SIPCluster
-/// says `UnableToDecommission` and keeps it (its finalizer) until the right comes back.
-#[tokio::test]
-async fn without_the_right_to_label_hosts_sip_says_so_and_recovers() {
-    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-    let env = env();
-    let client = env.client().await;
-    let ns = env.namespace(&client, "sip-rbac").await;
-    let tmp = tempfile::tempdir().unwrap();
-    hosts(&client, &ns, 2, 1).await;
-    let roles: Api<Role> = Api::namespaced(client.clone(), &ns);
-    roles
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(sip_role(&ns, false)).unwrap(),
-        )
-        .await
-        .unwrap();
-    Api::<RoleBinding>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &serde_json::from_value(json!({
-            "metadata": {"name": "sip-restricted"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "sip-restricted"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
-                          "name": crate::support::kube::RESTRICTED_USER}],
-        })).unwrap())
-        .await
-        .unwrap();
-    let _agent = controller_agent(
-        tmp.path(),
-        &ns,
-        "agent-rbac",
-        "sip",
-        &env.restricted_kubeconfig(),
-        &[],
-    );
-    let sips: Api<SIPCluster> = Api::namespaced(client.clone(), &ns);
-    sips.create(
-        &PostParams::default(),
-        &sip_cluster("t", (1, 0), (0, 0), json!({})),
-    )
-    .await
-    .unwrap();
-    let condition = |reason: &'static str| {
-        let sips = sips.clone();
-        move || {
-            let sips = sips.clone();
-            async move {
-                let s = sips.get_opt("t").await.unwrap()?;
-                ready(&s).filter(|r| r.1 == reason)
-            }
-        }
-    };
-    let (status, _, message) = until("UnableToApplyLabels", condition("UnableToApplyLabels")).await;
-    assert_eq!(status, "False");
-    assert!(message.contains("forbidden"), "{message}");
-    assert!(claimed(&client, &ns, "t").await.is_empty());
-
-    let grant = |may_label: bool| {
-        let roles = roles.clone();
-        let ns = ns.clone();
-        async move {
-            roles
-                .replace(
-                    "sip-restricted",
-                    &PostParams::default(),
-                    &serde_json::from_value(sip_role(&ns, may_label)).unwrap(),
-                )
-                .await
-                .unwrap();
-        }
-    };
-    grant(true).await;
-    until("Ready once it may label", || async {
-        let s = sips.get("t").await.unwrap();
-        ready(&s).filter(|r| r.0 == "True").map(|_| ())
-    })
-    .await;
-    assert_eq!(claimed(&client, &ns, "t").await.len(), 1);
-
-    grant(false).await;
-    sips.delete("t", &DeleteParams::default()).await.unwrap();
-    let (_, _, message) = until("UnableToDecommission", condition("UnableToDecommission")).await;
-    assert!(message.contains("forbidden"), "{message}");
-    assert_eq!(claimed(&client, &ns, "t").await.len(), 1, "the claim stays");
-
-    grant(true).await;
-    until("the SIPCluster gone", || async {
-        sips.get_opt("t").await.unwrap().is_none().then_some(())
-    })
-    .await;
-    assert!(claimed(&client, &ns, "t").await.is_empty());
 }

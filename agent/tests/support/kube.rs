@@ -26,6 +26,7 @@ pub const TOKEN: &str = "foothold-test-admin-token";
 pub const RESTRICTED_USER: &str = "restricted";
 const RESTRICTED_TOKEN: &str = "foothold-test-restricted-token";
 
+#[derive(Clone)]
 pub struct KubeEnv {
     /// A kubeconfig for the admin, for `foothold-agent serve --kubeconfig` and for test clients.
     pub kubeconfig: PathBuf,
@@ -45,10 +46,9 @@ pub fn env() -> &'static KubeEnv {
         std::thread::Builder::new()
             .name("kube-test-env".into())
             .spawn(move || {
-                let (env, children) = start();
-                install_crds(&env);
-                tx.send(env).unwrap();
-                let _children = children;
+                let plane = ControlPlane::start(None);
+                tx.send(plane.env.clone()).unwrap();
+                let _plane = plane;
                 loop {
                     std::thread::park();
                 }
@@ -122,7 +122,10 @@ fn sweep_stale(parent: &Path) {
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(pid) = name.strip_prefix("foothold-kube-") {
+        if let Some(pid) = name
+            .strip_prefix("foothold-kube-")
+            .map(|rest| rest.split('.').next().unwrap_or(rest))
+        {
             if !Path::new("/proc").join(pid).exists() {
                 let _ = std::fs::remove_dir_all(e.path());
             }
@@ -149,51 +152,190 @@ fn spawn(cmd: &mut Command, log: &Path) -> Child {
         .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"))
 }
 
-fn start() -> (KubeEnv, Vec<Child>) {
-    let parent = std::env::temp_dir();
-    sweep_stale(&parent);
-    let dir = parent.join(format!("foothold-kube-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("certs")).unwrap();
+/// etcd and kube-apiserver in `<tmp>/foothold-kube-<pid>[.<name>]`, killed when dropped. The shared [`env`]
+/// is one; a test that restarts the apiserver starts its own.
+pub struct ControlPlane {
+    pub env: KubeEnv,
+    etcd: Child,
+    apiserver: Child,
+    api_port: u16,
+    etcd_url: String,
+    ca: String,
+}
 
-    let (etcd_port, peer_port, api_port) = (free_port(), free_port(), free_port());
-    let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-    let peer_url = format!("http://127.0.0.1:{peer_port}");
-    let etcd = spawn(
-        Command::new(tool("etcd"))
-            .arg("--data-dir")
-            .arg(dir.join("etcd"))
-            .args(["--listen-client-urls", &etcd_url])
-            .args(["--advertise-client-urls", &etcd_url])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("default={peer_url}")])
-            .args(["--unsafe-no-fsync", "--log-level", "warn"]),
-        &dir.join("etcd.log"),
-    );
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        for c in [&mut self.apiserver, &mut self.etcd] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
 
-    // Service-account signing key and the admin's static token.
-    super::run(
-        Command::new(tool("openssl"))
-            .args([
-                "ecparam",
-                "-genkey",
-                "-name",
-                "prime256v1",
-                "-noout",
-                "-out",
-            ])
-            .arg(dir.join("sa.key")),
-    );
-    std::fs::write(
-        dir.join("tokens.csv"),
-        format!("{TOKEN},admin,admin,system:masters\n{RESTRICTED_TOKEN},{RESTRICTED_USER},{RESTRICTED_USER}\n"),
-    )
-    .unwrap();
+impl ControlPlane {
+    /// Starts a control plane with every CRD the tests use installed.
+    pub fn start(name: Option<&str>) -> ControlPlane {
+        let parent = std::env::temp_dir();
+        sweep_stale(&parent);
+        let dir = parent.join(match name {
+            None => format!("foothold-kube-{}", std::process::id()),
+            Some(n) => format!("foothold-kube-{}.{n}", std::process::id()),
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("certs")).unwrap();
+
+        let (etcd_port, peer_port, api_port) = (free_port(), free_port(), free_port());
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let etcd = spawn(
+            Command::new(tool("etcd"))
+                .arg("--data-dir")
+                .arg(dir.join("etcd"))
+                .args(["--listen-client-urls", &etcd_url])
+                .args(["--advertise-client-urls", &etcd_url])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &format!("default={peer_url}")])
+                .args(["--unsafe-no-fsync", "--log-level", "warn"]),
+            &dir.join("etcd.log"),
+        );
+
+        // Service-account signing key and the static tokens.
+        super::run(
+            Command::new(tool("openssl"))
+                .args([
+                    "ecparam",
+                    "-genkey",
+                    "-name",
+                    "prime256v1",
+                    "-noout",
+                    "-out",
+                ])
+                .arg(dir.join("sa.key")),
+        );
+        std::fs::write(
+            dir.join("tokens.csv"),
+            format!("{TOKEN},admin,admin,system:masters\n{RESTRICTED_TOKEN},{RESTRICTED_USER},{RESTRICTED_USER}\n"),
+        )
+        .unwrap();
+        let server = format!("https://127.0.0.1:{api_port}");
+        let apiserver = spawn_apiserver(&dir, api_port, &etcd_url);
+
+        // The certificate file holds the serving certificate, then the CA that signed it.
+        let crt = dir.join("certs/apiserver.crt");
+        let ca = wait_for(
+            "kube-apiserver's certificate",
+            Duration::from_secs(60),
+            || {
+                let pem = std::fs::read_to_string(&crt).ok()?;
+                let start = pem.rfind("-----BEGIN CERTIFICATE-----")?;
+                pem[start..]
+                    .contains("-----END CERTIFICATE-----")
+                    .then(|| pem[start..].to_owned())
+            },
+        );
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            serde_json::to_string_pretty(&serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "test", "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64(ca.as_bytes()),
+                }}],
+                "users": [{"name": "admin", "user": {"token": TOKEN}}],
+                "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
+                "current-context": "test",
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        let mut plane = ControlPlane {
+            env: KubeEnv {
+                kubeconfig,
+                server,
+                dir,
+            },
+            etcd,
+            apiserver,
+            api_port,
+            etcd_url,
+            ca,
+        };
+        plane.wait_ready();
+        install_crds(&plane.env);
+        plane
+    }
+
+    /// SIGKILLs kube-apiserver and starts it again on the same port, certificate and etcd; returns once it is
+    /// ready.
+    pub fn restart_apiserver(&mut self) {
+        let _ = self.apiserver.kill();
+        let _ = self.apiserver.wait();
+        self.apiserver = spawn_apiserver(&self.env.dir, self.api_port, &self.etcd_url);
+        self.wait_ready();
+    }
+
+    /// Kills kube-apiserver (until [`ControlPlane::start_apiserver`]).
+    pub fn kill_apiserver(&mut self) {
+        let _ = self.apiserver.kill();
+        let _ = self.apiserver.wait();
+    }
+
+    pub fn start_apiserver(&mut self) {
+        self.apiserver = spawn_apiserver(&self.env.dir, self.api_port, &self.etcd_url);
+        self.wait_ready();
+    }
+
+    /// Ready when /readyz says so (etcd reached, bootstrap RBAC and CRD informers done).
+    fn wait_ready(&mut self) {
+        let http = ureq::Agent::new_with_config(
+            ureq::config::Config::builder()
+                .tls_config(
+                    ureq::tls::TlsConfig::builder()
+                        .root_certs(ureq::tls::RootCerts::new_with_certs(&[
+                            ureq::tls::Certificate::from_pem(self.ca.as_bytes()).unwrap(),
+                        ]))
+                        .build(),
+                )
+                .http_status_as_error(false)
+                .timeout_global(Some(Duration::from_secs(5)))
+                .build(),
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            for c in [&mut self.etcd, &mut self.apiserver] {
+                if let Ok(Some(status)) = c.try_wait() {
+                    panic!(
+                        "a control-plane process exited ({status}); logs in {}",
+                        self.env.dir.display()
+                    );
+                }
+            }
+            let ready = http
+                .get(&format!("{}/readyz", self.env.server))
+                .header("Authorization", &format!("Bearer {TOKEN}"))
+                .call()
+                .is_ok_and(|r| r.status() == 200);
+            if ready {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "kube-apiserver not ready after 120 s; logs in {}",
+                self.env.dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn spawn_apiserver(dir: &Path, api_port: u16, etcd_url: &str) -> Child {
     let server = format!("https://127.0.0.1:{api_port}");
-    let apiserver = spawn(
+    spawn(
         Command::new(tool("kube-apiserver"))
-            .args(["--etcd-servers", &etcd_url])
+            .args(["--etcd-servers", etcd_url])
             .args([
                 "--advertise-address",
                 "127.0.0.1",
@@ -217,86 +359,6 @@ fn start() -> (KubeEnv, Vec<Child>) {
             .args(["--disable-admission-plugins", "ServiceAccount"])
             .args(["--endpoint-reconciler-type", "none"]),
         &dir.join("kube-apiserver.log"),
-    );
-    let mut children = vec![etcd, apiserver];
-
-    // The certificate file holds the serving certificate, then the CA that signed it.
-    let crt = dir.join("certs/apiserver.crt");
-    let ca = wait_for(
-        "kube-apiserver's certificate",
-        Duration::from_secs(60),
-        || {
-            let pem = std::fs::read_to_string(&crt).ok()?;
-            let start = pem.rfind("-----BEGIN CERTIFICATE-----")?;
-            pem[start..]
-                .contains("-----END CERTIFICATE-----")
-                .then(|| pem[start..].to_owned())
-        },
-    );
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        serde_json::to_string_pretty(&serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "test", "cluster": {
-                "server": server,
-                "certificate-authority-data": base64(ca.as_bytes()),
-            }}],
-            "users": [{"name": "admin", "user": {"token": TOKEN}}],
-            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
-            "current-context": "test",
-        }))
-        .unwrap(),
-    )
-    .unwrap();
-
-    // Ready when /readyz says so (etcd reached, bootstrap RBAC and CRD informers done).
-    let http = ureq::Agent::new_with_config(
-        ureq::config::Config::builder()
-            .tls_config(
-                ureq::tls::TlsConfig::builder()
-                    .root_certs(ureq::tls::RootCerts::new_with_certs(&[
-                        ureq::tls::Certificate::from_pem(ca.as_bytes()).unwrap(),
-                    ]))
-                    .build(),
-            )
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(5)))
-            .build(),
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        for c in children.iter_mut() {
-            if let Ok(Some(status)) = c.try_wait() {
-                panic!(
-                    "a control-plane process exited ({status}); logs in {}",
-                    dir.display()
-                );
-            }
-        }
-        let ready = http
-            .get(&format!("{server}/readyz"))
-            .header("Authorization", &format!("Bearer {TOKEN}"))
-            .call()
-            .is_ok_and(|r| r.status() == 200);
-        if ready {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "kube-apiserver not ready after 120 s; logs in {}",
-            dir.display()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (
-        KubeEnv {
-            kubeconfig,
-            server,
-            dir,
-        },
-        std::mem::take(&mut children),
     )
 }
 

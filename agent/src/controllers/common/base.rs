@@ -88,6 +88,10 @@ impl Base {
 
     /// After a failed reconcile: log, count, and retry with the object's backoff.
     pub fn error_policy<K: ResourceExt>(&self, obj: &K, error: &Error) -> Action {
+        if let Some(retry) = error.pending() {
+            tracing::info!(controller = self.controller, object = %key(obj), %error, "cleanup waits");
+            return Action::requeue(retry);
+        }
         tracing::warn!(controller = self.controller, object = %key(obj), %error, "reconcile failed");
         self.metrics.reconcile_error(self.controller, error.cause());
         Action::requeue(self.failures.failed(key(obj)))

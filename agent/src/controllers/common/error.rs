@@ -10,9 +10,29 @@ pub enum Error {
     NoNamespace(String),
     #[error("the agent's store: {0}")]
     Store(String),
+    /// Not a failure: cleanup waits for something else (a finalizer stays only while cleanup returns an
+    /// error), and asks to be run again after `retry`.
+    #[error("waiting: {what}")]
+    Pending {
+        what: String,
+        retry: std::time::Duration,
+    },
 }
 
 impl Error {
+    /// When this is [`Error::Pending`] (also inside the finalizer's wrapping): how soon to run again.
+    pub fn pending(&self) -> Option<std::time::Duration> {
+        match self {
+            Error::Pending { retry, .. } => Some(*retry),
+            Error::Finalizer(e) => match e.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.pending(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// The `cause` label of `foothold_reconcile_errors_total`.
     pub fn cause(&self) -> &'static str {
         match self {
@@ -25,6 +45,7 @@ impl Error {
                 _ => "finalizer",
             },
             Error::NoNamespace(_) => "invalid",
+            Error::Pending { .. } => "pending",
             Error::Store(_) => "store",
         }
     }

@@ -31,7 +31,7 @@ pub mod render;
 
 pub use self::plan::{
     bmc_address, plan_vms, render_network_data, resolve_flavor, Vm, NODE_LABEL, OWNERSHIP,
-    OWNER_LABEL, REDFISH_PORT,
+    OWNER_LABEL, REDFISH_PORT, STATUS_ANNOTATION,
 };
 
 use std::sync::Arc;
@@ -147,9 +147,45 @@ impl Reconciler for Ctx {
         result.map(|_| Action::requeue(Duration::from_secs(300)))
     }
 
-    /// Removes every object of the Vino (it does not rely on a garbage collector), its address pools included.
+    /// Removes every object of the Vino (it does not rely on a garbage collector), its address pools included —
+    /// once each node's builder has removed its VMs: the plans are emptied first, and the DaemonSet (and the
+    /// builders' account) stay until every builder reports the empty plan applied, or [`DRAIN_TIMEOUT`] after
+    /// the deletion for a builder that never answers (its node gone), with a warning naming those nodes.
     async fn cleanup(&self, vino: &Vino, ns: &str) -> Result<Action, Error> {
         let ctx = self;
+        let waiting = drain_plans(&ctx.base.client, vino, ns).await?;
+        if !waiting.is_empty() {
+            let deleted_for = vino
+                .metadata
+                .deletion_timestamp
+                .as_ref()
+                .and_then(|t| {
+                    k8s_openapi::jiff::Timestamp::now()
+                        .duration_since(t.0)
+                        .try_into()
+                        .ok()
+                })
+                .unwrap_or(Duration::ZERO);
+            if deleted_for < DRAIN_TIMEOUT {
+                // An error keeps the finalizer: the Vino stays until its builders are done.
+                return Err(Error::Pending {
+                    what: format!("the builders of {} to remove their VMs", waiting.join(", ")),
+                    retry: Duration::from_secs(1),
+                });
+            }
+            publish(
+                &ctx.base.recorder,
+                vino,
+                EventType::Warning,
+                "BuildersDidNotDrain",
+                &format!(
+                    "the builders of {} did not report their VMs removed within {} s; libvirt there may still have them",
+                    waiting.join(", "),
+                    DRAIN_TIMEOUT.as_secs()
+                ),
+            )
+            .await;
+        }
         prune(&Owned::new(&ctx.base.client, OWNERSHIP, vino, ns)).await?;
         publish(
             &ctx.base.recorder,
@@ -161,6 +197,62 @@ impl Reconciler for Ctx {
         .await;
         Ok(Action::await_change())
     }
+}
+
+/// How long a deleted Vino waits for its builders to remove their VMs.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Empties every node plan of `vino` (no VMs, no networks; the rest of the plan as it was) and returns the
+/// nodes whose builder has not yet reported that empty plan applied. A plan no builder ever reported on has
+/// nothing built from it to wait for.
+async fn drain_plans(client: &kube::Client, vino: &Vino, ns: &str) -> Result<Vec<String>, Error> {
+    use kube::api::{ListParams, Patch, PatchParams};
+    use sha2::Digest as _;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let selector = format!("{}={},{NODE_LABEL}", OWNERSHIP.owner_label, vino.name_any());
+    let mut waiting = Vec::new();
+    for cm in maps
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+    {
+        let node = cm.labels().get(NODE_LABEL).cloned().unwrap_or_default();
+        let Some(text) = cm.data.as_ref().and_then(|d| d.get("plan.json")) else {
+            continue;
+        };
+        let Some(reported) = cm.annotations().get(STATUS_ANNOTATION) else {
+            continue;
+        };
+        let Ok(mut plan) = serde_json::from_str::<serde_json::Value>(text) else {
+            continue; // not a plan a builder could have applied
+        };
+        plan["vms"] = serde_json::json!([]);
+        plan["networks"] = serde_json::json!([]);
+        let empty = plan.to_string();
+        if *text != empty {
+            maps.patch(
+                &cm.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"data": {"plan.json": empty}})),
+            )
+            .await?;
+            waiting.push(node);
+            continue;
+        }
+        let want = hex::encode(sha2::Sha256::digest(empty.as_bytes()));
+        let drained = serde_json::from_str::<serde_json::Value>(reported)
+            .ok()
+            .is_some_and(|s| {
+                s["planSha256"] == want.as_str()
+                    && s["domains"] == serde_json::json!([])
+                    && s["networks"] == serde_json::json!([])
+                    && s["error"].is_null()
+            });
+        if !drained {
+            waiting.push(node);
+        }
+    }
+    Ok(waiting)
 }
 
 /// Deletes the Vino's objects of every kind it owns that `owned` did not apply: the ones no longer planned, or

@@ -15,6 +15,8 @@ use crate::vino_plan::{DiskOptionsPlan, DiskPlan};
 pub const OWNER_LABEL: &str = "vino.airshipit.org/vino";
 /// On per-node objects: the node.
 pub const NODE_LABEL: &str = "vino.airshipit.org/node";
+/// The annotation on a node's plan where its builder reports what it applied.
+pub const STATUS_ANNOTATION: &str = "vino.airshipit.org/builder-status";
 /// How the objects are marked: the Vino's name and generation.
 pub const OWNERSHIP: Ownership = Ownership {
     owner_label: OWNER_LABEL,

@@ -15,6 +15,8 @@ use crate::digest::Digest;
 use crate::import::Imported;
 use crate::store::{ImageRow, Store, StoreError};
 
+mod sweep;
+
 pub use foothold_names::MAX_NAME_LEN;
 
 /// The kind of a record: one type with the image builder (`foothold-names`).
@@ -442,42 +444,6 @@ impl<'a> Images<'a> {
 
     /// Discards a record's content: it starts over with a fresh session at offset 0, so the client can
     /// upload again without re-creating it.
-    /// The record behind an upload session owner (`images:<owner>/<cluster>/<kind>/<name>`), if it is one.
-    pub fn key_of_session(owner: &str) -> Option<Key> {
-        let rest = owner.strip_prefix("images:")?;
-        let mut parts = rest.splitn(4, '/');
-        let (o, c, k, n) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-        Key::new(o, c, k, n).ok()
-    }
-
-    /// For the expiry sweep: the record's upload `id`, which holds `size` bytes. Completes the record when
-    /// they are all of it (an agent stopped during the final hash left it so); otherwise, with `expired`,
-    /// frees them: the record stays, back at offset 0. Returns whether bytes were freed.
-    pub async fn sweep_upload(
-        &self,
-        key: &Key,
-        id: &str,
-        size: u64,
-        expired: bool,
-    ) -> Result<bool, ImageError> {
-        let row = self.row(key).await?;
-        if row.upload_id.as_deref() != Some(id) || row.digest.is_some() {
-            return Ok(false);
-        }
-        if size == row.length {
-            tracing::info!(image = %key, "completing an upload whose bytes had all arrived");
-            self.complete(key, id, &row.sha256).await?;
-            return Ok(false);
-        }
-        if !expired {
-            return Ok(false);
-        }
-        self.store.cancel_upload(&key.session_owner(), id).await?;
-        self.restart_upload(key).await?;
-        tracing::info!(image = %key, bytes = size, "abandoned upload expired; the record is back at offset 0");
-        Ok(true)
-    }
-
     async fn restart_upload(&self, key: &Key) -> Result<(), ImageError> {
         let new_id = self.store.start_upload(&key.session_owner()).await?;
         let k = key.clone();
