@@ -3,7 +3,6 @@
 //! `Upload-Expires`. An upload whose bytes all reached the disk but which never finished (the agent stopped
 //! during the final hash) is completed by the sweep at the next start.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -13,22 +12,40 @@ use crate::support::{self, Agent};
 const TOKEN: &str = "expiry-token";
 
 fn agent_with_ttl(dir: &std::path::Path, ttl: u64) -> Agent {
-    let data = dir.join("data");
-    let token = data.with_extension("token");
-    std::fs::write(&token, TOKEN).unwrap();
-    let mut cmd = Command::new(support::agent_bin());
-    cmd.args([
-        "serve",
-        "--no-controllers",
-        "--listen",
+    Agent::start_with(
+        &dir.join("data"),
+        Some(TOKEN),
         "127.0.0.1:0",
-        "--data",
-    ])
-    .arg(&data)
-    .arg("--token-file")
-    .arg(&token)
-    .args(["--upload-ttl", &ttl.to_string()]);
-    Agent::spawn(cmd, &data, Some(TOKEN))
+        &["--upload-ttl", &ttl.to_string()],
+    )
+}
+
+/// Creates a tus upload of `length` bytes; its Location and the creation's answer.
+fn tus_create(agent: &Agent, length: u64) -> (String, ureq::http::Response<ureq::Body>) {
+    let created = support::http()
+        .post(&agent.url("/v1/uploads"))
+        .header("Authorization", &format!("Bearer {TOKEN}"))
+        .header("Tus-Resumable", "1.0.0")
+        .header("Upload-Length", &length.to_string())
+        .send_empty()
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let location = created.headers()["location"].to_str().unwrap().to_owned();
+    (location, created)
+}
+
+/// A tus PATCH of `body` at offset 0.
+fn tus_patch(agent: &Agent, location: &str, body: &[u8]) -> ureq::http::Response<ureq::Body> {
+    let r = support::http()
+        .patch(&agent.url(location))
+        .header("Authorization", &format!("Bearer {TOKEN}"))
+        .header("Tus-Resumable", "1.0.0")
+        .header("Content-Type", "application/offset+octet-stream")
+        .header("Upload-Offset", "0")
+        .send(body)
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    r
 }
 
 fn wait_for_metric(agent: &Agent, line: &str) {
@@ -98,25 +115,9 @@ fn abandoned_uploads_of_each_kind_are_freed_after_the_ttl() {
     assert_eq!(r.status(), 204);
 
     // tus: 1000 of 5000 bytes; it says when it expires.
-    let created = http
-        .post(&agent.url("/v1/uploads"))
-        .header("Authorization", &auth)
-        .header("Tus-Resumable", "1.0.0")
-        .header("Upload-Length", "5000")
-        .send_empty()
-        .unwrap();
-    assert_eq!(created.status(), 201);
+    let (tus, created) = tus_create(&agent, 5000);
     assert!(created.headers().contains_key("upload-expires"));
-    let tus = created.headers()["location"].to_str().unwrap().to_owned();
-    let r = http
-        .patch(&agent.url(&tus))
-        .header("Authorization", &auth)
-        .header("Tus-Resumable", "1.0.0")
-        .header("Content-Type", "application/offset+octet-stream")
-        .header("Upload-Offset", "0")
-        .send(&[3u8; 1000][..])
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    let r = tus_patch(&agent, &tus, &[3u8; 1000]);
     let expires = r.headers()["upload-expires"].to_str().unwrap().to_owned();
     let at = httpdate::parse_http_date(&expires).unwrap();
     let from_now = at
@@ -181,24 +182,9 @@ fn an_upload_whose_bytes_all_arrived_is_finished_at_the_next_start() {
     let agent = agent_with_ttl(tmp.path(), 3600);
     let http = support::http();
     let auth = format!("Bearer {TOKEN}");
-    let created = http
-        .post(&agent.url("/v1/uploads"))
-        .header("Authorization", &auth)
-        .header("Tus-Resumable", "1.0.0")
-        .header("Upload-Length", "3000")
-        .send_empty()
-        .unwrap();
-    let tus = created.headers()["location"].to_str().unwrap().to_owned();
+    let (tus, _) = tus_create(&agent, 3000);
     let id = tus.rsplit('/').next().unwrap().to_owned();
-    let r = http
-        .patch(&agent.url(&tus))
-        .header("Authorization", &auth)
-        .header("Tus-Resumable", "1.0.0")
-        .header("Content-Type", "application/offset+octet-stream")
-        .header("Upload-Offset", "0")
-        .send(&[5u8; 1000][..])
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    tus_patch(&agent, &tus, &[5u8; 1000]);
     drop(agent); // SIGKILL
                  // What a kill during the last chunk's final hash leaves: every byte in the session's file, no blob.
     use std::io::Write as _;

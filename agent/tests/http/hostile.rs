@@ -260,23 +260,19 @@ fn many_unfinished_small_bodies_cost_at_most_the_budget() {
 
 /// An agent with short client limits (`serve --header-timeout 2 --body-idle-timeout 2 …`).
 fn strict_agent(dir: &std::path::Path, max_connections: usize) -> Agent {
-    let data = dir.join("data");
-    let token = data.with_extension("token");
-    std::fs::write(&token, TOKEN).unwrap();
-    let mut cmd = Command::new(support::agent_bin());
-    cmd.args([
-        "serve",
-        "--no-controllers",
-        "--listen",
+    Agent::start_with(
+        &dir.join("data"),
+        Some(TOKEN),
         "127.0.0.1:0",
-        "--data",
-    ])
-    .arg(&data)
-    .arg("--token-file")
-    .arg(&token)
-    .args(["--header-timeout", "2", "--body-idle-timeout", "2"])
-    .args(["--max-connections", &max_connections.to_string()]);
-    Agent::spawn(cmd, &data, Some(TOKEN))
+        &[
+            "--header-timeout",
+            "2",
+            "--body-idle-timeout",
+            "2",
+            "--max-connections",
+            &max_connections.to_string(),
+        ],
+    )
 }
 
 /// Waits until the peer closes `s` (EOF or reset); panics after `within`.

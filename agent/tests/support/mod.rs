@@ -93,9 +93,15 @@ impl Agent {
     }
 
     pub fn start_on(data: &Path, token: Option<&str>, listen: &str) -> Agent {
+        Self::start_with(data, token, listen, &[])
+    }
+
+    /// [`Agent::start_on`] with more `serve` arguments (limits, TTLs).
+    pub fn start_with(data: &Path, token: Option<&str>, listen: &str, extra: &[&str]) -> Agent {
         let mut cmd = Command::new(agent_bin());
         cmd.args(["serve", "--no-controllers", "--listen", listen, "--data"])
-            .arg(data);
+            .arg(data)
+            .args(extra);
         if let Some(t) = token {
             let f = data.with_extension("token");
             std::fs::write(&f, t).unwrap();
