@@ -53,6 +53,9 @@ struct LimitArgs {
     /// freed: the registry session or tus upload is gone, the REST record starts again at offset 0.
     #[arg(long, value_name = "SECONDS", default_value_t = foothold_agent::expiry::DEFAULT_TTL.as_secs())]
     upload_ttl: u64,
+    /// Upload chunks (registry, REST, tus) written at once; one more is answered 429.
+    #[arg(long, default_value_t = http::limits::ClientLimits::default().max_uploads)]
+    max_uploads: usize,
     /// Connections open at once; one more is closed as it is accepted.
     #[arg(long, default_value_t = http::limits::ClientLimits::default().max_connections)]
     max_connections: usize,
@@ -65,6 +68,7 @@ impl From<LimitArgs> for http::limits::ClientLimits {
             header_timeout: Duration::from_secs(a.header_timeout.max(1)),
             body_idle_timeout: Duration::from_secs(a.body_idle_timeout.max(1)),
             max_connections: a.max_connections.max(1),
+            max_uploads: a.max_uploads.max(1),
         }
     }
 }

@@ -90,6 +90,14 @@ impl Metrics {
         *r.entry((controller, cause)).or_default() += 1;
     }
 
+    /// Sets a limit's count kept elsewhere (the store counts the uploads it refused).
+    pub fn limit_count(&self, limit: &'static str, n: u64) {
+        if n > 0 {
+            let mut l = self.limits.lock().unwrap_or_else(|p| p.into_inner());
+            l.insert(limit, n);
+        }
+    }
+
     /// An abandoned upload of `bytes` was freed.
     pub fn upload_expired(&self, kind: UploadKind, bytes: u64) {
         let mut u = self.uploads.lock().unwrap_or_else(|p| p.into_inner());

@@ -50,6 +50,9 @@ impl From<ImageError> for ApiError {
             ImageError::TusUnknown(_) => (S::NOT_FOUND, "TUS_UPLOAD_UNKNOWN"),
             ImageError::TusIncomplete(_) => (S::CONFLICT, "TUS_UPLOAD_INCOMPLETE"),
             ImageError::Store(StoreError::StorageFull) => (S::INSUFFICIENT_STORAGE, "STORAGE_FULL"),
+            ImageError::Store(StoreError::TooManyUploads(_)) => {
+                (S::TOO_MANY_REQUESTS, "TOO_MANY_UPLOADS")
+            }
             ImageError::Store(StoreError::BodyInterrupted(_)) => {
                 (S::BAD_REQUEST, "BODY_INTERRUPTED")
             }

@@ -27,6 +27,8 @@ pub struct ClientLimits {
     pub header_timeout: Duration,
     pub body_idle_timeout: Duration,
     pub max_connections: usize,
+    /// Upload chunks written at once (see `Store::limit_uploads`).
+    pub max_uploads: usize,
 }
 
 impl Default for ClientLimits {
@@ -35,6 +37,7 @@ impl Default for ClientLimits {
             header_timeout: Duration::from_secs(30),
             body_idle_timeout: super::state::DEFAULT_BODY_IDLE_TIMEOUT,
             max_connections: 4096,
+            max_uploads: crate::store::DEFAULT_MAX_UPLOADS,
         }
     }
 }

@@ -64,6 +64,9 @@ async fn method_not_allowed(method: axum::http::Method) -> super::error::ApiErro
 
 async fn metrics(State(state): State<AppState>) -> Response {
     let open = state.store.upload_count().await.unwrap_or(0);
+    state
+        .metrics
+        .limit_count("uploads", state.store.uploads_refused());
     (
         [("content-type", "text/plain; version=0.0.4")],
         state.metrics.render(open),

@@ -38,7 +38,8 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let data = cfg.data.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&data))
         .await?
-        .with_context(|| format!("opening the data directory {}", cfg.data.display()))?;
+        .with_context(|| format!("opening the data directory {}", cfg.data.display()))?
+        .limit_uploads(cfg.client_limits.max_uploads);
     let state = AppState::new(store, auth)
         .max_image_length(cfg.max_image_length)
         .files_need_token(cfg.files_need_token)

@@ -54,6 +54,8 @@ pub enum StoreError {
     Import(String),
     #[error("storage is full")]
     StorageFull,
+    #[error("{0} uploads are being written already; retry shortly")]
+    TooManyUploads(usize),
     #[error("storage I/O: {0}")]
     Io(io::Error),
     #[error(transparent)]
@@ -130,7 +132,15 @@ pub struct Store {
     /// Counts changes of BPA image records' content (completed, bound, deleted), for watchers such as the
     /// Software reconciler.
     images_changed: tokio::sync::watch::Sender<u64>,
+    /// Chunks being written at once, across every kind of upload (see [`Store::limit_uploads`]).
+    writing: Arc<tokio::sync::Semaphore>,
+    max_writing: usize,
+    /// Chunks refused because `max_writing` were being written.
+    uploads_refused: std::sync::atomic::AtomicU64,
 }
+
+/// Chunks written at once unless `serve --max-uploads` says otherwise.
+pub const DEFAULT_MAX_UPLOADS: usize = 256;
 
 /// Rename-into-place and the metadata rows that make a file visible happen under the metadata lock, and so
 /// does removing a file that no row references any more: a concurrent commit of the same digest can never be
@@ -167,7 +177,24 @@ impl Store {
             meta: Arc::new(Mutex::new(meta)),
             sessions: Mutex::default(),
             images_changed: tokio::sync::watch::Sender::new(0),
+            writing: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_UPLOADS)),
+            max_writing: DEFAULT_MAX_UPLOADS,
+            uploads_refused: Default::default(),
         })
+    }
+
+    /// At most `max` upload chunks (registry, REST, tus) are written at once; one more is refused with
+    /// [`StoreError::TooManyUploads`] (each protocol's 429) rather than queued behind the others.
+    pub fn limit_uploads(mut self, max: usize) -> Self {
+        self.writing = Arc::new(tokio::sync::Semaphore::new(max.max(1)));
+        self.max_writing = max.max(1);
+        self
+    }
+
+    /// How many chunks were refused by [`Store::limit_uploads`].
+    pub fn uploads_refused(&self) -> u64 {
+        self.uploads_refused
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Tells watchers that an image record's content changed.

@@ -127,7 +127,13 @@ impl Store {
     {
         let session = self.session(repo, id).await?;
         let path = self.files.upload_path(id);
+        let Ok(permit) = self.writing.clone().try_acquire_owned() else {
+            self.uploads_refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(StoreError::TooManyUploads(self.max_writing));
+        };
         tokio::spawn(async move {
+            let _permit = permit;
             let mut s = session.lock_owned().await;
             if let Some(start) = start.filter(|&st| st != s.offset) {
                 return Err(StoreError::OutOfOrder {

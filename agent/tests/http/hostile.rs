@@ -587,3 +587,83 @@ fn a_live_data_directory_is_not_opened_twice() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--max-uploads 1`: while one chunk is being written, another upload's chunk is answered 429 (REST and
+/// registry), counted; once the first is done the others are served.
+#[test]
+fn chunks_past_max_uploads_are_refused_with_429() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = Agent::start_with(
+        &tmp.path().join("data"),
+        Some(TOKEN),
+        "127.0.0.1:0",
+        &["--max-uploads", "1"],
+    );
+    let http = support::http();
+    let auth = format!("Bearer {TOKEN}");
+    let base = agent.url("/v1/baremetalcluster/acme/edge-1/os_images");
+    for name in ["first", "second"] {
+        let r = http
+            .post(&base)
+            .header("Authorization", &auth)
+            .header("Content-Type", "application/json")
+            .send(json!({"image_name": name, "image_length": 4 << 20}).to_string())
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    // The first chunk: 4 MiB announced (past the small-body read), 1 MiB sent, then held.
+    let mut first = TcpStream::connect(agent.addr).unwrap();
+    write!(first, "PATCH /v1/baremetalcluster/acme/edge-1/os_images/first HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nUpload-Offset: 0\r\nContent-Length: {}\r\n\r\n", 4 << 20).unwrap();
+    first.write_all(&vec![1u8; 1 << 20]).unwrap();
+    // Its bytes reaching the file show its chunk is being written (and holds the one place).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while json_of(http.get(&format!("{base}/first")).call().unwrap()).1["image_offset"] == 0 {
+        assert!(Instant::now() < deadline, "the first chunk never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let refused = loop {
+        let (status, body) = json_of(
+            http.patch(&format!("{base}/second"))
+                .header("Authorization", &auth)
+                .header("Upload-Offset", "0")
+                .send(&[2u8; 1000][..])
+                .unwrap(),
+        );
+        if status == 429 {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "never refused: {status} {body}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(refused["error"]["code"], "TOO_MANY_UPLOADS", "{refused}");
+    let session = http
+        .post(&agent.url("/v2/busy/blobs/uploads/"))
+        .header("Authorization", &auth)
+        .send_empty()
+        .unwrap();
+    let location = session.headers()["location"].to_str().unwrap().to_owned();
+    let (status, body) = json_of(
+        http.patch(&agent.url(&location))
+            .header("Authorization", &auth)
+            .send(&[3u8; 100][..])
+            .unwrap(),
+    );
+    assert_eq!(
+        (status, &body["errors"][0]["code"]),
+        (429, &json!("TOOMANYREQUESTS")),
+        "{body}"
+    );
+    assert!(metrics(&agent).contains(r#"foothold_limit_reached_total{limit="uploads"}"#));
+    // The first chunk finishes; the second upload goes through.
+    first.write_all(&vec![1u8; 3 << 20]).unwrap();
+    let mut answer = [0u8; 12];
+    first.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 204");
+    let r = http
+        .patch(&format!("{base}/second"))
+        .header("Authorization", &auth)
+        .header("Upload-Offset", "0")
+        .send(&[2u8; 1000][..])
+        .unwrap();
+    assert_eq!(r.status(), 204);
+}

@@ -44,6 +44,8 @@ pub enum RegistryError {
     RangeInvalid { offset: u64, location: String },
     #[error("storage is full")]
     StorageFull,
+    #[error("{0}")]
+    TooManyRequests(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -67,6 +69,7 @@ impl RegistryError {
             Denied(_) => "DENIED",
             Unsupported(_) => "UNSUPPORTED",
             StorageFull | Internal(_) => "UNKNOWN",
+            TooManyRequests(_) => "TOOMANYREQUESTS",
         }
     }
 
@@ -89,6 +92,7 @@ impl RegistryError {
             Unsupported(_) => StatusCode::METHOD_NOT_ALLOWED,
             RangeInvalid { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
             StorageFull => StatusCode::INSUFFICIENT_STORAGE,
+            TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -119,6 +123,7 @@ impl From<StoreError> for RegistryError {
             e @ StoreError::InUse { .. } => R::Denied(e.to_string()),
             e @ StoreError::BodyInterrupted(_) => R::BlobUploadInvalid(e.to_string()),
             StoreError::StorageFull => R::StorageFull,
+            e @ StoreError::TooManyUploads(_) => R::TooManyRequests(e.to_string()),
             e @ (StoreError::Io(_)
             | StoreError::Meta(_)
             | StoreError::Import(_)
