@@ -30,6 +30,7 @@ pub fn router(state: AppState) -> Router {
         .merge(tus::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             read_small_bodies,
@@ -41,6 +42,42 @@ pub fn router(state: AppState) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
+}
+
+/// Errors that axum's extractors answer in plain text (a path segment that is not UTF-8, say) get the REST
+/// API's JSON body like every other error; the registry's own errors are JSON already.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = match axum::body::to_bytes(body, 64 * 1024).await {
+        Ok(b) if !b.is_empty() => String::from_utf8_lossy(&b).trim().to_owned(),
+        _ => return Response::from_parts(parts, axum::body::Body::empty()),
+    };
+    use axum::http::StatusCode as S;
+    let code = match status {
+        S::BAD_REQUEST => "INVALID_REQUEST",
+        S::NOT_FOUND => "NOT_FOUND",
+        S::METHOD_NOT_ALLOWED => "METHOD_NOT_ALLOWED",
+        S::PAYLOAD_TOO_LARGE => "TOO_LARGE",
+        S::UNSUPPORTED_MEDIA_TYPE => "UNSUPPORTED_MEDIA_TYPE",
+        s if s.is_server_error() => "INTERNAL",
+        _ => "ERROR",
+    };
+    let mut json = super::error::ApiError::new(status, code, text).into_response();
+    for (name, value) in &parts.headers {
+        if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
+            json.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    json
 }
 
 async fn not_found(uri: axum::http::Uri) -> super::error::ApiError {

@@ -77,6 +77,15 @@ fn made_up_methods_add_no_metric_series_and_unknown_paths_are_json_404s() {
         assert_eq!(status, 404, "{path}: {body}");
         assert_eq!(body["error"]["code"], "NOT_FOUND", "{path}: {body}");
     }
+    // An extractor's refusal (a path segment that is not UTF-8) is JSON too.
+    for path in [
+        "/v1/baremetalcluster/a/b/os_images/%FF",
+        "/files/a/b/os_images/%FF",
+    ] {
+        let (status, body) = json_of(http.get(&agent.url(path)).call().unwrap());
+        assert_eq!(status, 400, "{path}: {body}");
+        assert_eq!(body["error"]["code"], "INVALID_REQUEST", "{path}: {body}");
+    }
     let (status, body) = json_of(http.delete(&agent.url("/healthz")).call().unwrap());
     assert_eq!(status, 405, "{body}");
     assert_eq!(body["error"]["code"], "METHOD_NOT_ALLOWED", "{body}");
