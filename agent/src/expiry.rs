@@ -111,6 +111,37 @@ pub async fn run(store: Arc<Store>, ttl: Duration, max_image_length: u64, metric
 mod tests {
     use super::*;
 
+    /// Sessions whose record or tus row never came to be (the agent killed between the two writes) are
+    /// orphans: the sweep frees them once expired, and leaves them alone before.
+    #[tokio::test]
+    async fn orphaned_sessions_are_freed_once_expired() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path()).unwrap());
+        let metrics = Metrics::default();
+        let rest = store
+            .start_upload("images:acme/edge-1/os_images/ghost")
+            .await
+            .unwrap();
+        let tus = store.start_upload(uploads::OWNER).await.unwrap();
+        for id in [&rest, &tus] {
+            std::fs::write(dir.path().join("uploads").join(id), [7u8; 100]).unwrap();
+        }
+        sweep(&store, Duration::from_secs(3600), 1 << 30, &metrics).await;
+        assert_eq!(store.upload_count().await.unwrap(), 2, "not expired yet");
+        sweep(&store, Duration::ZERO, 1 << 30, &metrics).await;
+        assert_eq!(store.upload_count().await.unwrap(), 0);
+        let text = metrics.render(0);
+        assert!(
+            text.contains("foothold_upload_bytes_reclaimed_total 200"),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"foothold_uploads_expired_total{kind="rest"} 1"#)
+                && text.contains(r#"foothold_uploads_expired_total{kind="tus"} 1"#),
+            "{text}"
+        );
+    }
+
     #[test]
     fn the_sweep_runs_often_enough_for_its_ttl() {
         assert_eq!(period(DEFAULT_TTL), Duration::from_secs(300));

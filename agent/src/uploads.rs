@@ -182,7 +182,16 @@ impl<'a> Uploads<'a> {
     /// stopped during the final hash left it so); otherwise, with `expired`, terminates it. Returns whether
     /// bytes were freed.
     pub async fn sweep(&self, id: &str, size: u64, expired: bool) -> Result<bool> {
-        let upload = self.get(id).await?;
+        let upload = match self.get(id).await {
+            Ok(u) => u,
+            // A session with no tus row: the agent was killed between the two. Expired, it goes.
+            Err(UploadError::Unknown(_)) if expired => {
+                self.store.cancel_upload(OWNER, id).await?;
+                return Ok(true);
+            }
+            Err(UploadError::Unknown(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        };
         if upload.finished {
             return Ok(false);
         }

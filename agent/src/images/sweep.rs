@@ -14,7 +14,9 @@ impl Images<'_> {
 
     /// For the expiry sweep: the record's upload `id`, which holds `size` bytes. Completes the record when
     /// they are all of it (an agent stopped during the final hash left it so); otherwise, with `expired`,
-    /// frees them: the record stays, back at offset 0. Returns whether bytes were freed.
+    /// frees them: the record stays, back at offset 0. A session no record uses (an agent killed between
+    /// starting it and writing the record, or a record since deleted) is an orphan: expired, it is cancelled.
+    /// Returns whether bytes were freed.
     pub async fn sweep_upload(
         &self,
         key: &Key,
@@ -22,10 +24,19 @@ impl Images<'_> {
         size: u64,
         expired: bool,
     ) -> Result<bool, ImageError> {
-        let row = self.row(key).await?;
-        if row.upload_id.as_deref() != Some(id) || row.digest.is_some() {
+        let row = match self.row(key).await {
+            Ok(row) => Some(row).filter(|r| r.upload_id.as_deref() == Some(id)),
+            Err(ImageError::NotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let Some(row) = row.filter(|r| r.digest.is_none()) else {
+            if expired {
+                self.store.cancel_upload(&key.session_owner(), id).await?;
+                tracing::info!(image = %key, upload = id, bytes = size, "an orphaned upload session expired");
+                return Ok(true);
+            }
             return Ok(false);
-        }
+        };
         if size == row.length {
             tracing::info!(image = %key, "completing an upload whose bytes had all arrived");
             self.complete(key, id, &row.sha256).await?;
