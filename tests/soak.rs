@@ -335,24 +335,46 @@ fn upload_image(
     false
 }
 
+/// Every acknowledged blob in `blobs`, checked by `threads` clients at once.
+fn verify_blobs(base: &str, blobs: &BTreeMap<String, String>, threads: usize) -> Vec<String> {
+    let all: Vec<(&String, &String)> = blobs.iter().collect();
+    let per = all.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = all
+            .chunks(per)
+            .map(|part| {
+                scope.spawn(move || {
+                    let http = http();
+                    let mut problems = Vec::new();
+                    for (d, repo) in part {
+                        match http.get(&format!("{base}/v2/{repo}/blobs/{d}")).call() {
+                            Ok(r) if r.status() == 200 => {
+                                let mut b = Vec::new();
+                                let _ = r.into_body().into_reader().read_to_end(&mut b);
+                                if &sha256(&b) != *d {
+                                    problems.push(format!("blob {d} in {repo} is corrupt"));
+                                }
+                            }
+                            other => problems.push(format!(
+                                "blob {d} in {repo} lost: {:?}",
+                                other.map(|r| r.status())
+                            )),
+                        }
+                    }
+                    problems
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a verifier thread"))
+            .collect()
+    })
+}
+
 fn verify(base: &str, acked: &Acknowledged) -> Vec<String> {
     let http = http();
-    let mut problems = Vec::new();
-    for (d, repo) in &acked.blobs {
-        match http.get(&format!("{base}/v2/{repo}/blobs/{d}")).call() {
-            Ok(r) if r.status() == 200 => {
-                let mut b = Vec::new();
-                let _ = r.into_body().into_reader().read_to_end(&mut b);
-                if &sha256(&b) != d {
-                    problems.push(format!("blob {d} in {repo} is corrupt"));
-                }
-            }
-            other => problems.push(format!(
-                "blob {d} in {repo} lost: {:?}",
-                other.map(|r| r.status())
-            )),
-        }
-    }
+    let mut problems = verify_blobs(base, &acked.blobs, 16);
     for ((repo, tag), (acknowledged, tried)) in &acked.tags {
         let Some(want) = acknowledged else {
             continue;
