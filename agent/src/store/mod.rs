@@ -153,7 +153,7 @@ impl Store {
     /// Opens the store at `root` (created if missing), dropping temp files and upload files no session owns.
     ///
     /// Only one process may have a data directory open: a second `serve`, `import` or `add-file` is refused
-    /// (it would empty `tmp/` under the first one's feet), naming the process that has it.
+    /// (it would empty `tmp/` under the first one's feet).
     pub fn open(root: &Path) -> Result<Self> {
         let lock = lock_data_dir(root)?;
         let files = BlobFiles::open(root)?;
@@ -477,35 +477,28 @@ impl Store {
     }
 }
 
-/// Takes `<root>/lock` (created if missing) for this process, writing its pid there for the next one's message.
+/// Takes `<root>/lock` (created empty if missing) for this process. The file stays empty: the image builder's
+/// data partition holds it, and a pid there would make two builds differ.
 fn lock_data_dir(root: &Path) -> Result<File> {
     fs::create_dir_all(root)?;
-    let path = root.join("lock");
-    let mut f = fs::OpenOptions::new()
+    let f = fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)?;
+        .open(root.join("lock"))?;
     match f.try_lock() {
-        Ok(()) => {}
-        Err(fs::TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = io::Read::read_to_string(&mut f, &mut holder);
-            return Err(StoreError::Io(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!(
-                    "data directory {} is in use by another foothold-agent (pid {}): stop it first",
-                    root.display(),
-                    holder.trim()
-                ),
-            )));
-        }
-        Err(fs::TryLockError::Error(e)) => return Err(e.into()),
+        Ok(()) => Ok(f),
+        Err(fs::TryLockError::WouldBlock) => Err(StoreError::Io(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!(
+                "data directory {} is in use by another foothold-agent process (`fuser {}/lock` names it): stop it first",
+                root.display(),
+                root.display()
+            ),
+        ))),
+        Err(fs::TryLockError::Error(e)) => Err(e.into()),
     }
-    f.set_len(0)?;
-    writeln!(f, "{}", std::process::id())?;
-    Ok(f)
 }
 
 /// Streams a body into `file`, hashing as it goes; writes happen on the blocking pool in batches. Returns the
