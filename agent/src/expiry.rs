@@ -18,16 +18,6 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
 /// How long a full upload must have been still before the sweep completes it.
 const SETTLE: Duration = Duration::from_secs(5);
 
-fn kind_of(owner: &str) -> UploadKind {
-    if owner == uploads::OWNER {
-        UploadKind::Tus
-    } else if Images::key_of_session(owner).is_some() {
-        UploadKind::Rest
-    } else {
-        UploadKind::Registry
-    }
-}
-
 /// How often the sweep runs for `ttl`.
 pub fn period(ttl: Duration) -> Duration {
     (ttl / 10).clamp(Duration::from_secs(1), Duration::from_secs(300))
@@ -57,32 +47,40 @@ pub async fn sweep(store: &Arc<Store>, ttl: Duration, max_image_length: u64, met
                 continue;
             }
         };
+        let key = Images::key_of_session(&owner);
+        let kind = if owner == uploads::OWNER {
+            UploadKind::Tus
+        } else if key.is_some() {
+            UploadKind::Rest
+        } else {
+            UploadKind::Registry
+        };
         let expired = now >= expires_at(modified, ttl);
         // A full upload is completed only once it has been still a moment: its client may be completing it.
         let settled = now >= modified + SETTLE.min(ttl);
         if !settled {
-            let p = &mut pending[kind_of(&owner) as usize];
+            let p = &mut pending[kind as usize];
             p.0 += 1;
             p.1 += size;
             continue;
         }
-        let (kind, freed) = if kind_of(&owner) == UploadKind::Tus {
+        let freed = if kind == UploadKind::Tus {
             let r = Uploads::new(store, max_image_length)
                 .sweep(&id, size, expired)
                 .await;
-            (UploadKind::Tus, r.map_err(|e| e.to_string()))
-        } else if let Some(key) = Images::key_of_session(&owner) {
+            r.map_err(|e| e.to_string())
+        } else if let Some(key) = &key {
             let r = Images::new(store, max_image_length)
-                .sweep_upload(&key, &id, size, expired)
+                .sweep_upload(key, &id, size, expired)
                 .await;
-            (UploadKind::Rest, r.map_err(|e| e.to_string()))
+            r.map_err(|e| e.to_string())
         } else {
             let r = if expired {
                 store.cancel_upload(&owner, &id).await.map(|()| true)
             } else {
                 Ok(false)
             };
-            (UploadKind::Registry, r.map_err(|e| e.to_string()))
+            r.map_err(|e| e.to_string())
         };
         match freed {
             Ok(true) => metrics.upload_expired(kind, size),
