@@ -82,21 +82,45 @@ fn digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
+/// The digest algorithms OCI registers: the test names one image's content by sha512.
+#[derive(Clone, Copy, PartialEq)]
+enum Alg {
+    Sha256,
+    Sha512,
+}
+
+fn digest_as(alg: Alg, bytes: &[u8]) -> String {
+    match alg {
+        Alg::Sha256 => digest(bytes),
+        Alg::Sha512 => format!("sha512:{}", hex::encode(sha2::Sha512::digest(bytes))),
+    }
+}
+
+/// `<algorithm>/<hex>` of a digest: where an OCI layout (or the builder's cache) keeps its content.
+fn blob_rel(digest: &str) -> String {
+    digest.replacen(':', "/", 1)
+}
+
 /// Writes a blob into the layout; returns its descriptor.
 fn blob(layout: &Path, media_type: &str, bytes: &[u8]) -> Value {
-    let d = digest(bytes);
-    std::fs::write(
-        layout
-            .join("blobs/sha256")
-            .join(d.trim_start_matches("sha256:")),
-        bytes,
-    )
-    .unwrap();
+    blob_as(layout, Alg::Sha256, media_type, bytes)
+}
+
+fn blob_as(layout: &Path, alg: Alg, media_type: &str, bytes: &[u8]) -> Value {
+    let d = digest_as(alg, bytes);
+    std::fs::write(layout.join("blobs").join(blob_rel(&d)), bytes).unwrap();
     json!({"mediaType": media_type, "digest": d, "size": bytes.len()})
 }
 
 /// An image manifest for `arch` with two layers; returns its descriptor and its layers' descriptors.
 fn image(layout: &Path, arch: &str, seed: u64) -> (Value, Vec<Value>) {
+    image_as(layout, Alg::Sha256, arch, seed)
+}
+
+/// [`image`], its content named by `alg`.
+fn image_as(layout: &Path, alg: Alg, arch: &str, seed: u64) -> (Value, Vec<Value>) {
+    let blob =
+        |layout: &Path, media_type: &str, bytes: &[u8]| blob_as(layout, alg, media_type, bytes);
     let layers: Vec<Value> = (0..2)
         .map(|i| {
             blob(
@@ -150,15 +174,20 @@ struct Source {
     arm64: Value,
     arm64_layers: Vec<Value>,
     single: Value,
+    /// An image whose manifest, config and layers are named by sha512.
+    long: Value,
+    long_layers: Vec<Value>,
 }
 
 /// The registry's content: `docker.io/lab/multi:2` (an index: linux/amd64 and linux/arm64/v8) and
-/// `docker.io/lab/single:1` (one image manifest).
+/// `docker.io/lab/single:1` (one image manifest), and `docker.io/lab/long:1` (one image, named by sha512).
 fn source_layout(layout: &Path) -> Source {
     std::fs::create_dir_all(layout.join("blobs/sha256")).unwrap();
+    std::fs::create_dir_all(layout.join("blobs/sha512")).unwrap();
     let (amd64, amd64_layers) = image(layout, "amd64", 1);
     let (arm64, arm64_layers) = image(layout, "arm64", 2);
     let (single, _) = image(layout, "amd64", 3);
+    let (long, long_layers) = image_as(layout, Alg::Sha512, "amd64", 4);
     let mut a = amd64.clone();
     a["platform"] = json!({"os": "linux", "architecture": "amd64"});
     let mut b = arm64.clone();
@@ -183,6 +212,7 @@ fn source_layout(layout: &Path) -> Source {
         &[
             named(&index, "docker.io/lab/multi:2"),
             named(&single, "docker.io/lab/single:1"),
+            named(&long, "docker.io/lab/long:1"),
         ],
     );
     Source {
@@ -192,13 +222,15 @@ fn source_layout(layout: &Path) -> Source {
         arm64,
         arm64_layers,
         single,
+        long,
+        long_layers,
     }
 }
 
 fn cached(cache: &Path, d: &Value) -> PathBuf {
     cache
-        .join("oci/blobs/sha256")
-        .join(d["digest"].as_str().unwrap().trim_start_matches("sha256:"))
+        .join("oci/blobs")
+        .join(blob_rel(d["digest"].as_str().unwrap()))
 }
 
 fn http_status(url: &str, accept: &str) -> String {
@@ -246,6 +278,9 @@ components:
     - reference: registry.example/lab/single@{single}
       digest: {single}
       source: {host}/docker.io/lab/single
+    - reference: registry.example/lab/long:1
+      digest: {long}
+      source: {host}/docker.io/lab/long
 outputs:
   formats: [raw]
   diskSize: 3GiB
@@ -255,6 +290,7 @@ outputs:
             agent = agent_bin.display(),
             index = src.index["digest"].as_str().unwrap(),
             single = src.single["digest"].as_str().unwrap(),
+            long = src.long["digest"].as_str().unwrap(),
             host = registry.host,
         ),
     )
@@ -312,15 +348,27 @@ outputs:
             && events.contains("4 of 4 blobs downloaded"),
         "{events}"
     );
-    // linux/amd64 and the index are there, verified; linux/arm64 is not.
-    for d in [&src.index, &src.amd64, &src.single]
+    assert!(
+        events.contains("registry.example/lab/long:1: 4 of 4 blobs downloaded"),
+        "{events}"
+    );
+    // linux/amd64 and the index are there, verified; linux/arm64 is not. The sha512 image is kept under
+    // blobs/sha512, each file checked against its sha512.
+    for d in [&src.index, &src.amd64, &src.single, &src.long]
         .into_iter()
         .chain(&src.amd64_layers)
+        .chain(&src.long_layers)
     {
         let p = cached(&cache, d);
+        let want = d["digest"].as_str().unwrap();
+        let alg = if want.starts_with("sha512:") {
+            Alg::Sha512
+        } else {
+            Alg::Sha256
+        };
         assert_eq!(
-            format!("sha256:{}", sha256_file(&p)),
-            d["digest"].as_str().unwrap(),
+            digest_as(alg, &std::fs::read(&p).unwrap()),
+            want,
             "{}",
             p.display()
         );
@@ -339,7 +387,7 @@ outputs:
     drop(registry);
     let events = fetch(&cache);
     assert!(
-        events.contains("2 images") && !events.contains("pulling"),
+        events.contains("3 images") && !events.contains("pulling"),
         "{events}"
     );
     // A blob gone from the cache is fetched again: with the registry gone, that fails and names the image.
@@ -431,6 +479,10 @@ outputs:
         src.index["digest"]
     );
     assert_eq!(manifest["inputs"]["images[0]"]["blobs"], 5);
+    assert_eq!(
+        manifest["inputs"]["images[2]"]["digest"],
+        src.long["digest"]
+    );
     let offset = manifest["partitions"]
         .as_array()
         .unwrap()
@@ -490,6 +542,30 @@ outputs:
         ),
     ]));
     assert_eq!(digest(single.as_bytes()), src.single["digest"]);
+    // The sha512 image: its manifest by tag and by digest, and a layer, byte for byte.
+    let long_digest = src.long["digest"].as_str().unwrap();
+    for reference in ["1", long_digest] {
+        let raw = run(Command::new("curl").args([
+            "-fsS",
+            "-H",
+            "Accept: application/vnd.oci.image.manifest.v1+json",
+            &format!("http://{host}/v2/registry.example/lab/long/manifests/{reference}"),
+        ]));
+        assert_eq!(digest_as(Alg::Sha512, raw.as_bytes()), long_digest);
+    }
+    let layer = &src.long_layers[1];
+    let got = Command::new("curl")
+        .args([
+            "-fsS",
+            &format!(
+                "http://{host}/v2/registry.example/lab/long/blobs/{}",
+                layer["digest"].as_str().unwrap()
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(got.status.success());
+    assert_eq!(digest_as(Alg::Sha512, &got.stdout), layer["digest"]);
     let oci = "application/vnd.oci.image.manifest.v1+json";
     assert_eq!(
         http_status(

@@ -16,6 +16,7 @@ pub mod fuzz;
 pub mod http;
 pub mod images;
 pub mod import;
+pub mod json_depth;
 pub mod manifest;
 pub mod metrics;
 pub mod mirror_config;

@@ -53,6 +53,11 @@ pub enum ManifestError {
     Shape(String),
     #[error("descriptor digest {0:?}: {1}")]
     Digest(String, String),
+    #[error(
+        "manifest nests arrays and objects more than {} levels deep",
+        crate::json_depth::MAX_JSON_DEPTH
+    )]
+    TooDeep,
 }
 
 #[derive(Deserialize)]
@@ -74,6 +79,9 @@ pub fn bare_media_type(content_type: &str) -> &str {
 }
 
 pub fn parse(content_type: Option<&str>, body: &[u8]) -> Result<ParsedManifest, ManifestError> {
+    if crate::json_depth::exceeds(body, crate::json_depth::MAX_JSON_DEPTH) {
+        return Err(ManifestError::TooDeep);
+    }
     let raw: Raw = serde_json::from_slice(body).map_err(|e| ManifestError::Json(e.to_string()))?;
     if raw.schema_version != Some(2) {
         return Err(ManifestError::SchemaVersion);

@@ -8,7 +8,6 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
-use sha2::{Digest, Sha256};
 
 use crate::progress::{Bytes, Progress};
 use crate::spec::Loaded;
@@ -215,7 +214,7 @@ pub fn fetch_unpinned(cache: &Path, url: &str, progress: Option<&Progress>) -> R
         .with_context(|| format!("creating a file in {}", dir.display()))?;
     let total = content_length(&resp);
     let bar = progress.map_or_else(Bytes::none, |p| p.bytes(url, total));
-    let mut hasher = Sha256::new();
+    let mut hasher = crate::io::Hasher::sha256();
     let mut body = resp.into_body().into_reader();
     std::io::copy(
         &mut body,
@@ -223,7 +222,7 @@ pub fn fetch_unpinned(cache: &Path, url: &str, progress: Option<&Progress>) -> R
     )
     .with_context(|| format!("GET {url}"))?;
     tmp.as_file().sync_all()?;
-    let hex = hex::encode(hasher.finalize());
+    let hex = hasher.hex();
     let done = cached(cache, &hex);
     if !done.is_file() {
         let tmp = tmp.into_temp_path();

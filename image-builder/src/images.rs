@@ -1,5 +1,6 @@
 //! Container images by reference and digest: pulled with `oci-client` into one content-addressed blob store in
-//! the cache (`<cache>/oci/blobs/sha256/<hex>`, the blobs directory of an OCI image layout), verified against
+//! the cache (`<cache>/oci/blobs/<algorithm>/<hex>`, the blobs directory of an OCI image layout: sha256, or
+//! sha512 for content a registry names so), verified against
 //! their digests as they stream, resumed by Range after an interruption. From a multi-platform index only the
 //! spec's platforms are pulled; the index itself is kept byte for byte so that references by its digest
 //! resolve. Whether an image is complete is decided from the cache alone, so a cache hit makes no request.
@@ -38,13 +39,33 @@ const ACCEPT: &[&str] = &[
 /// Blobs of one image pulled at once.
 const PARALLEL_BLOBS: usize = 4;
 
-/// The cache's blob directory.
-pub fn blobs_dir(cache: &Path) -> PathBuf {
-    cache.join("oci/blobs/sha256")
+/// The digest algorithms content in the cache may be named by (`spec::is_digest`).
+const ALGORITHMS: [&str; 2] = ["sha256", "sha512"];
+
+/// The cache's blob directory for `algorithm`.
+fn blobs_dir(cache: &Path, algorithm: &str) -> PathBuf {
+    cache.join("oci/blobs").join(algorithm)
+}
+
+/// A digest's algorithm and hex (`spec::is_digest` has checked it is one of [`ALGORITHMS`]).
+fn split(digest: &str) -> (&str, &str) {
+    digest.split_once(':').unwrap_or(("sha256", digest))
+}
+
+/// Where the cache keeps the content named `digest`, relative to the cache.
+fn blob_rel(digest: &str) -> String {
+    let (algorithm, hex) = split(digest);
+    format!("oci/blobs/{algorithm}/{hex}")
 }
 
 fn blob_path(cache: &Path, digest: &str) -> PathBuf {
-    blobs_dir(cache).join(digest.trim_start_matches("sha256:"))
+    cache.join(blob_rel(digest))
+}
+
+/// A hasher for `digest`'s algorithm.
+fn hasher_for(digest: &str) -> Result<crate::io::Hasher> {
+    crate::io::Hasher::of(split(digest).0)
+        .with_context(|| format!("{digest}: not a sha256 or sha512 digest"))
 }
 
 /// The name the image is served under: the reference without a digest (`name[:tag]`).
@@ -166,7 +187,7 @@ fn children(bytes: &[u8], platforms: &[String]) -> Result<(Vec<String>, Vec<Stri
     let digest_of = |d: &Value| -> Result<String> {
         let s = d["digest"].as_str().context("a descriptor has no digest")?;
         if !is_digest(s) {
-            bail!("descriptor digest {s:?} is not sha256");
+            bail!("descriptor digest {s:?} is not a sha256 or sha512 digest");
         }
         Ok(s.to_owned())
     };
@@ -211,13 +232,16 @@ fn children(bytes: &[u8], platforms: &[String]) -> Result<(Vec<String>, Vec<Stri
 
 /// Writes verified content into the cache atomically.
 fn store_bytes(cache: &Path, digest: &str, bytes: &[u8]) -> Result<()> {
-    let got = format!("sha256:{}", hex::encode(Sha256::digest(bytes)));
+    let mut hasher = hasher_for(digest)?;
+    hasher.update(bytes);
+    let (algorithm, hex) = split(digest);
+    let got = format!("{algorithm}:{}", hasher.hex());
     if got != digest {
         bail!("the registry sent content with digest {got} for {digest}");
     }
-    let dir = blobs_dir(cache);
+    let dir = blobs_dir(cache, algorithm);
     fs::create_dir_all(&dir)?;
-    let tmp = dir.join(format!(".{}.tmp", digest.trim_start_matches("sha256:")));
+    let tmp = dir.join(format!(".{hex}.tmp"));
     let mut f = File::create(&tmp)?;
     f.write_all(bytes)?;
     drop(f);
@@ -234,10 +258,11 @@ async fn pull_blob(
     digest: &str,
     progress: &Progress,
 ) -> Result<(u64, bool)> {
-    let dir = blobs_dir(cache);
+    let (algorithm, hex) = split(digest);
+    let dir = blobs_dir(cache, algorithm);
     fs::create_dir_all(&dir)?;
-    let hex = digest.trim_start_matches("sha256:");
-    let mut partial = crate::io::Partial::open(&dir.join(format!(".{hex}.partial")))?;
+    let mut partial =
+        crate::io::Partial::open_with(&dir.join(format!(".{hex}.partial")), hasher_for(digest)?)?;
     let have = partial.have();
     let (stream, resumed) = match client
         .pull_blob_stream_partial(repo, digest, have, None)
@@ -273,7 +298,7 @@ async fn pull_blob(
     out.sync_all()?;
     drop(out);
     if let Err(got) = partial.finish(hex, &blob_path(cache, digest))? {
-        bail!("blob {digest}: the content has digest sha256:{got}; nothing was cached");
+        bail!("blob {digest}: the content has digest {algorithm}:{got}; nothing was cached");
     }
     Ok((bytes, resumed))
 }
@@ -520,9 +545,7 @@ pub fn cache_paths(loaded: &Loaded, cache: &Path) -> Result<Vec<String>> {
     for (i, im) in loaded.spec.components.images.iter().enumerate() {
         match walk_local(cache, im)? {
             Walk::Complete(need) => {
-                paths.extend(need.iter().map(|d| {
-                    format!("oci/blobs/sha256/{}", d.trim_start_matches("sha256:"))
-                }));
+                paths.extend(need.iter().map(|d| blob_rel(d)));
             }
             Walk::Missing(d) => bail!(
                 "{}: components.images[{i}] ({}): {d} is not in the cache; run `foothold-build fetch` first",
@@ -587,13 +610,15 @@ pub fn write_layout(loaded: &Loaded, cache: &Path, dir: &Path) -> Result<Vec<Val
             "bytes": bytes,
         }));
     }
-    let link = dir.join("blobs/sha256");
-    if link.symlink_metadata().is_ok() {
-        fs::remove_file(&link)?;
+    for algorithm in ALGORITHMS {
+        let link = dir.join("blobs").join(algorithm);
+        if link.symlink_metadata().is_ok() {
+            fs::remove_file(&link)?;
+        }
+        let target = blobs_dir(cache, algorithm);
+        fs::create_dir_all(&target)?;
+        std::os::unix::fs::symlink(fs::canonicalize(&target)?, &link)?;
     }
-    let target = blobs_dir(cache);
-    fs::create_dir_all(&target)?;
-    std::os::unix::fs::symlink(fs::canonicalize(&target)?, &link)?;
     fs::write(
         dir.join("oci-layout"),
         "{\"imageLayoutVersion\":\"1.0.0\"}\n",

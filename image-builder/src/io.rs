@@ -7,20 +7,76 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest as _, Sha256};
+use sha2::{Digest as _, Sha256, Sha512};
 
 use crate::progress::Bytes;
+
+/// A running hash of one of the digest algorithms OCI registers: content is named `<algorithm>:<hex>`.
+#[derive(Clone)]
+pub enum Hasher {
+    Sha256(Sha256),
+    Sha512(Sha512),
+}
+
+impl Hasher {
+    pub fn sha256() -> Hasher {
+        Hasher::Sha256(Sha256::new())
+    }
+
+    /// A hasher for `algorithm` (`sha256` or `sha512`); `None` for any other.
+    pub fn of(algorithm: &str) -> Option<Hasher> {
+        match algorithm {
+            "sha256" => Some(Hasher::sha256()),
+            "sha512" => Some(Hasher::Sha512(Sha512::new())),
+            _ => None,
+        }
+    }
+
+    /// A fresh hasher of the same algorithm.
+    fn restarted(&self) -> Hasher {
+        match self {
+            Hasher::Sha256(_) => Hasher::Sha256(Sha256::new()),
+            Hasher::Sha512(_) => Hasher::Sha512(Sha512::new()),
+        }
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        match self {
+            Hasher::Sha256(h) => h.update(bytes),
+            Hasher::Sha512(h) => h.update(bytes),
+        }
+    }
+
+    /// The hash, in lower-case hex.
+    pub fn hex(self) -> String {
+        match self {
+            Hasher::Sha256(h) => hex::encode(h.finalize()),
+            Hasher::Sha512(h) => hex::encode(h.finalize()),
+        }
+    }
+}
+
+impl Write for Hasher {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
 
 /// Passes writes to `inner`, hashing them and advancing `bar` by what `inner` took.
 pub struct HashingWriter<'a, W> {
     inner: W,
-    hasher: &'a mut Sha256,
+    hasher: &'a mut Hasher,
     bar: &'a Bytes,
     written: u64,
 }
 
 impl<'a, W: Write> HashingWriter<'a, W> {
-    pub fn new(inner: W, hasher: &'a mut Sha256, bar: &'a Bytes) -> Self {
+    pub fn new(inner: W, hasher: &'a mut Hasher, bar: &'a Bytes) -> Self {
         HashingWriter {
             inner,
             hasher,
@@ -52,14 +108,19 @@ impl<W: Write> Write for HashingWriter<'_, W> {
 /// A download under way at `path`: the bytes already there and their running hash.
 pub struct Partial {
     path: PathBuf,
-    hasher: Sha256,
+    hasher: Hasher,
     have: u64,
 }
 
 impl Partial {
-    /// The partial file at `path`, hashed (none there: empty).
+    /// The partial file at `path`, hashed with sha256 (none there: empty).
     pub fn open(path: &Path) -> io::Result<Partial> {
-        let mut hasher = Sha256::new();
+        Partial::open_with(path, Hasher::sha256())
+    }
+
+    /// The partial file at `path`, hashed with `hasher`'s algorithm.
+    pub fn open_with(path: &Path, hasher: Hasher) -> io::Result<Partial> {
+        let mut hasher = hasher;
         let have = match File::open(path) {
             Ok(mut f) => io::copy(&mut f, &mut hasher)?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
@@ -83,7 +144,7 @@ impl Partial {
         if resumed {
             OpenOptions::new().append(true).open(&self.path)
         } else {
-            self.hasher = Sha256::new();
+            self.hasher = self.hasher.restarted();
             self.have = 0;
             File::create(&self.path)
         }
@@ -98,10 +159,10 @@ impl Partial {
         HashingWriter::new(file, &mut self.hasher, bar)
     }
 
-    /// Compares the whole content's sha256 with `want_hex`: the same, the download is published as `dest`
-    /// (synced, renamed, the rename synced); different, it is removed and the digest it had is the error.
+    /// Compares the whole content's hash with `want_hex`: the same, the download is published as `dest`
+    /// (synced, renamed, the rename synced); different, it is removed and the hash it had is the error.
     pub fn finish(self, want_hex: &str, dest: &Path) -> anyhow::Result<Result<(), String>> {
-        let got = hex::encode(self.hasher.finalize());
+        let got = self.hasher.hex();
         if got != want_hex {
             fs::remove_file(&self.path)?;
             return Ok(Err(got));
@@ -154,5 +215,29 @@ mod tests {
         assert!(!partial.exists() && !dest.exists());
         // No partial file at all: an empty download.
         assert_eq!(Partial::open(&partial).unwrap().have(), 0);
+    }
+
+    #[test]
+    fn a_sha512_download_is_checked_against_its_sha512() {
+        let dir = tempfile::tempdir().unwrap();
+        let (partial, dest) = (dir.path().join("x.partial"), dir.path().join("x"));
+        fs::write(&partial, b"half ").unwrap();
+        let mut p = Partial::open_with(&partial, Hasher::of("sha512").unwrap()).unwrap();
+        let mut f = p.file(true).unwrap();
+        let bar = Bytes::none();
+        p.writer(&mut f, &bar).write_all(b"and half").unwrap();
+        drop(f);
+        let want = hex::encode(Sha512::digest(b"half and half"));
+        assert_eq!(p.finish(&want, &dest).unwrap(), Ok(()));
+        assert_eq!(fs::read(&dest).unwrap(), b"half and half");
+        // Restarted, the hash starts again with the same algorithm.
+        fs::write(&partial, b"stale").unwrap();
+        let mut p = Partial::open_with(&partial, Hasher::of("sha512").unwrap()).unwrap();
+        let mut f = p.file(false).unwrap();
+        p.writer(&mut f, &bar).write_all(b"fresh").unwrap();
+        drop(f);
+        let got = p.finish("00", &dest).unwrap();
+        assert_eq!(got, Err(hex::encode(Sha512::digest(b"fresh"))));
+        assert!(Hasher::of("md5").is_none());
     }
 }

@@ -7,6 +7,7 @@ use axum::Json;
 use serde_json::json;
 use utoipa::ToSchema;
 
+use super::limits::LimitReached;
 use crate::images::ImageError;
 use crate::store::StoreError;
 use crate::uploads::UploadError;
@@ -18,6 +19,8 @@ pub struct ApiError {
     message: String,
     /// Sent as Upload-Offset (offset conflicts tell the client where to resume).
     pub offset: Option<u64>,
+    /// The limit on clients this refusal enforces (see [`LimitReached`]).
+    limit: Option<&'static str>,
 }
 
 impl ApiError {
@@ -27,7 +30,14 @@ impl ApiError {
             code,
             message: message.into(),
             offset: None,
+            limit: None,
         }
+    }
+
+    /// Marks the refusal as a limit on clients reached, counted under `limit`.
+    pub fn limit(mut self, limit: &'static str) -> Self {
+        self.limit = Some(limit);
+        self
     }
 }
 
@@ -70,6 +80,7 @@ impl From<ImageError> for ApiError {
             code,
             message,
             offset,
+            limit: None,
         }
     }
 }
@@ -81,6 +92,9 @@ impl IntoResponse for ApiError {
             Json(json!({"error": {"code": self.code, "message": self.message}})),
         )
             .into_response();
+        if let Some(limit) = self.limit {
+            r.extensions_mut().insert(LimitReached(limit));
+        }
         if let Some(o) = self.offset {
             r.headers_mut()
                 .insert("upload-offset", HeaderValue::from(o));
@@ -121,6 +135,7 @@ impl From<UploadError> for ApiError {
             code,
             message,
             offset,
+            limit: None,
         }
     }
 }

@@ -20,6 +20,20 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::state::AppState;
 use crate::metrics::Metrics;
 
+/// Set on a response that refused a request for crossing a limit on clients; the request log counts it in
+/// `foothold_limit_reached_total` under this name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitReached(pub &'static str);
+
+impl LimitReached {
+    /// A manifest over `manifest::MAX_MANIFEST_SIZE`.
+    pub const MANIFEST_SIZE: &'static str = "manifest_size";
+    /// JSON nested deeper than `json_depth::MAX_JSON_DEPTH`.
+    pub const JSON_DEPTH: &'static str = "json_depth";
+    /// A REST metadata body over its 1 MiB.
+    pub const METADATA_SIZE: &'static str = "metadata_size";
+}
+
 /// The limits `serve` applies (`foothold-agent serve --header-timeout … --body-idle-timeout …
 /// --max-connections …`).
 #[derive(Clone, Copy, Debug)]

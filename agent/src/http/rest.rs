@@ -13,9 +13,11 @@ use serde_json::json;
 
 use super::access::{ReadAccess, WriteAccess};
 use super::error::{ApiError, ApiResult, ErrorBody};
+use super::limits::LimitReached;
 use super::schema::{ClusterPath, ClusterStatus, CollectionPath, MultipartMetadata, RecordPath};
 use super::state::{AppState, Limits};
 use crate::images::{parse_kind, Images, Key, Kind, NewImage, Record};
+use crate::json_depth;
 use crate::store::Store;
 
 pub fn routes() -> Router<AppState> {
@@ -186,14 +188,23 @@ pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
             "TOO_LARGE",
             "image metadata is limited to 1 MiB",
         )
+        .limit(LimitReached::METADATA_SIZE)
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            format!("{what}: {e}"),
-        )
-    })
+    parse_json(&bytes, what)
+}
+
+/// Parses a client's JSON, refusing documents nested past [`json_depth::MAX_JSON_DEPTH`] before the parser
+/// sees them.
+fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> ApiResult<T> {
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
+    if json_depth::exceeds(bytes, json_depth::MAX_JSON_DEPTH) {
+        return Err(bad(format!(
+            "{what}: JSON nests arrays and objects more than {} levels deep",
+            json_depth::MAX_JSON_DEPTH
+        ))
+        .limit(LimitReached::JSON_DEPTH));
+    }
+    serde_json::from_slice(bytes).map_err(|e| bad(format!("{what}: {e}")))
 }
 
 /// ICN's original client sent a multipart form whose `metadata` part holds the JSON; other parts are ignored.
@@ -216,7 +227,7 @@ pub(super) async fn metadata_part(headers: &HeaderMap, body: Body) -> ApiResult<
                 .bytes()
                 .await
                 .map_err(|e| bad(format!("metadata part: {e}")))?;
-            return serde_json::from_slice(&bytes).map_err(|e| bad(format!("image metadata: {e}")));
+            return parse_json(&bytes, "image metadata");
         }
     }
     Err(bad("multipart form has no metadata part".into()))

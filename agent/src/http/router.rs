@@ -207,6 +207,9 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
     let resp = next.run(req).await;
     let status = resp.status().as_u16();
     state.metrics.request(route, method, status);
+    if let Some(super::limits::LimitReached(limit)) = resp.extensions().get() {
+        state.metrics.limit_reached(limit);
+    }
     // The path as far as a log line should carry it (a client chooses its length).
     let shown = match path.char_indices().nth(MAX_LOGGED_PATH) {
         Some((cut, _)) => &path[..cut],

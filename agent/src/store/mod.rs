@@ -191,6 +191,15 @@ impl Store {
         self
     }
 
+    /// A place among the chunks being written at once, or [`StoreError::TooManyUploads`] (counted).
+    fn writing_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        self.writing.clone().try_acquire_owned().map_err(|_| {
+            self.uploads_refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            StoreError::TooManyUploads(self.max_writing)
+        })
+    }
+
     /// How many chunks were refused by [`Store::limit_uploads`].
     pub fn uploads_refused(&self) -> u64 {
         self.uploads_refused
@@ -313,6 +322,8 @@ impl Store {
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: Display,
     {
+        // A monolithic upload is one chunk: it takes its place among those being written.
+        let _permit = self.writing_permit()?;
         let tmp = self.files.temp_path();
         let file = File::create(&tmp)?;
         let (file, hasher, written, outcome) =

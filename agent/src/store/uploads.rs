@@ -127,11 +127,7 @@ impl Store {
     {
         let session = self.session(repo, id).await?;
         let path = self.files.upload_path(id);
-        let Ok(permit) = self.writing.clone().try_acquire_owned() else {
-            self.uploads_refused
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return Err(StoreError::TooManyUploads(self.max_writing));
-        };
+        let permit = self.writing_permit()?;
         tokio::spawn(async move {
             let _permit = permit;
             let mut s = session.lock_owned().await;

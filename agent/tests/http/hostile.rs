@@ -1,7 +1,7 @@
 //! What a hostile or careless client found (issue "Hardening"), each against the release-shaped binary on
 //! 127.0.0.1: made-up methods, unknown paths, bad paging, names that break URLs, stale `If-Range`, records
-//! that could never complete or be downloaded, what anonymous `/readyz` tells, and many clients holding
-//! unfinished bodies.
+//! that could never complete or be downloaded, what anonymous `/readyz` tells, clients that hang up mid-upload
+//! (the limits on what clients may cost are in `limits.rs`).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::limits::{closed_within, strict_agent};
 use crate::support::{self, Agent};
 
-const TOKEN: &str = "hostile-token";
+pub(crate) const TOKEN: &str = "hostile-token";
 
-fn json_of(r: ureq::http::Response<ureq::Body>) -> (u16, Value) {
+pub(crate) fn json_of(r: ureq::http::Response<ureq::Body>) -> (u16, Value) {
     let status = r.status().as_u16();
     let text = r.into_body().read_to_string().unwrap_or_default();
     (
@@ -24,7 +25,7 @@ fn json_of(r: ureq::http::Response<ureq::Body>) -> (u16, Value) {
 }
 
 /// One raw request on a fresh connection; returns the status line's code and the whole answer.
-fn raw(agent: &Agent, request: &str) -> (u16, String) {
+pub(crate) fn raw(agent: &Agent, request: &str) -> (u16, String) {
     let mut s = TcpStream::connect(agent.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(request.as_bytes()).unwrap();
@@ -35,7 +36,7 @@ fn raw(agent: &Agent, request: &str) -> (u16, String) {
     (code, text)
 }
 
-fn metrics(agent: &Agent) -> String {
+pub(crate) fn metrics(agent: &Agent) -> String {
     support::http()
         .get(&agent.url("/metrics"))
         .call()
@@ -225,200 +226,6 @@ fn anonymous_readyz_does_not_name_the_kubeconfig() {
     );
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap()
-}
-
-/// 200 anonymous clients each send all but the last byte of a 1 MiB body: the agent holds at most its
-/// small-body budget of them (32 MiB), says so in its metrics, and keeps answering a well-behaved client.
-#[test]
-fn many_unfinished_small_bodies_cost_at_most_the_budget() {
-    let tmp = tempfile::tempdir().unwrap();
-    let agent = Agent::start(&tmp.path().join("data"), Some(TOKEN));
-    let pid = agent.child.id();
-    let before = rss_kib(pid);
-    let len = 1024 * 1024 - 1;
-    let chunk = vec![b'{'; len - 1];
-    let mut held = Vec::new();
-    for _ in 0..200 {
-        let mut s = TcpStream::connect(agent.addr).unwrap();
-        write!(s, "PUT /v2/a/manifests/v1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\nContent-Length: {len}\r\n\r\n").unwrap();
-        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
-        // A refused connection (the agent answered 401 without reading) may stop taking bytes: that is fine.
-        let _ = s.write_all(&chunk);
-        held.push(s);
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !metrics(&agent).contains(r#"foothold_limit_reached_total{limit="small_bodies_budget"}"#)
-    {
-        assert!(Instant::now() < deadline, "the budget was never reached");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let grown_mib = rss_kib(pid).saturating_sub(before) / 1024;
-    println!("rss grew {grown_mib} MiB");
-    assert!(grown_mib < 80, "the agent grew by {grown_mib} MiB");
-    let r = support::http().get(&agent.url("/healthz")).call().unwrap();
-    assert_eq!(r.status(), 200);
-    drop(held);
-}
-
-/// An agent with short client limits (`serve --header-timeout 2 --body-idle-timeout 2 …`).
-fn strict_agent(dir: &std::path::Path, max_connections: usize) -> Agent {
-    Agent::start_with(
-        &dir.join("data"),
-        Some(TOKEN),
-        "127.0.0.1:0",
-        &[
-            "--header-timeout",
-            "2",
-            "--body-idle-timeout",
-            "2",
-            "--max-connections",
-            &max_connections.to_string(),
-        ],
-    )
-}
-
-/// Waits until the peer closes `s` (EOF or reset); panics after `within`.
-fn closed_within(s: &mut TcpStream, within: Duration) -> Duration {
-    let started = Instant::now();
-    s.set_read_timeout(Some(within)).unwrap();
-    let mut buf = [0u8; 4096];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) if started.elapsed() < within => return started.elapsed(),
-            Ok(_) => continue,
-            _ => panic!("still open after {within:?}"),
-        }
-    }
-}
-
-/// 200 clients dribbling headers: /healthz and a blob pull keep answering, and every dribbler is cut off by
-/// the header timeout.
-#[test]
-fn slow_header_clients_are_cut_off_while_others_are_served() {
-    let tmp = tempfile::tempdir().unwrap();
-    let agent = strict_agent(tmp.path(), 4096);
-    let blob = b"a blob a slow client must not keep from anyone";
-    let digest = support::sha256_digest(blob);
-    let r = support::http()
-        .post(&agent.url(&format!("/v2/slow/blobs/uploads/?digest={digest}")))
-        .header("Authorization", &format!("Bearer {TOKEN}"))
-        .send(&blob[..])
-        .unwrap();
-    assert_eq!(r.status(), 201);
-
-    let mut dribblers: Vec<TcpStream> = (0..200)
-        .map(|_| {
-            let mut s = TcpStream::connect(agent.addr).unwrap();
-            s.write_all(b"GET /v2/ HTTP/1.1\r\nHost: x\r\n").unwrap();
-            s
-        })
-        .collect();
-    // They keep sending a header line a little at a time, well inside any per-read timeout.
-    let dribble_until = Instant::now() + Duration::from_secs(1);
-    while Instant::now() < dribble_until {
-        for s in &mut dribblers {
-            let _ = s.write_all(b"X");
-        }
-        let health = support::http().get(&agent.url("/healthz")).call().unwrap();
-        assert_eq!(health.status(), 200);
-        let pulled = support::http()
-            .get(&agent.url(&format!("/v2/slow/blobs/{digest}")))
-            .call()
-            .unwrap();
-        assert_eq!(pulled.into_body().read_to_vec().unwrap(), blob);
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    for s in &mut dribblers {
-        closed_within(s, Duration::from_secs(10));
-    }
-}
-
-/// Past --max-connections a new connection is closed at once and counted; once the holders are gone (the
-/// header timeout), clients are served again.
-#[test]
-fn connections_past_the_cap_are_closed_and_counted() {
-    let tmp = tempfile::tempdir().unwrap();
-    let agent = strict_agent(tmp.path(), 20);
-    let held: Vec<TcpStream> = (0..20)
-        .map(|_| TcpStream::connect(agent.addr).unwrap())
-        .collect();
-    // The agent accepts in the background: wait until it has taken all twenty.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut extra = loop {
-        let mut s = TcpStream::connect(agent.addr).unwrap();
-        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            .unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-        let mut buf = [0u8; 64];
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break s,
-            Ok(_) => assert!(Instant::now() < deadline, "the cap was never reached"),
-        }
-    };
-    closed_within(&mut extra, Duration::from_secs(1));
-    drop(held);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(r) = support::http().get(&agent.url("/metrics")).call() {
-            let text = r.into_body().read_to_string().unwrap();
-            assert!(
-                text.contains(r#"foothold_limit_reached_total{limit="connections"}"#),
-                "{text}"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "never served again");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// A REST PATCH whose client goes silent mid-body is cut off by the body timeout: what arrived is kept, and the
-/// record's lock is free for the client's resume and for a DELETE.
-#[test]
-fn a_silent_upload_body_releases_its_record() {
-    let tmp = tempfile::tempdir().unwrap();
-    let agent = strict_agent(tmp.path(), 4096);
-    let http = support::http();
-    let base = agent.url("/v1/baremetalcluster/acme/edge-1/os_images");
-    let auth = format!("Bearer {TOKEN}");
-    let r = http
-        .post(&base)
-        .header("Authorization", &auth)
-        .header("Content-Type", "application/json")
-        .send(json!({"image_name": "stalled", "image_length": 4000}).to_string())
-        .unwrap();
-    assert_eq!(r.status(), 201);
-    let mut s = TcpStream::connect(agent.addr).unwrap();
-    write!(s, "PATCH /v1/baremetalcluster/acme/edge-1/os_images/stalled HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nUpload-Offset: 0\r\nContent-Length: 4000\r\n\r\n").unwrap();
-    s.write_all(&[7u8; 1000]).unwrap();
-    // Silent from here on; the connection stays open.
-    closed_within(&mut s, Duration::from_secs(10));
-    let (_, record) = json_of(http.get(&format!("{base}/stalled")).call().unwrap());
-    assert_eq!(record["image_offset"], 1000, "{record}");
-    let resumed = http
-        .patch(&format!("{base}/stalled"))
-        .header("Authorization", &auth)
-        .header("Upload-Offset", "1000")
-        .send(&[7u8; 3000][..])
-        .unwrap();
-    assert_eq!(resumed.status(), 204);
-    let (_, record) = json_of(http.get(&format!("{base}/stalled")).call().unwrap());
-    assert_eq!(record["upload_complete"], true, "{record}");
-    let metrics = metrics(&agent);
-    assert!(
-        metrics.contains(r#"foothold_limit_reached_total{limit="body_idle_timeout"} 1"#),
-        "{metrics}"
-    );
-    drop(s);
-}
-
 fn rest_record(agent: &Agent, name: &str) -> Value {
     json_of(
         support::http()
@@ -593,84 +400,4 @@ fn a_live_data_directory_is_not_opened_twice() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// `--max-uploads 1`: while one chunk is being written, another upload's chunk is answered 429 (REST and
-/// registry), counted; once the first is done the others are served.
-#[test]
-fn chunks_past_max_uploads_are_refused_with_429() {
-    let tmp = tempfile::tempdir().unwrap();
-    let agent = Agent::start_with(
-        &tmp.path().join("data"),
-        Some(TOKEN),
-        "127.0.0.1:0",
-        &["--max-uploads", "1"],
-    );
-    let http = support::http();
-    let auth = format!("Bearer {TOKEN}");
-    let base = agent.url("/v1/baremetalcluster/acme/edge-1/os_images");
-    for name in ["first", "second"] {
-        let r = http
-            .post(&base)
-            .header("Authorization", &auth)
-            .header("Content-Type", "application/json")
-            .send(json!({"image_name": name, "image_length": 4 << 20}).to_string())
-            .unwrap();
-        assert_eq!(r.status(), 201);
-    }
-    // The first chunk: 4 MiB announced (past the small-body read), 1 MiB sent, then held.
-    let mut first = TcpStream::connect(agent.addr).unwrap();
-    write!(first, "PATCH /v1/baremetalcluster/acme/edge-1/os_images/first HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\nUpload-Offset: 0\r\nContent-Length: {}\r\n\r\n", 4 << 20).unwrap();
-    first.write_all(&vec![1u8; 1 << 20]).unwrap();
-    // Its bytes reaching the file show its chunk is being written (and holds the one place).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while json_of(http.get(&format!("{base}/first")).call().unwrap()).1["image_offset"] == 0 {
-        assert!(Instant::now() < deadline, "the first chunk never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let refused = loop {
-        let (status, body) = json_of(
-            http.patch(&format!("{base}/second"))
-                .header("Authorization", &auth)
-                .header("Upload-Offset", "0")
-                .send(&[2u8; 1000][..])
-                .unwrap(),
-        );
-        if status == 429 {
-            break body;
-        }
-        assert!(Instant::now() < deadline, "never refused: {status} {body}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert_eq!(refused["error"]["code"], "TOO_MANY_UPLOADS", "{refused}");
-    let session = http
-        .post(&agent.url("/v2/busy/blobs/uploads/"))
-        .header("Authorization", &auth)
-        .send_empty()
-        .unwrap();
-    let location = session.headers()["location"].to_str().unwrap().to_owned();
-    let (status, body) = json_of(
-        http.patch(&agent.url(&location))
-            .header("Authorization", &auth)
-            .send(&[3u8; 100][..])
-            .unwrap(),
-    );
-    assert_eq!(
-        (status, &body["errors"][0]["code"]),
-        (429, &json!("TOOMANYREQUESTS")),
-        "{body}"
-    );
-    assert!(metrics(&agent).contains(r#"foothold_limit_reached_total{limit="uploads"}"#));
-    // The first chunk finishes; the second upload goes through.
-    first.write_all(&vec![1u8; 3 << 20]).unwrap();
-    let mut answer = [0u8; 12];
-    first.read_exact(&mut answer).unwrap();
-    assert_eq!(&answer, b"HTTP/1.1 204");
-    let r = http
-        .patch(&format!("{base}/second"))
-        .header("Authorization", &auth)
-        .header("Upload-Offset", "0")
-        .send(&[2u8; 1000][..])
-        .unwrap();
-    assert_eq!(r.status(), 204);
 }

@@ -14,6 +14,7 @@ mod disk_full;
 mod expiry;
 mod hostile;
 mod import;
+mod limits;
 mod openapi;
 mod registry_api;
 mod registry_refs;

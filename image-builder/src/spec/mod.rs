@@ -287,13 +287,18 @@ pub struct SpecError {
     pub message: String,
 }
 
-/// `sha256:` and 64 lower-case hex digits.
+/// `sha256:` and 64 lower-case hex digits, or `sha512:` and 128.
 pub fn is_digest(s: &str) -> bool {
-    s.strip_prefix("sha256:").is_some_and(|h| {
-        h.len() == 64
+    let hex = |h: &str, len: usize| {
+        h.len() == len
             && h.chars()
                 .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
-    })
+    };
+    match s.split_once(':') {
+        Some(("sha256", h)) => hex(h, 64),
+        Some(("sha512", h)) => hex(h, 128),
+        _ => false,
+    }
 }
 
 /// Parses a size like `4GiB`, `512MiB`, `1024KiB` or a byte count.

@@ -29,6 +29,21 @@ fn validation_names_the_field() {
     assert!(validate_image(&im, Pins::Optional)
         .unwrap_err()
         .starts_with("digest:"));
+    // sha512 pins are 128 hex digits; other algorithms are refused.
+    for (pin, valid) in [
+        (format!("sha512:{}", "c".repeat(128)), true),
+        (format!("sha512:{}", "c".repeat(64)), false),
+        (format!("sha384:{}", "c".repeat(96)), false),
+        (format!("sha256:{}", "C".repeat(64)), false),
+    ] {
+        let mut im = image("busybox:1");
+        im.digest = Some(pin.clone());
+        assert_eq!(validate_image(&im, Pins::Required).is_ok(), valid, "{pin}");
+    }
+    let pin = format!("sha512:{}", "d".repeat(128));
+    let mut long = image(&format!("busybox@{pin}"));
+    long.digest = Some(pin);
+    ok(long);
     // Unpinned: an error for a build, fine for `pin`.
     im.digest = None;
     assert!(e(im.clone()).contains("foothold-build pin"));

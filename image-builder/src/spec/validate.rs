@@ -239,7 +239,7 @@ pub(super) fn validate_image(im: &ImageComponent, pins: Pins) -> std::result::Re
     match (&im.digest, r.digest()) {
         (Some(pin), _) if !is_digest(pin) => {
             return Err(format!(
-                "digest: {pin:?} is not sha256: and 64 lower-case hex digits"
+                "digest: {pin:?} is not sha256: and 64 lower-case hex digits (or sha512: and 128)"
             ))
         }
         (Some(pin), Some(d)) if d != pin => {

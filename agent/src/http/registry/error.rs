@@ -5,6 +5,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::http::limits::LimitReached;
+use crate::manifest::ManifestError;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +27,11 @@ pub enum RegistryError {
     ManifestInvalid(String),
     #[error("manifest exceeds the 4 MiB limit")]
     ManifestTooLarge,
+    #[error(
+        "manifest nests arrays and objects more than {} levels deep",
+        crate::json_depth::MAX_JSON_DEPTH
+    )]
+    ManifestTooDeep,
     #[error("{0}")]
     ManifestUnknown(String),
     #[error("{0}")]
@@ -60,7 +67,7 @@ impl RegistryError {
             BlobUnknown(_) => "BLOB_UNKNOWN",
             BlobUploadInvalid(_) | RangeInvalid { .. } => "BLOB_UPLOAD_INVALID",
             BlobUploadUnknown(_) => "BLOB_UPLOAD_UNKNOWN",
-            ManifestInvalid(_) | ManifestTooLarge => "MANIFEST_INVALID",
+            ManifestInvalid(_) | ManifestTooLarge | ManifestTooDeep => "MANIFEST_INVALID",
             ManifestUnknown(_) => "MANIFEST_UNKNOWN",
             ManifestBlobUnknown(_) => "MANIFEST_BLOB_UNKNOWN",
             SizeInvalid(_) => "SIZE_INVALID",
@@ -80,6 +87,7 @@ impl RegistryError {
             | DigestInvalid(_)
             | BlobUploadInvalid(_)
             | ManifestInvalid(_)
+            | ManifestTooDeep
             | SizeInvalid(_)
             | PaginationInvalid(_)
             | ManifestBlobUnknown(_) => StatusCode::BAD_REQUEST,
@@ -94,6 +102,15 @@ impl RegistryError {
             StorageFull => StatusCode::INSUFFICIENT_STORAGE,
             TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The limit on clients this error enforces, for `foothold_limit_reached_total`.
+    pub fn limit(&self) -> Option<&'static str> {
+        match self {
+            RegistryError::ManifestTooLarge => Some(LimitReached::MANIFEST_SIZE),
+            RegistryError::ManifestTooDeep => Some(LimitReached::JSON_DEPTH),
+            _ => None,
         }
     }
 }
@@ -118,6 +135,7 @@ impl From<StoreError> for RegistryError {
             e @ StoreError::DigestMismatch { .. } => R::DigestInvalid(e.to_string()),
             e @ StoreError::SizeMismatch { .. } => R::SizeInvalid(e.to_string()),
             StoreError::ManifestTooLarge => R::ManifestTooLarge,
+            StoreError::ManifestInvalid(ManifestError::TooDeep) => R::ManifestTooDeep,
             e @ StoreError::ManifestInvalid(_) => R::ManifestInvalid(e.to_string()),
             e @ StoreError::ManifestBlobUnknown { .. } => R::ManifestBlobUnknown(e.to_string()),
             e @ StoreError::InUse { .. } => R::Denied(e.to_string()),
@@ -141,6 +159,9 @@ impl IntoResponse for RegistryError {
         let body =
             json!({"errors": [{"code": self.code(), "message": self.to_string(), "detail": {}}]});
         let mut resp = (status, axum::Json(body)).into_response();
+        if let Some(limit) = self.limit() {
+            resp.extensions_mut().insert(LimitReached(limit));
+        }
         let headers = resp.headers_mut();
         match &self {
             RegistryError::Unauthorized => {
