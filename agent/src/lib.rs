@@ -5,6 +5,7 @@
 // Denied everywhere but `store::mapped` (memory-mapped blob reads for serving).
 #![deny(unsafe_code)]
 
+pub mod apt;
 pub mod archive;
 pub mod auth;
 pub mod controllers;

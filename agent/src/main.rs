@@ -265,6 +265,19 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Print (or write) the deb822 apt source for this agent's signed package repository, its key inline:
+    /// `/etc/apt/sources.list.d/foothold.sources` on a node. The key is the data directory's (made at the first
+    /// `serve`, or here when there is none yet).
+    AptSource {
+        /// The agent's URL as compute nodes reach it, e.g. http://10.0.0.1:5000.
+        #[arg(long)]
+        endpoint: String,
+        #[command(flatten)]
+        data: DataArg,
+        /// Write the entry to this file instead of printing it.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// The node side of ViNO (the `vino-builder` container of a Vino's DaemonSet): keep libvirt's networks,
     /// volumes and domains equal to this node's VM plan.
     VinoBuilder(Box<VinoBuilderArgs>),
@@ -359,6 +372,33 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 resync: std::time::Duration::from_secs(a.resync_seconds),
             };
             tokio::runtime::Runtime::new()?.block_on(vino_builder::run(settings))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::AptSource {
+            endpoint,
+            data,
+            out,
+        } => {
+            let endpoint = mirror_config::check_endpoint(&endpoint)?;
+            let dir = data.dir();
+            let key_file = foothold_agent::apt::key::public_path(&dir.join("apt"));
+            let key = match std::fs::read_to_string(&key_file) {
+                Ok(key) => key,
+                // No key yet: make it, holding the data directory's lock as `serve` would.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let _store = foothold_agent::store::Store::open(&dir)?;
+                    foothold_agent::apt::Repo::open(&dir)?
+                        .public_key()
+                        .to_owned()
+                }
+                Err(e) => return Err(anyhow::anyhow!("{}: {e}", key_file.display())),
+            };
+            let entry = foothold_agent::apt::sources_entry(endpoint, &key);
+            match out {
+                Some(path) => foothold_agent::apt::write_file(&path, entry.as_bytes(), 0o644)
+                    .with_context(|| format!("writing {}", path.display()))?,
+                None => print!("{entry}"),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Crds => {

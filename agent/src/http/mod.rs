@@ -1,10 +1,12 @@
 //! The agent's HTTP side: one router for the OCI registry (`/v2`), the BPA REST API (`/v1/baremetalcluster`),
-//! tus uploads (`/v1/uploads`), the file server (`/files`), the OpenAPI document, metrics and health. Requests
+//! tus uploads (`/v1/uploads`), the file server (`/files`), the apt repository (`/apt`), the OpenAPI document,
+//! metrics and health. Requests
 //! flow one way: the router (`router`) → the handlers of one protocol → the services (`images`, `uploads`,
 //! `store`).
 //! The handlers' shared state is [`state`], a leaf; no handler module imports this one.
 
 pub mod access;
+mod apt;
 pub mod error;
 mod files;
 pub mod fuzz;

@@ -11,7 +11,7 @@ use axum::Router;
 use futures_util::StreamExt as _;
 
 use super::state::AppState;
-use super::{files, openapi, registry, rest, tus};
+use super::{apt, files, openapi, registry, rest, tus};
 
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -27,6 +27,7 @@ pub fn router(state: AppState) -> Router {
         )
         .merge(rest::routes())
         .merge(files::routes())
+        .merge(apt::routes())
         .merge(tus::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -200,6 +201,7 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
         "/healthz" | "/readyz" => "health",
         p if p.starts_with("/v1/") => "rest",
         p if p.starts_with("/files/") => "files",
+        p if p.starts_with("/apt/") => "apt",
         p => registry::routes::parse(p)
             .map(|r| r.label())
             .unwrap_or("other"),

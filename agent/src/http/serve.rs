@@ -40,7 +40,13 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         .await?
         .with_context(|| format!("opening the data directory {}", cfg.data.display()))?
         .limit_uploads(cfg.client_limits.max_uploads);
+    let data = cfg.data.clone();
+    let apt = tokio::task::spawn_blocking(move || crate::apt::Repo::open(&data))
+        .await?
+        .with_context(|| format!("opening the apt repository in {}", cfg.data.display()))?;
+    let apt = Arc::new(apt);
     let state = AppState::new(store, auth)
+        .apt(apt.clone())
         .max_image_length(cfg.max_image_length)
         .files_need_token(cfg.files_need_token)
         .body_idle_timeout(cfg.client_limits.body_idle_timeout)
@@ -62,6 +68,11 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
             state.store.clone(),
         ));
     }
+    // Published before the first request, then kept in step.
+    if let Err(e) = apt.sync(&state.store).await {
+        tracing::error!(error = %e, "publishing the apt repository failed");
+    }
+    tokio::spawn(crate::apt::follow(apt, state.store.clone()));
     tokio::spawn(crate::expiry::run(
         state.store.clone(),
         cfg.upload_ttl,

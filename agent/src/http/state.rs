@@ -24,6 +24,8 @@ pub struct AppState {
     pub controllers: crate::controllers::Shared,
     /// The services beside the agent that `/readyz` probes.
     pub neighbors: Arc<Vec<crate::neighbors::Check>>,
+    /// The apt repository `/apt` serves (`serve` always has one).
+    pub apt: Option<Arc<crate::apt::Repo>>,
 }
 
 /// Who may do what: writes need the token; reads of BPA records and `/files` need it too when
@@ -65,7 +67,14 @@ impl AppState {
             },
             controllers: crate::controllers::Shared::new(crate::controllers::State::Disabled),
             neighbors: Arc::default(),
+            apt: None,
         }
+    }
+
+    /// Serve `repo` under `/apt`.
+    pub fn apt(mut self, repo: Arc<crate::apt::Repo>) -> Self {
+        self.apt = Some(repo);
+        self
     }
 
     /// The services beside the agent that `/readyz` probes.

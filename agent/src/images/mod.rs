@@ -10,11 +10,11 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 
-use crate::archive::{self, ArchiveError};
 use crate::digest::Digest;
 use crate::import::Imported;
 use crate::store::{ImageRow, Store, StoreError};
 
+mod checks;
 mod sweep;
 
 pub use foothold_names::MAX_NAME_LEN;
@@ -53,6 +53,11 @@ impl Key {
 
     fn tuple(&self) -> (&str, &str, &str, &str) {
         (&self.owner, &self.cluster, self.kind.as_str(), &self.name)
+    }
+
+    /// A `*.deb` binary record: a package for the apt repository, checked to be one when it completes.
+    pub fn is_package(&self) -> bool {
+        self.kind == Kind::Binary && self.name.ends_with(crate::apt::DEB_SUFFIX)
     }
 
     /// The upload-session owner: not a valid repository name, so it can never meet a registry session.
@@ -421,13 +426,18 @@ impl<'a> Images<'a> {
         match done {
             Ok((digest, size)) => {
                 tracing::info!(image = %key, %digest, size, "image upload complete");
-                self.store.image_records_changed();
-                if key.kind == Kind::Container {
-                    if let Err(e) = self.import(key, &digest).await {
-                        self.restart_upload(key).await?;
-                        return Err(e);
-                    }
+                let checked = if key.kind == Kind::Container {
+                    self.import(key, &digest).await
+                } else if key.is_package() {
+                    self.check_package(key, &digest).await
+                } else {
+                    Ok(())
+                };
+                if let Err(e) = checked {
+                    self.restart_upload(key).await?;
+                    return Err(e);
                 }
+                self.store.image_records_changed();
                 Ok(())
             }
             Err(StoreError::DigestMismatch { expected, actual }) => {
@@ -457,65 +467,6 @@ impl<'a> Images<'a> {
                 Ok(())
             })
             .await?;
-        Ok(())
-    }
-
-    /// Imports a container archive blob into the registry; returns what became visible.
-    async fn import_archive(
-        &self,
-        key: &Key,
-        digest: &Digest,
-    ) -> Result<Vec<Imported>, ImageError> {
-        let store = self.store.clone();
-        let path = self.store.blob_path(digest);
-        let out = tokio::task::spawn_blocking(move || archive::import_archive(&store, &path))
-            .await
-            .expect("import task");
-        match out {
-            Ok(imported) => {
-                for i in &imported {
-                    tracing::info!(image = %key, repo = i.repo, tag = i.tag, digest = %i.digest, "archive image imported");
-                }
-                Ok(imported)
-            }
-            Err(ArchiveError::Invalid(reason)) => {
-                tracing::warn!(image = %key, %reason, "container archive refused");
-                Err(ImageError::Archive {
-                    image: key.to_string(),
-                    reason,
-                })
-            }
-            Err(ArchiveError::Store(e)) => Err(e.into()),
-        }
-    }
-
-    /// Imports the record's archive and records what it made visible.
-    async fn import(&self, key: &Key, digest: &Digest) -> Result<(), ImageError> {
-        let imported = self.import_archive(key, digest).await?;
-        let json = serde_json::to_string(&imported).expect("imports serialise");
-        let k = key.clone();
-        self.store
-            .with_meta(move |m, _| Ok(m.set_image_imported(k.tuple(), &json, now())?))
-            .await?;
-        Ok(())
-    }
-
-    /// Finishes imports the agent was stopped in the middle of (content arrived, import not recorded).
-    pub async fn resume_imports(&self) -> Result<(), ImageError> {
-        let pending = self
-            .store
-            .with_meta(|m, _| Ok(m.pending_imports()?))
-            .await?;
-        for (owner, cluster, name) in pending {
-            let key = Key::new(&owner, &cluster, Kind::Container.as_str(), &name)?;
-            let row = self.row(&key).await?;
-            let digest = row.digest.expect("pending imports have content");
-            tracing::info!(image = %key, "resuming an interrupted archive import");
-            if let Err(e) = self.import(&key, &digest).await {
-                tracing::warn!(image = %key, error = %e, "interrupted archive import failed; the upload starts over");
-                self.restart_upload(&key).await?;
-            }
-        }
         Ok(())
     }
 
@@ -563,6 +514,9 @@ impl<'a> Images<'a> {
             let list = self.import_archive(key, &digest).await?;
             Some(serde_json::to_string(&list).expect("imports serialise"))
         } else {
+            if key.is_package() {
+                self.check_package(key, &digest).await?;
+            }
             None
         };
         let row = ImageRow {

@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod apt;
 mod archive;
 mod clients;
 mod conformance;

@@ -19,6 +19,16 @@ pub struct ImageRow {
     pub imported: Option<String>,
 }
 
+/// A complete record of one kind, with where it belongs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompleteImage {
+    pub owner: String,
+    pub cluster: String,
+    pub name: String,
+    pub digest: Digest,
+    pub length: u64,
+}
+
 /// (owner, cluster, kind, name)
 pub type ImageKey<'a> = (&'a str, &'a str, &'a str, &'a str);
 
@@ -61,6 +71,30 @@ impl Meta {
             .conn
             .query_row(&sql, params![k.0, k.1, k.2, k.3], image_row)
             .optional()?)
+    }
+
+    /// Every complete record of `kind` whose name ends in `suffix`, across owners and clusters, ordered by
+    /// owner, cluster and name.
+    pub fn complete_images_named(
+        &self,
+        kind: &str,
+        suffix: &str,
+    ) -> Result<Vec<CompleteImage>, MetaError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT owner, cluster, name, digest, length FROM images
+             WHERE kind = ?1 AND digest IS NOT NULL AND substr(name, -length(?2)) = ?2
+             ORDER BY owner, cluster, name",
+        )?;
+        let rows = stmt.query_map(params![kind, suffix], |r| {
+            Ok(CompleteImage {
+                owner: r.get(0)?,
+                cluster: r.get(1)?,
+                name: r.get(2)?,
+                digest: digest_col(r.get(3)?)?,
+                length: r.get::<_, i64>(4)? as u64,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// Records of one cluster, by kind (all kinds when None), ordered by kind and name.

@@ -20,5 +20,5 @@ mod tus;
 mod uploads;
 
 pub use db::{ManifestRow, Meta, MetaError};
-pub use images::{ImageKey, ImageRow};
+pub use images::{CompleteImage, ImageKey, ImageRow};
 pub use tus::TusRow;
