@@ -22,6 +22,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("rest_bodies", rest_bodies),
     ("archive", archive),
     ("layout", layout),
+    ("deb", deb),
 ];
 
 /// A manifest or index under each media type a client may claim (the first byte picks one, or none): what
@@ -115,4 +116,14 @@ fn write_small_layout(dir: &Path) {
     put(manifest.as_bytes());
     std::fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)
         .expect("writing the fuzz layout");
+}
+
+/// A `binary_images` upload named `*.deb`: the apt repository reads its control paragraph. What parses
+/// renders back to a paragraph that parses to the same package.
+pub fn deb(data: &[u8]) {
+    if let Ok(control) = crate::apt::deb::read_control(data) {
+        let again =
+            crate::apt::deb::Control::parse(&control.render()).expect("a rendered control parses");
+        assert_eq!(again, control);
+    }
 }

@@ -296,16 +296,19 @@ pub(crate) mod tests {
             CONTROL.replace("Size: 99\n", ""),
         )
         .unwrap();
-        let deb = dir.path().join("x.deb");
-        let status = std::process::Command::new("dpkg-deb")
-            .args(["--root-owner-group", "-Zxz", "--build"])
-            .arg(&pkg)
-            .arg(&deb)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let c = read_control(std::fs::File::open(&deb).unwrap()).unwrap();
-        assert_eq!(c.package, "hello-foothold");
+        // dpkg-deb compresses the control member like the data member: each compressor it offers.
+        for z in ["-Zxz", "-Zgzip", "-Zzstd", "-Znone"] {
+            let deb = dir.path().join(format!("x{z}.deb"));
+            let status = std::process::Command::new("dpkg-deb")
+                .args(["--root-owner-group", z, "--build"])
+                .arg(&pkg)
+                .arg(&deb)
+                .stdout(std::process::Stdio::null())
+                .status()
+                .unwrap();
+            assert!(status.success(), "dpkg-deb {z}");
+            let c = read_control(std::fs::File::open(&deb).unwrap()).unwrap();
+            assert_eq!(c.package, "hello-foothold", "{z}");
+        }
     }
 }
