@@ -72,11 +72,19 @@ impl Control {
         if !package_ok {
             return Err(format!("Package {package:?} is not a Debian package name"));
         }
-        let token = |s: &str| s.chars().all(|c| c.is_ascii_graphic());
-        if !token(&version) || !version.starts_with(|c: char| c.is_ascii_digit()) {
+        // Debian policy §5.6.12: [epoch:]upstream[-revision], of alphanumerics and . + ~ - (and : after an epoch).
+        let version_ok = version.starts_with(|c: char| c.is_ascii_digit())
+            && version
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || ".+~-:".contains(c));
+        if !version_ok {
             return Err(format!("Version {version:?} is not a Debian version"));
         }
-        if !token(&architecture) || architecture.contains('/') {
+        let arch_ok = !architecture.is_empty()
+            && architecture
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !arch_ok {
             return Err(format!(
                 "Architecture {architecture:?} is not an architecture"
             ));
@@ -88,6 +96,15 @@ impl Control {
             architecture,
             fields,
         })
+    }
+
+    /// The file name Debian's archive gives the package: `<package>_<version without epoch>_<arch>.deb`.
+    pub fn file_name(&self) -> String {
+        let version = self
+            .version
+            .split_once(':')
+            .map_or(self.version.as_str(), |(_, v)| v);
+        format!("{}_{version}_{}.deb", self.package, self.architecture)
     }
 
     /// The paragraph as written, each field on its line(s), ending in a newline.
@@ -253,6 +270,7 @@ pub(crate) mod tests {
                 ),
                 ("hello-foothold", "1:2.0-1", "all")
             );
+            assert_eq!(c.file_name(), "hello-foothold_2.0-1_all.deb");
             // The package's own Size is dropped (the repository writes it); continuation lines are kept.
             assert_eq!(
                 c.render(),

@@ -23,7 +23,7 @@ pub struct Package {
     pub sha256: String,
 }
 
-/// The pool path of a `.deb` with content `sha256` uploaded as `name`.
+/// The pool path of a `.deb` with content `sha256` and file name `name` (`Control::file_name`).
 pub fn pool_path(sha256: &str, name: &str) -> String {
     format!("pool/{sha256}/{name}")
 }

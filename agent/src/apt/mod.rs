@@ -168,8 +168,9 @@ impl Repo {
             let control = self.control(digest, path);
             match control {
                 Ok(control) => {
-                    let name = record.rsplit('/').next().unwrap_or(record);
-                    let filename = index::pool_path(digest.hex(), name);
+                    // Named as Debian's archive names it, whatever the record is called (a name apt saved,
+                    // `zlib1g_1%3a1.2.13…`, would be another path once apt quotes it).
+                    let filename = index::pool_path(digest.hex(), &control.file_name());
                     pool.insert(filename.clone(), (digest.clone(), *size));
                     packages.push(Package {
                         control,
