@@ -164,9 +164,17 @@ pub fn read_control(reader: impl Read) -> Result<Control, String> {
                 .read_to_end(&mut tar),
             ".xz" => {
                 let mut input = std::io::BufReader::new(limited);
-                lzma_rs::xz_decompress(&mut input, &mut LimitedVec(&mut tar))
-                    .map(|()| tar.len())
-                    .map_err(|e| std::io::Error::other(e.to_string()))
+                // lzma-rs 0.3 panics on some malformed streams (an integer overflow in its index check, found
+                // by fuzzing `deb`): a hostile upload must get an error, not end the task that reads it.
+                let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    lzma_rs::xz_decompress(&mut input, &mut LimitedVec(&mut tar))
+                }));
+                match decoded {
+                    Ok(r) => r
+                        .map(|()| tar.len())
+                        .map_err(|e| std::io::Error::other(e.to_string())),
+                    Err(_) => Err(std::io::Error::other("a malformed xz stream")),
+                }
             }
             ".zst" => ruzstd::decoding::StreamingDecoder::new(limited)
                 .map_err(|e| std::io::Error::other(e.to_string()))

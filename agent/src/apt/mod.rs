@@ -152,7 +152,7 @@ impl Repo {
         let repo = self.clone();
         tokio::task::spawn_blocking(move || repo.publish(&paths, std::time::SystemTime::now()))
             .await
-            .expect("publish task")
+            .unwrap_or_else(|e| Err(io::Error::other(format!("the publish task failed: {e}"))))
     }
 
     /// Builds the repository of `debs` ((record, digest, size, content path)) and makes it current.

@@ -45,7 +45,7 @@ impl Images<'_> {
                 .and_then(|f| crate::apt::deb::read_control(std::io::BufReader::new(f)))
         })
         .await
-        .expect("package check task");
+        .unwrap_or_else(|e| Err(format!("reading the package failed: {e}")));
         match read {
             Ok(control) => {
                 tracing::info!(image = %key, package = control.package, version = control.version, "package uploaded");
