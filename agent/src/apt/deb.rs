@@ -124,14 +124,31 @@ impl Control {
 }
 
 /// Reads the control paragraph of the `.deb` in `reader`.
-pub fn read_control(reader: impl Read) -> Result<Control, String> {
-    let mut archive = ar::Archive::new(reader);
+pub fn read_control(mut reader: impl Read) -> Result<Control, String> {
+    // ar(5), read here rather than by a crate: the `ar` crate 0.9 panics on some malformed headers (found by
+    // fuzzing `deb`), and the format is a signature and 60-byte member headers.
+    let mut magic = [0u8; 8];
+    let got = read_full(&mut reader, &mut magic).map_err(|e| format!("not a .deb: {e}"))?;
+    if got < 8 || &magic != b"!<arch>\n" {
+        return Err("not a .deb: no ar archive signature".into());
+    }
     let mut first = true;
-    while let Some(entry) = archive.next_entry() {
-        let mut entry = entry.map_err(|e| format!("not a .deb (ar archive): {e}"))?;
-        let name = String::from_utf8_lossy(entry.header().identifier())
+    loop {
+        let mut header = [0u8; 60];
+        match read_full(&mut reader, &mut header).map_err(|e| format!("not a .deb: {e}"))? {
+            0 => break,
+            60 if &header[58..60] == b"`\n" => {}
+            _ => return Err("not a .deb (ar archive): a malformed member header".into()),
+        }
+        let name = String::from_utf8_lossy(&header[..16])
+            .trim_end()
             .trim_end_matches('/')
             .to_owned();
+        let size: u64 = std::str::from_utf8(&header[48..58])
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or_else(|| format!("not a .deb (ar archive): member {name:?} has no size"))?;
+        let mut entry = (&mut reader).take(size);
         if first {
             if name != "debian-binary" {
                 return Err(format!(
@@ -150,9 +167,13 @@ pub fn read_control(reader: impl Read) -> Result<Control, String> {
                 ));
             }
             first = false;
+            skip_member(entry)?;
+            pad(&mut reader, size)?;
             continue;
         }
         let Some(compression) = name.strip_prefix("control.tar") else {
+            skip_member(entry)?;
+            pad(&mut reader, size)?;
             continue;
         };
         let mut tar = Vec::new();
@@ -189,6 +210,34 @@ pub fn read_control(reader: impl Read) -> Result<Control, String> {
     } else {
         "not a .deb: no control.tar member".into()
     })
+}
+
+/// Reads until `buf` is full or the input ends; returns how much was read.
+fn read_full(reader: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match reader.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Reads past the rest of a member.
+fn skip_member(mut rest: impl Read) -> Result<(), String> {
+    std::io::copy(&mut rest, &mut std::io::sink()).map_err(|e| format!("not a .deb: {e}"))?;
+    Ok(())
+}
+
+/// Reads past the padding byte after a member of odd `size` (members start at even offsets).
+fn pad(reader: &mut impl Read, size: u64) -> Result<(), String> {
+    if size % 2 == 1 {
+        read_full(reader, &mut [0u8; 1]).map_err(|e| format!("not a .deb: {e}"))?;
+    }
+    Ok(())
 }
 
 /// A `Vec` that refuses to grow past [`MAX_CONTROL_TAR`] (lzma-rs writes into any `Write`).
