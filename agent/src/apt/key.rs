@@ -40,7 +40,7 @@ impl SigningKey {
                 let bytes = secret
                     .to_bytes()
                     .map_err(|e| other("serialising the key", e))?;
-                super::write_file(&secret_path, &bytes, 0o600)?;
+                super::durable::write_file(&secret_path, &bytes, 0o600)?;
                 tracing::info!(fingerprint = %secret.fingerprint(), "apt signing key made");
                 secret
             }
@@ -51,7 +51,7 @@ impl SigningKey {
             .map_err(|e| other("armoring the public key", e))?;
         let public_path = public_path(dir);
         if std::fs::read_to_string(&public_path).ok().as_deref() != Some(&public_armored) {
-            super::write_file(&public_path, public_armored.as_bytes(), 0o644)?;
+            super::durable::write_file(&public_path, public_armored.as_bytes(), 0o644)?;
         }
         Ok(SigningKey {
             secret,

@@ -9,13 +9,13 @@
 //! `Packages` by hash, for clients that read it a moment before the swap.
 
 pub mod deb;
+mod durable;
 pub mod index;
 pub mod key;
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
-use std::io::{self, Write as _};
-use std::os::unix::fs::OpenOptionsExt as _;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -24,6 +24,7 @@ use sha2::{Digest as _, Sha256};
 use crate::digest::Digest;
 use crate::store::Store;
 use deb::Control;
+pub use durable::write_file;
 use index::{Indexed, Package, SUITE};
 
 /// The `binary_images` records that are packages.
@@ -51,27 +52,6 @@ pub struct Published {
     pub changed: bool,
     /// Records named `*.deb` that are not packages, with the reason.
     pub skipped: Vec<(String, String)>,
-}
-
-/// Writes `bytes` to `path` durably and atomically: a temporary file with `mode`, synced, renamed over
-/// `path`, the directory synced.
-pub fn write_file(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name().unwrap_or_default().to_string_lossy()
-    ));
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    fs::rename(&tmp, path)?;
-    fs::File::open(dir)?.sync_all()
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
