@@ -290,25 +290,31 @@ pub fn sources_entry(endpoint: &str, public_armored: &str) -> String {
     out
 }
 
-/// Keeps the repository in step with the records: at start and after every change of image records.
-pub async fn follow(repo: Arc<Repo>, store: Arc<Store>) {
+/// Publishes the repository before the agent answers its first request, then keeps it in step with the
+/// records: once after every change of image records.
+pub async fn follow(repo: Arc<Repo>, store: Arc<Store>) -> impl std::future::Future<Output = ()> {
+    // Subscribed before the first publish, so that a change during it is not missed.
     let mut changes = store.watch_image_records();
-    loop {
-        match repo.sync(&store).await {
-            Ok(p) => {
-                for (record, reason) in &p.skipped {
-                    tracing::warn!(
-                        record,
-                        reason,
-                        "a .deb record is not a package; left out of the apt repository"
-                    );
-                }
+    publish_logged(&repo, &store).await;
+    async move {
+        while changes.changed().await.is_ok() {
+            publish_logged(&repo, &store).await;
+        }
+    }
+}
+
+async fn publish_logged(repo: &Arc<Repo>, store: &Arc<Store>) {
+    match repo.sync(store).await {
+        Ok(p) => {
+            for (record, reason) in &p.skipped {
+                tracing::warn!(
+                    record,
+                    reason,
+                    "a .deb record is not a package; left out of the apt repository"
+                );
             }
-            Err(e) => tracing::error!(error = %e, "publishing the apt repository failed"),
         }
-        if changes.changed().await.is_err() {
-            return;
-        }
+        Err(e) => tracing::error!(error = %e, "publishing the apt repository failed"),
     }
 }
 

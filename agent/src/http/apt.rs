@@ -107,25 +107,28 @@ async fn dists(
         std::fs::File::open(&path).map_err(|_| not_found(&format!("dists/{SUITE}/{rest}")))?;
     let meta = file.metadata().map_err(internal)?;
     let modified = httpdate::fmt_http_date(meta.modified().map_err(internal)?);
-    // Only the ETag validates an If-Range: a date cannot tell two snapshots written in one second apart.
+    // The current snapshot's files change at the next publish; by-hash ones never do.
+    let cache = if rest.contains("/by-hash/") {
+        "max-age=31536000, immutable"
+    } else {
+        "no-cache"
+    };
+    let identity = [
+        (header::LAST_MODIFIED, ascii(modified)),
+        (header::CACHE_CONTROL, HeaderValue::from_static(cache)),
+    ];
+    let text = "text/plain; charset=utf-8";
     let head = method == Method::HEAD;
-    let mut r = respond(file, meta.len(), &headers, &[&etag], head, &metrics);
-    if r.status() != StatusCode::RANGE_NOT_SATISFIABLE {
-        let h = r.headers_mut();
-        h.insert(header::ETAG, ascii(etag));
-        h.insert(header::LAST_MODIFIED, ascii(modified));
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        // The current snapshot's files change at the next publish; by-hash ones never do.
-        let cache = if rest.contains("/by-hash/") {
-            "max-age=31536000, immutable"
-        } else {
-            "no-cache"
-        };
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
-    }
+    let r = serve(
+        file,
+        meta.len(),
+        &headers,
+        etag,
+        text,
+        &identity,
+        head,
+        &metrics,
+    );
     Ok(r)
 }
 
@@ -144,23 +147,35 @@ async fn pool(
     let file = std::fs::File::open(store.blob_path(&digest))
         .map_err(|_| not_found(&format!("pool/{rest}")))?;
     let etag = format!("\"{digest}\"");
-    let mut r = respond(
-        file,
-        size,
-        &headers,
-        &[&etag],
-        method == Method::HEAD,
-        &metrics,
-    );
+    let deb = "application/vnd.debian.binary-package";
+    let head = method == Method::HEAD;
+    let r = serve(file, size, &headers, etag, deb, &[], head, &metrics);
+    Ok(r)
+}
+
+/// `file` with Range, validated by its strong `etag` only (a date cannot tell two snapshots written in one second
+/// apart, and a resumed download must not splice them), with its type and `identity` headers.
+#[allow(clippy::too_many_arguments)]
+fn serve(
+    file: std::fs::File,
+    size: u64,
+    request: &HeaderMap,
+    etag: String,
+    content_type: &'static str,
+    identity: &[(header::HeaderName, HeaderValue)],
+    head: bool,
+    metrics: &Arc<Metrics>,
+) -> Response {
+    let mut r = respond(file, size, request, &[&etag], head, metrics);
     if r.status() != StatusCode::RANGE_NOT_SATISFIABLE {
         let h = r.headers_mut();
         h.insert(header::ETAG, ascii(etag));
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/vnd.debian.binary-package"),
-        );
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        for (name, value) in identity {
+            h.insert(name.clone(), value.clone());
+        }
     }
-    Ok(r)
+    r
 }
 
 fn internal(e: std::io::Error) -> ApiError {

@@ -68,11 +68,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
             state.store.clone(),
         ));
     }
-    // Published before the first request, then kept in step.
-    if let Err(e) = apt.sync(&state.store).await {
-        tracing::error!(error = %e, "publishing the apt repository failed");
-    }
-    tokio::spawn(crate::apt::follow(apt, state.store.clone()));
+    tokio::spawn(crate::apt::follow(apt, state.store.clone()).await);
     tokio::spawn(crate::expiry::run(
         state.store.clone(),
         cfg.upload_ttl,

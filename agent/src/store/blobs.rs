@@ -4,6 +4,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use crate::digest::{Algorithm, Digest, Hasher};
@@ -216,7 +217,18 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 
 /// temp file, fsync, rename, fsync the directory.
 pub fn write_durably(tmp: &Path, to: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut f = File::create(tmp)?;
+    write_durably_mode(tmp, to, bytes, 0o666)
+}
+
+/// [`write_durably`], the file made with `mode` (less the umask) from the start: a secret is never readable
+/// by others, not even before a chmod.
+pub fn write_durably_mode(tmp: &Path, to: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
     drop(f);

@@ -70,9 +70,9 @@ fn get(agent: &Agent, path: &str) -> (u16, Vec<u8>) {
     (status, r.into_body().read_to_vec().unwrap_or_default())
 }
 
+/// The hex of `support::sha256_digest`: what a Release and a by-hash path name.
 fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    hex::encode(sha2::Sha256::digest(bytes))
+    support::sha256_digest(bytes)["sha256:".len()..].to_owned()
 }
 
 /// A private root for apt and dpkg: its own sources, lists, cache and dpkg database.

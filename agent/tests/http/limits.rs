@@ -273,7 +273,7 @@ fn chunks_past_max_uploads_are_refused_with_429() {
     );
     // A monolithic push (POST with ?digest=) is one chunk too.
     let blob = [4u8; 100];
-    let digest = format!("sha256:{}", sha256_hex(&blob));
+    let digest = support::sha256_digest(&blob);
     let (status, body) = json_of(
         http.post(&agent.url(&format!("/v2/busy/blobs/uploads/?digest={digest}")))
             .header("Authorization", &auth)
@@ -306,11 +306,6 @@ fn chunks_past_max_uploads_are_refused_with_429() {
     assert_eq!(r.status(), 201);
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest as _;
-    hex::encode(sha2::Sha256::digest(bytes))
-}
-
 /// A manifest over 4 MiB is answered 413 and one nested past 32 levels 400, both MANIFEST_INVALID; REST
 /// metadata nested too deep is a 400 naming the cap. Each is counted by limit, and a well-formed manifest
 /// and record still go through.
@@ -321,7 +316,7 @@ fn oversized_and_deeply_nested_documents_are_refused_and_counted() {
     let http = support::http();
     let auth = format!("Bearer {TOKEN}");
     let config = br#"{}"#;
-    let config_digest = format!("sha256:{}", sha256_hex(config));
+    let config_digest = support::sha256_digest(config);
     let r = http
         .post(&agent.url(&format!("/v2/deep/blobs/uploads/?digest={config_digest}")))
         .header("Authorization", &auth)
