@@ -69,9 +69,13 @@ impl Appliance {
             .wait_ready(BOOT_LIMIT)
             .unwrap_or_else(|e| panic!("{what}: {e:#}"));
         eprintln!(
-            "{what}: {line} after {:.0} s under {}",
+            "{what}: {line} after {:.0} s under {}{}",
             started.elapsed().as_secs_f64(),
-            vm.accel()
+            vm.accel(),
+            match vm.tcg_panic() {
+                Some(p) => format!(" (booted again after a guest kernel panic: {})", p.summary),
+                None => String::new(),
+            }
         );
         assert!(line.contains("kubernetes=ready"), "{what}: {line}");
         let mut a = Appliance {

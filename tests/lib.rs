@@ -105,16 +105,26 @@ pub fn boot_options(image: &Path, console: PathBuf) -> RunOptions {
     }
 }
 
-/// Starts `o` and waits up to 10 minutes for the ready marker; says which accelerator ran the boot (and why it
-/// left KVM, if it did). The VM and the marker line.
+/// Starts `o` and waits up to 10 minutes for the ready marker; says which accelerator ran the boot (why it left
+/// KVM, and the guest kernel panic under TCG it was booted again after, if so). The VM and the marker line.
 pub fn boot_until_ready(what: &str, o: RunOptions) -> (Vm, String) {
     let mut vm = Vm::start(o).unwrap_or_else(|e| panic!("{what}: {e:#}"));
     let line = vm
         .wait_ready(Duration::from_secs(600))
         .unwrap_or_else(|e| panic!("{what}: {e:#}"));
-    match vm.fallback() {
-        Some(why) => eprintln!("{what}: ready under {} (KVM failed: {why})", vm.accel()),
-        None => eprintln!("{what}: ready under {}", vm.accel()),
+    let mut notes = Vec::new();
+    if let Some(why) = vm.fallback() {
+        notes.push(format!("KVM failed: {why}"));
+    }
+    if let Some(panic) = vm.tcg_panic() {
+        notes.push(format!(
+            "after booting again: the guest kernel panicked under TCG: {}",
+            panic.summary
+        ));
+    }
+    match notes.is_empty() {
+        true => eprintln!("{what}: ready under {}", vm.accel()),
+        false => eprintln!("{what}: ready under {} ({})", vm.accel(), notes.join("; ")),
     }
     (vm, line)
 }

@@ -88,12 +88,16 @@ struct FakeQemu {
 
 impl FakeQemu {
     fn new(probe: &str, boot: &str) -> FakeQemu {
+        FakeQemu::with_tcg(probe, boot, "marker")
+    }
+
+    fn with_tcg(probe: &str, boot: &str, tcg: &str) -> FakeQemu {
         let dir = tempfile::tempdir().unwrap();
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fake-qemu.sh");
         std::fs::copy(script, dir.path().join("qemu")).unwrap();
         std::fs::write(
             dir.path().join("behaviour"),
-            format!("PROBE={probe}\nBOOT={boot}\nTCG=marker\n"),
+            format!("PROBE={probe}\nBOOT={boot}\nTCG={tcg}\n"),
         )
         .unwrap();
         FakeQemu { dir }
@@ -197,4 +201,55 @@ fn a_console_on_the_terminal_is_watched_through_its_copy() {
     assert_eq!(vm.accel(), Accel::Tcg);
     assert!(read_lossy(vm.console()).contains("FOOTHOLD-READY host=fake accel=tcg"));
     assert_eq!(fake.calls(), "kvm probe\nkvm boot\ntcg boot\n");
+}
+
+#[test]
+fn a_guest_kernel_panic_under_tcg_boots_again_once_and_a_second_ends_the_boot_at_once() {
+    // After KVM failed the boot, or under a forced TCG: the first panic costs one more boot.
+    for (accel, calls) in [
+        (
+            AccelChoice::Auto,
+            "kvm probe\nkvm boot\ntcg boot\ntcg boot\n",
+        ),
+        (AccelChoice::Tcg, "tcg boot\ntcg boot\n"),
+    ] {
+        let fake = FakeQemu::with_tcg("pass", "internal-error", "panic-once");
+        let mut vm = Vm::start(fake.options(false, accel)).unwrap();
+        let line = vm.wait_ready(Duration::from_secs(30)).unwrap();
+        assert_eq!(line, "FOOTHOLD-READY host=fake accel=tcg");
+        let panic = vm.tcg_panic().expect("the panic that made it boot again");
+        assert_eq!(
+            panic.summary,
+            "Oops: general protection fault: 0000 [#1] PREEMPT SMP NOPTI | RIP: 0010:enqueue_timer+0xa5/0x100 \
+             | Kernel panic - not syncing: Fatal exception in interrupt (boot 1)"
+        );
+        assert_eq!(fake.calls(), calls);
+    }
+    // Panicking every time: the second panic is the error, long before the timeout, naming both.
+    let fake = FakeQemu::with_tcg("pass", "works", "panic");
+    let mut vm = Vm::start(fake.options(false, AccelChoice::Tcg)).unwrap();
+    let started = Instant::now();
+    let err = format!("{:#}", vm.wait_ready(Duration::from_secs(60)).unwrap_err());
+    assert!(started.elapsed() < Duration::from_secs(30), "{err}");
+    assert!(
+        err.starts_with(
+            "the guest kernel panicked under TCG (and in the boot before this one: Oops:"
+        ) && err.contains("Fatal exception in interrupt (boot 1))")
+            && err.contains("Fatal exception in interrupt (boot 2)\n")
+            && err.contains("RIP: 0010:enqueue_timer"),
+        "{err}"
+    );
+    assert_eq!(fake.calls(), "tcg boot\ntcg boot\n");
+}
+
+#[test]
+fn a_guest_kernel_panic_under_kvm_ends_the_boot_without_another() {
+    let fake = FakeQemu::new("pass", "panic");
+    let mut vm = Vm::start(fake.options(true, AccelChoice::Auto)).unwrap();
+    let err = format!("{:#}", vm.wait_ready(Duration::from_secs(60)).unwrap_err());
+    assert!(
+        err.starts_with("the guest kernel panicked under KVM: Oops: general protection fault"),
+        "{err}"
+    );
+    assert_eq!(fake.calls(), "kvm probe\nkvm boot\n");
 }
