@@ -6,6 +6,10 @@ use std::io::Read;
 /// Most a control member may expand to: real ones are a few KiB.
 const MAX_CONTROL_TAR: u64 = 4 << 20;
 
+/// Most memory an xz control member's decoder may ask for, in KiB. dpkg-deb compresses with xz's preset 6
+/// (an 8 MiB dictionary); a header asking for more than this is refused before anything is allocated.
+const XZ_MEMORY_KIB: u32 = 64 << 10;
+
 /// The fields of a package's control paragraph, in their order, as written (continuation lines kept).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Control {
@@ -183,20 +187,9 @@ pub fn read_control(mut reader: impl Read) -> Result<Control, String> {
             ".gz" => flate2::read::GzDecoder::new(limited)
                 .take(MAX_CONTROL_TAR)
                 .read_to_end(&mut tar),
-            ".xz" => {
-                let mut input = std::io::BufReader::new(limited);
-                // lzma-rs 0.3 panics on some malformed streams (an integer overflow in its index check, found
-                // by fuzzing `deb`): a hostile upload must get an error, not end the task that reads it.
-                let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    lzma_rs::xz_decompress(&mut input, &mut LimitedVec(&mut tar))
-                }));
-                match decoded {
-                    Ok(r) => r
-                        .map(|()| tar.len())
-                        .map_err(|e| std::io::Error::other(e.to_string())),
-                    Err(_) => Err(std::io::Error::other("a malformed xz stream")),
-                }
-            }
+            ".xz" => lzma_rust2::XzReader::new_mem_limit(limited, true, XZ_MEMORY_KIB)
+                .take(MAX_CONTROL_TAR)
+                .read_to_end(&mut tar),
             ".zst" => ruzstd::decoding::StreamingDecoder::new(limited)
                 .map_err(|e| std::io::Error::other(e.to_string()))
                 .and_then(|d| d.take(MAX_CONTROL_TAR).read_to_end(&mut tar)),
@@ -240,23 +233,6 @@ fn pad(reader: &mut impl Read, size: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// A `Vec` that refuses to grow past [`MAX_CONTROL_TAR`] (lzma-rs writes into any `Write`).
-struct LimitedVec<'a>(&'a mut Vec<u8>);
-
-impl std::io::Write for LimitedVec<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.0.len() as u64 + buf.len() as u64 > MAX_CONTROL_TAR {
-            return Err(std::io::Error::other("the control member is too large"));
-        }
-        self.0.extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn control_from_tar(tar: &[u8]) -> Result<Control, String> {
     let mut archive = tar::Archive::new(tar);
     for entry in archive.entries().map_err(|e| e.to_string())? {
@@ -297,9 +273,10 @@ pub(crate) mod tests {
                 e.finish().unwrap()
             }
             ".xz" => {
-                let mut out = Vec::new();
-                lzma_rs::xz_compress(&mut &tar[..], &mut out).unwrap();
-                out
+                let options = lzma_rust2::XzOptions::with_preset(6);
+                let mut w = lzma_rust2::XzWriter::new(Vec::new(), options).unwrap();
+                std::io::Write::write_all(&mut w, &tar).unwrap();
+                w.finish().unwrap()
             }
             _ => unreachable!(),
         };
