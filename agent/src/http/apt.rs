@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
+use axum::http::uri::Authority;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -14,7 +15,7 @@ use axum::Router;
 use super::access::ReadAccess;
 use super::error::{ApiError, ApiResult};
 use super::serve_file::{ascii, respond};
-use super::state::AppState;
+use super::state::{AppState, ServedOverTls};
 use crate::apt::{index::SUITE, Repo};
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -64,25 +65,35 @@ async fn public_key(_: ReadAccess, State(state): State<AppState>, method: Method
     Ok(text(key, "application/pgp-keys", method == Method::HEAD))
 }
 
-/// A deb822 `.sources` entry for this agent as the client reached it, the key inline (apt ≥ 2.3).
+/// A deb822 `.sources` entry for this agent as the client reached it (its Host header, or an HTTP/2 request's
+/// authority), the key inline (apt ≥ 2.3).
 async fn sources(
     _: ReadAccess,
     State(state): State<AppState>,
     method: Method,
     headers: HeaderMap,
     uri: Uri,
+    tls: Option<axum::Extension<ServedOverTls>>,
 ) -> ApiResult {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "INVALID_REQUEST",
+    let invalid = |why: &str| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", why);
+    let host = match (headers.get(header::HOST), uri.authority()) {
+        (Some(h), _) => h
+            .to_str()
+            .ok()
+            .and_then(|h| h.parse::<Authority>().ok())
+            .ok_or_else(|| invalid("the Host header is not a host[:port]"))?,
+        (None, Some(a)) => a.clone(),
+        (None, None) => {
+            return Err(invalid(
                 "a Host header is needed to name the repository's URL",
-            )
-        })?;
-    let scheme = uri.scheme_str().unwrap_or("http");
+            ))
+        }
+    };
+    // Written into the entry as the repository's URL: a host and a port, nothing else.
+    if host.as_str().contains('@') {
+        return Err(invalid("the Host header is not a host[:port]"));
+    }
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let entry =
         crate::apt::sources_entry(&format!("{scheme}://{host}"), repo(&state)?.public_key());
     Ok(text(

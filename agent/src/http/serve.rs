@@ -9,7 +9,7 @@ use anyhow::Context as _;
 
 use super::limits::{ClientLimits, ConnectionLimit};
 use super::router::router;
-use super::state::AppState;
+use super::state::{AppState, ServedOverTls};
 use crate::auth::Auth;
 use crate::store::Store;
 
@@ -97,6 +97,10 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     }
     let connections = ConnectionLimit::new(max_connections, state.metrics.clone());
     let app = router(state);
+    let app = match cfg.tls {
+        Some(_) => app.layer(axum::Extension(ServedOverTls)),
+        None => app,
+    };
     let handle = axum_server::Handle::new();
     let shutdown = handle.clone();
     tokio::spawn(async move {

@@ -28,6 +28,12 @@ pub struct AppState {
     pub apt: Option<Arc<crate::apt::Repo>>,
 }
 
+/// A request extension the server adds to every request when it serves HTTPS: what handlers that write this
+/// agent's own URL into a response (`/apt/foothold.sources`) take the scheme from (a server's request URI has
+/// none).
+#[derive(Clone, Copy, Debug)]
+pub struct ServedOverTls;
+
 /// Who may do what: writes need the token; reads of BPA records and `/files` need it too when
 /// `files_need_token` (anonymous by default: nodes and Ironic download without credentials on the
 /// provisioning network).

@@ -210,6 +210,17 @@ fn apt_installs_signed_packages_from_the_agent_and_refuses_tampering() {
     );
     let (_, served) = get(&agent, "/apt/foothold.sources");
     assert_eq!(String::from_utf8_lossy(&served), entry);
+    // The Host is written into the entry as the repository's URL: anything but host[:port] is refused.
+    for host in ["user@evil:80", "a b", ""] {
+        let (code, answer) = crate::hostile::raw(
+            &agent,
+            &format!(
+                "GET /apt/foothold.sources HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            ),
+        );
+        assert_eq!(code, 400, "Host {host:?}: {answer}");
+        assert!(answer.contains("\"INVALID_REQUEST\""), "{answer}");
+    }
 
     let apt = AptRoot::new(tmp.path());
     std::fs::write(

@@ -46,6 +46,17 @@ fn serves_https_with_the_given_certificate() {
             .arg(format!("https://{}/v2/", agent.host())),
     );
     assert_eq!(body, "{}");
+    // The apt source it hands nodes names it by https, the scheme they reached it by.
+    let sources = stdout(
+        Command::new(tool("curl"))
+            .args(["-sSf", "--cacert"])
+            .arg(&cert)
+            .arg(format!("https://{}/apt/foothold.sources", agent.host())),
+    );
+    assert!(
+        sources.contains(&format!("\nURIs: https://{}/apt\n", agent.host())),
+        "{sources}"
+    );
     // And a real client pushes over it.
     let src = tmp.path().join("src");
     let image = layout::write_image(&src, 21, &[10_000], "v1");
