@@ -173,11 +173,23 @@ pub fn upload_os_image(
     base: &str,
     ca: &Path,
     token: &str,
-    (owner, cluster): (&str, &str),
+    cluster: (&str, &str),
     file: &Path,
     name: &str,
 ) -> String {
-    let records = format!("{base}/v1/baremetalcluster/{owner}/{cluster}/os_images");
+    upload_record(base, ca, token, (cluster, "os_images"), file, name)
+}
+
+/// [`upload_os_image`] for any of the BPA's record kinds (`os_images`, `binary_images`, `container_images`).
+pub fn upload_record(
+    base: &str,
+    ca: &Path,
+    token: &str,
+    ((owner, cluster), kind): ((&str, &str), &str),
+    file: &Path,
+    name: &str,
+) -> String {
+    let records = format!("{base}/v1/baremetalcluster/{owner}/{cluster}/{kind}");
     let auth = format!("Authorization: Bearer {token}");
     let meta = serde_json::json!({
         "image_name": name,
@@ -206,7 +218,33 @@ pub fn upload_os_image(
     let record: serde_json::Value =
         serde_json::from_str(&run(curl().arg(format!("{records}/{name}")))).unwrap();
     assert_eq!(record["upload_complete"], true, "{record}");
-    format!("{base}/files/{owner}/{cluster}/os_images/{name}")
+    format!("{base}/files/{owner}/{cluster}/{kind}/{name}")
+}
+
+/// A Debian package `<name>_<version>_all.deb` in `dir`, made by dpkg-deb: one file, `/usr/share/doc/<name>/note`.
+pub fn build_deb(dir: &Path, name: &str, version: &str) -> PathBuf {
+    let root = dir.join(format!("{name}-{version}"));
+    std::fs::create_dir_all(root.join("DEBIAN")).unwrap();
+    std::fs::create_dir_all(root.join(format!("usr/share/doc/{name}"))).unwrap();
+    std::fs::write(
+        root.join("DEBIAN/control"),
+        format!(
+            "Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: Foothold tests <tests@foothold.invalid>\n\
+             Description: a package the agent's apt repository serves in Foothold's tests\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join(format!("usr/share/doc/{name}/note")),
+        format!("{name} {version}\n"),
+    )
+    .unwrap();
+    let deb = dir.join(format!("{name}_{version}_all.deb"));
+    run(Command::new("dpkg-deb")
+        .args(["--root-owner-group", "--build"])
+        .arg(&root)
+        .arg(&deb));
+    deb
 }
 
 /// Waits up to `limit` for the ready marker on the console log `console` (a file a VM's serial port writes);

@@ -6,6 +6,8 @@
 //! a certificate for that address (the site CA in the image). At boot containerd pulls
 //! `docker.io/library/busybox:1.35`, an image only that agent has, by its original name through the mirror, and
 //! the node's ready marker names it with the agent's digest; the agent's metrics count the manifest requests.
+//! A package uploaded to the agent beforehand is in the index the node's apt reads from the agent's signed
+//! repository, its source fetched at boot over TLS verified by the site CA: the marker says `apt=1`.
 //! Ejecting the media and powering off leaves the domain off with an empty CD.
 
 use std::path::Path;
@@ -15,8 +17,8 @@ use std::time::Duration;
 use foothold_e2e::libvirt::Site;
 use foothold_e2e::sushy::Sushy;
 use foothold_e2e::{
-    build_binaries, build_node_image, busybox_layout, free_port, run, target, upload_os_image,
-    wait_for_marker,
+    build_binaries, build_deb, build_node_image, busybox_layout, free_port, run, target,
+    upload_os_image, upload_record, wait_for_marker,
 };
 use foothold_image_builder::site::{site_network, Bmc, MIRROR};
 use serde_json::json;
@@ -31,17 +33,27 @@ impl Drop for Agent {
     }
 }
 
-fn manifest_requests(port: u16, ca: &Path) -> u64 {
+/// The agent's count of requests on `route` it answered 200.
+fn requests(port: u16, ca: &Path, route: &str) -> u64 {
     let metrics = run(Command::new("curl")
         .args(["-fsS", "--max-time", "30", "--cacert"])
         .arg(ca)
         .arg(format!("https://127.0.0.1:{port}/metrics")));
+    let series = format!("foothold_http_requests_total{{route=\"{route}\"");
     metrics
         .lines()
-        .filter(|l| l.starts_with("foothold_http_requests_total{route=\"manifest\""))
+        .filter(|l| l.starts_with(&series))
         .filter(|l| l.contains("status=\"200\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
+}
+
+fn manifest_requests(port: u16, ca: &Path) -> u64 {
+    requests(port, ca, "manifest")
+}
+
+fn apt_requests(port: u16, ca: &Path) -> u64 {
+    requests(port, ca, "apt")
 }
 
 #[test]
@@ -115,6 +127,32 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
         "node.iso",
     );
 
+    // A package in the agent's apt repository, which the node's apt must see through the site CA.
+    let deb = build_deb(dir, "hello-foothold", "1.0");
+    upload_record(
+        &base,
+        &cert,
+        "node-image-test",
+        (("foothold", "site"), "binary_images"),
+        &deb,
+        "hello-foothold_1.0_all.deb",
+    );
+    let packages = format!("https://127.0.0.1:{port}/apt/dists/foothold/main/binary-amd64/Packages");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !run(Command::new("curl")
+        .args(["-fsS", "--max-time", "30", "--cacert"])
+        .arg(&cert)
+        .arg(&packages))
+    .contains("Package: hello-foothold\n")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent did not publish hello-foothold within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let apt_before = apt_requests(port, &cert);
+
     // The virtual site's node, and its BMC.
     let mut site = Site::new(&target().join("debug/foothold-build"));
     let node = site.node(0, 1536);
@@ -177,6 +215,12 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
     assert!(
         manifest_requests(port, &cert) > before,
         "the node's containerd did not ask the agent"
+    );
+    // Its apt source came from the agent over TLS, and apt read the signed index with the one package in it.
+    assert!(line.contains(" apt=1 "), "{line}");
+    assert!(
+        apt_requests(port, &cert) > apt_before,
+        "the node's apt did not ask the agent"
     );
     let inserted: serde_json::Value =
         serde_json::from_str(&bmc.call(admin, "GET", &media, None)).unwrap();

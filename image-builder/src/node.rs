@@ -1,6 +1,8 @@
 //! A compute node's image (`components.node`): containerd pulling every registry's images through the
-//! appliance's agent, and a ready marker once the node's prefetched images are in. Pure: the configuration
-//! rendered from the spec as (path, text, mode); the units and scripts are in the overlay (`rootfs/`).
+//! appliance's agent, apt installing from the agent's signed repository and nothing else (the node is offline;
+//! its `.sources` entry, the key inline, is fetched at boot over the mirror's TLS), and a ready marker once the
+//! node's prefetched images are in and its package index is read. Pure: the configuration rendered from the
+//! spec as (path, text, mode); the units and scripts are in the overlay (`rootfs/`).
 
 use crate::spec::{Node, SITE_CA};
 
@@ -8,12 +10,30 @@ use crate::spec::{Node, SITE_CA};
 pub const PACKAGES: &[&str] = &["containerd", "runc", "ca-certificates"];
 
 /// The units a node enables instead of the agent's.
-pub const UNITS: &[&str] = &["containerd.service", "foothold-node-ready.service"];
+pub const UNITS: &[&str] = &[
+    "containerd.service",
+    "foothold-apt-source.service",
+    "foothold-node-ready.service",
+];
+
+/// apt's option naming the CA for the mirror's host (`Acquire::https::<host>::CaInfo`: no scheme, no port).
+/// An IPv6 address cannot be a name in apt's `::`-separated configuration tree: for one, the CA is the one all
+/// of apt's https sources are checked with — the node has no other.
+fn ca_option(mirror: &str) -> String {
+    let rest = mirror.split_once("://").map_or(mirror, |(_, r)| r);
+    if rest.starts_with('[') {
+        return "Acquire::https::CaInfo".into();
+    }
+    format!(
+        "Acquire::https::{}::CaInfo",
+        rest.split(':').next().unwrap_or(rest)
+    )
+}
 
 /// Every file, as (absolute path, text, mode).
 pub fn render(n: &Node) -> Vec<(String, String, u32)> {
     let ca = if n.ca.is_some() { SITE_CA } else { "" };
-    vec![
+    let mut files = vec![
         (
             "/etc/foothold/mirror.env".into(),
             format!(
@@ -34,7 +54,26 @@ pub fn render(n: &Node) -> Vec<(String, String, u32)> {
                 .into(),
             0o644,
         ),
-    ]
+    ];
+    // Offline: the Debian mirror the image was built from is out of reach at the site.
+    files.push((
+        "/etc/apt/sources.list".into(),
+        "# A compute node at an offline site: its packages come from the appliance's agent alone\n\
+         # (sources.list.d/foothold.sources, fetched at boot by foothold-apt-source.service).\n"
+            .into(),
+        0o644,
+    ));
+    if n.mirror.starts_with("https://") && n.ca.is_some() {
+        files.push((
+            "/etc/apt/apt.conf.d/60foothold-site-ca".into(),
+            format!(
+                "// The appliance's agent serves apt over TLS with the site CA's certificate.\n{} \"{SITE_CA}\";\n",
+                ca_option(&n.mirror)
+            ),
+            0o644,
+        ));
+    }
+    files
 }
 
 #[cfg(test)]
@@ -60,5 +99,44 @@ mod tests {
         assert!(files[1]
             .1
             .contains("config_path = \"/etc/containerd/certs.d\""));
+        let file = |path: &str| {
+            files
+                .iter()
+                .find(|f| f.0 == path)
+                .map(|f| f.1.clone())
+                .unwrap_or_else(|| panic!("no {path}"))
+        };
+        // apt: no Debian mirror, and the site CA for the agent's host.
+        assert!(file("/etc/apt/sources.list")
+            .lines()
+            .all(|l| l.starts_with('#')));
+        assert!(file("/etc/apt/apt.conf.d/60foothold-site-ca")
+            .contains("\nAcquire::https::172.22.0.1::CaInfo \"/etc/foothold/site-ca.pem\";\n"));
+    }
+
+    #[test]
+    fn a_plain_http_mirror_needs_no_ca_for_apt() {
+        let n: Node = serde_saphyr::from_str("mirror: http://10.0.0.1:5000\n").unwrap();
+        let files = render(&n);
+        assert!(files.iter().any(|f| f.0 == "/etc/apt/sources.list"));
+        assert!(!files
+            .iter()
+            .any(|f| f.0.starts_with("/etc/apt/apt.conf.d/")));
+    }
+
+    #[test]
+    fn apt_names_the_mirror_by_its_host_alone() {
+        assert_eq!(
+            ca_option("https://172.22.0.1:5000"),
+            "Acquire::https::172.22.0.1::CaInfo"
+        );
+        assert_eq!(
+            ca_option("https://appliance.site"),
+            "Acquire::https::appliance.site::CaInfo"
+        );
+        assert_eq!(
+            ca_option("https://[fd00::1]:5000"),
+            "Acquire::https::CaInfo"
+        );
     }
 }
