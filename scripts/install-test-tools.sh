@@ -19,6 +19,22 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
+# sshd for the installer's SSH tests, which start their own on 127.0.0.1. The package must not start one on
+# the host's interfaces: where the machine has no policy-rc.d, one that forbids starting services is in place
+# while it installs.
+if [ ! -x /usr/sbin/sshd ]; then
+  echo "install-test-tools: apt-get install openssh-server (not started)"
+  guard=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    guard=1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-server >/dev/null
+  if [ -n "$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi
+fi
+
 # The image builder's tools (the end-to-end image test builds and boots packages/lab.yaml).
 scripts/install-build-tools.sh
 

@@ -17,6 +17,7 @@ pub mod fuzz;
 pub mod http;
 pub mod images;
 pub mod import;
+pub mod installer;
 pub mod json_depth;
 pub mod manifest;
 pub mod metrics;

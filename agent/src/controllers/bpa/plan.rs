@@ -415,7 +415,7 @@ fn unfit(w: &Wanted, host: &Host) -> Option<String> {
 
 /// A kubespray inventory (INI): every host with `ansible_host`, masters in `kube_control_plane` and `etcd`,
 /// workers (or the masters, when there are no workers) in `kube_node`.
-fn inventory(hosts: &[(&Wanted, String)]) -> String {
+pub(crate) fn inventory(hosts: &[(&Wanted, String)]) -> String {
     let mut all: BTreeMap<&str, &str> = BTreeMap::new();
     let mut masters = Vec::new();
     let mut workers = Vec::new();

@@ -1,0 +1,302 @@
+//! One SSH connection to a compute node, as the installer uses it: public-key login with the key the BPA's
+//! Secret holds, commands run with their stdin given and their output and exit status kept, each bounded by a
+//! timeout. Host keys are learnt on first use and held to for the rest of the run: a host that answers with
+//! another key later is refused, named, and not sent a command.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use russh::client::{self, Handle};
+use russh::keys::ssh_key::public::KeyData;
+use russh::keys::{HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKeyOrCertificate};
+use russh::ChannelMsg;
+
+/// What went wrong, naming the host (its inventory name and address).
+#[derive(Debug)]
+pub enum SshError {
+    Connect {
+        host: String,
+        reason: String,
+    },
+    HostKeyChanged {
+        host: String,
+        was: String,
+        now: String,
+    },
+    Refused {
+        host: String,
+        user: String,
+    },
+    TimedOut {
+        host: String,
+        what: String,
+        after: Duration,
+    },
+    Session {
+        host: String,
+        reason: String,
+    },
+}
+
+impl fmt::Display for SshError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SshError::Connect { host, reason } => write!(f, "{host}: cannot connect over SSH: {reason}"),
+            SshError::HostKeyChanged { host, was, now } => write!(
+                f,
+                "{host}: the SSH host key changed during the run (was {was}, now {now}): refusing to go on"
+            ),
+            SshError::Refused { host, user } => write!(
+                f,
+                "{host}: the SSH key in the Secret was refused for user {user}"
+            ),
+            SshError::TimedOut { host, what, after } => {
+                write!(f, "{host}: {what} did not finish within {after:?}")
+            }
+            SshError::Session { host, reason } => write!(f, "{host}: SSH session failed: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for SshError {}
+
+/// The host keys seen in this run, by address: the first one a host shows is the one it must keep showing.
+#[derive(Clone, Default)]
+pub struct KnownHosts(Arc<Mutex<HashMap<String, KeyData>>>);
+
+impl KnownHosts {
+    /// The SHA-256 fingerprint of the key `address` showed, if it showed one.
+    pub fn fingerprint(&self, address: &str) -> Option<String> {
+        let known = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        known
+            .get(address)
+            .map(|k| k.fingerprint(HashAlg::Sha256).to_string())
+    }
+}
+
+/// russh's callbacks for one connection: the host key check.
+struct Verifier {
+    address: String,
+    known: KnownHosts,
+    /// Set when the key differs from the one first seen: the error names both.
+    changed: Arc<Mutex<Option<(String, String)>>>,
+}
+
+impl client::Handler for Verifier {
+    type Error = russh::Error;
+
+    async fn check_server_key(
+        &mut self,
+        key: &PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
+        // A host certificate is held to by the key it certifies.
+        let key = match key {
+            PublicKeyOrCertificate::PublicKey { key, .. } => key.key_data(),
+            PublicKeyOrCertificate::Certificate(c) => c.public_key(),
+        };
+        let mut known = self.known.0.lock().unwrap_or_else(|e| e.into_inner());
+        match known.get(&self.address) {
+            None => {
+                known.insert(self.address.clone(), key.clone());
+                Ok(true)
+            }
+            Some(k) if k == key => Ok(true),
+            Some(k) => {
+                *self.changed.lock().unwrap_or_else(|e| e.into_inner()) = Some((
+                    k.fingerprint(HashAlg::Sha256).to_string(),
+                    key.fingerprint(HashAlg::Sha256).to_string(),
+                ));
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// What a command left: its exit status (None if it was ended by a signal, named in `signal`) and output.
+#[derive(Debug, Default)]
+pub struct Output {
+    pub status: Option<u32>,
+    pub signal: Option<String>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl Output {
+    pub fn success(&self) -> bool {
+        self.status == Some(0)
+    }
+
+    /// The last `lines` lines of stderr, or of stdout when stderr is empty: what a failure report quotes.
+    pub fn tail(&self, lines: usize) -> String {
+        let text = if self.stderr.iter().any(|b| !b.is_ascii_whitespace()) {
+            &self.stderr
+        } else {
+            &self.stdout
+        };
+        let text = String::from_utf8_lossy(text);
+        let all: Vec<&str> = text.trim_end().lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+/// Where and as whom to log in.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The inventory's name for the host, for messages.
+    pub name: String,
+    pub address: String,
+    pub port: u16,
+    pub user: String,
+}
+
+impl Target {
+    fn label(&self) -> String {
+        format!("{} ({})", self.name, self.address)
+    }
+}
+
+/// A logged-in connection; commands run on it one channel each.
+pub struct Connection {
+    handle: Handle<Verifier>,
+    target: Target,
+}
+
+impl Connection {
+    /// Connects to `target` and logs in with `key`, within `timeout`.
+    pub async fn open(
+        target: &Target,
+        key: Arc<PrivateKey>,
+        known: &KnownHosts,
+        timeout: Duration,
+    ) -> Result<Connection, SshError> {
+        let label = target.label();
+        let changed = Arc::new(Mutex::new(None));
+        let verifier = Verifier {
+            address: target.address.clone(),
+            known: known.clone(),
+            changed: changed.clone(),
+        };
+        let config = Arc::new(client::Config {
+            inactivity_timeout: Some(Duration::from_secs(600)),
+            keepalive_interval: Some(Duration::from_secs(15)),
+            keepalive_max: 4,
+            ..Default::default()
+        });
+        let addr = (target.address.as_str(), target.port);
+        let connect = async {
+            let mut handle = client::connect(config, addr, verifier).await.map_err(|e| {
+                match changed.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    Some((was, now)) => SshError::HostKeyChanged {
+                        host: label.clone(),
+                        was,
+                        now,
+                    },
+                    None => SshError::Connect {
+                        host: label.clone(),
+                        reason: e.to_string(),
+                    },
+                }
+            })?;
+            let hash = handle
+                .best_supported_rsa_hash()
+                .await
+                .map_err(|e| SshError::Session {
+                    host: label.clone(),
+                    reason: e.to_string(),
+                })?
+                .flatten();
+            let auth = handle
+                .authenticate_publickey(&target.user, PrivateKeyWithHashAlg::new(key, hash))
+                .await
+                .map_err(|e| SshError::Session {
+                    host: label.clone(),
+                    reason: e.to_string(),
+                })?;
+            if !auth.success() {
+                return Err(SshError::Refused {
+                    host: label.clone(),
+                    user: target.user.clone(),
+                });
+            }
+            Ok(handle)
+        };
+        let handle =
+            tokio::time::timeout(timeout, connect)
+                .await
+                .map_err(|_| SshError::TimedOut {
+                    host: target.label(),
+                    what: "connecting and logging in".into(),
+                    after: timeout,
+                })??;
+        Ok(Connection {
+            handle,
+            target: target.clone(),
+        })
+    }
+
+    /// Runs `command` (by the login user's shell) with `stdin`, and waits up to `timeout` for it to end.
+    pub async fn run(
+        &self,
+        command: &str,
+        stdin: &[u8],
+        timeout: Duration,
+    ) -> Result<Output, SshError> {
+        let session = |e: russh::Error| SshError::Session {
+            host: self.target.label(),
+            reason: e.to_string(),
+        };
+        let work = async {
+            let mut channel = self.handle.channel_open_session().await.map_err(session)?;
+            channel.exec(true, command).await.map_err(session)?;
+            if !stdin.is_empty() {
+                channel.data(stdin).await.map_err(session)?;
+            }
+            channel.eof().await.map_err(session)?;
+            let mut out = Output::default();
+            while let Some(msg) = channel.wait().await {
+                match msg {
+                    ChannelMsg::Data { data } => out.stdout.extend_from_slice(&data),
+                    ChannelMsg::ExtendedData { data, ext: 1 } => {
+                        out.stderr.extend_from_slice(&data)
+                    }
+                    ChannelMsg::ExitStatus { exit_status } => out.status = Some(exit_status),
+                    ChannelMsg::ExitSignal { signal_name, .. } => {
+                        out.signal = Some(format!("{signal_name:?}"))
+                    }
+                    _ => {}
+                }
+            }
+            Ok(out)
+        };
+        tokio::time::timeout(timeout, work)
+            .await
+            .map_err(|_| SshError::TimedOut {
+                host: self.target.label(),
+                what: format!("{command:?}"),
+                after: timeout,
+            })?
+    }
+
+    /// Ends the session politely.
+    pub async fn close(self) {
+        let _ = self
+            .handle
+            .disconnect(russh::Disconnect::ByApplication, "", "en")
+            .await;
+    }
+}
+
+/// The private key the BPA's SSH Secret holds (OpenSSH format; `id_rsa` by ICN's name, any key type).
+pub fn load_key(path: &std::path::Path) -> Result<Arc<PrivateKey>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    russh::keys::decode_secret_key(&text, None)
+        .map(Arc::new)
+        .map_err(|e| {
+            format!(
+                "{}: not an unencrypted OpenSSH private key: {e}",
+                path.display()
+            )
+        })
+}

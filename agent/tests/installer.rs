@@ -1,0 +1,236 @@
+//! The installer's SSH transport against a real OpenSSH sshd (Debian's, started by the test on 127.0.0.1 with
+//! its own configuration, host key and authorized keys; as root): commands with stdin, output and exit status,
+//! binary-safe; a timeout naming the host and command; a refused key, a closed port and a host key that changes
+//! during a run each named.
+
+mod support;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use foothold_agent::installer::ssh::{load_key, Connection, KnownHosts, SshError, Target};
+use support::{run, tool, wait_for};
+
+/// An sshd on 127.0.0.1 that lets root in with the keys in `authorized`; killed on drop.
+struct Sshd {
+    child: Child,
+    port: u16,
+}
+
+impl Sshd {
+    fn start(dir: &Path, port: u16, host_key: &Path, authorized: &Path) -> Sshd {
+        std::fs::create_dir_all("/run/sshd").unwrap();
+        let config = dir.join(format!("sshd_config-{port}"));
+        std::fs::write(
+            &config,
+            format!(
+                "ListenAddress 127.0.0.1\nPort {port}\nHostKey {}\nAuthorizedKeysFile {}\nPidFile none\n\
+                 UsePAM no\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+                 PermitRootLogin prohibit-password\nLogLevel VERBOSE\n",
+                host_key.display(),
+                authorized.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(tool("sshd"))
+            .arg("-D")
+            .arg("-e")
+            .arg("-f")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("sshd-{port}.log"))).unwrap())
+            .spawn()
+            .unwrap();
+        wait_for("sshd listening", Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+        });
+        Sshd { child, port }
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn keygen(path: &Path, kind: &str) -> PathBuf {
+    run(Command::new(tool("ssh-keygen"))
+        .args(["-q", "-t", kind, "-N", "", "-C", "foothold-test", "-f"])
+        .arg(path));
+    path.to_owned()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn target(port: u16) -> Target {
+    Target {
+        name: "node-0".into(),
+        address: "127.0.0.1".into(),
+        port,
+        user: "root".into(),
+    }
+}
+
+const T: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_run_over_ssh_with_their_stdin_output_and_status() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let host_key = keygen(&dir.join("host"), "ed25519");
+    let (ed, rsa) = (
+        keygen(&dir.join("id_ed25519"), "ed25519"),
+        keygen(&dir.join("id_rsa"), "rsa"),
+    );
+    let authorized = dir.join("authorized_keys");
+    let keys = [&ed, &rsa]
+        .map(|k| std::fs::read_to_string(k.with_extension("pub")).unwrap())
+        .concat();
+    std::fs::write(&authorized, keys).unwrap();
+    let sshd = Sshd::start(dir, free_port(), &host_key, &authorized);
+    let known = KnownHosts::default();
+
+    let c = Connection::open(&target(sshd.port), load_key(&ed).unwrap(), &known, T)
+        .await
+        .unwrap();
+    let out = c
+        .run("echo out; echo err >&2; exit 3", b"", T)
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.status, &out.stdout[..], &out.stderr[..]),
+        (Some(3), &b"out\n"[..], &b"err\n"[..])
+    );
+    assert!(!out.success());
+    assert_eq!(out.tail(5), "err");
+    // stdin arrives whole and binary-safe (how the installer writes files), on the same connection.
+    let data: Vec<u8> = (0..1_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let out = c.run("cat", &data, T).await.unwrap();
+    assert!(out.success());
+    assert_eq!(out.stdout.len(), data.len());
+    assert!(out.stdout == data, "cat returned other bytes");
+    // The host key seen is the one the host has.
+    let fingerprint = run(Command::new(tool("ssh-keygen"))
+        .args(["-l", "-E", "sha256", "-f"])
+        .arg(host_key.with_extension("pub")))
+    .stdout;
+    let fingerprint = String::from_utf8(fingerprint).unwrap();
+    assert!(
+        fingerprint.contains(&known.fingerprint("127.0.0.1").unwrap()),
+        "{fingerprint}"
+    );
+    // A command that outlives its timeout is named with the host.
+    let err = c
+        .run("sleep 30", b"", Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SshError::TimedOut { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "node-0 (127.0.0.1): \"sleep 30\" did not finish within 1s"
+    );
+    c.close().await;
+
+    // ICN's key Secret holds an RSA key: it logs in too (rsa-sha2 signatures).
+    let c = Connection::open(&target(sshd.port), load_key(&rsa).unwrap(), &known, T)
+        .await
+        .unwrap();
+    assert_eq!(c.run("id -u", b"", T).await.unwrap().stdout, b"0\n");
+    c.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_key_a_closed_port_and_a_changed_host_key_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let key = keygen(&dir.join("id_ed25519"), "ed25519");
+    let stranger = keygen(&dir.join("stranger"), "ed25519");
+    let authorized = dir.join("authorized_keys");
+    std::fs::copy(key.with_extension("pub"), &authorized).unwrap();
+    let port = free_port();
+    let known = KnownHosts::default();
+    {
+        let sshd = Sshd::start(
+            dir,
+            port,
+            &keygen(&dir.join("host-a"), "ed25519"),
+            &authorized,
+        );
+        let err =
+            match Connection::open(&target(sshd.port), load_key(&stranger).unwrap(), &known, T)
+                .await
+            {
+                Err(e) => e,
+                Ok(_) => panic!("a key not in authorized_keys logged in"),
+            };
+        assert_eq!(
+            err.to_string(),
+            "node-0 (127.0.0.1): the SSH key in the Secret was refused for user root"
+        );
+        let c = Connection::open(&target(sshd.port), load_key(&key).unwrap(), &known, T)
+            .await
+            .unwrap();
+        c.close().await;
+    }
+    // The same address with another host key later in the run: refused before any command.
+    let _sshd = Sshd::start(
+        dir,
+        port,
+        &keygen(&dir.join("host-b"), "ed25519"),
+        &authorized,
+    );
+    let err = match Connection::open(&target(port), load_key(&key).unwrap(), &known, T).await {
+        Err(e) => e,
+        Ok(_) => panic!("a changed host key was accepted"),
+    };
+    assert!(matches!(err, SshError::HostKeyChanged { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "node-0 (127.0.0.1): the SSH host key changed during the run (was SHA256:"
+        ) && text.ends_with("): refusing to go on"),
+        "{text}"
+    );
+
+    // Nothing listening.
+    let closed = free_port();
+    let err = match Connection::open(&target(closed), load_key(&key).unwrap(), &known, T).await {
+        Err(e) => e,
+        Ok(_) => panic!("connected to a closed port"),
+    };
+    assert!(matches!(err, SshError::Connect { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("node-0 (127.0.0.1): cannot connect over SSH: "),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_key_file_that_is_not_a_key_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("id_rsa");
+    std::fs::write(&path, "not a key\n").unwrap();
+    let err = load_key(&path).unwrap_err();
+    assert!(
+        err.starts_with(&format!(
+            "{}: not an unencrypted OpenSSH private key: ",
+            path.display()
+        )),
+        "{err}"
+    );
+    let missing = tmp.path().join("missing");
+    assert!(load_key(&missing)
+        .unwrap_err()
+        .starts_with(&format!("{}: ", missing.display())));
+}
