@@ -137,7 +137,8 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
         &deb,
         "hello-foothold_1.0_all.deb",
     );
-    let packages = format!("https://127.0.0.1:{port}/apt/dists/foothold/main/binary-amd64/Packages");
+    let packages =
+        format!("https://127.0.0.1:{port}/apt/dists/foothold/main/binary-amd64/Packages");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while !run(Command::new("curl")
         .args(["-fsS", "--max-time", "30", "--cacert"])
