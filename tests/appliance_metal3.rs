@@ -182,7 +182,7 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, ports: &BmcPorts, busybox: &s
 
     // While Metal3 registers the hosts: the node's image, with the appliance's CA, uploaded to its agent.
     let building = Instant::now();
-    let iso = build_node_image(dir, &ca);
+    let iso = build_node_image(dir, &ca, None);
     eprintln!(
         "metal3: the node image built in {:.0} s",
         building.elapsed().as_secs_f64()

@@ -282,11 +282,17 @@ pub fn wait_for_marker(console: &Path, limit: Duration) -> String {
 }
 
 /// `packages/node.yaml` as committed (its mirror `https://172.22.0.1:5000`), with the site CA `ca`, the tests'
-/// agent binary and busybox to prefetch, built by the real `foothold-build` into `dir`; the ISO.
-pub fn build_node_image(dir: &Path, ca: &Path) -> PathBuf {
+/// agent binary, busybox to prefetch and, if given, an SSH public key for its user `foothold`, built by the real
+/// `foothold-build` into `dir`; the ISO.
+pub fn build_node_image(dir: &Path, ca: &Path, ssh_key: Option<&str>) -> PathBuf {
     let ws = workspace();
+    let keys = match ssh_key {
+        Some(k) => format!("authorizedKeys: [\"{}\"]", k.trim()),
+        None => "authorizedKeys: []".into(),
+    };
     let text = std::fs::read_to_string(ws.join("packages/node.yaml"))
         .unwrap()
+        .replace("authorizedKeys: []", &keys)
         .replace(
             "path: ../target/release/foothold-agent",
             &format!("path: {}", target().join("debug/foothold-agent").display()),

@@ -17,8 +17,8 @@ use std::time::Duration;
 use foothold_e2e::libvirt::Site;
 use foothold_e2e::sushy::Sushy;
 use foothold_e2e::{
-    build_binaries, build_deb, build_node_image, busybox_layout, free_port, run, target,
-    upload_os_image, upload_record, wait_for_marker,
+    build_binaries, build_deb, build_node_image, busybox_layout, free_port, run, sha256_file,
+    target, upload_os_image, upload_record, wait_for_marker,
 };
 use foothold_image_builder::site::{site_network, Bmc, MIRROR};
 use serde_json::json;
@@ -113,8 +113,13 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
             .unwrap(),
     );
 
-    // The spec as committed, with the test's CA and busybox to prefetch.
-    let iso = build_node_image(dir, &cert);
+    // The spec as committed, with the test's CA, busybox to prefetch and an SSH key for the installer.
+    let ssh_key = dir.join("id_ed25519");
+    run(Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "installer", "-f"])
+        .arg(&ssh_key));
+    let public = std::fs::read_to_string(ssh_key.with_extension("pub")).unwrap();
+    let iso = build_node_image(dir, &cert, Some(&public));
     assert!(iso.is_file());
 
     let base = format!("https://127.0.0.1:{port}");
@@ -157,7 +162,10 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
     // The virtual site's node, and its BMC.
     let mut site = Site::new(&target().join("debug/foothold-build"));
     let node = site.node(0, 1536);
-    site.define(&node, &site_network(port, site.relay()));
+    let ssh_port = free_port();
+    let mut net = site_network(port, site.relay());
+    net.host_forwards.push((ssh_port, 22));
+    site.define(&node, &net);
     let bmc = Sushy::libvirt(
         dir,
         &Bmc {
@@ -227,6 +235,8 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
         serde_json::from_str(&bmc.call(admin, "GET", &media, None)).unwrap();
     assert_eq!(inserted["Image"], url.as_str(), "{inserted}");
 
+    install_software(dir, port, ssh_port, &ssh_key, &cert, &deb);
+
     // Powered off and the media ejected, as deprovisioning does.
     bmc.call(
         admin,
@@ -242,4 +252,108 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
     );
     assert_eq!(site.state(&node).unwrap(), "shut off");
     assert_eq!(site.cdrom(&node).unwrap(), None);
+}
+
+/// A Software's packages put on the node as its Job does it: `foothold-agent install-software` with an inventory
+/// and a packages.json as the BPA writes them (URLs at the mirror address the node reaches), over SSH as the
+/// node's sudo user. The package goes in through apt, the binary into /usr/local/bin; a second run finds both
+/// there; a package whose sha256 is not what the agent serves fails, naming the host and the package. What is
+/// installed is checked with OpenSSH's client.
+fn install_software(dir: &Path, port: u16, ssh_port: u16, key: &Path, ca: &Path, deb: &Path) {
+    let tool = dir.join("hello-tool");
+    std::fs::write(&tool, "#!/bin/sh\necho hello-tool 1\n").unwrap();
+    upload_record(
+        &format!("https://127.0.0.1:{port}"),
+        ca,
+        "node-image-test",
+        (("foothold", "site"), "binary_images"),
+        &tool,
+        "hello-tool",
+    );
+    let files = format!(
+        "https://{}:{}/files/foothold/site/binary_images",
+        MIRROR.0, MIRROR.1
+    );
+    let manifest = |tool_sha: &str| {
+        json!({"owner": "foothold", "cluster": "site", "packages": [
+            {"name": "hello-foothold", "version": "1.0", "groups": ["kube_node"],
+             "url": format!("{files}/hello-foothold_1.0_all.deb"), "sha256": sha256_file(deb)},
+            {"name": "hello-tool", "version": null, "groups": ["kube_control_plane", "kube_node"],
+             "url": format!("{files}/hello-tool"), "sha256": tool_sha},
+        ]})
+        .to_string()
+    };
+    let inventory = dir.join("hosts.ini");
+    std::fs::write(
+        &inventory,
+        format!(
+            "[all]\nnode-0 ansible_host=127.0.0.1 ansible_port={ssh_port} ansible_user=foothold\n\n\
+             [kube_control_plane]\nnode-0\n\n[kube_node]\nnode-0\n"
+        ),
+    )
+    .unwrap();
+    let packages = dir.join("packages.json");
+    let install = || {
+        Command::new(target().join("debug/foothold-agent"))
+            .arg("install-software")
+            .arg("--inventory")
+            .arg(&inventory)
+            .arg("--packages")
+            .arg(&packages)
+            .arg("--ssh-key")
+            .arg(key)
+            .output()
+            .unwrap()
+    };
+    std::fs::write(&packages, manifest(&sha256_file(&tool))).unwrap();
+    for (round, done) in [(1, "installed"), (2, "already installed")] {
+        let out = install();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        eprintln!("install-software, round {round}:\n{said}");
+        assert!(
+            out.status.success(),
+            "{said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for line in [
+            format!("node-0 hello-foothold: deb hello-foothold 1.0 {done}\n"),
+            format!("node-0 hello-tool: binary /usr/local/bin/hello-tool {done}\n"),
+        ] {
+            assert!(said.contains(&line), "{line:?} in\n{said}");
+        }
+        assert!(said.contains("node-0 host key SHA256:"), "{said}");
+    }
+    let ssh = run(Command::new("ssh")
+        .args(["-i"])
+        .arg(key)
+        .args([
+            "-p",
+            &ssh_port.to_string(),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+        ])
+        .args(["-o", "UserKnownHostsFile=/dev/null", "foothold@127.0.0.1"])
+        .arg("dpkg-query -W -f '${Package} ${Version} ${Status}\\n' hello-foothold; hello-tool"));
+    assert_eq!(
+        ssh,
+        "hello-foothold 1.0 install ok installed\nhello-tool 1\n"
+    );
+
+    // A digest the agent's bytes do not have: the host refuses the download, and the run says where.
+    std::fs::write(&packages, manifest(&"0".repeat(64))).unwrap();
+    let out = install();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(&format!(
+            "node-0 hello-tool: FAILED: {files}/hello-tool (exit status "
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains("node-0 hello-foothold: deb hello-foothold 1.0 already installed\n"),
+        "{said}"
+    );
 }

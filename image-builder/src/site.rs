@@ -36,6 +36,8 @@ pub struct NodeNetwork {
     /// `foothold-build`, which relays each such connection; qemu runs it as libvirt's qemu user, so it must be
     /// where that user can execute it.
     pub relay: PathBuf,
+    /// (host port on 127.0.0.1, guest port): a lab's or test's way in, e.g. to the node's SSH.
+    pub host_forwards: Vec<(u16, u16)>,
 }
 
 #[derive(Clone, Debug)]
@@ -62,6 +64,9 @@ fn xml_escape(s: &str) -> String {
 ///   forward from the guest; it sits at `pcie.0` slot 0x10, clear of the root ports libvirt adds.
 pub fn domain_xml(node: &ComputeNode, net: &NodeNetwork, console: &Path) -> String {
     let mut netdev = format!("user,id=site,restrict=on,net={}", net.net);
+    for (host, guest) in &net.host_forwards {
+        let _ = write!(netdev, ",hostfwd=tcp:127.0.0.1:{host}-:{guest}");
+    }
     for f in &net.forwards {
         netdev.push_str(&crate::qemu::guestfwd(
             &f.address,
@@ -244,6 +249,7 @@ pub fn site_network(agent_port: u16, relay: PathBuf) -> NodeNetwork {
             host_port: agent_port,
         }],
         relay,
+        host_forwards: Vec::new(),
     }
 }
 
@@ -353,6 +359,7 @@ mod tests {
                 host_port: 41173,
             }],
             relay: "/var/lib/libvirt/images/site/foothold-build".into(),
+            host_forwards: vec![(40022, 22)],
         };
         let x = domain_xml(
             &node(),
@@ -376,6 +383,7 @@ mod tests {
             net: "172.22.0.0/24".into(),
             forwards: vec![],
             relay: "/r".into(),
+            host_forwards: vec![],
         };
         let x = domain_xml(&node(), &net, Path::new("/tmp/a'b&c.log"));
         assert!(

@@ -32,6 +32,10 @@ pub struct Host {
     pub address: String,
     /// `ip`: the address the cluster's components advertise (defaults to `address`).
     pub ip: String,
+    /// `ansible_port`: SSH's port (default 22).
+    pub port: u16,
+    /// `ansible_user`: who to log in as (default: the installer's `--ssh-user`).
+    pub user: Option<String>,
 }
 
 /// The hosts and their roles. A host may be both a control-plane host and a node (a one-host cluster, or the
@@ -114,18 +118,29 @@ impl Inventory {
             if hosts.iter().any(|h| h.name == name) {
                 return Err(err(n, format!("{name} is listed twice in [all]")));
             }
-            let (mut address, mut ip) = (None, None);
+            let (mut address, mut ip, mut port, mut user) = (None, None, 22, None);
             for word in words {
                 let (key, value) = word
                     .split_once('=')
                     .ok_or_else(|| err(n, format!("{name}: {word:?} is not a variable=value")))?;
-                let slot = match key {
-                    "ansible_host" => &mut address,
-                    "ip" => &mut ip,
-                    _ => continue,
-                };
-                check_address(value).map_err(|r| err(n, format!("{name}: {key}: {r}")))?;
-                *slot = Some(value.to_owned());
+                match key {
+                    "ansible_host" | "ip" => {
+                        check_address(value).map_err(|r| err(n, format!("{name}: {key}: {r}")))?;
+                        let slot = if key == "ip" { &mut ip } else { &mut address };
+                        *slot = Some(value.to_owned());
+                    }
+                    "ansible_port" => {
+                        port = value.parse().ok().filter(|p| *p > 0).ok_or_else(|| {
+                            err(n, format!("{name}: ansible_port: {value:?} is not a port"))
+                        })?;
+                    }
+                    "ansible_user" => {
+                        check_user(value)
+                            .map_err(|r| err(n, format!("{name}: ansible_user: {r}")))?;
+                        user = Some(value.to_owned());
+                    }
+                    _ => {}
+                }
             }
             let address = address.ok_or_else(|| {
                 err(
@@ -137,6 +152,8 @@ impl Inventory {
                 name: name.into(),
                 ip: ip.unwrap_or_else(|| address.clone()),
                 address,
+                port,
+                user,
             });
         }
         let mut members = |group: &str| -> Result<Vec<String>, Error> {
@@ -202,6 +219,20 @@ fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// A login name as Debian's adduser allows it.
+fn check_user(value: &str) -> Result<(), String> {
+    let ok = !value.is_empty()
+        && value.len() <= 32
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && !value.starts_with('-');
+    match ok {
+        true => Ok(()),
+        false => Err(format!("{value:?} is not a user name")),
+    }
+}
+
 /// An IP address or a DNS name: nothing a shell or an SSH option could read as more.
 fn check_address(value: &str) -> Result<(), String> {
     if value.parse::<IpAddr>().is_ok() {
@@ -236,12 +267,16 @@ mod tests {
                 Host {
                     name: "master-0".into(),
                     address: "10.0.0.5".into(),
-                    ip: "10.0.0.5".into()
+                    ip: "10.0.0.5".into(),
+                    port: 22,
+                    user: None,
                 },
                 Host {
                     name: "worker-0".into(),
                     address: "10.0.0.6".into(),
-                    ip: "10.0.0.6".into()
+                    ip: "10.0.0.6".into(),
+                    port: 22,
+                    user: None,
                 },
             ]
         );
@@ -299,6 +334,14 @@ mod tests {
             ),
             ("[all\n", "line 1: \"[all\" is not a [group] header"),
             (
+                "[all]\nm ansible_host=1.2.3.4 ansible_port=0\n",
+                "line 2: m: ansible_port: \"0\" is not a port",
+            ),
+            (
+                "[all]\nm ansible_host=1.2.3.4 ansible_user=r;oot\n",
+                "line 2: m: ansible_user: \"r;oot\" is not a user name",
+            ),
+            (
                 "[all]\nm ansible_host\n",
                 "line 2: m: \"ansible_host\" is not a variable=value",
             ),
@@ -318,11 +361,15 @@ mod tests {
     #[test]
     fn comments_variables_and_unknown_groups_are_left_alone() {
         let inv = Inventory::parse(
-            "# made by hand\n[all]\nm ansible_host=fd00::5 ansible_user=root\n; note\n[all:vars]\nx=1\n\
+            "# made by hand\n[all]\nm ansible_host=fd00::5 ansible_user=foothold ansible_port=2222 other=x\n; note\n[all:vars]\nx=1\n\
              [kube_control_plane]\nm\n[calico_rr]\nm\n",
         )
         .unwrap();
         assert_eq!(inv.hosts[0].address, "fd00::5");
+        assert_eq!(
+            (inv.hosts[0].port, inv.hosts[0].user.as_deref()),
+            (2222, Some("foothold"))
+        );
         assert!(inv.nodes.is_empty());
     }
 

@@ -7,4 +7,5 @@
 //! the Software steps and the kubeconfig Secret are still to come (issue 24).
 
 pub mod inventory;
+pub mod software;
 pub mod ssh;

@@ -1,0 +1,337 @@
+//! `install-software`: a `Software`'s packages (`packages.json`, written by the BPA's Software reconciler) put on
+//! the hosts of their groups over SSH. Each host downloads each of its packages itself from the agent's file
+//! server (apt's `apt-helper`, checking the sha256 the manifest records and the site CA apt is configured with),
+//! keeps it by its sha256, and installs it: a Debian package through apt (its dependencies from the agent's apt
+//! repository), anything else as an executable in `/usr/local/bin/<name>`. Each step is skipped when its result
+//! is already there, so a second run over a half-installed cluster converges. One line per host and package
+//! reports what happened; a failure names the host, the package and the output's tail.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use russh::keys::PrivateKey;
+use serde::Deserialize;
+
+use crate::installer::inventory::Inventory;
+use crate::installer::ssh::{Connection, KnownHosts, Target};
+
+/// `packages.json`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct Manifest {
+    pub owner: String,
+    pub cluster: String,
+    pub packages: Vec<Package>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct Package {
+    pub name: String,
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Inventory groups: `kube_control_plane`, `kube_node`.
+    pub groups: Vec<String>,
+    pub url: String,
+    pub sha256: String,
+}
+
+impl Manifest {
+    /// Parses and checks every value that will reach a host's shell: names, versions, URLs and digests are
+    /// refused unless they are plainly what they claim to be.
+    pub fn parse(text: &str) -> Result<Manifest, String> {
+        let m: Manifest = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        for (i, p) in m.packages.iter().enumerate() {
+            let f = format!("packages[{i}] ({})", p.name);
+            let plain = |s: &str| {
+                !s.is_empty()
+                    && s.bytes().all(|b| {
+                        b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-' | b'_' | b'~')
+                    })
+            };
+            if !plain(&p.name) || p.name.starts_with(['-', '.']) {
+                return Err(format!("{f}: name: not a package name"));
+            }
+            if let Some(v) = &p.version {
+                if !plain(v) {
+                    return Err(format!("{f}: version {v:?}: not a version"));
+                }
+            }
+            if p.sha256.len() != 64
+                || !p
+                    .sha256
+                    .bytes()
+                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            {
+                return Err(format!(
+                    "{f}: sha256 {:?}: not 64 lowercase hex digits",
+                    p.sha256
+                ));
+            }
+            let url_ok = (p.url.starts_with("https://") || p.url.starts_with("http://"))
+                && p.url.bytes().all(|b| {
+                    b.is_ascii_alphanumeric()
+                        || matches!(
+                            b,
+                            b':' | b'/' | b'.' | b'-' | b'_' | b'~' | b'%' | b'+' | b'[' | b']'
+                        )
+                });
+            if !url_ok {
+                return Err(format!("{f}: url {:?}: not a plain http(s) URL", p.url));
+            }
+            if p.groups.is_empty() {
+                return Err(format!("{f}: groups: empty"));
+            }
+            for g in &p.groups {
+                if g != "kube_control_plane" && g != "kube_node" {
+                    return Err(format!(
+                        "{f}: groups: {g:?} is not kube_control_plane or kube_node"
+                    ));
+                }
+            }
+        }
+        Ok(m)
+    }
+}
+
+/// Where a host keeps downloaded packages, by sha256.
+pub const CACHE: &str = "/var/lib/foothold/packages";
+/// The line a host's script prints on success: `FOOTHOLD-PACKAGE <what was done>`.
+pub const DONE: &str = "FOOTHOLD-PACKAGE";
+
+/// The shell script (run by `sh -s` as root) that puts `p` on a host. Every value in it was checked by
+/// [`Manifest::parse`].
+pub fn script(p: &Package) -> String {
+    let (name, sha, url) = (&p.name, &p.sha256, &p.url);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"set -eu
+export DEBIAN_FRONTEND=noninteractive
+dir={CACHE}
+mkdir -p "$dir"
+f="$dir/{sha}"
+if ! echo "{sha}  $f" | sha256sum -c --status 2>/dev/null; then
+  rm -f "$f.part"
+  /usr/lib/apt/apt-helper -o APT::Sandbox::User=root download-file '{url}' "$f.part" 'SHA256:{sha}' >&2
+  sync "$f.part"
+  mv "$f.part" "$f"
+fi
+if pkg=$(dpkg-deb --field "$f" Package 2>/dev/null); then
+  ver=$(dpkg-deb --field "$f" Version)
+  if [ "$(dpkg-query -W -f '${{Status}} ${{Version}}' "$pkg" 2>/dev/null)" = "install ok installed $ver" ]; then
+    echo "{DONE} deb $pkg $ver already installed"
+    exit 0
+  fi
+  ln -sf "$f" "$dir/$pkg.deb"
+  apt-get -q update >&2
+  apt-get -q install -y --no-install-recommends "$dir/$pkg.deb" >&2
+  echo "{DONE} deb $pkg $ver installed"
+else
+  target=/usr/local/bin/{name}
+  if echo "{sha}  $target" | sha256sum -c --status 2>/dev/null; then
+    echo "{DONE} binary $target already installed"
+    exit 0
+  fi
+  mkdir -p /usr/local/bin
+  cp "$f" "$target.part"
+  chmod 755 "$target.part"
+  sync "$target.part"
+  mv "$target.part" "$target"
+  echo "{DONE} binary $target installed"
+fi
+"#
+    );
+    s
+}
+
+/// Which hosts of `inv` each package goes to: (host name, package index) in host order, then manifest order.
+pub fn assignments(inv: &Inventory, m: &Manifest) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for host in inv.members() {
+        for (i, p) in m.packages.iter().enumerate() {
+            let wanted = p.groups.iter().any(|g| match g.as_str() {
+                "kube_control_plane" => inv.control_plane.contains(&host.name),
+                _ => inv.nodes.contains(&host.name),
+            });
+            if wanted {
+                out.push((host.name.clone(), i));
+            }
+        }
+    }
+    out
+}
+
+/// How one package went on one host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub host: String,
+    pub package: String,
+    /// What the host said it did (`deb hello 1.0 installed`, `binary /usr/local/bin/x already installed`), or
+    /// why it failed (the step and the output's tail).
+    pub result: Result<String, String>,
+}
+
+/// How long one package may take on one host: a download and an apt install on a slow node.
+const PER_PACKAGE: Duration = Duration::from_secs(20 * 60);
+const CONNECT: Duration = Duration::from_secs(60);
+
+/// Puts every package on the hosts of its groups, host after host; a host that cannot be reached fails its
+/// packages and the run goes on with the next. One outcome per (host, package).
+pub async fn install(
+    inv: &Inventory,
+    m: &Manifest,
+    key: Arc<PrivateKey>,
+    default_user: &str,
+    known: &KnownHosts,
+) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
+    let work = assignments(inv, m);
+    for host in inv.members() {
+        let mine: Vec<usize> = work
+            .iter()
+            .filter(|(h, _)| *h == host.name)
+            .map(|(_, i)| *i)
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let user = host.user.as_deref().unwrap_or(default_user);
+        let target = Target {
+            name: host.name.clone(),
+            address: host.address.clone(),
+            port: host.port,
+            user: user.to_owned(),
+        };
+        let outcome = |i: usize, result| Outcome {
+            host: host.name.clone(),
+            package: m.packages[i].name.clone(),
+            result,
+        };
+        let c = match Connection::open(&target, key.clone(), known, CONNECT).await {
+            Ok(c) => c,
+            Err(e) => {
+                outcomes.extend(mine.iter().map(|&i| outcome(i, Err(e.to_string()))));
+                continue;
+            }
+        };
+        // Root runs the script; anyone else through sudo, which must not ask for a password.
+        let shell = if user == "root" {
+            "sh -s"
+        } else {
+            "sudo -n sh -s"
+        };
+        for i in mine {
+            let p = &m.packages[i];
+            let result = match c.run(shell, script(p).as_bytes(), PER_PACKAGE).await {
+                Err(e) => Err(e.to_string()),
+                Ok(out) if out.success() => {
+                    let said = String::from_utf8_lossy(&out.stdout);
+                    said.lines()
+                        .rev()
+                        .find_map(|l| l.strip_prefix(DONE).map(|d| d.trim().to_owned()))
+                        .ok_or_else(|| format!("the script ended without saying {DONE}"))
+                }
+                Ok(out) => Err(format!(
+                    "{} (exit status {}): {}",
+                    p.url,
+                    out.status
+                        .map_or_else(|| format!("signal {:?}", out.signal), |s| s.to_string()),
+                    out.tail(5)
+                )),
+            };
+            outcomes.push(outcome(i, result));
+        }
+        c.close().await;
+    }
+    outcomes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(extra: &str) -> String {
+        format!(
+            r#"{{"owner": "site", "cluster": "c1", "packages": [{{"name": "hello", "version": "1.0", "groups": ["kube_node"],
+               "url": "https://172.22.0.1:5000/files/site/c1/binary_images/hello-1.0", "sha256": "{}"{extra}}}]}}"#,
+            "ab".repeat(32)
+        )
+    }
+
+    #[test]
+    fn the_reconcilers_manifest_reads_and_hostile_values_are_refused() {
+        let m = Manifest::parse(&manifest("")).unwrap();
+        assert_eq!(m.packages[0].version.as_deref(), Some("1.0"));
+        for (field, value, want) in [
+            (
+                "name",
+                r#""x;reboot""#,
+                "packages[0] (x;reboot): name: not a package name",
+            ),
+            (
+                "version",
+                r#""1.0$(id)""#,
+                "packages[0] (hello): version \"1.0$(id)\": not a version",
+            ),
+            (
+                "url",
+                r#""https://a/b'c""#,
+                "packages[0] (hello): url \"https://a/b'c\": not a plain http(s) URL",
+            ),
+            (
+                "url",
+                r#""file:///etc/shadow""#,
+                "packages[0] (hello): url \"file:///etc/shadow\": not a plain http(s) URL",
+            ),
+            (
+                "sha256",
+                r#""ABC""#,
+                "packages[0] (hello): sha256 \"ABC\": not 64 lowercase hex digits",
+            ),
+            (
+                "groups",
+                r#"["etcd"]"#,
+                "packages[0] (hello): groups: \"etcd\" is not kube_control_plane or kube_node",
+            ),
+            ("groups", "[]", "packages[0] (hello): groups: empty"),
+        ] {
+            let mut v: serde_json::Value = serde_json::from_str(&manifest("")).unwrap();
+            v["packages"][0][field] = serde_json::from_str(value).unwrap();
+            assert_eq!(
+                Manifest::parse(&v.to_string()).unwrap_err(),
+                want,
+                "{field} {value}"
+            );
+        }
+    }
+
+    #[test]
+    fn packages_go_to_the_hosts_of_their_groups() {
+        let inv = Inventory::parse(
+            "[all]\nm ansible_host=10.0.0.1\nw ansible_host=10.0.0.2\n[kube_control_plane]\nm\n[kube_node]\nw\n",
+        )
+        .unwrap();
+        let mut m = Manifest::parse(&manifest("")).unwrap();
+        let mut both = m.packages[0].clone();
+        both.name = "both".into();
+        both.groups = vec!["kube_control_plane".into(), "kube_node".into()];
+        m.packages.push(both);
+        assert_eq!(
+            assignments(&inv, &m),
+            [
+                ("m".to_owned(), 1),
+                ("w".to_owned(), 0),
+                ("w".to_owned(), 1)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_script_checks_the_digest_it_was_given() {
+        let m = Manifest::parse(&manifest("")).unwrap();
+        let s = script(&m.packages[0]);
+        let sha = "ab".repeat(32);
+        assert!(s.contains(&format!("'SHA256:{sha}'")), "{s}");
+        assert!(s.contains("target=/usr/local/bin/hello\n"), "{s}");
+    }
+}
