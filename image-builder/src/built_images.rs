@@ -5,7 +5,6 @@
 //! level takes seconds over CoreDNS, and a rebuild after an agent change should not pay them again.
 
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
@@ -69,12 +68,7 @@ pub fn write_layout(
             fs::read(im.binary).with_context(|| format!("reading {}", im.binary.display()))?;
         let tar = layer_tar(&binary, im.entrypoint, epoch)?;
         let diff_id = format!("sha256:{}", hex::encode(Sha256::digest(&tar)));
-        // gzip with no name and no time in its header: the same tar, the same bytes.
-        let mut gz = flate2::GzBuilder::new()
-            .mtime(0)
-            .write(Vec::new(), flate2::Compression::best());
-        gz.write_all(&tar)?;
-        let (layer, layer_size) = put(layout, &gz.finish()?)?;
+        let (layer, layer_size) = put(layout, &gzip(&tar))?;
         let config = json!({
             "architecture": "amd64",
             "os": "linux",
@@ -162,6 +156,19 @@ fn time_of(epoch: u64) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// gzip of `data` by miniz_oxide at level 9, with no name and no time in its header: its bytes depend on the
+/// data alone (the header is what flate2's `GzBuilder` writes for `Compression::best()` and mtime 0). Not through
+/// flate2: Cargo's feature unification picks flate2's backend, and the agent's `pgp` turns on zlib-rs, so a
+/// `foothold-build` built beside the agent made other bytes, and other digests, for the same image.
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 2, 255];
+    out.extend(miniz_oxide::deflate::compress_to_vec(data, 9));
+    out.extend(crc32fast::hash(data).to_le_bytes());
+    // ISIZE: the length modulo 2^32, as RFC 1952 has it.
+    out.extend((data.len() as u32).to_le_bytes());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +217,17 @@ mod tests {
             entrypoint: "/pause",
             user: "65535:65535",
         }
+    }
+
+    #[test]
+    fn gzip_is_what_flate2_reads_back() {
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 7 + i / 1000) as u8).collect();
+        let gz = gzip(&data);
+        assert_eq!(gz[..10], [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 2, 255]);
+        let mut back = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut back).unwrap();
+        assert!(back == data);
+        assert_eq!(gzip(b""), gzip(b""));
     }
 
     #[test]
