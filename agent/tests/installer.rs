@@ -34,7 +34,14 @@ impl Sshd {
             ),
         )
         .unwrap();
-        let child = Command::new(tool("sshd"))
+        // Debian's sshd is in /usr/sbin, which not every PATH has.
+        let sshd = Path::new("/usr/sbin/sshd");
+        let sshd = if sshd.is_file() {
+            sshd.to_owned()
+        } else {
+            tool("sshd")
+        };
+        let child = Command::new(sshd)
             .arg("-D")
             .arg("-e")
             .arg("-f")
