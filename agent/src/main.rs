@@ -429,7 +429,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
             for h in inv.members() {
-                if let Some(f) = known.fingerprint(&h.address) {
+                if let Some(f) = known.fingerprint(&h.address, h.port) {
                     println!("{} host key {f}", h.name);
                 }
             }

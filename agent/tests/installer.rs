@@ -133,7 +133,7 @@ async fn commands_run_over_ssh_with_their_stdin_output_and_status() {
     .stdout;
     let fingerprint = String::from_utf8(fingerprint).unwrap();
     assert!(
-        fingerprint.contains(&known.fingerprint("127.0.0.1").unwrap()),
+        fingerprint.contains(&known.fingerprint("127.0.0.1", sshd.port).unwrap()),
         "{fingerprint}"
     );
     // A command that outlives its timeout is named with the host.
@@ -147,6 +147,23 @@ async fn commands_run_over_ssh_with_their_stdin_output_and_status() {
         "node-0 (127.0.0.1): \"sleep 30\" did not finish within 1s"
     );
     c.close().await;
+
+    // Another host behind the same address (another forward's port) has its own key: not a changed one.
+    let other = Sshd::start(
+        dir,
+        free_port(),
+        &keygen(&dir.join("host-2"), "ed25519"),
+        &authorized,
+    );
+    let c2 = Connection::open(&target(other.port), load_key(&ed).unwrap(), &known, T)
+        .await
+        .unwrap();
+    assert!(c2.run("true", b"", T).await.unwrap().success());
+    c2.close().await;
+    assert_ne!(
+        known.fingerprint("127.0.0.1", other.port),
+        known.fingerprint("127.0.0.1", sshd.port)
+    );
 
     // ICN's key Secret holds an RSA key: it logs in too (rsa-sha2 signatures).
     let c = Connection::open(&target(sshd.port), load_key(&rsa).unwrap(), &known, T)

@@ -62,23 +62,29 @@ impl fmt::Display for SshError {
 
 impl std::error::Error for SshError {}
 
-/// The host keys seen in this run, by address: the first one a host shows is the one it must keep showing.
+/// The host keys seen in this run, by address and port (two forwards on one address are two hosts): the first
+/// key a host shows is the one it must keep showing.
 #[derive(Clone, Default)]
 pub struct KnownHosts(Arc<Mutex<HashMap<String, KeyData>>>);
 
 impl KnownHosts {
-    /// The SHA-256 fingerprint of the key `address` showed, if it showed one.
-    pub fn fingerprint(&self, address: &str) -> Option<String> {
+    /// The SHA-256 fingerprint of the key the host at `address`:`port` showed, if it showed one.
+    pub fn fingerprint(&self, address: &str, port: u16) -> Option<String> {
         let known = self.0.lock().unwrap_or_else(|e| e.into_inner());
         known
-            .get(address)
+            .get(&endpoint(address, port))
             .map(|k| k.fingerprint(HashAlg::Sha256).to_string())
     }
 }
 
+fn endpoint(address: &str, port: u16) -> String {
+    format!("{address} port {port}")
+}
+
 /// russh's callbacks for one connection: the host key check.
 struct Verifier {
-    address: String,
+    /// [`endpoint`]: the host's key in [`KnownHosts`].
+    endpoint: String,
     known: KnownHosts,
     /// Set when the key differs from the one first seen: the error names both.
     changed: Arc<Mutex<Option<(String, String)>>>,
@@ -97,9 +103,9 @@ impl client::Handler for Verifier {
             PublicKeyOrCertificate::Certificate(c) => c.public_key(),
         };
         let mut known = self.known.0.lock().unwrap_or_else(|e| e.into_inner());
-        match known.get(&self.address) {
+        match known.get(&self.endpoint) {
             None => {
-                known.insert(self.address.clone(), key.clone());
+                known.insert(self.endpoint.clone(), key.clone());
                 Ok(true)
             }
             Some(k) if k == key => Ok(true),
@@ -174,7 +180,7 @@ impl Connection {
         let label = target.label();
         let changed = Arc::new(Mutex::new(None));
         let verifier = Verifier {
-            address: target.address.clone(),
+            endpoint: endpoint(&target.address, target.port),
             known: known.clone(),
             changed: changed.clone(),
         };
