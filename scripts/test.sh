@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-test-tools.sh
 export FOOTHOLD_TOOLS="$(pwd)/target/tools/bin"
-cargo test --workspace --all-targets "$@"
+# Every test binary runs even after one fails: a CI run names all its failures, not only the first binary's.
+cargo test --workspace --all-targets --no-fail-fast "$@"
