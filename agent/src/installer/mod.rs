@@ -4,6 +4,7 @@
 //! everything from the appliance (its agent's files, registry and apt repository), nothing from the internet.
 //!
 //! - `inventory`: the kubespray-style `hosts.ini` the BPA writes.
+//! - `kubeadm`: the `kubeadm init` and `kubeadm join` configurations, and bootstrap tokens.
 //! - `ssh`: one SSH connection to a host (russh): commands with stdin, output and exit status, timeouts, host
 //!   keys pinned for the run.
 //! - `software`: `packages.json` checked, and each package put on the hosts of its groups by a script that
@@ -27,5 +28,6 @@
 //! agent binary in an image, served by its own registry) to be the Jobs' default.
 
 pub mod inventory;
+pub mod kubeadm;
 pub mod software;
 pub mod ssh;
