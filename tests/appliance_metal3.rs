@@ -293,6 +293,8 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, ports: &BmcPorts, busybox: &s
         provisioning.elapsed().as_secs_f64()
     );
     assert!(line.contains(" role=node "), "{line}");
+    // Its apt source came from the appliance's agent over TLS, and apt read the (empty) signed index.
+    assert!(line.contains(" apt=0 "), "{line}");
     assert!(
         line.contains(&format!("pulled=docker.io/library/busybox:1.35@{busybox}")),
         "{line} (the appliance holds {busybox})"
