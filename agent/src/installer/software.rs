@@ -13,6 +13,7 @@ use std::time::Duration;
 use russh::keys::PrivateKey;
 use serde::Deserialize;
 
+use crate::digest::{Algorithm, Digest};
 use crate::installer::inventory::Inventory;
 use crate::installer::ssh::{Connection, KnownHosts, Target};
 
@@ -56,12 +57,7 @@ impl Manifest {
                     return Err(format!("{f}: version {v:?}: not a version"));
                 }
             }
-            if p.sha256.len() != 64
-                || !p
-                    .sha256
-                    .bytes()
-                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-            {
+            if Digest::from_parts(Algorithm::Sha256, &p.sha256).is_none() {
                 return Err(format!(
                     "{f}: sha256 {:?}: not 64 lowercase hex digits",
                     p.sha256
@@ -99,8 +95,9 @@ pub const CACHE: &str = "/var/lib/foothold/packages";
 pub const DONE: &str = "FOOTHOLD-PACKAGE";
 
 /// The shell script (run by `sh -s` as root) that puts `p` on a host. Every value in it was checked by
-/// [`Manifest::parse`].
-pub fn script(p: &Package) -> String {
+/// [`Manifest::parse`]. `run` names this installer run (letters and digits): apt's index is updated once per
+/// host and run, by the first package that needs it.
+pub fn script(p: &Package, run: &str) -> String {
     let (name, sha, url) = (&p.name, &p.sha256, &p.url);
     let mut s = String::new();
     let _ = write!(
@@ -123,7 +120,10 @@ if pkg=$(dpkg-deb --field "$f" Package 2>/dev/null); then
     exit 0
   fi
   ln -sf "$f" "$dir/$pkg.deb"
-  apt-get -q update >&2
+  if [ ! -e "/run/foothold-apt-updated-{run}" ]; then
+    apt-get -q update >&2
+    touch "/run/foothold-apt-updated-{run}"
+  fi
   apt-get -q install -y --no-install-recommends "$dir/$pkg.deb" >&2
   echo "{DONE} deb $pkg $ver installed"
 else
@@ -144,21 +144,17 @@ fi
     s
 }
 
-/// Which hosts of `inv` each package goes to: (host name, package index) in host order, then manifest order.
-pub fn assignments(inv: &Inventory, m: &Manifest) -> Vec<(String, usize)> {
-    let mut out = Vec::new();
-    for host in inv.members() {
-        for (i, p) in m.packages.iter().enumerate() {
-            let wanted = p.groups.iter().any(|g| match g.as_str() {
-                "kube_control_plane" => inv.control_plane.contains(&host.name),
-                _ => inv.nodes.contains(&host.name),
-            });
-            if wanted {
-                out.push((host.name.clone(), i));
-            }
-        }
-    }
-    out
+/// The packages (indices into `m.packages`, in manifest order) that go to host `name`: those of its groups.
+pub fn packages_for(inv: &Inventory, m: &Manifest, name: &str) -> Vec<usize> {
+    let has = |group: &[String]| group.iter().any(|n| n == name);
+    (0..m.packages.len())
+        .filter(|&i| {
+            m.packages[i].groups.iter().any(|g| match g.as_str() {
+                "kube_control_plane" => has(&inv.control_plane),
+                _ => has(&inv.nodes),
+            })
+        })
+        .collect()
 }
 
 /// How one package went on one host.
@@ -185,13 +181,9 @@ pub async fn install(
     known: &KnownHosts,
 ) -> Vec<Outcome> {
     let mut outcomes = Vec::new();
-    let work = assignments(inv, m);
+    let run = uuid::Uuid::new_v4().simple().to_string();
     for host in inv.members() {
-        let mine: Vec<usize> = work
-            .iter()
-            .filter(|(h, _)| *h == host.name)
-            .map(|(_, i)| *i)
-            .collect();
+        let mine = packages_for(inv, m, &host.name);
         if mine.is_empty() {
             continue;
         }
@@ -222,7 +214,7 @@ pub async fn install(
         };
         for i in mine {
             let p = &m.packages[i];
-            let result = match c.run(shell, script(p).as_bytes(), PER_PACKAGE).await {
+            let result = match c.run(shell, script(p, &run).as_bytes(), PER_PACKAGE).await {
                 Err(e) => Err(e.to_string()),
                 Ok(out) if out.success() => {
                     let said = String::from_utf8_lossy(&out.stdout);
@@ -316,20 +308,14 @@ mod tests {
         both.name = "both".into();
         both.groups = vec!["kube_control_plane".into(), "kube_node".into()];
         m.packages.push(both);
-        assert_eq!(
-            assignments(&inv, &m),
-            [
-                ("m".to_owned(), 1),
-                ("w".to_owned(), 0),
-                ("w".to_owned(), 1)
-            ]
-        );
+        assert_eq!(packages_for(&inv, &m, "m"), [1]);
+        assert_eq!(packages_for(&inv, &m, "w"), [0, 1]);
     }
 
     #[test]
     fn the_script_checks_the_digest_it_was_given() {
         let m = Manifest::parse(&manifest("")).unwrap();
-        let s = script(&m.packages[0]);
+        let s = script(&m.packages[0], "0123abcd");
         let sha = "ab".repeat(32);
         assert!(s.contains(&format!("'SHA256:{sha}'")), "{s}");
         assert!(s.contains("target=/usr/local/bin/hello\n"), "{s}");
