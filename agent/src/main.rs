@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::builder::TypedValueParser as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use foothold_agent::{controllers, fsck, http, import, mirror_config, store, vino_builder};
+use foothold_agent::{
+    controllers, fsck, http, import, installer, mirror_config, store, vino_builder,
+};
 
 #[derive(Parser)]
 #[command(
@@ -285,28 +287,12 @@ enum Command {
     /// host downloads its packages from the agent, checks their sha256 and installs them (Debian packages
     /// through apt, anything else into /usr/local/bin), skipping what is already there. One line per host and
     /// package; exit status 1 if any failed.
-    InstallSoftware {
-        /// The cluster's inventory (the BPA's hosts.ini).
-        #[arg(
-            long,
-            env = "INVENTORY",
-            default_value = "/etc/foothold/inventory/hosts.ini"
-        )]
-        inventory: PathBuf,
-        /// The Software's manifest (the BPA's packages.json).
-        #[arg(
-            long,
-            env = "PACKAGES",
-            default_value = "/etc/foothold/packages/packages.json"
-        )]
-        packages: PathBuf,
-        /// The SSH private key (the BPA's key Secret, mounted).
-        #[arg(long, default_value = "/etc/foothold/ssh/id_rsa")]
-        ssh_key: PathBuf,
-        /// Who to log in as where the inventory has no ansible_user; anyone but root needs password-less sudo.
-        #[arg(long, env = "INSTALLER_SSH_USER", default_value = "root")]
-        ssh_user: String,
-    },
+    InstallSoftware(installer::cli::SoftwareArgs),
+    /// Install a Kubernetes cluster on a Provisioning's hosts over SSH with kubeadm (what the BPA's installer
+    /// Job runs), from the appliance alone: the release's binaries from the agent's files, its images through
+    /// the agent's mirror. Writes the admin kubeconfig into KUBECONFIG_SECRET (or --kubeconfig-out). Re-running
+    /// it converges; a failure names the host, the step and the output.
+    InstallCluster(installer::cli::ClusterArgs),
 }
 
 #[derive(clap::Args)]
@@ -400,48 +386,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tokio::runtime::Runtime::new()?.block_on(vino_builder::run(settings))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::InstallSoftware {
-            inventory,
-            packages,
-            ssh_key,
-            ssh_user,
-        } => {
-            use foothold_agent::installer::{inventory::Inventory, software, ssh};
-            let read = |p: &PathBuf| {
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
-            };
-            let inv = Inventory::parse(&read(&inventory)?)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", inventory.display()))?;
-            let manifest = software::Manifest::parse(&read(&packages)?)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", packages.display()))?;
-            let key = ssh::load_key(&ssh_key).map_err(anyhow::Error::msg)?;
-            let known = ssh::KnownHosts::default();
-            let outcomes = tokio::runtime::Runtime::new()?
-                .block_on(software::install(&inv, &manifest, key, &ssh_user, &known));
-            let mut failed = 0;
-            for o in &outcomes {
-                match &o.result {
-                    Ok(done) => println!("{} {}: {done}", o.host, o.package),
-                    Err(why) => {
-                        failed += 1;
-                        println!("{} {}: FAILED: {why}", o.host, o.package);
-                    }
-                }
-            }
-            for h in inv.members() {
-                if let Some(f) = known.fingerprint(&h.address, h.port) {
-                    println!("{} host key {f}", h.name);
-                }
-            }
-            if failed > 0 {
-                eprintln!(
-                    "foothold-agent: {failed} of {} package installs failed",
-                    outcomes.len()
-                );
-                return Ok(ExitCode::from(1));
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::InstallSoftware(a) => installer::cli::install_software(a),
+        Command::InstallCluster(a) => installer::cli::install_cluster(a),
         Command::AptSource {
             endpoint,
             data,

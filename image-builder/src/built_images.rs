@@ -73,7 +73,7 @@ pub fn write_layout(
             "architecture": "amd64",
             "os": "linux",
             "created": created,
-            "config": {"Entrypoint": [im.entrypoint], "User": im.user},
+            "config": {"Entrypoint": [im.entrypoint], "User": im.user, "Env": [PATH]},
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
             "history": [{"created": created, "created_by": format!("foothold-build: {} from its source", im.entrypoint)}],
         });
@@ -102,7 +102,10 @@ pub fn write_layout(
 /// How [`write_layout`] lays images out: part of the cache key, so a change to its bytes (the tar, the gzip
 /// level, the config's fields) must bump it, or builds would keep serving layouts made the old way.
 /// `the_layout_format_is_pinned` fails until it is bumped.
-const LAYOUT_FORMAT: u32 = 1;
+const LAYOUT_FORMAT: u32 = 2;
+/// Every image's `PATH`, as upstream's images have it: kubeadm's static pods name their binaries
+/// (`command: [kube-apiserver, …]`), which the runtime finds through it.
+const PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// How many layouts `<cache>/built-images/` keeps (the most recently used); each is about 20 MiB.
 const CACHE_KEEP: usize = 3;
 /// In a cache entry beside the layout: [`write_layout`]'s records.
@@ -240,8 +243,8 @@ mod tests {
         assert_eq!(
             (LAYOUT_FORMAT, records[0]["digest"].as_str().unwrap()),
             (
-                1,
-                "sha256:4a69f63679506c600ddfd5e2f6b0f254d2d75ae8dadb49265b2d69e0d244a0a6"
+                2,
+                "sha256:9ee4fe1a9ab76819cf21177f82c792a703480f4269ff1b7d787b1082039e7c59"
             )
         );
     }

@@ -168,13 +168,30 @@ enum Cmd {
         #[arg(long, default_value = "default")]
         namespace: String,
     },
+    /// What an agent needs to let the BPA's installer make workload clusters of the spec's Kubernetes, for an
+    /// agent that is not the spec's own (a lab, a test): the images kubeadm names (an OCI layout for
+    /// `foothold-agent import`), the node binaries, and kubernetes-release.json naming their URLs under
+    /// ENDPOINT. Inputs come from the cache (`foothold-build fetch` first).
+    Workload {
+        spec: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        /// The agent's URL as the workload cluster's hosts reach it, e.g. https://172.22.0.1:5000.
+        #[arg(long)]
+        endpoint: String,
+        /// Cache directory (default ~/.cache/foothold).
+        #[arg(long)]
+        cache: Option<PathBuf>,
+        #[arg(long, env = "SOURCE_DATE_EPOCH")]
+        source_date_epoch: Option<u64>,
+    },
     /// Relay stdin and stdout to a TCP address (what qemu runs for each connection of a --guest-forward).
     #[command(hide = true)]
     Relay { addr: String },
 }
 
 /// How container images are pulled (build and fetch).
-#[derive(clap::Args)]
+#[derive(clap::Args, Default)]
 struct PullArgs {
     /// A registry (`host:port`) to pull images from over plain HTTP (repeatable).
     #[arg(long = "insecure-registry")]
@@ -343,6 +360,30 @@ fn real_main() -> Result<ExitCode> {
                     n => format!("{}: {n} pins written", path.display()),
                 },
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Workload {
+            spec: path,
+            out,
+            endpoint,
+            cache,
+            source_date_epoch,
+        } => {
+            let loaded = spec::load(&path)?;
+            let cache = cache_dir(cache)?;
+            let _lock = cache_lock::lock(&cache)?;
+            let settings = build::Settings {
+                out,
+                cache,
+                agent: None,
+                source_date_epoch: source_date_epoch.unwrap_or(DEFAULT_EPOCH),
+                formats: None,
+                offline: true,
+                pull: PullArgs::default().into(),
+            };
+            for p in build::workload::export(&loaded, &settings, &endpoint)? {
+                println!("{}", p.display());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Check {

@@ -6,8 +6,17 @@
 
 use crate::spec::{Node, SITE_CA};
 
-/// Debian packages a node needs beyond the boot essentials.
-pub const PACKAGES: &[&str] = &["containerd", "runc", "ca-certificates"];
+/// Debian packages a node needs beyond the boot essentials: containerd, and what kubelet, kube-proxy and the
+/// pod network need on the host when the BPA's installer makes the node part of a workload cluster (kubeadm's
+/// preflight requires conntrack; the bridge CNI plugin is Debian's).
+pub const PACKAGES: &[&str] = &[
+    "containerd",
+    "runc",
+    "ca-certificates",
+    "iptables",
+    "conntrack",
+    "containernetworking-plugins",
+];
 
 /// The units a node enables instead of the agent's.
 pub const UNITS: &[&str] = &[

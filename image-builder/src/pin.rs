@@ -147,6 +147,7 @@ fn set_pin(spec: &mut Spec, c: &Change) -> Result<()> {
                 "kubeadm" => &mut k.kubeadm,
                 "pause.binary" => &mut k.pause.binary,
                 "coredns.binary" => &mut k.coredns.binary,
+                "etcd.binary" => &mut k.etcd.as_mut()?.binary,
                 _ => return None,
             };
             Some(&mut i.sha256)

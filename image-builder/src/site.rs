@@ -38,6 +38,18 @@ pub struct NodeNetwork {
     pub relay: PathBuf,
     /// (host port on 127.0.0.1, guest port): a lab's or test's way in, e.g. to the node's SSH.
     pub host_forwards: Vec<(u16, u16)>,
+    /// A second NIC, on an Ethernet link to one other node: the network a workload cluster's nodes talk on.
+    pub link: Option<Link>,
+}
+
+/// A point-to-point Ethernet link between two nodes, carried by qemu as UDP datagrams between two ports of
+/// 127.0.0.1 (each node's `local` is the other's `peer`): nothing leaves this host's loopback.
+#[derive(Clone, Debug)]
+pub struct Link {
+    pub local: u16,
+    pub peer: u16,
+    /// The NIC's MAC address, by which the guest's interface is found.
+    pub mac: String,
 }
 
 #[derive(Clone, Debug)]
@@ -76,6 +88,15 @@ pub fn domain_xml(node: &ComputeNode, net: &NodeNetwork, console: &Path) -> Stri
         ));
     }
     let console = xml_escape(&console.display().to_string());
+    let link = net.link.as_ref().map_or(String::new(), |l| {
+        format!(
+            "    <qemu:arg value='-netdev'/>\n    <qemu:arg value='socket,id=link,udp=127.0.0.1:{peer},localaddr=127.0.0.1:{local}'/>\n    \
+             <qemu:arg value='-device'/>\n    <qemu:arg value='virtio-net-pci,netdev=link,mac={mac},bus=pcie.0,addr=0x11'/>\n",
+            peer = l.peer,
+            local = l.local,
+            mac = xml_escape(&l.mac)
+        )
+    });
     let mut x = String::new();
     let _ = write!(
         x,
@@ -109,7 +130,7 @@ pub fn domain_xml(node: &ComputeNode, net: &NodeNetwork, console: &Path) -> Stri
     <qemu:arg value='{netdev}'/>
     <qemu:arg value='-device'/>
     <qemu:arg value='virtio-net-pci,netdev=site,mac={mac},bus=pcie.0,addr=0x10'/>
-  </qemu:commandline>
+{link}  </qemu:commandline>
 </domain>
 ",
         name = xml_escape(&node.name),
@@ -250,6 +271,7 @@ pub fn site_network(agent_port: u16, relay: PathBuf) -> NodeNetwork {
         }],
         relay,
         host_forwards: Vec::new(),
+        link: None,
     }
 }
 
@@ -360,6 +382,11 @@ mod tests {
             }],
             relay: "/var/lib/libvirt/images/site/foothold-build".into(),
             host_forwards: vec![(40022, 22)],
+            link: Some(Link {
+                local: 40100,
+                peer: 40101,
+                mac: "02:00:00:00:31:00".into(),
+            }),
         };
         let x = domain_xml(
             &node(),
@@ -384,6 +411,7 @@ mod tests {
             forwards: vec![],
             relay: "/r".into(),
             host_forwards: vec![],
+            link: None,
         };
         let x = domain_xml(&node(), &net, Path::new("/tmp/a'b&c.log"));
         assert!(

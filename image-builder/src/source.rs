@@ -216,21 +216,74 @@ fn replacements_in(go_mod: &str, module: &str, version: &str) -> Result<Vec<Stri
         let (from, to) = (from.trim(), to.trim());
         let from_path = from.split_whitespace().next().unwrap_or_default();
         if to.starts_with("./") || to.starts_with("../") {
-            let staged = version
-                .strip_prefix("v1.")
-                .map(|rest| format!("v0.{rest}"))
-                .with_context(|| {
-                    format!(
-                        "{module}@{version} replaces {from_path} with its own directory {to}, and only Kubernetes' \
-                         release versions (v1.x.y) say which published version that is"
-                    )
-                })?;
-            out.push(format!("{from_path} => {from_path} {staged}"));
+            // A directory replacing a module the build does not require is a guard (etcd's
+            // `go.etcd.io/etcd => ./FORBIDDEN_DEPENDENCY`): it changes nothing here. (Kubernetes' staging
+            // modules are kept as they always were.)
+            if module != KUBERNETES_MODULE && !required(go_mod).contains(&from_path) {
+                continue;
+            }
+            out.push(format!(
+                "{from_path} => {from_path} {}",
+                published(module, version, from_path, to)?
+            ));
         } else {
             out.push(format!("{from} => {to}"));
         }
     }
     Ok(out)
+}
+
+/// The module paths of `go_mod`'s `require` directives.
+fn required(go_mod: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut in_block = false;
+    for line in go_mod.lines() {
+        let line = line.split("//").next().unwrap_or_default().trim();
+        let directive = if in_block {
+            if line == ")" {
+                in_block = false;
+                continue;
+            }
+            line
+        } else if let Some(rest) = line.strip_prefix("require") {
+            let rest = rest.trim();
+            if rest == "(" {
+                in_block = true;
+                continue;
+            }
+            rest
+        } else {
+            continue;
+        };
+        out.extend(directive.split_whitespace().next());
+    }
+    out
+}
+
+/// The published version of the module `from` that `module@version` takes from its own repository's directory
+/// `to`: for a Kubernetes release v1.x.y, its staging modules' v0.x.y; for a module of a repository that tags
+/// its modules together (etcd's `server/v3` replacing `../api` with `api/v3`), a sibling of the same major
+/// version at the same version. Anything else is refused, naming it.
+fn published(module: &str, version: &str, from: &str, to: &str) -> Result<String> {
+    if module == KUBERNETES_MODULE {
+        if let Some(rest) = version.strip_prefix("v1.") {
+            return Ok(format!("v0.{rest}"));
+        }
+    }
+    let major = version.split('.').next().unwrap_or_default();
+    let same_major = match from.rsplit_once('/') {
+        Some((_, suffix)) if suffix.starts_with('v') && suffix[1..].parse::<u32>().is_ok() => {
+            suffix == major
+        }
+        _ => major == "v0" || major == "v1",
+    };
+    if to.starts_with("../") && same_major {
+        return Ok(version.to_owned());
+    }
+    bail!(
+        "{module}@{version} replaces {from} with its own directory {to}: only Kubernetes' releases (v1.x.y) and \
+         sibling modules of the same major version (../dir, tagged together) say which published version that is"
+    )
 }
 
 /// The link flags of a Go build of `module@version`: no symbol table, and for Kubernetes the version stamp its
@@ -386,11 +439,25 @@ mod tests {
                 "k8s.io/kubelet => k8s.io/kubelet v0.35.4"
             ]
         );
-        let err = replacements_in(go_mod, "example.org/m", "v2.0.0").unwrap_err();
+        let required = format!("require k8s.io/api v0.0.0\n{go_mod}");
+        let err = replacements_in(&required, "example.org/m", "v2.0.0").unwrap_err();
         assert!(
             format!("{err}").contains("./staging/src/k8s.io/api"),
             "{err}"
         );
+        // etcd's modules are tagged together: server/v3 takes its siblings at its own version.
+        let etcd = "module go.etcd.io/etcd/server/v3\nrequire (\n\tgo.etcd.io/etcd/api/v3 v3.6.6\n\tgo.etcd.io/etcd/client/pkg/v3 v3.6.6\n)\n\
+                    replace (\n\tgo.etcd.io/etcd/api/v3 => ../api\n\tgo.etcd.io/etcd/client/pkg/v3 => ../client/pkg\n)\n\
+                    replace go.etcd.io/etcd => ./FORBIDDEN_DEPENDENCY\n";
+        assert_eq!(
+            replacements_in(etcd, "go.etcd.io/etcd/server/v3", "v3.6.6").unwrap(),
+            [
+                "go.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 v3.6.6",
+                "go.etcd.io/etcd/client/pkg/v3 => go.etcd.io/etcd/client/pkg/v3 v3.6.6"
+            ]
+        );
+        let other_major = "require example.org/a/v2 v2.0.0\nreplace example.org/a/v2 => ../a\n";
+        assert!(replacements_in(other_major, "example.org/m/v3", "v3.0.0").is_err());
     }
 
     #[test]

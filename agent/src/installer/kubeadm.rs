@@ -79,6 +79,8 @@ pub fn init(c: &Cluster, n: &Node) -> String {
         ip = n.ip
     );
     node_registration(&mut out, n);
+    out.push_str(SKIP_KUBE_PROXY);
+    out.push_str(TIMEOUTS);
     let _ = write!(
         out,
         "---\napiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nclusterName: {name}\nkubernetesVersion: {version}\ncontrolPlaneEndpoint: \"{endpoint}\"\nimageRepository: registry.k8s.io\nnetworking:\n  podSubnet: \"{pods}\"\n  serviceSubnet: \"{SERVICE_SUBNET}\"\n  dnsDomain: cluster.local\n",
@@ -102,6 +104,7 @@ pub fn join(c: &Cluster, n: &Node, ca_hash: &str, control_plane: bool) -> String
         token = c.token
     );
     node_registration(&mut out, n);
+    out.push_str(TIMEOUTS);
     if control_plane {
         let _ = write!(
             out,
@@ -110,6 +113,85 @@ pub fn join(c: &Cluster, n: &Node, ca_hash: &str, control_plane: bool) -> String
         );
     }
     out
+}
+
+/// kube-proxy runs as a host service (its image would need iptables inside; the hosts have it), so kubeadm
+/// does not deploy its DaemonSet.
+const SKIP_KUBE_PROXY: &str = "skipPhases: [addon/kube-proxy]\n";
+
+/// kubeadm's waits, stretched from their 4- and 5-minute defaults: a control plane on a small or emulated host
+/// takes longer to answer, and a failed wait leaves the installer a half-made host to reset.
+const TIMEOUTS: &str = "timeouts:\n  controlPlaneComponentHealthCheck: 15m0s\n  kubeletHealthCheck: 10m0s\n  kubernetesAPICall: 2m0s\n  discovery: 10m0s\n  tlsBootstrap: 10m0s\n";
+
+/// kubeadm's `--discovery-token-ca-cert-hash` of a CA certificate (PEM): `sha256:` and the hex SHA-256 of its
+/// DER SubjectPublicKeyInfo.
+pub fn ca_cert_hash(pem: &str) -> Result<String, String> {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let body: String = pem
+        .lines()
+        .skip_while(|l| l.trim() != "-----BEGIN CERTIFICATE-----")
+        .skip(1)
+        .take_while(|l| l.trim() != "-----END CERTIFICATE-----")
+        .map(str::trim)
+        .collect();
+    if body.is_empty() {
+        return Err("no PEM certificate".into());
+    }
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .map_err(|e| format!("the certificate's base64: {e}"))?;
+    let spki = subject_public_key_info(&der).ok_or("not a DER X.509 certificate")?;
+    Ok(format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(spki))
+    ))
+}
+
+/// One DER element at the start of `b`: (tag, whole element, contents, rest).
+fn element(b: &[u8]) -> Option<(u8, &[u8], &[u8], &[u8])> {
+    let (&tag, rest) = b.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |a, &d| (a << 8) | usize::from(d));
+        (len, &rest[n..])
+    };
+    if rest.len() < len {
+        return None;
+    }
+    let header = b.len() - rest.len();
+    Some((tag, &b[..header + len], &rest[..len], &rest[len..]))
+}
+
+/// The SubjectPublicKeyInfo element of an X.509 certificate: the seventh field of its TBSCertificate, or the
+/// sixth when the version is left out.
+fn subject_public_key_info(der: &[u8]) -> Option<&[u8]> {
+    let (0x30, _, cert, _) = element(der)? else {
+        return None;
+    };
+    let (0x30, _, tbs, _) = element(cert)? else {
+        return None;
+    };
+    let mut rest = tbs;
+    let mut fields = Vec::new();
+    while !rest.is_empty() && fields.len() < 7 {
+        let (tag, whole, _, more) = element(rest)?;
+        fields.push((tag, whole));
+        rest = more;
+    }
+    let at = if fields.first()?.0 == 0xa0 { 6 } else { 5 };
+    match fields.get(at)? {
+        (0x30, spki) => Some(spki),
+        _ => None,
+    }
 }
 
 /// The kubelet as the appliance runs its own: systemd's cgroups (containerd's runc is configured the same).
@@ -151,6 +233,11 @@ mod tests {
             assert!(y.contains(want), "{want:?} in\n{y}");
         }
         assert_eq!(y.matches("\n---\n").count(), 2, "three documents");
+        assert!(y.contains("skipPhases: [addon/kube-proxy]\n"), "{y}");
+        assert!(
+            y.contains("  controlPlaneComponentHealthCheck: 15m0s\n"),
+            "{y}"
+        );
     }
 
     #[test]
@@ -176,6 +263,59 @@ mod tests {
         assert!(
             y.contains("controlPlane:\n  localAPIEndpoint:\n    advertiseAddress: \"fd00::6\"\n"),
             "{y}"
+        );
+    }
+
+    /// The hash of a certificate openssl makes is the one openssl's own pipeline gives (kubeadm's documented way:
+    /// `openssl x509 -pubkey | openssl pkey -pubin -outform der | sha256sum`).
+    #[test]
+    fn the_ca_hash_is_the_one_openssl_gives() {
+        use std::process::Command;
+        let dir = tempfile::tempdir().unwrap();
+        for (kind, opts) in [
+            ("ec", "ec_paramgen_curve:P-256"),
+            ("rsa", "rsa_keygen_bits:2048"),
+        ] {
+            let cert = dir.path().join(format!("{kind}.pem"));
+            let ok = Command::new("openssl")
+                .args([
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    kind,
+                    "-pkeyopt",
+                    opts,
+                    "-nodes",
+                    "-subj",
+                    "/CN=kubernetes",
+                ])
+                .args(["-days", "1", "-keyout"])
+                .arg(dir.path().join("key.pem"))
+                .arg("-out")
+                .arg(&cert)
+                .output()
+                .unwrap();
+            assert!(ok.status.success(), "{ok:?}");
+            let want = Command::new("sh")
+                .arg("-c")
+                .arg("openssl x509 -pubkey -noout -in \"$1\" | openssl pkey -pubin -outform der | sha256sum")
+                .arg("sh")
+                .arg(&cert)
+                .output()
+                .unwrap();
+            let want = String::from_utf8(want.stdout).unwrap();
+            let pem = std::fs::read_to_string(&cert).unwrap();
+            assert_eq!(
+                ca_cert_hash(&pem).unwrap(),
+                format!("sha256:{}", want.split_whitespace().next().unwrap()),
+                "{kind}"
+            );
+        }
+        assert_eq!(ca_cert_hash("hello").unwrap_err(), "no PEM certificate");
+        assert_eq!(
+            ca_cert_hash("-----BEGIN CERTIFICATE-----\nMAMCAQA=\n-----END CERTIFICATE-----\n")
+                .unwrap_err(),
+            "not a DER X.509 certificate"
         );
     }
 

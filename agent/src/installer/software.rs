@@ -63,14 +63,7 @@ impl Manifest {
                     p.sha256
                 ));
             }
-            let url_ok = (p.url.starts_with("https://") || p.url.starts_with("http://"))
-                && p.url.bytes().all(|b| {
-                    b.is_ascii_alphanumeric()
-                        || matches!(
-                            b,
-                            b':' | b'/' | b'.' | b'-' | b'_' | b'~' | b'%' | b'+' | b'[' | b']'
-                        )
-                });
+            let url_ok = crate::installer::release::plain_url(&p.url);
             if !url_ok {
                 return Err(format!("{f}: url {:?}: not a plain http(s) URL", p.url));
             }

@@ -97,38 +97,12 @@ pub fn stage(b: &Build, files: &[FileInput], agent: &Path, record: &mut Record) 
     if let Some(k) = &spec.components.kubernetes {
         progress.step(
             "data",
-            "the pause and CoreDNS images, made from their binaries",
+            "the cluster's images (pause, CoreDNS, the control plane's, etcd), made from their binaries",
         );
-        let input = |field: &str| {
-            files
-                .iter()
-                .find(|f| f.field == field)
-                .expect("every image binary is an input")
-        };
-        let (pause, coredns) = (
-            input("components.kubernetes.pause.binary"),
-            input("components.kubernetes.coredns.binary"),
-        );
-        let built = [
-            crate::built_images::BuiltImage {
-                reference: &k.pause.reference,
-                binary: &pause.src,
-                binary_sha256: &pause.sha256,
-                entrypoint: "/pause",
-                user: "65535:65535",
-            },
-            crate::built_images::BuiltImage {
-                reference: &k.coredns.reference,
-                binary: &coredns.src,
-                binary_sha256: &coredns.sha256,
-                entrypoint: "/coredns",
-                user: "0:0",
-            },
-        ];
-        let (layout, records) = crate::built_images::cached_layout(&built, &settings.cache, epoch)?;
+        let (layout, records) = super::workload::images(k, files, &settings.cache, epoch)?;
         import(&layout, &[])
-            .context("components.kubernetes: importing the pause and CoreDNS images")?;
-        for (name, r) in ["pause", "coredns"].into_iter().zip(records) {
+            .context("components.kubernetes: importing the images made from its binaries")?;
+        for (name, r) in records {
             record.inputs.insert(format!("kubernetes.{name}.image"), r);
         }
     }

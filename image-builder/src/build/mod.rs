@@ -8,7 +8,8 @@
 //! - [`data`]: the agent's store for the data partition;
 //! - [`boot`]: the ESP, the boot code and the raw disk, written without loop devices or mounts;
 //! - [`iso`]: the hybrid ISO;
-//! - [`outputs`]: the compressed raw, the qcow2 and every output's manifest.
+//! - [`outputs`]: the compressed raw, the qcow2 and every output's manifest;
+//! - [`workload`]: what the appliance gives the workload clusters its BPA installs (images, release file).
 //!
 //! This module only orders them and hands each what the ones before it made.
 
@@ -34,6 +35,7 @@ pub mod layout;
 mod outputs;
 mod root;
 mod rootfs;
+pub mod workload;
 
 pub use context::{Build, Record, Settings};
 pub use inputs::{agent_path, spec_overlay};

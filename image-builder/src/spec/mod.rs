@@ -155,6 +155,12 @@ pub struct Kubernetes {
     /// Cluster DNS, e.g. `registry.k8s.io/coredns/coredns:v1.13.1` from
     /// `go: github.com/coredns/coredns@v1.13.1`.
     pub coredns: BuiltImage,
+    /// etcd for the workload clusters the BPA's installer makes with kubeadm (their control planes run it as
+    /// a static pod, by the image kubeadm of `version` names), e.g. `registry.k8s.io/etcd:3.6.6-0` from
+    /// `go: go.etcd.io/etcd/server/v3@v3.6.6`. The appliance's own etcd is Debian's package. Without it the
+    /// appliance cannot install workload clusters.
+    #[serde(default)]
+    pub etcd: Option<BuiltImage>,
     /// Pod addresses (default `10.244.0.0/16`; this node uses its first /24).
     #[serde(default = "default_pod_subnet")]
     pub pod_subnet: String,
@@ -189,6 +195,9 @@ pub struct BuiltImage {
     pub reference: String,
     pub binary: Input,
 }
+
+/// The binaries (by field) a workload cluster's hosts install, which the agent serves.
+pub const WORKLOAD_BINARIES: &[&str] = &["kubelet", "kubeProxy", "kubectl", "kubeadm"];
 
 /// Where Kubernetes' binaries are installed, and the built images' binaries inside their images.
 pub const KUBE_BIN_DIR: &str = "/usr/local/bin";
@@ -344,13 +353,15 @@ impl Spec {
             .collect();
         if let Some(k) = &c.kubernetes {
             for (name, i) in k.binaries() {
-                out.push((
-                    format!("components.kubernetes.{name}"),
-                    i.to_file(
-                        Some(format!("{KUBE_BIN_DIR}/{}", kebab(name))),
-                        Some("0755"),
-                    ),
-                ));
+                let mut f = i.to_file(
+                    Some(format!("{KUBE_BIN_DIR}/{}", kebab(name))),
+                    Some("0755"),
+                );
+                // What a workload cluster's hosts install: served for the BPA's installer.
+                if WORKLOAD_BINARIES.contains(&name) {
+                    f.serve = Some(k.served(name));
+                }
+                out.push((format!("components.kubernetes.{name}"), f));
             }
         }
         if let Some(m) = &c.metal3 {
@@ -374,8 +385,16 @@ impl Spec {
         self.components
             .kubernetes
             .iter()
-            .flat_map(|k| [("pause", &k.pause), ("coredns", &k.coredns)])
-            .map(|(name, im)| (format!("components.kubernetes.{name}.binary"), &im.binary))
+            .flat_map(|k| {
+                [
+                    ("pause", Some(&k.pause)),
+                    ("coredns", Some(&k.coredns)),
+                    ("etcd", k.etcd.as_ref()),
+                ]
+            })
+            .filter_map(|(name, im)| {
+                Some((format!("components.kubernetes.{name}.binary"), &im?.binary))
+            })
             .collect()
     }
 
@@ -444,6 +463,17 @@ impl Kubernetes {
     }
 
     /// The binaries installed on the node, by spec field name.
+    /// Where the agent serves binary `name` (a [`WORKLOAD_BINARIES`] field name):
+    /// `/files/foothold/kubernetes-<version>/binary_images/<kebab name>`.
+    pub fn served(&self, name: &str) -> Serve {
+        Serve {
+            owner: "foothold".into(),
+            cluster: format!("kubernetes-{}", self.version),
+            kind: ServeKind::Binary,
+            name: kebab(name),
+        }
+    }
+
     pub fn binaries(&self) -> [(&'static str, &Input); 7] {
         [
             ("kubelet", &self.kubelet),

@@ -182,7 +182,12 @@ impl Spec {
                 }
             }
         }
-        for (name, im) in [("pause", &k.pause), ("coredns", &k.coredns)] {
+        for (name, im) in [
+            ("pause", Some(&k.pause)),
+            ("coredns", Some(&k.coredns)),
+            ("etcd", k.etcd.as_ref()),
+        ] {
+            let Some(im) = im else { continue };
             let tagged = im.reference.rsplit_once(':').is_some_and(|(repo, tag)| {
                 !repo.is_empty() && !tag.is_empty() && !tag.contains('/')
             });

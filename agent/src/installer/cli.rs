@@ -1,0 +1,208 @@
+//! The installer's commands, `foothold-agent install-software` and `install-cluster`: their arguments (each
+//! also from the environment the BPA's Jobs set) and what they print.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context as _};
+
+use crate::installer::cluster::{self, Params};
+use crate::installer::inventory::Inventory;
+use crate::installer::release::Release;
+use crate::installer::{software, ssh};
+
+/// Where the BPA's Jobs mount the SSH key Secret (ICN's name for the key).
+const SSH_KEY: &str = "/etc/foothold/ssh/id_rsa";
+
+#[derive(clap::Args)]
+pub struct SoftwareArgs {
+    /// The cluster's inventory (the BPA's hosts.ini).
+    #[arg(
+        long,
+        env = "INVENTORY",
+        default_value = "/etc/foothold/inventory/hosts.ini"
+    )]
+    inventory: PathBuf,
+    /// The Software's manifest (the BPA's packages.json).
+    #[arg(
+        long,
+        env = "PACKAGES",
+        default_value = "/etc/foothold/packages/packages.json"
+    )]
+    packages: PathBuf,
+    /// The SSH private key (the BPA's key Secret, mounted).
+    #[arg(long, default_value = SSH_KEY)]
+    ssh_key: PathBuf,
+    /// Who to log in as where the inventory has no ansible_user; anyone but root needs password-less sudo.
+    #[arg(long, env = "INSTALLER_SSH_USER", default_value = "root")]
+    ssh_user: String,
+}
+
+#[derive(clap::Args)]
+pub struct ClusterArgs {
+    /// The cluster's inventory (the BPA's hosts.ini): one host in [kube_control_plane], workers in [kube_node].
+    #[arg(
+        long,
+        env = "INVENTORY",
+        default_value = "/etc/foothold/inventory/hosts.ini"
+    )]
+    inventory: PathBuf,
+    /// The Kubernetes release to install (kubernetes-release.json, written by foothold-build beside the
+    /// binaries the appliance serves).
+    #[arg(
+        long,
+        env = "KUBERNETES_RELEASE",
+        default_value = "/etc/foothold/kubernetes/release.json"
+    )]
+    release: PathBuf,
+    /// The SSH private key (the BPA's key Secret, mounted).
+    #[arg(long, default_value = SSH_KEY)]
+    ssh_key: PathBuf,
+    /// Who to log in as where the inventory has no ansible_user; anyone but root needs password-less sudo.
+    #[arg(long, env = "INSTALLER_SSH_USER", default_value = "root")]
+    ssh_user: String,
+    /// The cluster's name (kubeadm's clusterName).
+    #[arg(long, env = "CLUSTER_NAME")]
+    cluster: String,
+    /// Pod addresses; each node gets a /24 of it.
+    #[arg(long, env = "POD_SUBNET", default_value = "")]
+    pod_subnet: String,
+    /// ICN's KUD plugins: Foothold's installer has none, so any named is refused rather than left out.
+    #[arg(long, env = "KUD_PLUGINS", default_value = "")]
+    kud_plugins: String,
+    /// The Secret to write the admin kubeconfig into (key `kubeconfig`), in NAMESPACE, with the Job's service
+    /// account (or KUBECONFIG's credentials outside a cluster).
+    #[arg(long, env = "KUBECONFIG_SECRET", default_value = "")]
+    kubeconfig_secret: String,
+    #[arg(long, env = "NAMESPACE", default_value = "")]
+    namespace: String,
+    /// Also write the admin kubeconfig to this file (mode 0600).
+    #[arg(long)]
+    kubeconfig_out: Option<PathBuf>,
+}
+
+fn read(p: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+}
+
+fn inventory(p: &Path) -> anyhow::Result<Inventory> {
+    Inventory::parse(&read(p)?).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+}
+
+fn host_keys(inv: &Inventory, known: &ssh::KnownHosts) {
+    for h in inv.members() {
+        if let Some(f) = known.fingerprint(&h.address, h.port) {
+            println!("{} host key {f}", h.name);
+        }
+    }
+}
+
+pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
+    let inv = inventory(&a.inventory)?;
+    let manifest = software::Manifest::parse(&read(&a.packages)?)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.packages.display()))?;
+    let key = ssh::load_key(&a.ssh_key).map_err(anyhow::Error::msg)?;
+    let known = ssh::KnownHosts::default();
+    let outcomes = tokio::runtime::Runtime::new()?.block_on(software::install(
+        &inv,
+        &manifest,
+        key,
+        &a.ssh_user,
+        &known,
+    ));
+    let mut failed = 0;
+    for o in &outcomes {
+        match &o.result {
+            Ok(done) => println!("{} {}: {done}", o.host, o.package),
+            Err(why) => {
+                failed += 1;
+                println!("{} {}: FAILED: {why}", o.host, o.package);
+            }
+        }
+    }
+    host_keys(&inv, &known);
+    if failed > 0 {
+        eprintln!(
+            "foothold-agent: {failed} of {} package installs failed",
+            outcomes.len()
+        );
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
+    let inv = inventory(&a.inventory)?;
+    let release = Release::parse(&read(&a.release)?)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.release.display()))?;
+    let key = ssh::load_key(&a.ssh_key).map_err(anyhow::Error::msg)?;
+    if !a.kud_plugins.trim().is_empty() {
+        bail!(
+            "KUD_PLUGINS {:?}: Foothold's installer installs no KUD plugins; remove them from the Provisioning",
+            a.kud_plugins
+        );
+    }
+    if a.kubeconfig_secret.is_empty() && a.kubeconfig_out.is_none() {
+        bail!("nowhere to put the kubeconfig: set KUBECONFIG_SECRET (and NAMESPACE) or --kubeconfig-out");
+    }
+    if !a.kubeconfig_secret.is_empty() && a.namespace.is_empty() {
+        bail!(
+            "KUBECONFIG_SECRET {:?} needs NAMESPACE",
+            a.kubeconfig_secret
+        );
+    }
+    let pod_subnet = if a.pod_subnet.is_empty() {
+        crate::installer::kubeadm::DEFAULT_POD_SUBNET
+    } else {
+        &a.pod_subnet
+    };
+    let params = Params {
+        cluster: &a.cluster,
+        pod_subnet,
+        release: &release,
+    };
+    let known = ssh::KnownHosts::default();
+    let say = |line: String| println!("{line}");
+    let runtime = tokio::runtime::Runtime::new()?;
+    let result = runtime.block_on(cluster::install(
+        &inv,
+        &params,
+        key,
+        &a.ssh_user,
+        &known,
+        &say,
+    ));
+    host_keys(&inv, &known);
+    let kubeconfig = match result {
+        Ok(k) => k,
+        Err(f) => {
+            println!("FAILED: {f}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    if let Some(out) = &a.kubeconfig_out {
+        let tmp = out.with_extension("foothold-tmp");
+        crate::store::blobs::write_durably_mode(&tmp, out, kubeconfig.as_bytes(), 0o600)
+            .with_context(|| format!("writing {}", out.display()))?;
+        println!("kubeconfig written to {}", out.display());
+    }
+    if !a.kubeconfig_secret.is_empty() {
+        runtime
+            .block_on(async {
+                let client = kube::Client::try_default().await?;
+                cluster::publish(client, &a.namespace, &a.kubeconfig_secret, &kubeconfig).await
+            })
+            .with_context(|| {
+                format!(
+                    "writing the kubeconfig into Secret {}/{}",
+                    a.namespace, a.kubeconfig_secret
+                )
+            })?;
+        println!(
+            "kubeconfig written to Secret {}/{}",
+            a.namespace, a.kubeconfig_secret
+        );
+    }
+    println!("cluster {} installed", a.cluster);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,562 @@
+//! `install-cluster`: the hosts of a `Provisioning`'s inventory made into a Kubernetes cluster with kubeadm, over
+//! SSH, from the appliance alone (the release's binaries from the agent's files, the images through its mirror).
+//!
+//! The steps, each a script of `host` (idempotent, so a re-run over a half-installed cluster converges):
+//! 1. `prepare` every host at once: binaries, kernel settings, containerd for kubelet, kubelet's unit;
+//! 2. `kubeadm init` on the control-plane host;
+//! 3. `kubeadm join` on every other host at once, trusting the cluster CA by its hash;
+//! 4. `kube-proxy` on every host, with a kubeconfig the control-plane host makes;
+//! 5. `pod network`: once the controller manager has given every node its pod range, the bridge plugin on each
+//!    node and routes to the others' ranges;
+//! 6. every node `Ready`, then the admin kubeconfig is read back: the caller writes it into the Secret.
+//!
+//! A failure ends the run and names the host, the step and the output's tail. One control-plane host: a
+//! second would need kubeadm's certificate upload, which is not built.
+
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use russh::keys::PrivateKey;
+
+use crate::installer::host::{self, ADMIN_CONF, CA_CERT, DONE};
+use crate::installer::inventory::{Host, Inventory};
+use crate::installer::kubeadm;
+use crate::installer::release::Release;
+use crate::installer::ssh::{Connection, KnownHosts, Output, Target};
+
+/// What the BPA's Job gives the installer beyond the inventory.
+pub struct Params<'a> {
+    /// `CLUSTER_NAME`.
+    pub cluster: &'a str,
+    /// `POD_SUBNET`, else kubeadm's default.
+    pub pod_subnet: &'a str,
+    pub release: &'a Release,
+}
+
+/// Why the run stopped: which host, in which step, and what it said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The inventory's name and address, or `inventory` for what is wrong before any host is touched.
+    pub host: String,
+    pub step: &'static str,
+    pub reason: String,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.host, self.step, self.reason)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+fn refuse(reason: String) -> Failure {
+    Failure {
+        host: "inventory".into(),
+        step: "plan",
+        reason,
+    }
+}
+
+/// A Kubernetes object name (RFC 1123 label): what node names and the cluster name must be.
+fn dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// `a.b.c.d/n` with room for `nodes` /24 pod ranges (the controller manager's default node mask).
+fn pod_subnet_fits(subnet: &str, nodes: usize) -> Result<(), String> {
+    let (ip, len) = subnet
+        .split_once('/')
+        .ok_or_else(|| format!("POD_SUBNET {subnet:?}: not an IPv4 CIDR like 10.244.0.0/16"))?;
+    let (Ok(ip), Ok(len)) = (ip.parse::<Ipv4Addr>(), len.parse::<u32>()) else {
+        return Err(format!(
+            "POD_SUBNET {subnet:?}: not an IPv4 CIDR like 10.244.0.0/16"
+        ));
+    };
+    if len > 23 || (u32::from(ip) & (u32::MAX >> len)) != 0 {
+        return Err(format!(
+            "POD_SUBNET {subnet:?}: must be a network of prefix /23 or shorter (each node gets a /24)"
+        ));
+    }
+    if (1usize << (24 - len)) < nodes {
+        return Err(format!(
+            "POD_SUBNET {subnet:?}: {} /24 ranges for {nodes} nodes",
+            1usize << (24 - len)
+        ));
+    }
+    Ok(())
+}
+
+/// Checks what the inventory and parameters put into kubeadm's configuration and the hosts' scripts.
+pub fn check(inv: &Inventory, p: &Params) -> Result<(), Failure> {
+    if !dns_label(p.cluster) {
+        return Err(refuse(format!(
+            "CLUSTER_NAME {:?}: not a DNS label (lowercase letters, digits, '-')",
+            p.cluster
+        )));
+    }
+    if inv.control_plane.len() != 1 {
+        return Err(refuse(format!(
+            "{} control-plane hosts ({}): the installer makes clusters of one control-plane host",
+            inv.control_plane.len(),
+            inv.control_plane.join(", ")
+        )));
+    }
+    for h in inv.members() {
+        if !dns_label(&h.name) {
+            return Err(refuse(format!(
+                "host {:?}: not usable as a Kubernetes node name (lowercase letters, digits, '-')",
+                h.name
+            )));
+        }
+        if h.ip.parse::<Ipv4Addr>().is_err() {
+            return Err(refuse(format!(
+                "host {}: ip {:?}: not an IPv4 address (the pod network is IPv4)",
+                h.name, h.ip
+            )));
+        }
+    }
+    pod_subnet_fits(p.pod_subnet, inv.members().len()).map_err(refuse)
+}
+
+/// A logged-in host.
+struct Node<'a> {
+    host: &'a Host,
+    conn: Connection,
+    /// `sh -s` for root, `sudo -n sh -s` for anyone else.
+    shell: &'static str,
+}
+
+impl Node<'_> {
+    fn label(&self) -> String {
+        format!("{} ({})", self.host.name, self.host.address)
+    }
+
+    fn fail(&self, step: &'static str, reason: String) -> Failure {
+        Failure {
+            host: self.label(),
+            step,
+            reason,
+        }
+    }
+
+    /// Runs `script`; its output on success.
+    async fn capture(
+        &self,
+        step: &'static str,
+        script: &str,
+        timeout: Duration,
+    ) -> Result<Output, Failure> {
+        let out = self
+            .conn
+            .run(self.shell, script.as_bytes(), timeout)
+            .await
+            .map_err(|e| self.fail(step, e.to_string()))?;
+        if out.success() {
+            return Ok(out);
+        }
+        Err(self.fail(
+            step,
+            format!(
+                "exit status {}: {}",
+                out.status
+                    .map_or_else(|| format!("signal {:?}", out.signal), |s| s.to_string()),
+                out.tail(8)
+            ),
+        ))
+    }
+
+    /// Runs a step's `script`; what it says it did.
+    async fn step(
+        &self,
+        step: &'static str,
+        script: &str,
+        timeout: Duration,
+    ) -> Result<String, Failure> {
+        let out = self.capture(step, script, timeout).await?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix(DONE).map(|d| d.trim().to_owned()))
+            .ok_or_else(|| self.fail(step, format!("the script ended without saying {DONE}")))
+    }
+
+    /// `kubectl` on the control-plane host with the admin kubeconfig; its standard output.
+    async fn kubectl(&self, step: &'static str, args: &str) -> Result<String, Failure> {
+        let out = self
+            .capture(
+                step,
+                &format!("kubectl --kubeconfig={ADMIN_CONF} {args}\n"),
+                Duration::from_secs(120),
+            )
+            .await?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+const CONNECT: Duration = Duration::from_secs(60);
+/// Downloading a release's binaries (some 300 MB) and setting a host up.
+const PREPARE: Duration = Duration::from_secs(30 * 60);
+/// kubeadm init or join, image pulls included, on a slow host.
+const KUBEADM: Duration = Duration::from_secs(40 * 60);
+const SHORT: Duration = Duration::from_secs(5 * 60);
+/// How long the nodes have to get their pod ranges, and then to be Ready.
+const NODES: Duration = Duration::from_secs(20 * 60);
+
+/// Every result of joining `futures`, or the first failure among them.
+async fn all<T>(
+    futures: impl IntoIterator<Item = impl std::future::Future<Output = Result<T, Failure>>>,
+) -> Result<Vec<T>, Failure> {
+    join_all(futures).await.into_iter().collect()
+}
+
+/// Polls `kubectl get nodes` on `cp` (name and one jsonpath field per line) until `done` holds for every host
+/// of the inventory, or `NODES` passes.
+async fn wait_nodes(
+    cp: &Node<'_>,
+    inv: &Inventory,
+    step: &'static str,
+    field: &str,
+    done: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, String)>, Failure> {
+    let deadline = Instant::now() + NODES;
+    let args = format!(
+        "get nodes -o jsonpath='{{range .items[*]}}{{.metadata.name}}{{\" \"}}{field}{{\"\\n\"}}{{end}}'"
+    );
+    loop {
+        let said = cp.kubectl(step, &args).await?;
+        let seen: Vec<(String, String)> = said
+            .lines()
+            .filter_map(|l| {
+                let (n, v) = l.split_once(' ')?;
+                Some((n.to_owned(), v.trim().to_owned()))
+            })
+            .collect();
+        let missing: Vec<&str> = inv
+            .members()
+            .iter()
+            .map(|h| h.name.as_str())
+            .filter(|n| !seen.iter().any(|(s, v)| s == n && done(v)))
+            .collect();
+        if missing.is_empty() {
+            return Ok(seen);
+        }
+        if Instant::now() >= deadline {
+            return Err(cp.fail(
+                step,
+                format!(
+                    "within {NODES:?}, not yet for {} (the cluster said: {})",
+                    missing.join(", "),
+                    said.trim().replace('\n', "; ")
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+/// Installs the cluster and returns its admin kubeconfig. `say` hears one line per host and step done.
+pub async fn install(
+    inv: &Inventory,
+    p: &Params<'_>,
+    key: Arc<PrivateKey>,
+    default_user: &str,
+    known: &KnownHosts,
+    say: &(dyn Fn(String) + Sync),
+) -> Result<String, Failure> {
+    check(inv, p)?;
+    let members = inv.members();
+    let nodes = all(members.iter().map(|h| {
+        let key = key.clone();
+        async move {
+            let user = h.user.as_deref().unwrap_or(default_user);
+            let target = Target {
+                name: h.name.clone(),
+                address: h.address.clone(),
+                port: h.port,
+                user: user.to_owned(),
+            };
+            let conn = Connection::open(&target, key, known, CONNECT)
+                .await
+                .map_err(|e| Failure {
+                    host: format!("{} ({})", h.name, h.address),
+                    step: "connect",
+                    reason: e.to_string(),
+                })?;
+            let shell = if user == "root" {
+                "sh -s"
+            } else {
+                "sudo -n sh -s"
+            };
+            Ok(Node {
+                host: h,
+                conn,
+                shell,
+            })
+        }
+    }))
+    .await?;
+    let result = converge(inv, p, &nodes, say).await;
+    for n in nodes {
+        n.conn.close().await;
+    }
+    result
+}
+
+async fn converge(
+    inv: &Inventory,
+    p: &Params<'_>,
+    nodes: &[Node<'_>],
+    say: &(dyn Fn(String) + Sync),
+) -> Result<String, Failure> {
+    let report = |n: &Node, step: &str, done: &str| say(format!("{} {step}: {done}", n.host.name));
+    let prepare = host::prepare(p.release);
+    all(nodes.iter().map(|n| async {
+        let done = n.step("prepare", &prepare, PREPARE).await?;
+        report(n, "prepare", &done);
+        Ok(())
+    }))
+    .await?;
+
+    let cp = &nodes[0];
+    let first = inv.first_control_plane();
+    let token = kubeadm::token();
+    let cluster = kubeadm::Cluster {
+        name: p.cluster,
+        version: &p.release.version,
+        endpoint: &first.ip,
+        pod_subnet: p.pod_subnet,
+        token: &token,
+    };
+    fn node(h: &Host) -> kubeadm::Node<'_> {
+        kubeadm::Node {
+            name: &h.name,
+            ip: &h.ip,
+        }
+    }
+    let init = kubeadm::init(&cluster, &node(first));
+    let done = cp
+        .step("kubeadm init", &host::init(p.cluster, &init), KUBEADM)
+        .await?;
+    report(cp, "kubeadm init", &done);
+
+    // The token the joins use: made anew by each run (the one in a first run's init configuration may have
+    // expired by a later run's), with the CA's hash read from the control-plane host.
+    let joining = &nodes[1..];
+    if !joining.is_empty() {
+        cp.step(
+            "bootstrap token",
+            &format!(
+                "set -eu\nkubeadm token delete '{token}' --kubeconfig={ADMIN_CONF} >/dev/null 2>&1 || true\n\
+                 kubeadm token create '{token}' --ttl 2h0m0s --kubeconfig={ADMIN_CONF} >/dev/null\necho '{DONE} token'\n"
+            ),
+            SHORT,
+        )
+        .await?;
+        let ca = cp
+            .capture("read the cluster CA", &format!("cat {CA_CERT}\n"), SHORT)
+            .await?;
+        let hash = kubeadm::ca_cert_hash(&String::from_utf8_lossy(&ca.stdout))
+            .map_err(|e| cp.fail("read the cluster CA", format!("{CA_CERT}: {e}")))?;
+        all(joining.iter().map(|n| {
+            let config = kubeadm::join(&cluster, &node(n.host), &hash, false);
+            async move {
+                let done = n
+                    .step("kubeadm join", &host::join(p.cluster, &config), KUBEADM)
+                    .await?;
+                report(n, "kubeadm join", &done);
+                Ok(())
+            }
+        }))
+        .await?;
+    }
+
+    let conf = cp
+        .capture(
+            "kube-proxy kubeconfig",
+            &host::kube_proxy_kubeconfig(),
+            SHORT,
+        )
+        .await?;
+    let conf = String::from_utf8_lossy(&conf.stdout).into_owned();
+    all(nodes.iter().map(|n| {
+        let script = host::kube_proxy(&n.host.name, p.pod_subnet, &conf);
+        async move {
+            let done = n.step("kube-proxy", &script, SHORT).await?;
+            report(n, "kube-proxy", &done);
+            Ok(())
+        }
+    }))
+    .await?;
+
+    let ranges = wait_nodes(cp, inv, "pod ranges", "{.spec.podCIDR}", |v| !v.is_empty()).await?;
+    let range_of = |n: &Node| {
+        ranges
+            .iter()
+            .find(|(name, _)| *name == n.host.name)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_default()
+    };
+    for (name, range) in &ranges {
+        if !pod_range_ok(range) {
+            return Err(cp.fail(
+                "pod ranges",
+                format!("node {name} has pod range {range:?}, not an IPv4 CIDR"),
+            ));
+        }
+    }
+    all(nodes.iter().map(|n| {
+        let routes: Vec<(String, String)> = nodes
+            .iter()
+            .filter(|o| o.host.name != n.host.name)
+            .map(|o| (range_of(o), o.host.ip.clone()))
+            .collect();
+        let script = host::network(&range_of(n), &routes);
+        async move {
+            let done = n.step("pod network", &script, SHORT).await?;
+            report(n, "pod network", &done);
+            Ok(())
+        }
+    }))
+    .await?;
+
+    wait_nodes(
+        cp,
+        inv,
+        "nodes Ready",
+        "{.status.conditions[?(@.type==\"Ready\")].status}",
+        |v| v == "True",
+    )
+    .await?;
+    for n in nodes {
+        report(n, "node", "Ready");
+    }
+    let admin = cp
+        .capture(
+            "read the admin kubeconfig",
+            &format!("cat {ADMIN_CONF}\n"),
+            SHORT,
+        )
+        .await?;
+    Ok(String::from_utf8_lossy(&admin.stdout).into_owned())
+}
+
+/// What the controller manager gives a node: `a.b.c.d/n`.
+fn pod_range_ok(r: &str) -> bool {
+    r.split_once('/').is_some_and(|(ip, len)| {
+        ip.parse::<Ipv4Addr>().is_ok() && len.parse::<u8>().is_ok_and(|l| l <= 32)
+    })
+}
+
+/// Writes `kubeconfig` into the Secret `name` of `namespace` (key `kubeconfig`, as the BPA reads it), creating
+/// or updating it by server-side apply: what the installer's account may do to that one Secret.
+pub async fn publish(
+    client: kube::Client,
+    namespace: &str,
+    name: &str,
+    kubeconfig: &str,
+) -> Result<(), kube::Error> {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, Patch, PatchParams};
+    let secret = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "Opaque",
+        "stringData": {"kubeconfig": kubeconfig},
+    });
+    Api::<Secret>::namespaced(client, namespace)
+        .patch(
+            name,
+            &PatchParams::apply("foothold-installer").force(),
+            &Patch::Apply(secret),
+        )
+        .await
+        .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn release() -> Release {
+        let binaries: Vec<_> = crate::installer::release::BINARIES
+            .iter()
+            .map(|n| serde_json::json!({"name": n, "url": format!("http://10.0.0.1:5000/files/{n}"), "sha256": "ef".repeat(32)}))
+            .collect();
+        Release::parse(
+            &serde_json::json!({"version": "v1.35.4", "sandboxImage": "registry.k8s.io/pause:3.10.1", "binaries": binaries})
+                .to_string(),
+        )
+        .unwrap()
+    }
+
+    fn inventory(extra: &str) -> Inventory {
+        Inventory::parse(&format!(
+            "[all]\nmaster-0 ansible_host=10.0.0.5\nworker-0 ansible_host=10.0.0.6{extra}\n\
+             [kube_control_plane]\nmaster-0\n[kube_node]\nworker-0\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn what_kubeadm_cannot_take_is_refused_before_any_host_is_touched() {
+        let r = release();
+        let p = |cluster, pod_subnet| Params {
+            cluster,
+            pod_subnet,
+            release: &r,
+        };
+        let inv = inventory("");
+        assert_eq!(check(&inv, &p("c1", "10.244.0.0/16")), Ok(()));
+        let why = |inv: &Inventory, cluster, subnet| {
+            check(inv, &p(cluster, subnet)).unwrap_err().to_string()
+        };
+        assert_eq!(
+            why(&inv, "C_1", "10.244.0.0/16"),
+            "inventory: plan: CLUSTER_NAME \"C_1\": not a DNS label (lowercase letters, digits, '-')"
+        );
+        assert_eq!(
+            why(&inv, "c1", "10.244.0.0/24"),
+            "inventory: plan: POD_SUBNET \"10.244.0.0/24\": must be a network of prefix /23 or shorter (each node gets a /24)"
+        );
+        assert_eq!(
+            why(&inv, "c1", "10.244.1.0/16"),
+            "inventory: plan: POD_SUBNET \"10.244.1.0/16\": must be a network of prefix /23 or shorter (each node gets a /24)"
+        );
+        assert!(why(&inv, "c1", "fd00::/64").contains("not an IPv4 CIDR"));
+        let inv = Inventory::parse(
+            "[all]\nm0 ansible_host=10.0.0.5\nm1 ansible_host=10.0.0.6\n[kube_control_plane]\nm0\nm1\n[kube_node]\nm1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            why(&inv, "c1", "10.244.0.0/16"),
+            "inventory: plan: 2 control-plane hosts (m0, m1): the installer makes clusters of one control-plane host"
+        );
+        let inv = Inventory::parse(
+            "[all]\nm.0 ansible_host=10.0.0.5\n[kube_control_plane]\nm.0\n[kube_node]\nm.0\n",
+        )
+        .unwrap();
+        assert!(why(&inv, "c1", "10.244.0.0/16").contains("host \"m.0\": not usable"));
+    }
+
+    #[test]
+    fn three_nodes_need_two_ranges_of_room() {
+        assert_eq!(pod_subnet_fits("10.244.0.0/23", 2), Ok(()));
+        assert_eq!(
+            pod_subnet_fits("10.244.0.0/23", 3).unwrap_err(),
+            "POD_SUBNET \"10.244.0.0/23\": 2 /24 ranges for 3 nodes"
+        );
+        assert!(pod_range_ok("10.244.1.0/24"));
+        assert!(!pod_range_ok("10.244.1.0"));
+        assert!(!pod_range_ok("<none>/24"));
+    }
+}
