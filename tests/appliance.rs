@@ -298,6 +298,21 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         manifest["inputs"]["kubernetes.pause.image"]["reference"],
         "registry.k8s.io/pause:3.10.1"
     );
+    // What workload clusters need: kubeadm's control-plane images, and the release file naming the binaries.
+    for (name, reference) in [
+        ("kube-apiserver", "registry.k8s.io/kube-apiserver:v1.35.4"),
+        ("etcd", "registry.k8s.io/etcd:3.6.6-0"),
+    ] {
+        assert_eq!(
+            manifest["inputs"][format!("kubernetes.{name}.image")]["reference"],
+            reference,
+            "{manifest}"
+        );
+    }
+    assert_eq!(
+        manifest["inputs"]["kubernetes.release"]["served"],
+        "/files/foothold/kubernetes-v1.35.4/binary_images/kubernetes-release.json"
+    );
     // The kubectl the build made, for this host.
     let home_cache = PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/foothold");
     let kubectl =

@@ -20,6 +20,7 @@ pub const PACKAGES: &[&str] = &[
 
 /// The units a node enables instead of the agent's.
 pub const UNITS: &[&str] = &[
+    "var-lib-containerd.mount",
     "containerd.service",
     "foothold-apt-source.service",
     "foothold-node-ready.service",
@@ -64,6 +65,21 @@ pub fn render(n: &Node) -> Vec<(String, String, u32)> {
             0o644,
         ),
     ];
+    // The live system's root is live-boot's overlay, and overlayfs cannot be the upper layer of another: the
+    // containers' snapshots (overlayfs too) need a file system of their own. Memory, as the rest of the node.
+    files.push((
+        "/etc/systemd/system/var-lib-containerd.mount".into(),
+        "[Unit]\nDescription=containerd's store in memory (the live root is an overlay, which containers' overlays cannot stack on)\n\
+         Before=containerd.service\n\n[Mount]\nWhat=tmpfs\nWhere=/var/lib/containerd\nType=tmpfs\nOptions=mode=0711\n\n\
+         [Install]\nWantedBy=local-fs.target\n"
+            .into(),
+        0o644,
+    ));
+    files.push((
+        "/etc/systemd/system/containerd.service.d/10-foothold-store.conf".into(),
+        "[Unit]\nRequiresMountsFor=/var/lib/containerd\n".into(),
+        0o644,
+    ));
     // Offline: the Debian mirror the image was built from is out of reach at the site.
     files.push((
         "/etc/apt/sources.list".into(),
@@ -108,6 +124,11 @@ mod tests {
         assert!(files[1]
             .1
             .contains("config_path = \"/etc/containerd/certs.d\""));
+        // Containers run on a file system of their own, not on the live root's overlay.
+        assert!(files
+            .iter()
+            .any(|f| f.0 == "/etc/systemd/system/var-lib-containerd.mount"
+                && f.1.contains("What=tmpfs\nWhere=/var/lib/containerd\n")));
         let file = |path: &str| {
             files
                 .iter()

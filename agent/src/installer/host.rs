@@ -134,10 +134,10 @@ pub fn prepare(r: &Release) -> String {
 
 /// Waits up to `secs` for the API server behind `kubeconfig` to be ready, else fails saying so.
 fn wait_ready(s: &mut String, kubeconfig: &str, secs: u32) {
-    let _ = write!(
+    let _ = writeln!(
         s,
         "i=0; until kubectl --kubeconfig={kubeconfig} get --raw=/readyz >/dev/null 2>&1; do i=$((i+1)); \
-         [ $i -le {secs} ] || {{ echo 'the API server did not become ready within {secs} s' >&2; exit 1; }}; sleep 1; done\n"
+         [ $i -le {secs} ] || {{ echo 'the API server did not become ready within {secs} s' >&2; exit 1; }}; sleep 1; done"
     );
 }
 

@@ -148,8 +148,11 @@ pub fn ca_cert_hash(pem: &str) -> Result<String, String> {
     ))
 }
 
-/// One DER element at the start of `b`: (tag, whole element, contents, rest).
-fn element(b: &[u8]) -> Option<(u8, &[u8], &[u8], &[u8])> {
+/// One DER element: its tag, the whole element, its contents, and what follows it.
+type Element<'a> = (u8, &'a [u8], &'a [u8], &'a [u8]);
+
+/// The DER element at the start of `b`.
+fn element(b: &[u8]) -> Option<Element<'_>> {
     let (&tag, rest) = b.split_first()?;
     let (&first, rest) = rest.split_first()?;
     let (len, rest) = if first < 0x80 {

@@ -17,10 +17,11 @@
 //!   network, every node Ready), and the kubeconfig Secret.
 //! - `cli`: both commands' arguments (from the Jobs' environment) and what they print.
 //!
-//! Not built yet (issue 24): the appliance's side — the control plane's images (kube-apiserver,
-//! kube-controller-manager, kube-scheduler, etcd) served under their upstream names, the release's binaries
-//! under `/files` with `kubernetes-release.json`, and an installer image (the agent binary in an image, served
-//! by its own registry) as the Jobs' default.
+//! The appliance serves what `install-cluster` takes (`foothold-build`'s `workload` phase): kubeadm's
+//! control-plane images under their upstream names, the node binaries and `kubernetes-release.json` under
+//! `/files/foothold/kubernetes-<version>/binary_images/`. Not built yet (issue 24): an installer image (the agent
+//! binary in an image, served by the appliance's own registry) as the Jobs' default, with the release file and
+//! the site CA handed to the Job.
 
 pub mod cli;
 pub mod cluster;

@@ -105,6 +105,42 @@ pub fn stage(b: &Build, files: &[FileInput], agent: &Path, record: &mut Record) 
         for (name, r) in records {
             record.inputs.insert(format!("kubernetes.{name}.image"), r);
         }
+        // The release file the BPA's installer reads, naming the node binaries at the provisioning address.
+        if let (Some(_), Some(p)) = (&k.etcd, &spec.network.provisioning) {
+            let scheme = if spec.components.agent_tls {
+                "https"
+            } else {
+                "http"
+            };
+            let ip = p.address.split('/').next().unwrap_or_default();
+            let text = super::workload::release(k, files, &format!("{scheme}://{ip}:5000"))?;
+            let file = work.join(super::workload::RELEASE_FILE);
+            fs::write(&file, &text)?;
+            let served = k.served("kubeadm");
+            Command::new(agent)
+                .env("SOURCE_DATE_EPOCH", epoch.to_string())
+                .arg("add-file")
+                .arg(&file)
+                .arg("--data")
+                .arg(&data)
+                .args(["--owner", &served.owner, "--cluster", &served.cluster])
+                .args([
+                    "--kind",
+                    served.kind.as_str(),
+                    "--name",
+                    super::workload::RELEASE_FILE,
+                ])
+                .args(["--sha256", &hex::encode(Sha256::digest(text.as_bytes()))])
+                .run()
+                .context(
+                    "components.kubernetes: adding kubernetes-release.json to the agent's store",
+                )?;
+            record.inputs.insert(
+                "kubernetes.release".into(),
+                json!({"served": format!("/files/{}/{}/{}/{}", served.owner, served.cluster, served.kind.as_str(), super::workload::RELEASE_FILE),
+                       "sha256": hex::encode(Sha256::digest(text.as_bytes()))}),
+            );
+        }
     }
     clamp_mtimes(&data, epoch)?;
     Ok(data)

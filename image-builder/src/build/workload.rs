@@ -4,7 +4,8 @@
 //! own cluster runs — and `kubernetes-release.json`, which tells the installer where the node binaries
 //! (kubeadm, kubelet, kubectl, kube-proxy, served under `/files`) are and what their sha256 is.
 //!
-//! `foothold-build workload` writes the same for an agent that is not the appliance's (a lab, a test): the
+//! The appliance serves all of it: the images from its registry, the binaries and the release file under
+//! `/files/foothold/kubernetes-<version>/binary_images/`. `foothold-build workload` writes the same for an agent that is not the appliance's (a lab, a test): the
 //! images as an OCI layout for `foothold-agent import`, the binaries, and the release file.
 
 use std::fs;
@@ -13,10 +14,14 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context as _, Result};
 use serde_json::json;
 
+use super::context::Settings;
 use super::inputs::{self, FileInput};
-use super::Settings;
 use crate::built_images::{cached_layout, BuiltImage};
 use crate::spec::{Kubernetes, Loaded, WORKLOAD_BINARIES};
+
+/// The release file's name, in `foothold-build workload`'s output and among the files the appliance serves
+/// (beside the binaries it names).
+pub const RELEASE_FILE: &str = "kubernetes-release.json";
 
 /// One image to make: (record name, reference, the binary's input field, entrypoint, user).
 struct Made {
@@ -172,7 +177,7 @@ pub fn export(loaded: &Loaded, settings: &Settings, endpoint: &str) -> Result<Ve
         crate::files::publish(&tmp, &to)?;
         written.push(to);
     }
-    let to = out.join("kubernetes-release.json");
+    let to = out.join(RELEASE_FILE);
     crate::files::write_file(&to, &release(k, &files, endpoint)?, 0o644)?;
     written.push(to);
     Ok(written)
