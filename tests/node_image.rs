@@ -561,7 +561,11 @@ fn install_cluster(
         "get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}'",
     );
     assert_eq!(ready.trim(), "master-0=True worker-0=True");
-    // The control plane runs the images the agent served, by the digests of its store.
+    // CoreDNS becomes Available (its pods pulled, started and ready: the pod network and kube-proxy carry it to
+    // the API server); then every pod of kube-system runs the image the agent served, by its digest.
+    let dns =
+        kubectl("-n kube-system wait --for=condition=Available deployment/coredns --timeout=600s");
+    assert!(dns.contains("condition met"), "{dns}");
     let images = kubectl(
         "get pods -n kube-system -o jsonpath='{range .items[*]}{.status.containerStatuses[0].imageID} {end}'",
     );
@@ -580,9 +584,6 @@ fn install_cluster(
         let want = format!("{repo}@{}", m["digest"].as_str().unwrap());
         assert!(images.contains(&want), "{want} in {images}");
     }
-    let dns =
-        kubectl("-n kube-system wait --for=condition=Available deployment/coredns --timeout=600s");
-    assert!(dns.contains("condition met"), "{dns}");
 
     // Again: every step finds its result there.
     let (status, said) = install(key);
