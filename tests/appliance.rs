@@ -106,28 +106,7 @@ impl Appliance {
 
     /// `ssh` to the appliance's user running `command`.
     fn ssh_command(&self, command: &str) -> Command {
-        let mut c = Command::new("ssh");
-        c.args([
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "ConnectTimeout=30",
-            "-o",
-            "LogLevel=ERROR",
-            "-i",
-        ])
-        .arg(&self.key)
-        .args([
-            "-p",
-            &self.ssh_port.to_string(),
-            "foothold@127.0.0.1",
-            command,
-        ]);
-        c
+        foothold_e2e::ssh_command(self.ssh_port, &self.key, command)
     }
 
     fn ssh(&self, command: &str) -> String {

@@ -72,6 +72,28 @@ pub fn http_code(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// OpenSSH's client running `command` on the VM whose SSH is forwarded to 127.0.0.1:`port`, as its user
+/// `foothold` with `key`: batch mode, the VM's fresh host key taken without a known_hosts file.
+pub fn ssh_command(port: u16, key: &Path, command: &str) -> Command {
+    let mut c = Command::new("ssh");
+    c.args([
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=30",
+        "-o",
+        "LogLevel=ERROR",
+        "-i",
+    ])
+    .arg(key)
+    .args(["-p", &port.to_string(), "foothold@127.0.0.1", command]);
+    c
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

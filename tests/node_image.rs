@@ -18,7 +18,7 @@ use foothold_e2e::libvirt::Site;
 use foothold_e2e::sushy::Sushy;
 use foothold_e2e::{
     build_binaries, build_deb, build_node_image, busybox_layout, free_port, run, sha256_file,
-    target, upload_os_image, upload_record, wait_for_marker,
+    ssh_command, target, upload_os_image, upload_record, wait_for_marker,
 };
 use foothold_image_builder::site::{site_network, Bmc, Link, MIRROR};
 use serde_json::json;
@@ -360,19 +360,11 @@ fn install_software(dir: &Path, port: u16, ssh_port: u16, key: &Path, ca: &Path,
         }
         assert!(said.contains("node-0 host key SHA256:"), "{said}");
     }
-    let ssh = run(Command::new("ssh")
-        .args(["-i"])
-        .arg(key)
-        .args([
-            "-p",
-            &ssh_port.to_string(),
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=no",
-        ])
-        .args(["-o", "UserKnownHostsFile=/dev/null", "foothold@127.0.0.1"])
-        .arg("dpkg-query -W -f '${Package} ${Version} ${Status}\\n' hello-foothold; hello-tool"));
+    let ssh = ssh(
+        ssh_port,
+        key,
+        "dpkg-query -W -f '${Package} ${Version} ${Status}\\n' hello-foothold; hello-tool",
+    );
     assert_eq!(
         ssh,
         "hello-foothold 1.0 install ok installed\nhello-tool 1\n"
@@ -437,26 +429,14 @@ fn workload(dir: &Path, data: &Path) -> std::path::PathBuf {
 
 /// A command on a node over SSH (OpenSSH's client, as the node's sudo user); its standard output.
 fn ssh(port: u16, key: &Path, command: &str) -> String {
-    run(Command::new("ssh")
-        .args(["-i"])
-        .arg(key)
-        .args([
-            "-p",
-            &port.to_string(),
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=no",
-        ])
-        .args(["-o", "UserKnownHostsFile=/dev/null", "foothold@127.0.0.1"])
-        .arg(command))
+    run(&mut ssh_command(port, key, command))
 }
 
 /// The two nodes made a Kubernetes cluster as the BPA's Job does it: `foothold-agent install-cluster` with an
 /// inventory as the BPA writes it (SSH through the forwards; `ip`, the address on the link between the nodes,
 /// which the provisioning network data would set and the test sets here). Both nodes end Ready, seen with the
 /// kubeconfig the installer returned; the control plane's pods run the images the agent served (by its
-/// digests), and CoreDNS is ready, which needs the pod network and kube-proxy. A second run changes nothing;
+/// digests), and CoreDNS is ready, which needs the worker's pod network and kube-proxy. A second run changes nothing;
 /// a key the nodes do not know fails naming the host.
 fn install_cluster(
     dir: &Path,
@@ -537,19 +517,8 @@ fn install_cluster(
         conf.contains("server: https://192.168.50.10:6443"),
         "{conf}"
     );
-    let mut put = Command::new("ssh");
-    put.args(["-i"])
-        .arg(key)
-        .args(["-p", &nodes[0].0.to_string(), "-o", "BatchMode=yes"])
-        .args([
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-        ])
-        .args(["foothold@127.0.0.1", "cat > c1.kubeconfig"])
-        .stdin(std::fs::File::open(&kubeconfig).unwrap());
-    run(&mut put);
+    run(ssh_command(nodes[0].0, key, "cat > c1.kubeconfig")
+        .stdin(std::fs::File::open(&kubeconfig).unwrap()));
     let kubectl = |args: &str| {
         ssh(
             nodes[0].0,
@@ -561,8 +530,8 @@ fn install_cluster(
         "get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}'",
     );
     assert_eq!(ready.trim(), "master-0=True worker-0=True");
-    // CoreDNS becomes Available (its pods pulled, started and ready: the pod network and kube-proxy carry it to
-    // the API server); then every pod of kube-system runs the image the agent served, by its digest.
+    // CoreDNS becomes Available (its pods pulled, started and ready: from the worker's pod network, kube-proxy's
+    // service address carries them to the API server on the control-plane host); then every pod of kube-system runs the image the agent served, by its digest.
     let dns =
         kubectl("-n kube-system wait --for=condition=Available deployment/coredns --timeout=600s");
     assert!(dns.contains("condition met"), "{dns}");

@@ -189,27 +189,39 @@ fn replacements(m: &Module) -> Result<Vec<String>> {
     replacements_in(&text, &m.path, &m.version)
 }
 
-fn replacements_in(go_mod: &str, module: &str, version: &str) -> Result<Vec<String>> {
+/// The directives of `go_mod` named `keyword` (`replace`, `require`), one line each, single or in a block,
+/// comments stripped.
+fn directives<'a>(go_mod: &'a str, keyword: &str) -> Vec<&'a str> {
     let mut out = Vec::new();
     let mut in_block = false;
     for line in go_mod.lines() {
         let line = line.split("//").next().unwrap_or_default().trim();
-        let directive = if in_block {
+        if in_block {
             if line == ")" {
                 in_block = false;
-                continue;
+            } else if !line.is_empty() {
+                out.push(line);
             }
-            line
-        } else if let Some(rest) = line.strip_prefix("replace") {
+        } else if let Some(rest) = line.strip_prefix(keyword) {
             let rest = rest.trim();
             if rest == "(" {
                 in_block = true;
-                continue;
+            } else {
+                out.push(rest);
             }
-            rest
-        } else {
-            continue;
-        };
+        }
+    }
+    out
+}
+
+fn replacements_in(go_mod: &str, module: &str, version: &str) -> Result<Vec<String>> {
+    // The module paths of the `require` directives.
+    let required: Vec<&str> = directives(go_mod, "require")
+        .into_iter()
+        .filter_map(|d| d.split_whitespace().next())
+        .collect();
+    let mut out = Vec::new();
+    for directive in directives(go_mod, "replace") {
         let Some((from, to)) = directive.split_once("=>") else {
             continue;
         };
@@ -219,7 +231,7 @@ fn replacements_in(go_mod: &str, module: &str, version: &str) -> Result<Vec<Stri
             // A directory replacing a module the build does not require is a guard (etcd's
             // `go.etcd.io/etcd => ./FORBIDDEN_DEPENDENCY`): it changes nothing here. (Kubernetes' staging
             // modules are kept as they always were.)
-            if module != KUBERNETES_MODULE && !required(go_mod).contains(&from_path) {
+            if module != KUBERNETES_MODULE && !required.contains(&from_path) {
                 continue;
             }
             out.push(format!(
@@ -231,33 +243,6 @@ fn replacements_in(go_mod: &str, module: &str, version: &str) -> Result<Vec<Stri
         }
     }
     Ok(out)
-}
-
-/// The module paths of `go_mod`'s `require` directives.
-fn required(go_mod: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut in_block = false;
-    for line in go_mod.lines() {
-        let line = line.split("//").next().unwrap_or_default().trim();
-        let directive = if in_block {
-            if line == ")" {
-                in_block = false;
-                continue;
-            }
-            line
-        } else if let Some(rest) = line.strip_prefix("require") {
-            let rest = rest.trim();
-            if rest == "(" {
-                in_block = true;
-                continue;
-            }
-            rest
-        } else {
-            continue;
-        };
-        out.extend(directive.split_whitespace().next());
-    }
-    out
 }
 
 /// The published version of the module `from` that `module@version` takes from its own repository's directory

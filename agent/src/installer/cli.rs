@@ -14,8 +14,9 @@ use crate::installer::{software, ssh};
 /// Where the BPA's Jobs mount the SSH key Secret (ICN's name for the key).
 const SSH_KEY: &str = "/etc/foothold/ssh/id_rsa";
 
+/// The hosts and how to reach them: what both commands take.
 #[derive(clap::Args)]
-pub struct SoftwareArgs {
+pub struct HostsArgs {
     /// The cluster's inventory (the BPA's hosts.ini).
     #[arg(
         long,
@@ -23,13 +24,6 @@ pub struct SoftwareArgs {
         default_value = "/etc/foothold/inventory/hosts.ini"
     )]
     inventory: PathBuf,
-    /// The Software's manifest (the BPA's packages.json).
-    #[arg(
-        long,
-        env = "PACKAGES",
-        default_value = "/etc/foothold/packages/packages.json"
-    )]
-    packages: PathBuf,
     /// The SSH private key (the BPA's key Secret, mounted).
     #[arg(long, default_value = SSH_KEY)]
     ssh_key: PathBuf,
@@ -39,28 +33,30 @@ pub struct SoftwareArgs {
 }
 
 #[derive(clap::Args)]
-pub struct ClusterArgs {
-    /// The cluster's inventory (the BPA's hosts.ini): one host in [kube_control_plane], workers in [kube_node].
+pub struct SoftwareArgs {
+    #[command(flatten)]
+    hosts: HostsArgs,
+    /// The Software's manifest (the BPA's packages.json).
     #[arg(
         long,
-        env = "INVENTORY",
-        default_value = "/etc/foothold/inventory/hosts.ini"
+        env = "PACKAGES",
+        default_value = "/etc/foothold/packages/packages.json"
     )]
-    inventory: PathBuf,
+    packages: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    hosts: HostsArgs,
     /// The Kubernetes release to install (kubernetes-release.json, written by foothold-build beside the
     /// binaries the appliance serves).
     #[arg(
         long,
         env = "KUBERNETES_RELEASE",
-        default_value = "/etc/foothold/kubernetes/release.json"
+        default_value = "/etc/foothold/release/kubernetes-release.json"
     )]
     release: PathBuf,
-    /// The SSH private key (the BPA's key Secret, mounted).
-    #[arg(long, default_value = SSH_KEY)]
-    ssh_key: PathBuf,
-    /// Who to log in as where the inventory has no ansible_user; anyone but root needs password-less sudo.
-    #[arg(long, env = "INSTALLER_SSH_USER", default_value = "root")]
-    ssh_user: String,
     /// The cluster's name (kubeadm's clusterName).
     #[arg(long, env = "CLUSTER_NAME")]
     cluster: String,
@@ -85,8 +81,15 @@ fn read(p: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
 }
 
-fn inventory(p: &Path) -> anyhow::Result<Inventory> {
-    Inventory::parse(&read(p)?).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+impl HostsArgs {
+    /// The inventory and the key, read and checked.
+    fn load(&self) -> anyhow::Result<(Inventory, std::sync::Arc<russh::keys::PrivateKey>)> {
+        let p = &self.inventory;
+        let inv =
+            Inventory::parse(&read(p)?).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
+        let key = ssh::load_key(&self.ssh_key).map_err(anyhow::Error::msg)?;
+        Ok((inv, key))
+    }
 }
 
 fn host_keys(inv: &Inventory, known: &ssh::KnownHosts) {
@@ -98,16 +101,15 @@ fn host_keys(inv: &Inventory, known: &ssh::KnownHosts) {
 }
 
 pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
-    let inv = inventory(&a.inventory)?;
+    let (inv, key) = a.hosts.load()?;
     let manifest = software::Manifest::parse(&read(&a.packages)?)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.packages.display()))?;
-    let key = ssh::load_key(&a.ssh_key).map_err(anyhow::Error::msg)?;
     let known = ssh::KnownHosts::default();
     let outcomes = tokio::runtime::Runtime::new()?.block_on(software::install(
         &inv,
         &manifest,
         key,
-        &a.ssh_user,
+        &a.hosts.ssh_user,
         &known,
     ));
     let mut failed = 0;
@@ -132,10 +134,9 @@ pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
-    let inv = inventory(&a.inventory)?;
+    let (inv, key) = a.hosts.load()?;
     let release = Release::parse(&read(&a.release)?)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.release.display()))?;
-    let key = ssh::load_key(&a.ssh_key).map_err(anyhow::Error::msg)?;
     if !a.kud_plugins.trim().is_empty() {
         bail!(
             "KUD_PLUGINS {:?}: Foothold's installer installs no KUD plugins; remove them from the Provisioning",
@@ -168,7 +169,7 @@ pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
         &inv,
         &params,
         key,
-        &a.ssh_user,
+        &a.hosts.ssh_user,
         &known,
         &say,
     ));

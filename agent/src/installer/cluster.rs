@@ -131,18 +131,13 @@ pub fn check(inv: &Inventory, p: &Params) -> Result<(), Failure> {
 struct Node<'a> {
     host: &'a Host,
     conn: Connection,
-    /// `sh -s` for root, `sudo -n sh -s` for anyone else.
-    shell: &'static str,
+    target: Target,
 }
 
 impl Node<'_> {
-    fn label(&self) -> String {
-        format!("{} ({})", self.host.name, self.host.address)
-    }
-
     fn fail(&self, step: &'static str, reason: String) -> Failure {
         Failure {
-            host: self.label(),
+            host: self.target.label(),
             step,
             reason,
         }
@@ -157,7 +152,7 @@ impl Node<'_> {
     ) -> Result<Output, Failure> {
         let out = self
             .conn
-            .run(self.shell, script.as_bytes(), timeout)
+            .run(self.target.root_shell(), script.as_bytes(), timeout)
             .await
             .map_err(|e| self.fail(step, e.to_string()))?;
         if out.success() {
@@ -277,29 +272,18 @@ pub async fn install(
     let nodes = all(members.iter().map(|h| {
         let key = key.clone();
         async move {
-            let user = h.user.as_deref().unwrap_or(default_user);
-            let target = Target {
-                name: h.name.clone(),
-                address: h.address.clone(),
-                port: h.port,
-                user: user.to_owned(),
-            };
+            let target = Target::of(h, default_user);
             let conn = Connection::open(&target, key, known, CONNECT)
                 .await
                 .map_err(|e| Failure {
-                    host: format!("{} ({})", h.name, h.address),
+                    host: target.label(),
                     step: "connect",
                     reason: e.to_string(),
                 })?;
-            let shell = if user == "root" {
-                "sh -s"
-            } else {
-                "sudo -n sh -s"
-            };
             Ok(Node {
                 host: h,
                 conn,
-                shell,
+                target,
             })
         }
     }))
@@ -488,15 +472,8 @@ mod tests {
     use super::*;
 
     fn release() -> Release {
-        let binaries: Vec<_> = crate::installer::release::BINARIES
-            .iter()
-            .map(|n| serde_json::json!({"name": n, "url": format!("http://10.0.0.1:5000/files/{n}"), "sha256": "ef".repeat(32)}))
-            .collect();
-        Release::parse(
-            &serde_json::json!({"version": "v1.35.4", "sandboxImage": "registry.k8s.io/pause:3.10.1", "binaries": binaries})
-                .to_string(),
-        )
-        .unwrap()
+        let text = crate::installer::release::sample("http://10.0.0.1:5000/files").to_string();
+        Release::parse(&text).unwrap()
     }
 
     fn inventory(extra: &str) -> Inventory {

@@ -292,15 +292,8 @@ mod tests {
     use super::*;
 
     fn release() -> Release {
-        let binaries: Vec<_> = BINARIES
-            .iter()
-            .map(|n| serde_json::json!({"name": n, "url": format!("https://172.22.0.1:5000/files/k/{n}"), "sha256": "cd".repeat(32)}))
-            .collect();
-        Release::parse(
-            &serde_json::json!({"version": "v1.35.4", "sandboxImage": "registry.k8s.io/pause:3.10.1", "binaries": binaries})
-                .to_string(),
-        )
-        .unwrap()
+        let text = crate::installer::release::sample("https://172.22.0.1:5000/files/k").to_string();
+        Release::parse(&text).unwrap()
     }
 
     /// Runs `script` with `sh` in a scratch root: paths under `/etc` are rewritten into it.
@@ -348,7 +341,7 @@ mod tests {
         let s = prepare(&release());
         for name in BINARIES {
             assert!(
-                s.contains(&format!("download-file 'https://172.22.0.1:5000/files/k/{name}' \"$t.part\" 'SHA256:{}'", "cd".repeat(32))),
+                s.contains(&format!("download-file 'https://172.22.0.1:5000/files/k/{name}' \"$t.part\" 'SHA256:{}'", "ab".repeat(32))),
                 "{name} in\n{s}"
             );
         }

@@ -111,16 +111,22 @@ impl Release {
     }
 }
 
+/// A release file for tests: v1.35.4, every binary at `<files>/<name>` with sha256 `ab…ab`.
+#[cfg(test)]
+pub(crate) fn sample(files: &str) -> serde_json::Value {
+    let binaries: Vec<_> = BINARIES
+        .iter()
+        .map(|n| serde_json::json!({"name": n, "url": format!("{files}/{n}"), "sha256": "ab".repeat(32)}))
+        .collect();
+    serde_json::json!({"version": "v1.35.4", "sandboxImage": "registry.k8s.io/pause:3.10.1", "binaries": binaries})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn release() -> serde_json::Value {
-        let binaries: Vec<_> = BINARIES
-            .iter()
-            .map(|n| serde_json::json!({"name": n, "url": format!("https://172.22.0.1:5000/files/foothold/kubernetes/binary_images/{n}"), "sha256": "ab".repeat(32)}))
-            .collect();
-        serde_json::json!({"version": "v1.35.4", "sandboxImage": "registry.k8s.io/pause:3.10.1", "binaries": binaries})
+        sample("https://172.22.0.1:5000/files/foothold/kubernetes/binary_images")
     }
 
     #[test]

@@ -180,13 +180,7 @@ pub async fn install(
         if mine.is_empty() {
             continue;
         }
-        let user = host.user.as_deref().unwrap_or(default_user);
-        let target = Target {
-            name: host.name.clone(),
-            address: host.address.clone(),
-            port: host.port,
-            user: user.to_owned(),
-        };
+        let target = Target::of(host, default_user);
         let outcome = |i: usize, result| Outcome {
             host: host.name.clone(),
             package: m.packages[i].name.clone(),
@@ -199,12 +193,7 @@ pub async fn install(
                 continue;
             }
         };
-        // Root runs the script; anyone else through sudo, which must not ask for a password.
-        let shell = if user == "root" {
-            "sh -s"
-        } else {
-            "sudo -n sh -s"
-        };
+        let shell = target.root_shell();
         for i in mine {
             let p = &m.packages[i];
             let result = match c.run(shell, script(p, &run).as_bytes(), PER_PACKAGE).await {

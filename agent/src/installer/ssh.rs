@@ -158,8 +158,30 @@ pub struct Target {
 }
 
 impl Target {
-    fn label(&self) -> String {
+    /// How the installer reaches an inventory host: its address and port, as its `ansible_user` or else
+    /// `default_user`.
+    pub fn of(host: &crate::installer::inventory::Host, default_user: &str) -> Target {
+        Target {
+            name: host.name.clone(),
+            address: host.address.clone(),
+            port: host.port,
+            user: host.user.as_deref().unwrap_or(default_user).to_owned(),
+        }
+    }
+
+    /// The host in messages: `name (address)`.
+    pub fn label(&self) -> String {
         format!("{} ({})", self.name, self.address)
+    }
+
+    /// The command that runs a script given on stdin as root: `sh -s` for root, `sudo -n sh -s` for anyone
+    /// else (who needs password-less sudo).
+    pub fn root_shell(&self) -> &'static str {
+        if self.user == "root" {
+            "sh -s"
+        } else {
+            "sudo -n sh -s"
+        }
     }
 }
 

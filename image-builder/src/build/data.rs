@@ -14,6 +14,7 @@ use super::context::{Build, Record};
 use super::inputs::FileInput;
 use crate::cmd::CommandExt as _;
 use crate::files::clamp_mtimes;
+use crate::spec::Serve;
 
 /// Fills `<work>/data` with the store; returns it.
 pub fn stage(b: &Build, files: &[FileInput], agent: &Path, record: &mut Record) -> Result<PathBuf> {
@@ -37,18 +38,21 @@ pub fn stage(b: &Build, files: &[FileInput], agent: &Path, record: &mut Record) 
             .arg(&data)
             .run()
     };
+    let add_file = |src: &Path, sv: &Serve, sha256: &str| {
+        Command::new(agent)
+            .env("SOURCE_DATE_EPOCH", epoch.to_string())
+            .arg("add-file")
+            .arg(src)
+            .arg("--data")
+            .arg(&data)
+            .args(["--owner", &sv.owner, "--cluster", &sv.cluster])
+            .args(["--kind", sv.kind.as_str(), "--name", &sv.name])
+            .args(["--sha256", sha256])
+            .run()
+    };
     for f in files {
         if let Some(sv) = &f.component.serve {
-            Command::new(agent)
-                .env("SOURCE_DATE_EPOCH", epoch.to_string())
-                .arg("add-file")
-                .arg(&f.src)
-                .arg("--data")
-                .arg(&data)
-                .args(["--owner", &sv.owner, "--cluster", &sv.cluster])
-                .args(["--kind", sv.kind.as_str(), "--name", &sv.name])
-                .args(["--sha256", &f.sha256])
-                .run()
+            add_file(&f.src, sv, &f.sha256)
                 .with_context(|| format!("{}: adding it to the agent's store", f.field))?;
         }
         record.inputs.insert(
@@ -116,29 +120,14 @@ pub fn stage(b: &Build, files: &[FileInput], agent: &Path, record: &mut Record) 
             let text = super::workload::release(k, files, &format!("{scheme}://{ip}:5000"))?;
             let file = work.join(super::workload::RELEASE_FILE);
             fs::write(&file, &text)?;
-            let served = k.served("kubeadm");
-            Command::new(agent)
-                .env("SOURCE_DATE_EPOCH", epoch.to_string())
-                .arg("add-file")
-                .arg(&file)
-                .arg("--data")
-                .arg(&data)
-                .args(["--owner", &served.owner, "--cluster", &served.cluster])
-                .args([
-                    "--kind",
-                    served.kind.as_str(),
-                    "--name",
-                    super::workload::RELEASE_FILE,
-                ])
-                .args(["--sha256", &hex::encode(Sha256::digest(text.as_bytes()))])
-                .run()
-                .context(
-                    "components.kubernetes: adding kubernetes-release.json to the agent's store",
-                )?;
+            let served = k.served(super::workload::RELEASE_FILE);
+            let sha256 = hex::encode(Sha256::digest(text.as_bytes()));
+            add_file(&file, &served, &sha256).context(
+                "components.kubernetes: adding kubernetes-release.json to the agent's store",
+            )?;
             record.inputs.insert(
                 "kubernetes.release".into(),
-                json!({"served": format!("/files/{}/{}/{}/{}", served.owner, served.cluster, served.kind.as_str(), super::workload::RELEASE_FILE),
-                       "sha256": hex::encode(Sha256::digest(text.as_bytes()))}),
+                json!({"served": served.path(), "sha256": sha256}),
             );
         }
     }

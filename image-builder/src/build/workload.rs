@@ -129,7 +129,7 @@ pub fn release(k: &Kubernetes, files: &[FileInput], endpoint: &str) -> Result<St
         let s = k.served(name);
         binaries.push(json!({
             "name": s.name,
-            "url": format!("{endpoint}/files/{}/{}/{}/{}", s.owner, s.cluster, s.kind.as_str(), s.name),
+            "url": format!("{endpoint}{}", s.path()),
             "sha256": f.sha256,
         }));
     }

@@ -110,6 +110,19 @@ pub struct Serve {
     pub name: String,
 }
 
+impl Serve {
+    /// Its path on the agent: `/files/<owner>/<cluster>/<kind>/<name>`.
+    pub fn path(&self) -> String {
+        format!(
+            "/files/{}/{}/{}/{}",
+            self.owner,
+            self.cluster,
+            self.kind.as_str(),
+            self.name
+        )
+    }
+}
+
 fn default_owner() -> String {
     "foothold".into()
 }

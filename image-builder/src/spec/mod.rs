@@ -448,7 +448,7 @@ fn kebab(name: &str) -> String {
 
 impl Kubernetes {
     /// Every input of the component, to rewrite (the bundle makes local paths its own).
-    pub fn inputs_mut(&mut self) -> [&mut Input; 9] {
+    pub fn inputs_mut(&mut self) -> impl Iterator<Item = &mut Input> {
         [
             &mut self.kubelet,
             &mut self.kube_apiserver,
@@ -460,11 +460,12 @@ impl Kubernetes {
             &mut self.pause.binary,
             &mut self.coredns.binary,
         ]
+        .into_iter()
+        .chain(self.etcd.as_mut().map(|e| &mut e.binary))
     }
 
-    /// The binaries installed on the node, by spec field name.
-    /// Where the agent serves binary `name` (a [`WORKLOAD_BINARIES`] field name):
-    /// `/files/foothold/kubernetes-<version>/binary_images/<kebab name>`.
+    /// Where the agent serves `name` for workload clusters (a [`WORKLOAD_BINARIES`] field name, or the release
+    /// file's): `/files/foothold/kubernetes-<version>/binary_images/<kebab name>`.
     pub fn served(&self, name: &str) -> Serve {
         Serve {
             owner: "foothold".into(),
@@ -474,6 +475,7 @@ impl Kubernetes {
         }
     }
 
+    /// The binaries installed on the node, by spec field name.
     pub fn binaries(&self) -> [(&'static str, &Input); 7] {
         [
             ("kubelet", &self.kubelet),
