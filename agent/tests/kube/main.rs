@@ -9,6 +9,7 @@ mod support;
 mod bpa;
 mod crds;
 mod faults;
+mod installer_secret;
 mod sip;
 mod sip_bench;
 mod sip_render;
