@@ -9,10 +9,15 @@
 //! holds the layout's digest); the agent's controllers lead on this apiserver; Metal3 (baremetal-operator built
 //! from source, Ironic from Debian) provisions a libvirt compute node with `packages/node.yaml`'s live ISO,
 //! uploaded to the agent, and the node pulls from the appliance; a fake BMC with a wrong password shows the
-//! registration error, and a SIPCluster claims both hosts (`appliance_metal3.rs`). The same disk then boots a second time (after a clean poweroff): the node is Ready
-//! again and a ConfigMap made before is still there. Last, the ISO boots from a USB stick under BIOS to a Ready
-//! node. Every wait is bounded.
+//! registration error, and a SIPCluster claims both hosts (`appliance_metal3.rs`); the BPA's Job, Foothold's
+//! installer image from the appliance's registry, makes two provisioned nodes a Kubernetes cluster and installs
+//! a Software on them (`appliance_bpa.rs`). The same disk then boots a second time (after a clean poweroff): the node is Ready
+//! again and a ConfigMap made before is still there. Every wait is bounded. (The appliance's ISO is not built or
+//! booted here: `lab_media.rs` boots the same builder's ISOs from CD and USB under BIOS and UEFI, and CI's time
+//! went to the BPA's cluster.)
 
+#[path = "appliance_bpa.rs"]
+mod bpa;
 #[path = "appliance_metal3.rs"]
 mod metal3;
 
@@ -23,7 +28,7 @@ use std::time::{Duration, Instant};
 use foothold_e2e::{
     boot_options, build_binaries, busybox_layout, free_port, run, target, try_run, workspace,
 };
-use foothold_image_builder::qemu::{Media, RunOptions, Vm};
+use foothold_image_builder::qemu::{GuestForward, RunOptions, Vm};
 use serde_json::Value;
 
 /// How long a boot under TCG may take to a Ready node (the boot benchmark measures the real figure).
@@ -211,7 +216,7 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
                 layout.display(),
             ),
         )
-        .replace("formats: [raw, qcow2, iso]", "formats: [raw, iso]");
+        .replace("formats: [raw, qcow2, iso]", "formats: [raw]");
     let spec = dir.join("appliance.yaml");
     std::fs::write(&spec, &text).unwrap();
     let loaded = foothold_image_builder::spec::load(&spec).unwrap();
@@ -292,6 +297,10 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         manifest["inputs"]["kubernetes.release"]["served"],
         "/files/foothold/kubernetes-v1.35.4/binary_images/kubernetes-release.json"
     );
+    assert_eq!(
+        manifest["inputs"]["installer.image"]["reference"],
+        "foothold.local/foothold/installer:appliance"
+    );
     // The kubectl the build made, for this host.
     let home_cache = PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/foothold");
     let kubectl =
@@ -312,18 +321,27 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         ..boot_options(image, dir.join(console))
     };
     // The BMC emulators the Metal3 checks start on this host, which the isolated appliance reaches through
-    // guest forwards.
-    let bmc_ports = metal3::BmcPorts {
+    // guest forwards, and the SSH of the two compute nodes the BPA makes a cluster of, at their addresses.
+    let site_ports = metal3::SitePorts {
         fake: free_port(),
         site: free_port(),
+        ssh: [free_port(), free_port()],
     };
+    let mut guest_forwards = vec![
+        GuestForward::at_host(metal3::FAKE_BMC_GUEST_PORT, site_ports.fake),
+        GuestForward::at_host(metal3::SITE_BMC_GUEST_PORT, site_ports.site),
+    ];
+    for (i, (_, ip)) in metal3::LINK.iter().enumerate() {
+        guest_forwards.push(GuestForward {
+            address: (*ip).into(),
+            port: 22,
+            host_port: site_ports.ssh[i],
+        });
+    }
     let a = Appliance::boot(
         "first boot (raw, UEFI)",
         RunOptions {
-            guest_forwards: vec![
-                (metal3::FAKE_BMC_GUEST_PORT, bmc_ports.fake),
-                (metal3::SITE_BMC_GUEST_PORT, bmc_ports.site),
-            ],
+            guest_forwards,
             relay: Some(target().join("debug/foothold-build")),
             ..options(&disk, "console-1.log")
         },
@@ -406,8 +424,10 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
                 .ok_or(v.to_string())
         },
     );
-    // Metal3: BMO and Ironic drive real BareMetalHosts; SIP claims them.
-    metal3::check(&a, &ws, dir, &bmc_ports, &busybox);
+    // Metal3: BMO and Ironic drive real BareMetalHosts; SIP claims them; the BPA makes two of them a cluster.
+    let hosts = metal3::provision(&a, &ws, dir, &site_ports, &busybox);
+    bpa::check(&a, &hosts, &site_ports, dir, &manifest);
+    metal3::deprovision(&a, hosts);
     a.kubectl(&[
         "create",
         "configmap",
@@ -442,21 +462,4 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         "yes"
     );
     drop(b);
-
-    // 3. The ISO from a USB stick under BIOS (live: its writes go to memory).
-    let iso = out.join("foothold-appliance.iso");
-    let c = Appliance::boot(
-        "the ISO from a USB stick under BIOS",
-        RunOptions {
-            media: Media::Usb,
-            bios: true,
-            memory_mib: 4096,
-            ..boot_options(&iso, dir.join("console-3.log"))
-        },
-        &key,
-        &kubectl,
-        dir,
-    );
-    c.node_ready().unwrap();
-    drop(c);
 }

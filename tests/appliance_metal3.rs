@@ -10,6 +10,9 @@
 //! - node-01 is a fake system with a wrong BMC password: a registration error that names the cause, recovered
 //!   when its Secret is fixed.
 //! - SIP claims both real BareMetalHosts.
+//! - node-02, a second libvirt domain, is provisioned the same way (no SIP label: it is the BPA's); node-00 and
+//!   node-02 are linked to each other by a second NIC, and stay provisioned for `appliance_bpa.rs`, which makes
+//!   them a cluster; then both are deprovisioned.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -18,7 +21,7 @@ use foothold_e2e::libvirt::Site;
 use foothold_e2e::sushy::{Sushy, System};
 use foothold_e2e::{build_node_image, target, upload_os_image, wait_for_marker};
 use foothold_image_builder::qemu::GUEST_FORWARD_ADDRESS;
-use foothold_image_builder::site::{self, site_network, Bmc, ComputeNode};
+use foothold_image_builder::site::{self, site_network, Bmc, ComputeNode, Link};
 
 use super::{wait_for, Appliance};
 
@@ -36,10 +39,33 @@ fn fake_system() -> System {
     }
 }
 
+/// The link between node-00 and node-02 (the workload cluster's network): each node's NIC on it, and its address
+/// there. The addresses are in the appliance's user network (10.0.2.0/24), where its guest forwards to the nodes'
+/// SSH are: the installer reaches a host at the address the cluster knows it by.
+pub const LINK: [(&str, &str); 2] = [
+    ("02:00:00:00:31:00", "10.0.2.50"),
+    ("02:00:00:00:31:01", "10.0.2.51"),
+];
+
+/// What BMO records of a host whose inspection is disabled (`inspect.metal3.io/hardwaredetails`): its CPUs and
+/// memory, and its link NIC with the address on it, which the BPA's inventory names.
+fn hardware_details(node: &ComputeNode, link: (&str, &str)) -> String {
+    serde_json::json!({
+        "cpu": {"arch": "x86_64", "count": node.vcpus},
+        "ramMebibytes": node.memory_mib,
+        "nics": [
+            {"name": "site", "mac": node.mac},
+            {"name": "link", "mac": link.0, "ip": link.1},
+        ],
+    })
+    .to_string()
+}
+
 /// The SIP fixture's hosts as real BMO manages them: node-00 the virtual site's `node`, node-01 the fake
 /// system; their BMCs by UUID with virtual media, no inspection and no cleaning (no IPA ramdisk), UEFI. node-00
-/// stays off until it is provisioned.
-fn fixture(ws: &Path, node: &ComputeNode) -> String {
+/// stays off until it is provisioned. Then node-02, the site's `worker`, for the BPA only (not in SIP's pool).
+/// node-00 and node-02 carry their hardware details.
+fn fixture(ws: &Path, node: &ComputeNode, worker: &ComputeNode) -> String {
     let text = std::fs::read_to_string(ws.join("tests/fixtures/sip-two-hosts.yaml")).unwrap();
     let bmc = |port: u16, uuid: &str| {
         format!(
@@ -60,6 +86,23 @@ fn fixture(ws: &Path, node: &ComputeNode) -> String {
     .replace(
         "  online: ",
         "  bootMode: UEFI\n  inspectionMode: disabled\n  automatedCleaningMode: disabled\n  online: ",
+    )
+    .replace(
+        "  name: node-00\n  namespace: site\n",
+        &format!(
+            "  name: node-00\n  namespace: site\n  annotations:\n    inspect.metal3.io/hardwaredetails: '{}'\n",
+            hardware_details(node, LINK[0])
+        ),
+    ) + &format!(
+        "---\napiVersion: v1\nkind: Secret\nmetadata: {{name: node-02-bmc, namespace: site}}\n\
+         stringData: {{username: admin, password: pw-0}}\n\
+         ---\napiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata:\n  name: node-02\n  namespace: site\n  \
+         annotations:\n    inspect.metal3.io/hardwaredetails: '{details}'\nspec:\n  bootMode: UEFI\n  \
+         inspectionMode: disabled\n  automatedCleaningMode: disabled\n  online: false\n  \
+         bootMACAddress: \"{mac}\"\n  bmc: {{address: \"{bmc}\", credentialsName: node-02-bmc}}\n",
+        details = hardware_details(worker, LINK[1]),
+        mac = worker.mac,
+        bmc = bmc(SITE_BMC_GUEST_PORT, &worker.uuid),
     )
 }
 
@@ -114,14 +157,31 @@ fn wait_state(a: &Appliance, name: &str, want: &str, limit: Duration) -> Duratio
     started.elapsed()
 }
 
-/// The ports on this host the appliance's guest forwards to the BMCs lead to.
-pub struct BmcPorts {
+/// The ports on this host the appliance's guest forwards lead to: the BMCs, and the SSH of node-00 and node-02
+/// (at their [`LINK`] addresses).
+pub struct SitePorts {
     pub fake: u16,
     pub site: u16,
+    pub ssh: [u16; 2],
+}
+
+/// The site's hosts Metal3 provisioned, node-00 (`node`) and node-02 (`worker`), running until [`deprovision`].
+pub struct Provisioned {
+    pub site: Site,
+    pub node: ComputeNode,
+    pub worker: ComputeNode,
+    site_bmc: Sushy,
+    _fake_bmc: Sushy,
 }
 
 /// `busybox`: the digest of the image the appliance's registry holds as `docker.io/library/busybox:1.35`.
-pub fn check(a: &Appliance, ws: &Path, dir: &Path, ports: &BmcPorts, busybox: &str) {
+pub fn provision(
+    a: &Appliance,
+    ws: &Path,
+    dir: &Path,
+    ports: &SitePorts,
+    busybox: &str,
+) -> Provisioned {
     // BMO and Ironic, as the agent's /readyz reports them.
     wait_for(
         "Ironic and baremetal-operator ready in the agent's /readyz",
@@ -148,15 +208,29 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, ports: &BmcPorts, busybox: &s
     // image is built for, and its BMC, which fetches media from the agent as the appliance's CA vouches.
     let ca = dir.join("site-ca.pem");
     std::fs::write(&ca, a.ssh("cat /etc/foothold/tls/cert.pem")).unwrap();
+    // node-00 becomes the workload cluster's control plane: kubeadm wants two CPUs and 1.7 GB there, and the
+    // live system keeps the pulled images in memory.
     let mut site = Site::new(&target().join("debug/foothold-build"));
-    let node = site.node(0, 1536);
-    site.define(&node, &site_network(a.agent_port, site.relay()));
+    let mut node = site.node(0, 3072);
+    node.vcpus = 2;
+    let worker = site.node(2, 2048);
+    let links = [foothold_e2e::free_port(), foothold_e2e::free_port()];
+    for (i, n) in [&node, &worker].into_iter().enumerate() {
+        let mut net = site_network(a.agent_port, site.relay());
+        net.host_forwards.push((ports.ssh[i], 22));
+        net.link = Some(Link {
+            local: links[i],
+            peer: links[1 - i],
+            mac: LINK[i].0.into(),
+        });
+        site.define(n, &net);
+    }
     let site_bmc = Sushy::libvirt(
         dir,
         &Bmc {
             port: ports.site,
             auth_file: dir.join("site-bmc.htpasswd"),
-            nodes: vec![node.uuid.clone()],
+            nodes: vec![node.uuid.clone(), worker.uuid.clone()],
             pool: "default".into(),
             media_ca: Some(ca.clone()),
             state_dir: dir.join("site-bmc-state"),
@@ -165,8 +239,8 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, ports: &BmcPorts, busybox: &s
         "pw-0",
     );
     // The fixture's node-01 Secret has another password than the fake BMC's.
-    let _fake_bmc = Sushy::fake(dir, ports.fake, &[fake_system()], "admin", "pw-0");
-    std::fs::write(dir.join("metal3-hosts.yaml"), fixture(ws, &node)).unwrap();
+    let fake_bmc = Sushy::fake(dir, ports.fake, &[fake_system()], "admin", "pw-0");
+    std::fs::write(dir.join("metal3-hosts.yaml"), fixture(ws, &node, &worker)).unwrap();
     let started = Instant::now();
     wait_for(
         "the Metal3 fixture to apply",
@@ -182,7 +256,8 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, ports: &BmcPorts, busybox: &s
 
     // While Metal3 registers the hosts: the node's image, with the appliance's CA, uploaded to its agent.
     let building = Instant::now();
-    let iso = build_node_image(dir, &ca, None);
+    let public = std::fs::read_to_string(a.key.with_extension("pub")).unwrap();
+    let iso = build_node_image(dir, &ca, Some(&public));
     eprintln!(
         "metal3: the node image built in {:.0} s",
         building.elapsed().as_secs_f64()
@@ -208,6 +283,7 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, ports: &BmcPorts, busybox: &s
         "metal3: node-00 registered and available {:.0} s after its creation",
         started.elapsed().as_secs_f64().max(available.as_secs_f64())
     );
+    wait_state(a, "node-02", "available", Duration::from_secs(600));
     let error = wait_for(
         "node-01's registration error",
         Duration::from_secs(300),
@@ -263,7 +339,8 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, ports: &BmcPorts, busybox: &s
         .unwrap();
     assert_eq!(claimed.lines().count(), 2, "{claimed}");
 
-    // The compute node provisioned with the uploaded live ISO, which its BMC fetches from the agent.
+    // The compute node provisioned with the uploaded live ISO, which its BMC fetches from the agent; node-02
+    // once node-00's ISO is in (one download from the agent at a time).
     let patch =
         serde_json::json!({"spec": {"online": true, "image": {"url": url, "format": "live-iso"}}});
     patch_bmh(a, "node-00", "merge", &patch.to_string());
@@ -273,6 +350,7 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, ports: &BmcPorts, busybox: &s
         "metal3: node-00 provisioning → provisioned in {:.0} s",
         took.as_secs_f64()
     );
+    patch_bmh(a, "node-02", "merge", &patch.to_string());
     // BMO records the power state at its next look at the host.
     wait_powered(a, "node-00", "true");
     let inserted = site_bmc.requests("VirtualMedia.InsertMedia");
@@ -306,38 +384,60 @@ pub fn check(a: &Appliance, ws: &Path, dir: &Path, ports: &BmcPorts, busybox: &s
     )
     .unwrap();
     assert_eq!(claimed_by, "edge");
+    wait_state(a, "node-02", "provisioned", Duration::from_secs(900));
     eprintln!(
         "{}",
         a.kubectl(&["-n", "site", "get", "bmh", "-o", "wide"])
             .unwrap()
     );
+    Provisioned {
+        site,
+        node,
+        worker,
+        site_bmc,
+        _fake_bmc: fake_bmc,
+    }
+}
 
-    // Deprovisioned: the image removed, the domain is powered off and its CD emptied.
-    patch_bmh(
-        a,
-        "node-00",
-        "json",
-        r#"[{"op": "remove", "path": "/spec/image"}]"#,
-    );
-    wait_state(a, "node-00", "available", Duration::from_secs(900));
-    wait_powered(a, "node-00", "false");
-    wait_for("node-00's domain off", Duration::from_secs(120), || {
-        let s = site.state(&node)?;
-        (s == "shut off").then_some(()).ok_or(s)
-    });
-    wait_for(
-        "node-00's CD empty",
-        Duration::from_secs(120),
-        || match site.cdrom(&node)? {
-            None => Ok(()),
-            Some(m) => Err(m),
-        },
-    );
+/// Deprovisioned: the image removed, each domain is powered off and its CD emptied.
+pub fn deprovision(a: &Appliance, p: Provisioned) {
+    for name in ["node-00", "node-02"] {
+        patch_bmh(
+            a,
+            name,
+            "json",
+            r#"[{"op": "remove", "path": "/spec/image"}]"#,
+        );
+    }
+    for (name, n) in [("node-00", &p.node), ("node-02", &p.worker)] {
+        wait_state(a, name, "available", Duration::from_secs(900));
+        wait_powered(a, name, "false");
+        wait_for(
+            &format!("{name}'s domain off"),
+            Duration::from_secs(120),
+            || {
+                let s = p.site.state(n)?;
+                (s == "shut off").then_some(()).ok_or(s)
+            },
+        );
+        wait_for(
+            &format!("{name}'s CD empty"),
+            Duration::from_secs(120),
+            || match p.site.cdrom(n)? {
+                None => Ok(()),
+                Some(m) => Err(m),
+            },
+        );
+    }
     assert!(
-        !site_bmc.requests("VirtualMedia.EjectMedia").is_empty(),
+        !p.site_bmc.requests("VirtualMedia.EjectMedia").is_empty(),
         "no EjectMedia after deprovisioning"
     );
     // Ironic's own log of it, on the appliance.
-    let journal = a.ssh("sudo journalctl -u ironic.service --no-pager -o cat | tail -n 400");
-    assert!(journal.contains("deploying"), "{journal}");
+    let journal =
+        a.ssh("sudo journalctl -u ironic.service --no-pager -o cat | grep -m 5 deploying || true");
+    assert!(
+        journal.contains("deploying"),
+        "no deploy in Ironic's journal"
+    );
 }

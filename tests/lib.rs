@@ -180,6 +180,8 @@ pub fn busybox_layout(layout: &Path) -> String {
             binary_sha256: &sha256_file(Path::new("/bin/busybox")),
             entrypoint: "/bin/busybox",
             user: "0:0",
+            cmd: &[],
+            extra: &[],
         }],
         layout,
         1_767_225_600,

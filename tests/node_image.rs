@@ -20,11 +20,8 @@ use foothold_e2e::{
     build_binaries, build_deb, build_node_image, busybox_layout, free_port, run, sha256_file,
     ssh_command, target, upload_os_image, upload_record, wait_for_marker,
 };
-use foothold_image_builder::site::{site_network, Bmc, Link, MIRROR};
+use foothold_image_builder::site::{site_network, Bmc, MIRROR};
 use serde_json::json;
-
-/// The MAC addresses of the nodes' NICs on the link between them.
-const LINK_MACS: [&str; 2] = ["02:00:00:00:31:00", "02:00:00:00:31:01"];
 
 /// The agent this test serves the mirror with; killed on drop.
 struct Agent(Child);
@@ -92,7 +89,6 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
         .arg(&layout)
         .arg("--data")
         .arg(&data));
-    let release = workload(dir, &data);
     std::fs::write(dir.join("token"), "node-image-test\n").unwrap();
     let port = free_port();
     let _agent = Agent(
@@ -163,34 +159,19 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
     }
     let apt_before = apt_requests(port, &cert);
 
-    // The virtual site's two nodes, linked to each other (the workload cluster's network), and their BMC. The
-    // first is the workload cluster's control plane: kubeadm wants two CPUs and 1.7 GB there, and the live
-    // system keeps the pulled images in memory.
+    // The virtual site's node and its BMC.
     let mut site = Site::new(&target().join("debug/foothold-build"));
-    let mut node = site.node(0, 3072);
-    node.vcpus = 2;
-    let worker = site.node(1, 2048);
-    let (ssh_port, worker_ssh) = (free_port(), free_port());
-    let (link_a, link_b) = (free_port(), free_port());
-    for (n, ssh, local, peer, mac) in [
-        (&node, ssh_port, link_a, link_b, LINK_MACS[0]),
-        (&worker, worker_ssh, link_b, link_a, LINK_MACS[1]),
-    ] {
-        let mut net = site_network(port, site.relay());
-        net.host_forwards.push((ssh, 22));
-        net.link = Some(Link {
-            local,
-            peer,
-            mac: mac.into(),
-        });
-        site.define(n, &net);
-    }
+    let node = site.node(0, 1536);
+    let ssh_port = free_port();
+    let mut net = site_network(port, site.relay());
+    net.host_forwards.push((ssh_port, 22));
+    site.define(&node, &net);
     let bmc = Sushy::libvirt(
         dir,
         &Bmc {
             port: free_port(),
             auth_file: dir.join("bmc.htpasswd"),
-            nodes: vec![node.uuid.clone(), worker.uuid.clone()],
+            nodes: vec![node.uuid.clone()],
             pool: "default".into(),
             media_ca: Some(cert.clone()),
             state_dir: dir.join("bmc-state"),
@@ -206,33 +187,27 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
 
     // What Ironic's redfish-virtual-media boot does: insert the ISO, boot once from CD under UEFI, power on.
     let before = manifest_requests(port, &cert);
-    for n in [&node, &worker] {
-        let (system, media) = (
-            format!("/redfish/v1/Systems/{}", n.uuid),
-            format!("/redfish/v1/Systems/{}/VirtualMedia/Cd", n.uuid),
-        );
-        bmc.call(
-            admin,
-            "POST",
-            &format!("{media}/Actions/VirtualMedia.InsertMedia"),
-            Some(json!({"Image": url, "Inserted": true, "WriteProtected": true})),
-        );
-        bmc.call(
-            admin,
-            "PATCH",
-            &system,
-            Some(
-                json!({"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once",
-                "BootSourceOverrideMode": "UEFI"}}),
-            ),
-        );
-        bmc.call(
-            admin,
-            "POST",
-            &format!("{system}/Actions/ComputerSystem.Reset"),
-            Some(json!({"ResetType": "On"})),
-        );
-    }
+    bmc.call(
+        admin,
+        "POST",
+        &format!("{media}/Actions/VirtualMedia.InsertMedia"),
+        Some(json!({"Image": url, "Inserted": true, "WriteProtected": true})),
+    );
+    bmc.call(
+        admin,
+        "PATCH",
+        &system,
+        Some(
+            json!({"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once",
+            "BootSourceOverrideMode": "UEFI"}}),
+        ),
+    );
+    bmc.call(
+        admin,
+        "POST",
+        &format!("{system}/Actions/ComputerSystem.Reset"),
+        Some(json!({"ResetType": "On"})),
+    );
     assert!(
         site.cdrom(&node)
             .unwrap()
@@ -261,18 +236,6 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
     assert_eq!(inserted["Image"], url.as_str(), "{inserted}");
 
     install_software(dir, port, ssh_port, &ssh_key, &cert, &deb);
-
-    let line = wait_for_marker(&site.console(&worker), Duration::from_secs(900));
-    eprintln!("the second node: {line}");
-    assert!(line.contains(" role=node "), "{line}");
-    install_cluster(
-        dir,
-        port,
-        &cert,
-        &ssh_key,
-        &release,
-        &[(ssh_port, LINK_MACS[0]), (worker_ssh, LINK_MACS[1])],
-    );
 
     // Powered off and the media ejected, as deprovisioning does.
     bmc.call(
@@ -387,194 +350,7 @@ fn install_software(dir: &Path, port: u16, ssh_port: u16, key: &Path, ca: &Path,
     );
 }
 
-/// What the appliance gives workload clusters, made by `foothold-build workload` from the appliance's spec as
-/// committed (its Kubernetes and etcd built from source, from the cache `fetch` fills): the images kubeadm
-/// names, imported into the agent's store at `data`, and the node binaries added to it where the release file
-/// says they are. Returns the release file.
-fn workload(dir: &Path, data: &Path) -> std::path::PathBuf {
-    let build = target().join("debug/foothold-build");
-    let spec = foothold_e2e::workspace().join("packages/appliance.yaml");
-    run(Command::new(&build).arg("fetch").arg(&spec));
-    let out = dir.join("workload");
-    run(Command::new(&build)
-        .arg("workload")
-        .arg(&spec)
-        .arg("--out")
-        .arg(&out)
-        .args(["--endpoint", &format!("https://{}:{}", MIRROR.0, MIRROR.1)]));
-    let agent = target().join("debug/foothold-agent");
-    run(Command::new(&agent)
-        .arg("import")
-        .arg(out.join("images"))
-        .arg("--data")
-        .arg(data));
-    let release = out.join("kubernetes-release.json");
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&release).unwrap()).unwrap();
-    for b in r["binaries"].as_array().unwrap() {
-        let url = b["url"].as_str().unwrap();
-        let path: Vec<&str> = url.split("/files/").nth(1).unwrap().split('/').collect();
-        let file = out.join("bin").join(path[3]);
-        assert_eq!(sha256_file(&file), b["sha256"].as_str().unwrap(), "{url}");
-        run(Command::new(&agent)
-            .arg("add-file")
-            .arg(&file)
-            .arg("--data")
-            .arg(data)
-            .args(["--owner", path[0], "--cluster", path[1], "--kind", path[2]])
-            .args(["--name", path[3], "--sha256", b["sha256"].as_str().unwrap()]));
-    }
-    release
-}
-
-/// A command on a node over SSH (OpenSSH's client, as the node's sudo user); its standard output.
+/// A command on the node over SSH (OpenSSH's client, as the node's sudo user); its standard output.
 fn ssh(port: u16, key: &Path, command: &str) -> String {
     run(&mut ssh_command(port, key, command))
-}
-
-/// The two nodes made a Kubernetes cluster as the BPA's Job does it: `foothold-agent install-cluster` with an
-/// inventory as the BPA writes it (SSH through the forwards; `ip`, the address on the link between the nodes,
-/// which the provisioning network data would set and the test sets here). Both nodes end Ready, seen with the
-/// kubeconfig the installer returned; the control plane's pods run the images the agent served (by its
-/// digests), and CoreDNS is ready, which needs the worker's pod network and kube-proxy. A second run changes nothing;
-/// a key the nodes do not know fails naming the host.
-fn install_cluster(
-    dir: &Path,
-    port: u16,
-    ca: &Path,
-    key: &Path,
-    release: &Path,
-    nodes: &[(u16, &str)],
-) {
-    let ips = ["192.168.50.10", "192.168.50.11"];
-    for ((ssh_port, mac), ip) in nodes.iter().zip(ips) {
-        ssh(
-            *ssh_port,
-            key,
-            &format!(
-                "set -e; i=$(ip -o link | awk -F': ' 'tolower($0) ~ /{mac}/ {{print $2}}'); \
-                 sudo ip addr replace {ip}/24 dev \"$i\"; sudo ip link set dev \"$i\" up"
-            ),
-        );
-    }
-    let inventory = dir.join("cluster-hosts.ini");
-    std::fs::write(
-        &inventory,
-        format!(
-            "[all]\nmaster-0 ansible_host=127.0.0.1 ansible_port={} ansible_user=foothold ip={}\n\
-             worker-0 ansible_host=127.0.0.1 ansible_port={} ansible_user=foothold ip={}\n\n\
-             [kube_control_plane]\nmaster-0\n\n[kube_node]\nworker-0\n",
-            nodes[0].0, ips[0], nodes[1].0, ips[1]
-        ),
-    )
-    .unwrap();
-    let kubeconfig = dir.join("c1.kubeconfig");
-    let install = |key: &Path| {
-        let started = std::time::Instant::now();
-        let out = Command::new(target().join("debug/foothold-agent"))
-            .arg("install-cluster")
-            .arg("--inventory")
-            .arg(&inventory)
-            .arg("--release")
-            .arg(release)
-            .arg("--ssh-key")
-            .arg(key)
-            .args(["--cluster", "c1", "--kubeconfig-out"])
-            .arg(&kubeconfig)
-            .env_remove("KUBECONFIG_SECRET")
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&out.stdout).into_owned();
-        eprintln!(
-            "install-cluster, {:?}:\n{said}{}",
-            started.elapsed(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        (out.status, said)
-    };
-    let before = manifest_requests(port, ca);
-    let (status, said) = install(key);
-    assert!(status.success(), "{said}");
-    for line in [
-        "master-0 prepare: prepared for Kubernetes v1.35.4 (wrote",
-        "worker-0 prepare: prepared for Kubernetes v1.35.4 (wrote",
-        "master-0 kubeadm init: initialised\n",
-        "worker-0 kubeadm join: joined\n",
-        "master-0 pod network: pod network 10.244.",
-        "worker-0 node: Ready\n",
-        "cluster c1 installed\n",
-    ] {
-        assert!(said.contains(line), "{line:?} in\n{said}");
-    }
-    assert!(
-        manifest_requests(port, ca) > before,
-        "the nodes pulled no image from the agent"
-    );
-
-    // The kubeconfig the installer returned, used on the control-plane host (its API server is on the link).
-    let conf = std::fs::read_to_string(&kubeconfig).unwrap();
-    assert!(
-        conf.contains("server: https://192.168.50.10:6443"),
-        "{conf}"
-    );
-    run(ssh_command(nodes[0].0, key, "cat > c1.kubeconfig")
-        .stdin(std::fs::File::open(&kubeconfig).unwrap()));
-    let kubectl = |args: &str| {
-        ssh(
-            nodes[0].0,
-            key,
-            &format!("kubectl --kubeconfig c1.kubeconfig {args}"),
-        )
-    };
-    let ready = kubectl(
-        "get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}'",
-    );
-    assert_eq!(ready.trim(), "master-0=True worker-0=True");
-    // CoreDNS becomes Available (its pods pulled, started and ready: from the worker's pod network, kube-proxy's
-    // service address carries them to the API server on the control-plane host); then every pod of kube-system runs the image the agent served, by its digest.
-    let dns =
-        kubectl("-n kube-system wait --for=condition=Available deployment/coredns --timeout=600s");
-    assert!(dns.contains("condition met"), "{dns}");
-    let images = kubectl(
-        "get pods -n kube-system -o jsonpath='{range .items[*]}{.status.containerStatuses[0].imageID} {end}'",
-    );
-    let layout: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("workload/images/index.json")).unwrap(),
-    )
-    .unwrap();
-    for m in layout["manifests"].as_array().unwrap() {
-        let name = m["annotations"]["org.opencontainers.image.ref.name"]
-            .as_str()
-            .unwrap();
-        if name.contains("/pause:") {
-            continue;
-        }
-        let repo = name.rsplit_once(':').unwrap().0;
-        let want = format!("{repo}@{}", m["digest"].as_str().unwrap());
-        assert!(images.contains(&want), "{want} in {images}");
-    }
-
-    // Again: every step finds its result there.
-    let (status, said) = install(key);
-    assert!(status.success(), "{said}");
-    for line in [
-        "master-0 prepare: prepared for Kubernetes v1.35.4 (unchanged)\n",
-        "master-0 kubeadm init: already initialised\n",
-        "worker-0 kubeadm join: already joined\n",
-        "worker-0 kube-proxy: kube-proxy running (unchanged)\n",
-    ] {
-        assert!(said.contains(line), "{line:?} in\n{said}");
-    }
-
-    // A key the hosts do not know: the run stops before any step, naming the host.
-    let stranger = dir.join("stranger");
-    run(Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&stranger));
-    let (status, said) = install(&stranger);
-    assert_eq!(status.code(), Some(1), "{said}");
-    assert!(
-        said.contains("FAILED: master-0 (127.0.0.1): connect: master-0 (127.0.0.1): the SSH key in the Secret was refused for user foothold"),
-        "{said}"
-    );
 }

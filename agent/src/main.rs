@@ -105,9 +105,14 @@ struct KubeArgs {
     /// Seconds a leader's lease lasts without renewal before another agent may take over.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..))]
     lease_duration_seconds: u64,
-    /// Image of the BPA installer Jobs (see the installer contract in the README).
-    #[arg(long, default_value = "127.0.0.1:5000/foothold/bpa-installer:latest")]
+    /// Image of the BPA installer Jobs (see the installer contract in the README); the default is the one an
+    /// appliance built by foothold-build serves: `foothold-agent install` with the appliance's release file.
+    #[arg(long, default_value = foothold_names::INSTALLER_IMAGE)]
     installer_image: String,
+    /// Who the installer logs in to the hosts as (INSTALLER_SSH_USER of its Jobs); anyone but root needs
+    /// password-less sudo there.
+    #[arg(long, default_value = "root")]
+    installer_ssh_user: String,
     /// Default image of ViNO's vino-builder container (runs `foothold-agent vino-builder`; needs virsh).
     #[arg(long, default_value = "127.0.0.1:5000/foothold/vino-builder:latest")]
     vino_builder_image: String,
@@ -151,6 +156,7 @@ impl KubeArgs {
             lease_namespace: self.lease_namespace,
             lease_duration: std::time::Duration::from_secs(self.lease_duration_seconds),
             installer_image: self.installer_image,
+            installer_ssh_user: self.installer_ssh_user,
             vino_builder_image: self.vino_builder_image,
             ssh_key_secret: self.ssh_key_secret,
             advertise_url: self.advertise_url.or_else(|| {
@@ -293,6 +299,9 @@ enum Command {
     /// the agent's mirror. Writes the admin kubeconfig into KUBECONFIG_SECRET (or --kubeconfig-out). Re-running
     /// it converges; a failure names the host, the step and the output.
     InstallCluster(installer::cli::ClusterArgs),
+    /// The installer image's entrypoint: the task a BPA Job asks for by INSTALLER_TASK (unset or `cluster`:
+    /// install-cluster; `software`: install-software), every argument from the Job's environment.
+    Install,
 }
 
 #[derive(clap::Args)]
@@ -388,6 +397,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::InstallSoftware(a) => installer::cli::install_software(a),
         Command::InstallCluster(a) => installer::cli::install_cluster(a),
+        Command::Install => installer::cli::install_from_env(),
         Command::AptSource {
             endpoint,
             data,

@@ -23,20 +23,44 @@ pub struct BuiltImage<'a> {
     pub entrypoint: &'a str,
     /// The user it runs as (`65535:65535` for pause, as upstream's image).
     pub user: &'a str,
+    /// The entrypoint's arguments (the config's `Cmd`), if any.
+    pub cmd: &'a [&'a str],
+    /// More files in the same layer (the libraries a dynamically linked binary needs, a file it reads).
+    pub extra: &'a [ImageFile<'a>],
 }
 
-/// A reproducible single-file tar: the binary at `path`, mode 0755, owned by root, at `epoch`.
-fn layer_tar(binary: &[u8], path: &str, epoch: u64) -> Result<Vec<u8>> {
+/// A file of a [`BuiltImage`] besides its binary.
+pub struct ImageFile<'a> {
+    /// Its absolute path in the image.
+    pub path: String,
+    pub source: &'a Path,
+    /// Its content's hex sha256 ([`cached_layout`]'s key names it by it).
+    pub sha256: String,
+    pub mode: u32,
+}
+
+/// A reproducible tar: the binary at `path`, mode 0755, then the `extra` files in path order, owned by root, at
+/// `epoch`.
+fn layer_tar(binary: &[u8], path: &str, extra: &[ImageFile], epoch: u64) -> Result<Vec<u8>> {
     let mut b = tar::Builder::new(Vec::new());
     b.mode(tar::HeaderMode::Deterministic);
-    let mut h = tar::Header::new_ustar();
-    h.set_size(binary.len() as u64);
-    h.set_mode(0o755);
-    h.set_uid(0);
-    h.set_gid(0);
-    h.set_mtime(epoch);
-    h.set_entry_type(tar::EntryType::Regular);
-    b.append_data(&mut h, path.trim_start_matches('/'), binary)?;
+    let mut append = |path: &str, data: &[u8], mode: u32| {
+        let mut h = tar::Header::new_ustar();
+        h.set_size(data.len() as u64);
+        h.set_mode(mode);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(epoch);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, path.trim_start_matches('/'), data)
+    };
+    append(path, binary, 0o755)?;
+    let mut extra: Vec<&ImageFile> = extra.iter().collect();
+    extra.sort_by(|a, b| a.path.cmp(&b.path));
+    for f in extra {
+        let data = fs::read(f.source).with_context(|| format!("reading {}", f.source.display()))?;
+        append(&f.path, &data, f.mode)?;
+    }
     Ok(b.into_inner()?)
 }
 
@@ -66,14 +90,18 @@ pub fn write_layout(
     for im in images {
         let binary =
             fs::read(im.binary).with_context(|| format!("reading {}", im.binary.display()))?;
-        let tar = layer_tar(&binary, im.entrypoint, epoch)?;
+        let tar = layer_tar(&binary, im.entrypoint, im.extra, epoch)?;
         let diff_id = format!("sha256:{}", hex::encode(Sha256::digest(&tar)));
         let (layer, layer_size) = put(layout, &gzip(&tar))?;
+        let mut run = json!({"Entrypoint": [im.entrypoint], "User": im.user, "Env": [PATH]});
+        if !im.cmd.is_empty() {
+            run["Cmd"] = json!(im.cmd);
+        }
         let config = json!({
             "architecture": "amd64",
             "os": "linux",
             "created": created,
-            "config": {"Entrypoint": [im.entrypoint], "User": im.user, "Env": [PATH]},
+            "config": run,
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
             "history": [{"created": created, "created_by": format!("foothold-build: {} from its source", im.entrypoint)}],
         });
@@ -122,8 +150,17 @@ pub fn cached_layout(
     let inputs: Vec<_> = images
         .iter()
         .map(|im| {
-            json!({"reference": im.reference, "binarySha256": im.binary_sha256,
-                   "entrypoint": im.entrypoint, "user": im.user})
+            let mut input = json!({"reference": im.reference, "binarySha256": im.binary_sha256,
+                   "entrypoint": im.entrypoint, "user": im.user});
+            if !im.cmd.is_empty() || !im.extra.is_empty() {
+                input["cmd"] = json!(im.cmd);
+                input["extra"] = im
+                    .extra
+                    .iter()
+                    .map(|f| json!([f.path, f.sha256, f.mode]))
+                    .collect();
+            }
+            input
         })
         .collect();
     let key = json!({"format": LAYOUT_FORMAT, "epoch": epoch, "images": inputs});
@@ -219,6 +256,8 @@ mod tests {
             binary_sha256: sha,
             entrypoint: "/pause",
             user: "65535:65535",
+            cmd: &[],
+            extra: &[],
         }
     }
 

@@ -496,7 +496,10 @@ fn real_main() -> Result<ExitCode> {
                 bios,
                 forwards,
                 relay: Some(std::env::current_exe().context("finding this program, the relay")?),
-                guest_forwards,
+                guest_forwards: guest_forwards
+                    .into_iter()
+                    .map(|(g, h)| qemu::GuestForward::at_host(g, h))
+                    .collect(),
                 memory_mib: memory,
                 cpus,
                 serial_log,

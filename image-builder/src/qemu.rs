@@ -233,6 +233,26 @@ pub const KVM_FIRST_OUTPUT: Duration = Duration::from_secs(30);
 /// ([`RunOptions::guest_forwards`]).
 pub const GUEST_FORWARD_ADDRESS: &str = "10.0.2.100";
 
+/// A guest's connections to `address:port` (an address of its user network) reach 127.0.0.1:`host_port` on
+/// this host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestForward {
+    pub address: String,
+    pub port: u16,
+    pub host_port: u16,
+}
+
+impl GuestForward {
+    /// `port` at [`GUEST_FORWARD_ADDRESS`].
+    pub fn at_host(port: u16, host_port: u16) -> GuestForward {
+        GuestForward {
+            address: GUEST_FORWARD_ADDRESS.into(),
+            port,
+            host_port,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct RunOptions {
     pub image: PathBuf,
@@ -240,9 +260,9 @@ pub struct RunOptions {
     pub bios: bool,
     /// (host port on 127.0.0.1, guest port)
     pub forwards: Vec<(u16, u16)>,
-    /// (guest port, host port): the guest's connections to [`GUEST_FORWARD_ADDRESS`]`:<guest port>` reach
-    /// 127.0.0.1:<host port> on this host, through `relay` (an isolated guest reaches nothing else).
-    pub guest_forwards: Vec<(u16, u16)>,
+    /// The guest's connections that reach 127.0.0.1 on this host (usually at [`GUEST_FORWARD_ADDRESS`]), through
+    /// `relay` (an isolated guest reaches nothing else).
+    pub guest_forwards: Vec<GuestForward>,
     /// The program that relays one guest connection (its stdin and stdout) to the TCP address it is given:
     /// `foothold-build relay` (see [`relay`]).
     pub relay: Option<PathBuf>,
@@ -347,12 +367,12 @@ pub fn command(o: &RunOptions, accel: Accel, scratch: &Path) -> Result<Command> 
         .map(|(h, g)| format!(",hostfwd=tcp:127.0.0.1:{h}-:{g}"))
         .collect();
     let mut fwd = fwd;
-    for (g, h) in &o.guest_forwards {
+    for f in &o.guest_forwards {
         let relay = o
             .relay
             .as_deref()
             .context("a guest forward needs RunOptions::relay (foothold-build's path)")?;
-        fwd.push_str(&guestfwd(GUEST_FORWARD_ADDRESS, *g, relay, *h));
+        fwd.push_str(&guestfwd(&f.address, f.port, relay, f.host_port));
     }
     let restrict = if o.isolated { ",restrict=on" } else { "" };
     c.args([

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context as _, Result};
 
 use crate::files::{publish_dir, write_file};
+use crate::qemu::GuestForward;
 
 /// A compute node: a libvirt domain (`<domain type='qemu'>`, so it runs where KVM does not) that boots UEFI
 /// from whatever CD its BMC inserts.
@@ -52,13 +53,6 @@ pub struct Link {
     pub mac: String,
 }
 
-#[derive(Clone, Debug)]
-pub struct GuestForward {
-    pub address: String,
-    pub port: u16,
-    pub host_port: u16,
-}
-
 fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -70,6 +64,8 @@ fn xml_escape(s: &str) -> String {
 /// The node's libvirt domain. Why each part:
 /// - q35 with `<os firmware='efi'>`, Secure Boot and enrolled keys off: Metal3's live ISOs boot UEFI, and
 ///   libvirt picks the OVMF build that matches (sushy-tools' boot-mode calls need firmware libvirt knows).
+/// - the CPU qemu calls `max` (under TCG every feature it emulates, AES-NI among them): with the bare `qemu64`
+///   a node's TLS, checksums and image pulls ran in software AES and SHA, several times slower;
 /// - an empty SATA CD: sushy-tools' virtual media fills it on InsertMedia and empties it on EjectMedia.
 /// - the serial console to `console`, where the node's ready marker appears.
 /// - the NIC on qemu's command line: libvirt's own `<interface type='user'>` cannot restrict the network or
@@ -114,7 +110,7 @@ pub fn domain_xml(node: &ComputeNode, net: &NodeNetwork, console: &Path) -> Stri
     <boot dev='cdrom'/>
   </os>
   <features><acpi/><apic/></features>
-  <cpu mode='custom' match='exact'><model>qemu64</model></cpu>
+  <cpu mode='maximum' check='none'/>
   <on_poweroff>destroy</on_poweroff>
   <devices>
     <disk type='file' device='cdrom'>

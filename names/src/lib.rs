@@ -10,6 +10,14 @@ use std::str::FromStr;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The installer image an appliance serves and the BPA's Jobs run by default: the agent binary with the libraries
+/// it links against and the appliance's `kubernetes-release.json`, entrypoint `foothold-agent install`. The
+/// builder makes it under this name; the agent's `--installer-image` defaults to it. Its registry is no real
+/// one: only the appliance's mirror has it.
+pub const INSTALLER_IMAGE: &str = "foothold.local/foothold/installer:appliance";
+/// Where the installer image holds the release file (`foothold-agent install-cluster --release`'s default).
+pub const INSTALLER_RELEASE: &str = "/etc/foothold/release/kubernetes-release.json";
+
 /// The longest owner, cluster or image name, in bytes.
 pub const MAX_NAME_LEN: usize = 255;
 

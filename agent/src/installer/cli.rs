@@ -54,7 +54,7 @@ pub struct ClusterArgs {
     #[arg(
         long,
         env = "KUBERNETES_RELEASE",
-        default_value = "/etc/foothold/release/kubernetes-release.json"
+        default_value = foothold_names::INSTALLER_RELEASE
     )]
     release: PathBuf,
     /// The cluster's name (kubeadm's clusterName).
@@ -75,6 +75,24 @@ pub struct ClusterArgs {
     /// Also write the admin kubeconfig to this file (mode 0600).
     #[arg(long)]
     kubeconfig_out: Option<PathBuf>,
+}
+
+/// Where Kubernetes reads a container's termination message from (the default `terminationMessagePath`).
+const TERMINATION_LOG: &str = "/dev/termination-log";
+
+/// Leaves `text` as the container's termination message when running in a pod (the file exists there), so that
+/// the BPA reports the failure itself, not only the Job's `BackoffLimitExceeded`. Kubernetes keeps 4 KiB of it.
+fn last_words(text: &str) {
+    let path = Path::new(TERMINATION_LOG);
+    if path.exists() {
+        let mut end = text.len().min(4000);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        if let Err(e) = std::fs::write(path, &text[..end]) {
+            eprintln!("foothold-agent: writing {TERMINATION_LOG}: {e}");
+        }
+    }
 }
 
 fn read(p: &Path) -> anyhow::Result<String> {
@@ -100,6 +118,38 @@ fn host_keys(inv: &Inventory, known: &ssh::KnownHosts) {
     }
 }
 
+/// The arguments of one task, every one from the environment (a Job's) or its default.
+#[derive(clap::Parser)]
+struct FromEnv<A: clap::Args> {
+    #[command(flatten)]
+    args: A,
+}
+
+fn from_env<A: clap::Args>(task: &str) -> anyhow::Result<A> {
+    use clap::Parser as _;
+    FromEnv::<A>::try_parse_from([task])
+        .map(|f| f.args)
+        .map_err(|e| anyhow::anyhow!("{task}: {}", e.render()))
+}
+
+/// `foothold-agent install`, the installer image's entrypoint: the task a BPA Job asks for by `INSTALLER_TASK`
+/// (unset or `cluster`: [`install_cluster`], as ICN's contract runs a cluster install; `software`:
+/// [`install_software`]), every argument from the Job's environment.
+pub fn install_from_env() -> anyhow::Result<ExitCode> {
+    let task = std::env::var("INSTALLER_TASK").unwrap_or_default();
+    let result = match task.as_str() {
+        "" | "cluster" => from_env("install-cluster").and_then(install_cluster),
+        "software" => from_env("install-software").and_then(install_software),
+        other => Err(anyhow::anyhow!(
+            "INSTALLER_TASK {other:?}: not a task of Foothold's installer (unset or \"cluster\": a cluster; \"software\": a Software's packages)"
+        )),
+    };
+    if let Err(e) = &result {
+        last_words(&format!("{e:#}"));
+    }
+    result
+}
+
 pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
     let (inv, key) = a.hosts.load()?;
     let manifest = software::Manifest::parse(&read(&a.packages)?)
@@ -113,17 +163,21 @@ pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
         &known,
     ));
     let mut failed = 0;
+    let mut failures = Vec::new();
     for o in &outcomes {
         match &o.result {
             Ok(done) => println!("{} {}: {done}", o.host, o.package),
             Err(why) => {
                 failed += 1;
-                println!("{} {}: FAILED: {why}", o.host, o.package);
+                let line = format!("{} {}: FAILED: {why}", o.host, o.package);
+                println!("{line}");
+                failures.push(line);
             }
         }
     }
     host_keys(&inv, &known);
     if failed > 0 {
+        last_words(&failures.join("\n"));
         eprintln!(
             "foothold-agent: {failed} of {} package installs failed",
             outcomes.len()
@@ -178,6 +232,7 @@ pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
         Ok(k) => k,
         Err(f) => {
             println!("FAILED: {f}");
+            last_words(&format!("FAILED: {f}"));
             return Ok(ExitCode::from(1));
         }
     };

@@ -38,6 +38,8 @@ fn start_agent_with(dir: &Path, ns: &str, identity: &str, kubeconfig: &Path) -> 
         &[
             "--installer-image",
             "registry.example/kud-installer:v1",
+            "--installer-ssh-user",
+            "ops",
             "--advertise-url",
             ADVERTISED,
         ],
@@ -229,6 +231,8 @@ async fn provisioning_installs_reports_ready_retries_on_change_and_cleans_up() {
         env_of("KUBECONFIG_SECRET").as_deref(),
         Some("c1-kubeconfig")
     );
+    assert_eq!(env_of("INSTALLER_SSH_USER").as_deref(), Some("ops"));
+    assert_eq!(env_of("INSTALLER_TASK"), None);
     assert_eq!(
         pod.service_account_name.as_deref(),
         Some("cluster-1-installer")
@@ -322,6 +326,28 @@ async fn provisioning_installs_reports_ready_retries_on_change_and_cleans_up() {
             .then_some(())
     })
     .await;
+    // The Job's last attempt said why it failed, in its termination message (a pod as the Job controller and
+    // the kubelet would leave it; here nothing runs pods).
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
+    let pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "cluster-1-install-g2-x7k2p", "labels": {"job-name": "cluster-1-install-g2"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "installer", "image": "registry.example/kud-installer:v1"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    pods.patch_status(
+        "cluster-1-install-g2-x7k2p",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Failed", "containerStatuses": [{
+            "name": "installer", "ready": false, "restartCount": 0,
+            "image": "registry.example/kud-installer:v1", "imageID": "",
+            "state": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now,
+                "message": "FAILED: master-0 (10.0.0.5): connect: master-0 (10.0.0.5): connection refused\n"}}}]}})),
+    )
+    .await
+    .unwrap();
     job_status(&client, &ns, "cluster-1-install-g2", false).await;
     let p = until("phase Failed", || async {
         get_prov(&provs, "cluster-1")
@@ -334,7 +360,11 @@ async fn provisioning_installs_reports_ready_retries_on_change_and_cleans_up() {
         (failed.0.as_str(), failed.1.as_str(), failed.3),
         ("True", "JobFailed", Some(2))
     );
-    assert!(failed.2.contains("BackoffLimitExceeded"), "{failed:?}");
+    assert_eq!(
+        failed.2,
+        "installer Job cluster-1-install-g2 failed: FAILED: master-0 (10.0.0.5): connect: master-0 (10.0.0.5): \
+         connection refused (BackoffLimitExceeded: Job has reached the specified backoff limit)"
+    );
 
     // Delete: the finalizer removes every object the reconciler created, then lets the Provisioning go.
     provs

@@ -254,6 +254,7 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
             .and_then(|e| e.value.clone())
     };
     assert_eq!(env_of("INSTALLER_TASK").as_deref(), Some("software"));
+    assert_eq!(env_of("INSTALLER_SSH_USER").as_deref(), Some("ops"));
     assert_eq!(
         c.image.as_deref(),
         Some("registry.example/kud-installer:v1")

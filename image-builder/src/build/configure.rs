@@ -118,6 +118,16 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
                     .map(|r| r.split('/').next().unwrap_or_default().to_owned()),
             )
             .collect();
+        // The BPA's installer image, made by the data phase when the appliance can install workload clusters.
+        if installs_workload_clusters(spec) {
+            registries.push(
+                foothold_names::INSTALLER_IMAGE
+                    .split('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+        }
         registries.sort();
         registries.dedup();
         for (path, text, mode) in
@@ -215,6 +225,19 @@ fn network(spec: &Spec, c: &mut Configuration) {
     );
 }
 
+/// Whether the image's agent can have the BPA install workload clusters: a Kubernetes with etcd for their
+/// control planes and a provisioning network the nodes reach the agent on. The data phase then makes the
+/// installer image and the release file.
+pub fn installs_workload_clusters(spec: &Spec) -> bool {
+    spec.components.agent.is_some()
+        && spec.network.provisioning.is_some()
+        && spec
+            .components
+            .kubernetes
+            .as_ref()
+            .is_some_and(|k| k.etcd.is_some())
+}
+
 /// The agent: writes need the token made at first boot; HTTPS with the first boot's certificate if asked,
 /// valid for the provisioning address.
 fn agent(spec: &Spec, c: &mut Configuration) {
@@ -232,6 +255,19 @@ fn agent(spec: &Spec, c: &mut Configuration) {
     }
     if spec.components.metal3.is_some() {
         args.extend(crate::metal3::ready_checks());
+    }
+    // Software's package URLs name the agent where the compute nodes reach it.
+    if let Some(p) = &spec.network.provisioning {
+        let scheme = if spec.components.agent_tls {
+            "https"
+        } else {
+            "http"
+        };
+        args.push("--advertise-url".into());
+        args.push(format!(
+            "{scheme}://{}:5000",
+            p.address.split('/').next().unwrap_or_default()
+        ));
     }
     args.extend(spec.components.agent_args.iter().cloned());
     c.add(
@@ -391,7 +427,8 @@ mod tests {
         assert_eq!(
             c.file("/etc/foothold/agent.env").unwrap().text,
             "FOOTHOLD_LISTEN=0.0.0.0:5000\nFOOTHOLD_AGENT_ARGS=--token-file /etc/foothold/token --tls-cert \
-             /etc/foothold/tls/cert.pem --tls-key /etc/foothold/tls/key.pem --no-controllers\n"
+             /etc/foothold/tls/cert.pem --tls-key /etc/foothold/tls/key.pem --advertise-url \
+             https://172.22.0.1:5000 --no-controllers\n"
         );
         assert_eq!(
             c.file("/etc/foothold/tls-names").unwrap().text,

@@ -16,8 +16,15 @@ use crate::cmd::CommandExt as _;
 use crate::files::clamp_mtimes;
 use crate::spec::Serve;
 
-/// Fills `<work>/data` with the store; returns it.
-pub fn stage(b: &Build, files: &[FileInput], agent: &Path, record: &mut Record) -> Result<PathBuf> {
+/// Fills `<work>/data` with the store; returns it. `agent`: the binary that fills it, and the same without debug
+/// information (the installer image's); `base`: Debian's tree the root file system was made from.
+pub fn stage(
+    b: &Build,
+    files: &[FileInput],
+    (agent, stripped): (&Path, &Path),
+    base: &Path,
+    record: &mut Record,
+) -> Result<PathBuf> {
     let Build {
         loaded,
         settings,
@@ -110,7 +117,10 @@ pub fn stage(b: &Build, files: &[FileInput], agent: &Path, record: &mut Record) 
             record.inputs.insert(format!("kubernetes.{name}.image"), r);
         }
         // The release file the BPA's installer reads, naming the node binaries at the provisioning address.
-        if let (Some(_), Some(p)) = (&k.etcd, &spec.network.provisioning) {
+        if let (true, Some(p)) = (
+            super::configure::installs_workload_clusters(spec),
+            &spec.network.provisioning,
+        ) {
             let scheme = if spec.components.agent_tls {
                 "https"
             } else {
@@ -129,6 +139,15 @@ pub fn stage(b: &Build, files: &[FileInput], agent: &Path, record: &mut Record) 
                 "kubernetes.release".into(),
                 json!({"served": served.path(), "sha256": sha256}),
             );
+            // The BPA's installer image, with that release file in it.
+            progress.step(
+                "data",
+                "the installer image: the agent, its libraries from the root file system, the release file",
+            );
+            let (layout, r) =
+                super::installer::image(stripped, base, &file, &settings.cache, epoch)?;
+            import(&layout, &[]).context("the installer image: importing it")?;
+            record.inputs.insert("installer.image".into(), r);
         }
     }
     clamp_mtimes(&data, epoch)?;

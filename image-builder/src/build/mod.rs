@@ -5,7 +5,7 @@
 //! - [`rootfs`]: Debian's tree for the base (mmdebstrap, cached);
 //! - [`root`]: the root partition (that tree, the overlays, the files, the [`configure`]d configuration),
 //!   cached without the agent;
-//! - [`data`]: the agent's store for the data partition;
+//! - [`data`]: the agent's store for the data partition (with [`installer`], the BPA's installer image);
 //! - [`boot`]: the ESP, the boot code and the raw disk, written without loop devices or mounts;
 //! - [`iso`]: the hybrid ISO;
 //! - [`outputs`]: the compressed raw, the qcow2 and every output's manifest;
@@ -30,6 +30,7 @@ pub mod configure;
 mod context;
 mod data;
 mod inputs;
+mod installer;
 mod iso;
 pub mod layout;
 mod outputs;
@@ -77,7 +78,7 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         work,
     };
 
-    let root = root::partition(&b, &files, wanted(Format::Iso), &mut record)?;
+    let (root, base) = root::partition(&b, &files, wanted(Format::Iso), &mut record)?;
     let stripped = b.work.join("foothold-agent");
     Command::new("objcopy")
         .arg("--strip-debug")
@@ -85,7 +86,7 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         .arg(&stripped)
         .run()
         .context("copying the agent binary without debug information")?;
-    let data = data::stage(&b, &files, &agent, &mut record)?;
+    let data = data::stage(&b, &files, (&agent, &stripped), &base, &mut record)?;
     let raw = boot::disk(&b, &root, &stripped, &data, &mut record)?;
 
     // The outputs made from the raw disk, each on a thread of its own and hashed for its manifest as soon as it

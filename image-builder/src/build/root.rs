@@ -31,13 +31,14 @@ const ROOT_CACHE_KEEP: usize = 3;
 pub const AGENT_DIR: &str = "/usr/local/bin";
 
 /// The cached root partition of `loaded` (made now if the cache lacks it, with the ISO's squashfs when
-/// `squash`): the directory holding [`ROOT_EXT4`], [`VMLINUZ`], [`INITRD`] and [`LIVE_SQUASHFS`].
+/// `squash`): the directory holding [`ROOT_EXT4`], [`VMLINUZ`], [`INITRD`] and [`LIVE_SQUASHFS`]; and the base
+/// tree it was made from (Debian's, cached).
 pub fn partition(
     b: &Build,
     files: &[FileInput],
     squash: bool,
     record: &mut Record,
-) -> Result<PathBuf> {
+) -> Result<(PathBuf, PathBuf)> {
     let Build {
         loaded,
         settings,
@@ -95,7 +96,7 @@ pub fn partition(
         fs::remove_dir_all(&root)?;
     }
     prune_cache(&settings.cache.join("root"), &cached, ROOT_CACHE_KEEP)?;
-    Ok(cached)
+    Ok((cached, base))
 }
 
 /// Lays the root's tree out in `root`: the base, Foothold's overlay, the spec's, the placed files, then the

@@ -110,6 +110,8 @@ pub fn images(
             binary_sha256: &f.sha256,
             entrypoint: &m.entrypoint,
             user: m.user,
+            cmd: &[],
+            extra: &[],
         });
     }
     let (layout, records) = cached_layout(&built, cache, epoch)?;

@@ -8,7 +8,7 @@ fn args(image: &str, media: Media) -> Vec<String> {
         media,
         bios: true,
         forwards: vec![(8080, 5000)],
-        guest_forwards: vec![(8000, 39987)],
+        guest_forwards: vec![GuestForward::at_host(8000, 39987)],
         relay: Some(PathBuf::from("/usr/bin/foothold-build")),
         memory_mib: 512,
         cpus: 1,

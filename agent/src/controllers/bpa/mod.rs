@@ -4,7 +4,8 @@
 //!
 //! Installer contract: the Job runs `Settings::installer_image` with the inventory at
 //! `/etc/foothold/inventory/hosts.ini`, the SSH key Secret at `/etc/foothold/ssh`, and the environment
-//! `CLUSTER_NAME`, `NAMESPACE`, `KUD_PLUGINS` (comma separated), `POD_SUBNET` and `KUBECONFIG_SECRET`. Before it
+//! `CLUSTER_NAME`, `NAMESPACE`, `KUD_PLUGINS` (comma separated), `POD_SUBNET`, `KUBECONFIG_SECRET` and
+//! `INSTALLER_SSH_USER`. Before it
 //! exits successfully it writes the workload cluster's kubeconfig into that Secret (`<cluster>-kubeconfig`,
 //! key `kubeconfig`); its ServiceAccount may create and update exactly that Secret. A Job that completes
 //! without the Secret counts as failed.
@@ -26,6 +27,7 @@ use kube::runtime::watcher;
 
 use self::plan::Problem;
 pub use self::plan::{OWNERSHIP, OWNER_LABEL};
+use super::common::jobs;
 use super::common::report::{report, Headline};
 use super::common::secrets;
 use super::common::{
@@ -180,6 +182,7 @@ impl Reconciler for Ctx {
                             kubeconfig_secret: &secret_name,
                             image: &ctx.base.settings.installer_image,
                             ssh_key_secret: &ctx.base.settings.ssh_key_secret,
+                            ssh_user: &ctx.base.settings.installer_ssh_user,
                         },
                     );
                     owned.adopt(&mut job);
@@ -275,7 +278,11 @@ impl Reconciler for Ctx {
                         }
                     }
                     JobOutcome::Failed(why) => {
-                        let msg = format!("installer Job {job_name} failed: {why}");
+                        let said = jobs::last_words(&ctx.base.client, ns, &job_name).await;
+                        let msg = format!(
+                            "installer Job {job_name} failed: {}",
+                            jobs::failure(&why, said.as_deref())
+                        );
                         status.phase = Some("Failed".into());
                         set_conditions(
                             &mut status.conditions,

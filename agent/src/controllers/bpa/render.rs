@@ -42,6 +42,7 @@ pub struct Names<'a> {
     pub kubeconfig_secret: &'a str,
     pub image: &'a str,
     pub ssh_key_secret: &'a str,
+    pub ssh_user: &'a str,
 }
 
 /// The installer Job of `p`, with the installer contract's environment and mounts.
@@ -65,6 +66,7 @@ pub fn installer(p: &Provisioning, n: &Names) -> Job {
             ("POD_SUBNET", &subnet),
             ("KUBECONFIG_SECRET", n.kubeconfig_secret),
             ("INVENTORY", "/etc/foothold/inventory/hosts.ini"),
+            ("INSTALLER_SSH_USER", n.ssh_user),
         ],
         mounts: &[
             (

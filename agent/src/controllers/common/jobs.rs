@@ -30,6 +30,42 @@ pub fn job_outcome(job: &Job) -> JobOutcome {
     JobOutcome::Running
 }
 
+/// What the last attempt of Job `job` said as it ended: its `installer` container's termination message (the
+/// installer writes its failure there: host, step and cause), from the Job's newest pod that has one.
+pub async fn last_words(client: &kube::Client, ns: &str, job: &str) -> Option<String> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, ListParams};
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("job-name={job}")))
+        .await
+        .ok()?;
+    let mut said: Vec<_> = pods
+        .items
+        .iter()
+        .filter_map(|p| {
+            let status = p.status.as_ref()?;
+            let c = status
+                .container_statuses
+                .as_ref()?
+                .iter()
+                .find(|c| c.name == "installer")?;
+            let message = c.state.as_ref()?.terminated.as_ref()?.message.clone()?;
+            let message = message.trim().to_owned();
+            (!message.is_empty()).then(|| (p.metadata.creation_timestamp.clone(), message))
+        })
+        .collect();
+    said.sort_by(|a, b| a.0.cmp(&b.0));
+    said.pop().map(|(_, m)| m)
+}
+
+/// Why a Job failed: what its last attempt said ([`last_words`]), then the reason from its conditions (`why`).
+pub fn failure(why: &str, last_words: Option<&str>) -> String {
+    match last_words {
+        Some(w) => format!("{w} ({why})"),
+        None => why.to_owned(),
+    }
+}
+
 /// A ConfigMap holding one file an installer reads: `file` with `text`.
 pub fn input(name: &str, file: &str, text: &str) -> k8s_openapi::api::core::v1::ConfigMap {
     k8s_openapi::api::core::v1::ConfigMap {

@@ -26,6 +26,7 @@ pub fn settings() -> Settings {
         lease_namespace: "site".into(),
         lease_duration: Duration::from_secs(15),
         installer_image: "installer".into(),
+        installer_ssh_user: "root".into(),
         vino_builder_image: "builder".into(),
         ssh_key_secret: "ssh".into(),
         advertise_url: None,

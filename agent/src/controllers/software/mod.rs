@@ -31,8 +31,8 @@ use kube::runtime::watcher;
 
 use self::plan::Files;
 use super::bpa::{cluster_name, FINALIZER};
-use super::common::child_name;
 use super::common::report::{report, Headline};
+use super::common::{child_name, jobs};
 use super::common::{every, run as run_controller, scoped_api, Reconciler};
 use super::common::{job_outcome, publish, set_conditions, Base, Error, JobOutcome, Owned};
 use super::settings::Settings;
@@ -303,16 +303,7 @@ async fn run_job(
         owned
             .apply(render::manifest(&manifest_name, manifest))
             .await?;
-        let settings = &ctx.base.settings;
-        let mut job = render::installer(
-            sw,
-            prov,
-            ns,
-            job_name,
-            &manifest_name,
-            &settings.installer_image,
-            &settings.ssh_key_secret,
-        );
+        let mut job = render::installer(sw, prov, ns, job_name, &manifest_name, &ctx.base.settings);
         owned.adopt(&mut job);
         match jobs.create(&PostParams::default(), &job).await {
             Ok(_) => {}
@@ -366,7 +357,11 @@ async fn run_job(
         }
         JobOutcome::Failed(why) => {
             status.phase = Some("Failed".into());
-            let msg = format!("package installer Job {job_name} failed: {why}");
+            let said = jobs::last_words(&ctx.base.client, ns, job_name).await;
+            let msg = format!(
+                "package installer Job {job_name} failed: {}",
+                jobs::failure(&why, said.as_deref())
+            );
             [
                 ("Installing", false, "JobFailed", msg.clone()),
                 ("Installed", false, "JobFailed", msg.clone()),

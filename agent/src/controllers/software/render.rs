@@ -8,6 +8,7 @@ use kube::ResourceExt;
 use super::plan::OWNER_LABEL;
 use crate::controllers::bpa::cluster_name;
 use crate::controllers::common::jobs::{input, installer_job, Installer, Source};
+use crate::controllers::settings::Settings;
 use crate::crd::bpa::{Provisioning, Software};
 
 /// The packages manifest (`packages.json`) the installer reads.
@@ -23,8 +24,7 @@ pub fn installer(
     ns: &str,
     job: &str,
     manifest: &str,
-    image: &str,
-    ssh_key_secret: &str,
+    settings: &Settings,
 ) -> Job {
     let cluster = cluster_name(prov);
     let status = prov.status.clone().unwrap_or_default();
@@ -36,7 +36,7 @@ pub fn installer(
     let owner = sw.name_any();
     installer_job(&Installer {
         name: job,
-        image,
+        image: &settings.installer_image,
         labels: &[("cluster", &cluster)],
         pod_labels: &[(OWNER_LABEL, &owner)],
         service_account: None,
@@ -47,6 +47,7 @@ pub fn installer(
             ("INVENTORY", "/etc/foothold/inventory/hosts.ini"),
             ("PACKAGES", "/etc/foothold/packages/packages.json"),
             ("KUBECONFIG", "/etc/foothold/kubeconfig/kubeconfig"),
+            ("INSTALLER_SSH_USER", &settings.installer_ssh_user),
         ],
         mounts: &[
             (
@@ -64,7 +65,11 @@ pub fn installer(
                 "/etc/foothold/kubeconfig",
                 Source::Secret(&kubeconfig),
             ),
-            ("ssh", "/etc/foothold/ssh", Source::Secret(ssh_key_secret)),
+            (
+                "ssh",
+                "/etc/foothold/ssh",
+                Source::Secret(&settings.ssh_key_secret),
+            ),
         ],
     })
 }

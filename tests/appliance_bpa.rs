@@ -1,0 +1,294 @@
+//! The BPA on the booted appliance (part of `appliance.rs`'s first boot): the hosts Metal3 provisioned
+//! (`appliance_metal3.rs`: node-00 and node-02, linked to each other) become a workload cluster through a real
+//! Job running Foothold's installer image, which the appliance built and serves from its own registry.
+//! - A `Provisioning` with node-00 as master and node-02 as worker, while the SSH key Secret holds a key the
+//!   hosts do not know: `Failed`, the message naming the host and the refused key.
+//! - The key put right and a new generation: `Installing` → `Ready`; its Job ran
+//!   `foothold.local/foothold/installer:appliance`; with the kubeconfig Secret it wrote, kubectl on the control-plane
+//!   host shows both nodes Ready and every control-plane pod runs the image the appliance serves, by the digest
+//!   in its build manifest.
+//! - A `Software` with a Debian package and a binary, both uploaded to the appliance's agent, goes `Installed`;
+//!   the package is installed on the master and the binary on both hosts, checked over SSH.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use foothold_e2e::{build_deb, run, ssh_command, upload_record};
+use serde_json::{json, Value};
+
+use super::metal3::{Provisioned, SitePorts, LINK};
+use super::{wait_for, Appliance};
+
+/// The installer Job's limit: two hosts prepared, kubeadm init and join, the pod network, under TCG beside the
+/// appliance.
+const INSTALL_LIMIT: Duration = Duration::from_secs(1800);
+
+fn apply(a: &Appliance, dir: &Path, name: &str, doc: &Value) {
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, doc.to_string()).unwrap();
+    a.kubectl(&["apply", "-f", path.to_str().unwrap()]).unwrap();
+}
+
+/// The Provisioning `c1`: node-00's link NIC as its master, node-02's as its worker; `cpu` on the master's entry
+/// (both hosts have it) only to make a new generation.
+fn provisioning(cpu: i32) -> Value {
+    json!({
+        "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Provisioning",
+        "metadata": {"name": "c1", "namespace": "site", "labels": {"cluster": "c1", "owner": "foothold"}},
+        "spec": {
+            "masters": [{"master-0": {"mac-address": LINK[0].0, "cpu": cpu}}],
+            "workers": [{"worker-0": {"mac-address": LINK[1].0}}],
+        },
+    })
+}
+
+/// `{.status.phase} {generation} {.status.observedGeneration}|{Failed's message}` of `kind`/`name`.
+fn phase(a: &Appliance, kind: &str, name: &str) -> Result<(String, String), String> {
+    let s = a.kubectl(&[
+        "-n",
+        "site",
+        "get",
+        kind,
+        name,
+        "-o",
+        "jsonpath={.status.phase}|{.status.conditions[?(@.type==\"Failed\")].message}",
+    ])?;
+    let (phase, message) = s.split_once('|').unwrap_or((&s, ""));
+    Ok((phase.to_owned(), message.to_owned()))
+}
+
+/// Waits until `kind`/`name`'s status is for generation `generation` and its phase is one of `done`; returns the
+/// phase and the Failed condition's message.
+fn settle(
+    a: &Appliance,
+    kind: &str,
+    name: &str,
+    generation: u32,
+    done: &[&str],
+    limit: Duration,
+) -> (String, String) {
+    wait_for(
+        &format!("{kind} {name} generation {generation} to end {done:?}"),
+        limit,
+        || {
+            let observed = a.kubectl(&[
+                "-n",
+                "site",
+                "get",
+                kind,
+                name,
+                "-o",
+                "jsonpath={.metadata.generation} {.status.conditions[?(@.type==\"Failed\")].observedGeneration}",
+            ])?;
+            let (p, m) = phase(a, kind, name)?;
+            let current = observed
+                .split(' ')
+                .collect::<Vec<_>>()
+                .windows(2)
+                .any(|w| w[0] == generation.to_string() && w[1] == w[0]);
+            (current && done.contains(&p.as_str()))
+                .then(|| (p.clone(), m.clone()))
+                .ok_or(format!("{observed} {p}: {m}"))
+        },
+    )
+}
+
+/// The logs of Job `job`'s pods.
+fn job_logs(a: &Appliance, job: &str) -> String {
+    a.kubectl(&["-n", "site", "logs", &format!("job/{job}"), "--tail=200"])
+        .unwrap_or_else(|e| e)
+}
+
+fn ssh(port: u16, key: &Path, command: &str) -> String {
+    run(&mut ssh_command(port, key, command))
+}
+
+pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, manifest: &Value) {
+    // node-02 booted its ISO too; each node's link NIC gets its address (what the provisioning network's data
+    // would set; the live ISO has no config drive).
+    let line =
+        foothold_e2e::wait_for_marker(&hosts.site.console(&hosts.worker), Duration::from_secs(900));
+    assert!(line.contains(" role=node "), "{line}");
+    for (port, (mac, ip)) in ports.ssh.iter().zip(LINK) {
+        ssh(
+            *port,
+            &a.key,
+            &format!(
+                "set -e; i=$(ip -o link | awk -F': ' 'tolower($0) ~ /{mac}/ {{print $2}}'); \
+                 sudo ip addr replace {ip}/24 dev \"$i\"; sudo ip link set dev \"$i\" up"
+            ),
+        );
+    }
+
+    // The installer's SSH key, as ICN's BPA names it.
+    let key_secret = |key: &Path| {
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "ssh-key-secret", "namespace": "site"},
+               "stringData": {"id_rsa": std::fs::read_to_string(key).unwrap()}})
+    };
+    // 1. A key the hosts do not know: Failed, naming the host and the cause, before any step.
+    let stranger = dir.join("stranger");
+    run(Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&stranger));
+    apply(a, dir, "ssh-key-secret", &key_secret(&stranger));
+    apply(a, dir, "c1", &provisioning(1));
+    let (p, m) = settle(
+        a,
+        "provisioning",
+        "c1",
+        1,
+        &["Ready", "Failed"],
+        INSTALL_LIMIT,
+    );
+    assert_eq!(p, "Failed", "{m}");
+    assert!(
+        m.contains("master-0 (10.0.2.50): connect:") && m.contains("was refused for user foothold"),
+        "{m}"
+    );
+
+    // 2. The key put right and a new generation: the cluster, from nothing.
+    apply(a, dir, "ssh-key-secret", &key_secret(&a.key));
+    let started = Instant::now();
+    apply(a, dir, "c1", &provisioning(2));
+    let (p, m) = settle(
+        a,
+        "provisioning",
+        "c1",
+        2,
+        &["Ready", "Failed"],
+        INSTALL_LIMIT,
+    );
+    let logs = job_logs(a, "c1-install-g2");
+    assert_eq!(p, "Ready", "{m}\n{logs}");
+    eprintln!(
+        "bpa: Provisioning c1 generation 2 → Ready in {:.0} s (2 nodes, TCG)",
+        started.elapsed().as_secs_f64()
+    );
+    let image = a
+        .kubectl(&[
+            "-n",
+            "site",
+            "get",
+            "job",
+            "c1-install-g2",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ])
+        .unwrap();
+    assert_eq!(image, "foothold.local/foothold/installer:appliance");
+    assert!(
+        logs.contains("master-0 kubeadm init: initialised\n"),
+        "{logs}"
+    );
+    assert!(logs.contains("worker-0 kubeadm join: joined\n"), "{logs}");
+    assert!(
+        logs.contains("kubeconfig written to Secret site/c1-kubeconfig\n"),
+        "{logs}"
+    );
+
+    // The kubeconfig it wrote, used on the control-plane host (its API server is on the link).
+    let conf = a
+        .kubectl(&[
+            "-n",
+            "site",
+            "get",
+            "secret",
+            "c1-kubeconfig",
+            "-o",
+            "jsonpath={.data.kubeconfig}",
+        ])
+        .unwrap();
+    let conf = run(Command::new("sh")
+        .arg("-c")
+        .arg(format!("printf %s '{conf}' | base64 -d")));
+    assert!(
+        conf.contains(&format!("server: https://{}:6443", LINK[0].1)),
+        "{conf}"
+    );
+    let kubeconfig = dir.join("c1.kubeconfig");
+    std::fs::write(&kubeconfig, &conf).unwrap();
+    run(ssh_command(ports.ssh[0], &a.key, "cat > c1.kubeconfig")
+        .stdin(std::fs::File::open(&kubeconfig).unwrap()));
+    let kubectl = |args: &str| {
+        ssh(
+            ports.ssh[0],
+            &a.key,
+            &format!("kubectl --kubeconfig c1.kubeconfig {args}"),
+        )
+    };
+    let ready = kubectl(
+        "get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}'",
+    );
+    assert_eq!(ready.trim(), "master-0=True worker-0=True");
+    // Every control-plane pod runs the image the appliance serves, by the digest it was built with.
+    let images = kubectl(
+        "get pods -n kube-system -o jsonpath='{range .items[*]}{.status.containerStatuses[0].imageID} {end}'",
+    );
+    for name in [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "etcd",
+    ] {
+        let r = &manifest["inputs"][format!("kubernetes.{name}.image")];
+        let reference = r["reference"].as_str().unwrap();
+        let repo = reference.rsplit_once(':').unwrap().0;
+        let want = format!("{repo}@{}", r["digest"].as_str().unwrap());
+        assert!(images.contains(&want), "{want} in {images}");
+    }
+
+    // 3. Software: a Debian package for the master, a binary for both, uploaded to the appliance's agent.
+    let base = format!("https://127.0.0.1:{}", a.agent_port);
+    let ca = dir.join("site-ca.pem");
+    let token = a.ssh("sudo cat /etc/foothold/token");
+    let deb = build_deb(dir, "hello-foothold", "1.0");
+    let tool = dir.join("hello-tool");
+    std::fs::write(&tool, "#!/bin/sh\necho hello-tool 1\n").unwrap();
+    for (file, name) in [(&deb, "hello-foothold"), (&tool, "hello-tool")] {
+        upload_record(
+            &base,
+            &ca,
+            token.trim(),
+            (("foothold", "c1"), "binary_images"),
+            file,
+            name,
+        );
+    }
+    apply(
+        a,
+        dir,
+        "tools",
+        &json!({
+            "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Software",
+            "metadata": {"name": "tools", "namespace": "site", "labels": {"cluster": "c1"}},
+            "spec": {"masterSoftware": ["hello-foothold", "hello-tool"], "workerSoftware": ["hello-tool"]},
+        }),
+    );
+    let (p, m) = settle(
+        a,
+        "software",
+        "tools",
+        1,
+        &["Installed", "Failed"],
+        Duration::from_secs(900),
+    );
+    assert_eq!(p, "Installed", "{m}");
+    let master = ssh(
+        ports.ssh[0],
+        &a.key,
+        "dpkg-query -W -f '${Status} ${Version}' hello-foothold; echo; hello-tool",
+    );
+    assert_eq!(master, "install ok installed 1.0\nhello-tool 1\n");
+    let worker = ssh(
+        ports.ssh[1],
+        &a.key,
+        "hello-tool; dpkg-query -W hello-foothold 2>&1 || true",
+    );
+    assert!(worker.starts_with("hello-tool 1\n"), "{worker}");
+    assert!(
+        worker.contains("no packages found matching hello-foothold"),
+        "{worker}"
+    );
+}
