@@ -2,6 +2,7 @@
 //! are genuine Metal3 BareMetalHosts, and the test plays kubelet and installer (it patches Job status and
 //! writes the kubeconfig Secret).
 
+use crate::jobs::{failed_attempt, job_status};
 use crate::software::{get_json, upload};
 use crate::support;
 
@@ -92,29 +93,6 @@ fn condition(p: &Provisioning, type_: &str) -> Option<(String, String, String, O
                 c.observed_generation,
             )
         })
-}
-
-pub(crate) async fn job_status(client: &kube::Client, ns: &str, name: &str, success: bool) {
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let status = if success {
-        json!({"startTime": now, "completionTime": now, "succeeded": 1, "active": 0, "ready": 0, "terminating": 0,
-               "conditions": [
-                   {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached", "message": "Reached expected number of succeeded pods", "lastTransitionTime": now, "lastProbeTime": now},
-                   {"type": "Complete", "status": "True", "reason": "CompletionsReached", "message": "Reached expected number of succeeded pods", "lastTransitionTime": now, "lastProbeTime": now}]})
-    } else {
-        json!({"startTime": now, "failed": 3, "active": 0, "ready": 0, "terminating": 0,
-               "conditions": [
-                   {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastTransitionTime": now, "lastProbeTime": now},
-                   {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastTransitionTime": now, "lastProbeTime": now}]})
-    };
-    Api::<Job>::namespaced(client.clone(), ns)
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": status})),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("patching Job {name} status: {e}"));
 }
 
 pub(crate) fn provisioning(name: &str, cluster: &str, spec: Value) -> Provisioning {
@@ -326,28 +304,14 @@ async fn provisioning_installs_reports_ready_retries_on_change_and_cleans_up() {
             .then_some(())
     })
     .await;
-    // The Job's last attempt said why it failed, in its termination message (a pod as the Job controller and
-    // the kubelet would leave it; here nothing runs pods).
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
-    let pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "cluster-1-install-g2-x7k2p", "labels": {"job-name": "cluster-1-install-g2"}},
-        "spec": {"restartPolicy": "Never", "containers": [{"name": "installer", "image": "registry.example/kud-installer:v1"}]},
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    pods.patch_status(
-        "cluster-1-install-g2-x7k2p",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Failed", "containerStatuses": [{
-            "name": "installer", "ready": false, "restartCount": 0,
-            "image": "registry.example/kud-installer:v1", "imageID": "",
-            "state": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now,
-                "message": "FAILED: master-0 (10.0.0.5): connect: master-0 (10.0.0.5): connection refused\n"}}}]}})),
+    // The Job's last attempt said why it failed, in its termination message.
+    failed_attempt(
+        &client,
+        &ns,
+        "cluster-1-install-g2",
+        "FAILED: master-0 (10.0.0.5): connect: master-0 (10.0.0.5): connection refused\n",
     )
-    .await
-    .unwrap();
+    .await;
     job_status(&client, &ns, "cluster-1-install-g2", false).await;
     let p = until("phase Failed", || async {
         get_prov(&provs, "cluster-1")

@@ -10,6 +10,7 @@ mod bpa;
 mod crds;
 mod faults;
 mod installer_secret;
+mod jobs;
 mod sip;
 mod sip_bench;
 mod sip_render;

@@ -1,7 +1,8 @@
 //! The Software reconciler (BPA's packages on a provisioned cluster) against a real kube-apiserver: uploads
 //! through the agent's REST API, the installer Job played by the test, and the cluster status REST adds.
 
-use crate::bpa::{bmh, get_prov, job_status, provisioning, start_agent, ADVERTISED};
+use crate::bpa::{bmh, get_prov, provisioning, start_agent, ADVERTISED};
+use crate::jobs::job_status;
 use crate::support;
 use crate::support::kube::{env, until};
 use crate::support::Agent;

@@ -1,0 +1,54 @@
+//! What the Job controller and the kubelet would write, where nothing runs Jobs or pods: a Job's outcome, and a
+//! failed attempt's pod with the installer's termination message.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+pub(crate) async fn job_status(client: &kube::Client, ns: &str, name: &str, success: bool) {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let status = if success {
+        json!({"startTime": now, "completionTime": now, "succeeded": 1, "active": 0, "ready": 0, "terminating": 0,
+               "conditions": [
+                   {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached", "message": "Reached expected number of succeeded pods", "lastTransitionTime": now, "lastProbeTime": now},
+                   {"type": "Complete", "status": "True", "reason": "CompletionsReached", "message": "Reached expected number of succeeded pods", "lastTransitionTime": now, "lastProbeTime": now}]})
+    } else {
+        json!({"startTime": now, "failed": 3, "active": 0, "ready": 0, "terminating": 0,
+               "conditions": [
+                   {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastTransitionTime": now, "lastProbeTime": now},
+                   {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastTransitionTime": now, "lastProbeTime": now}]})
+    };
+    Api::<Job>::namespaced(client.clone(), ns)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patching Job {name} status: {e}"));
+}
+
+/// A pod of Job `job` whose `installer` container ended with `message` as its termination message.
+pub(crate) async fn failed_attempt(client: &kube::Client, ns: &str, job: &str, message: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let name = format!("{job}-x7k2p");
+    let pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"job-name": job}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "installer", "image": "installer:1"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    pods.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Failed", "containerStatuses": [{
+            "name": "installer", "ready": false, "restartCount": 0, "image": "installer:1", "imageID": "",
+            "state": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now,
+                "message": message}}}]}})),
+    )
+    .await
+    .unwrap();
+}
