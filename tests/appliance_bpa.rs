@@ -43,23 +43,8 @@ fn provisioning(cpu: i32) -> Value {
     })
 }
 
-/// `{.status.phase} {generation} {.status.observedGeneration}|{Failed's message}` of `kind`/`name`.
-fn phase(a: &Appliance, kind: &str, name: &str) -> Result<(String, String), String> {
-    let s = a.kubectl(&[
-        "-n",
-        "site",
-        "get",
-        kind,
-        name,
-        "-o",
-        "jsonpath={.status.phase}|{.status.conditions[?(@.type==\"Failed\")].message}",
-    ])?;
-    let (phase, message) = s.split_once('|').unwrap_or((&s, ""));
-    Ok((phase.to_owned(), message.to_owned()))
-}
-
-/// Waits until `kind`/`name`'s status is for generation `generation` and its phase is one of `done`; returns the
-/// phase and the Failed condition's message.
+/// Waits until `kind`/`name`'s status is for generation `generation` (its Failed condition's observedGeneration)
+/// and its phase is one of `done`; returns the phase and the Failed condition's message.
 fn settle(
     a: &Appliance,
     kind: &str,
@@ -68,28 +53,23 @@ fn settle(
     done: &[&str],
     limit: Duration,
 ) -> (String, String) {
+    let failed = "{.status.conditions[?(@.type==\"Failed\")]";
+    let path = format!(
+        "jsonpath={{.metadata.generation}}|{failed}.observedGeneration}}|{{.status.phase}}|{failed}.message}}"
+    );
     wait_for(
         &format!("{kind} {name} generation {generation} to end {done:?}"),
         limit,
         || {
-            let observed = a.kubectl(&[
-                "-n",
-                "site",
-                "get",
-                kind,
-                name,
-                "-o",
-                "jsonpath={.metadata.generation} {.status.conditions[?(@.type==\"Failed\")].observedGeneration}",
-            ])?;
-            let (p, m) = phase(a, kind, name)?;
-            let current = observed
-                .split(' ')
-                .collect::<Vec<_>>()
-                .windows(2)
-                .any(|w| w[0] == generation.to_string() && w[1] == w[0]);
-            (current && done.contains(&p.as_str()))
-                .then(|| (p.clone(), m.clone()))
-                .ok_or(format!("{observed} {p}: {m}"))
+            let s = a.kubectl(&["-n", "site", "get", kind, name, "-o", &path])?;
+            match s.splitn(4, '|').collect::<Vec<_>>()[..] {
+                [g, observed, phase, message]
+                    if g == generation.to_string() && observed == g && done.contains(&phase) =>
+                {
+                    Ok((phase.to_owned(), message.to_owned()))
+                }
+                _ => Err(s),
+            }
         },
     )
 }

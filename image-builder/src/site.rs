@@ -64,8 +64,8 @@ fn xml_escape(s: &str) -> String {
 /// The node's libvirt domain. Why each part:
 /// - q35 with `<os firmware='efi'>`, Secure Boot and enrolled keys off: Metal3's live ISOs boot UEFI, and
 ///   libvirt picks the OVMF build that matches (sushy-tools' boot-mode calls need firmware libvirt knows).
-/// - the CPU qemu calls `max` (under TCG every feature it emulates, AES-NI among them): with the bare `qemu64`
-///   a node's TLS, checksums and image pulls ran in software AES and SHA, several times slower;
+/// - the CPU qemu calls `max` (under TCG every feature it emulates, AES-NI among them), as the appliance runs:
+///   the bare `qemu64` leaves a node's TLS and checksums to software AES and SHA (not measured here);
 /// - an empty SATA CD: sushy-tools' virtual media fills it on InsertMedia and empties it on EjectMedia.
 /// - the serial console to `console`, where the node's ready marker appears.
 /// - the NIC on qemu's command line: libvirt's own `<interface type='user'>` cannot restrict the network or

@@ -116,7 +116,8 @@ pub fn runtime_files(binary: &Path, root: &Path) -> Result<BTreeMap<String, Path
         .collect();
     while let Some((name, by)) = todo.pop_front() {
         let at = format!("{LIB_DIR}/{name}");
-        if files.contains_key(&at) || files.keys().any(|k| k.ends_with(&format!("/{name}"))) {
+        // Also the interpreter, which libc names too, already in at its own path.
+        if files.keys().any(|k| k.ends_with(&format!("/{name}"))) {
             continue;
         }
         let source = SEARCH
