@@ -1,12 +1,15 @@
 //! The BPA on the booted appliance (part of `appliance.rs`'s first boot): the hosts Metal3 provisioned
 //! (`appliance_metal3.rs`: node-00 and node-02, linked to each other) become a workload cluster through a real
 //! Job running Foothold's installer image, which the appliance built and serves from its own registry.
-//! - A `Provisioning` with node-00 as master and node-02 as worker, while the SSH key Secret holds a key the
-//!   hosts do not know: `Failed`, the message naming the host and the refused key.
-//! - The key put right and a new generation: `Installing` → `Ready`; its Job ran
-//!   `foothold.local/foothold/installer:appliance`; with the kubeconfig Secret it wrote, kubectl on the control-plane
-//!   host shows both nodes Ready and every control-plane pod runs the image the appliance serves, by the digest
-//!   in its build manifest.
+//! - A `Provisioning` with node-00 as master and node-02 as worker fails, then a new generation retries, three
+//!   times over, each failure `Failed` with the installer's message naming the host and the cause:
+//!   1. the SSH key Secret holds a key the hosts do not know (refused);
+//!   2. the worker's address on record is one nothing answers at (no route to host);
+//!   3. the master's port 6443 is taken: `kubeadm init`'s preflight fails, after both hosts were prepared.
+//! - The causes removed, a fourth generation goes `Installing` → `Ready`, over the half-installed hosts (their
+//!   preparation found done); its Job ran `foothold.local/foothold/installer:appliance`; with the kubeconfig
+//!   Secret it wrote, kubectl on the control-plane host shows both nodes Ready and every control-plane pod runs
+//!   the image the appliance serves, by the digest in its build manifest.
 //! - A `Software` with a Debian package and a binary, both uploaded to the appliance's agent, goes `Installed`;
 //!   the package is installed on the master and the binary on both hosts, checked over SSH.
 
@@ -17,7 +20,7 @@ use std::time::{Duration, Instant};
 use foothold_e2e::{build_deb, run, ssh_command, upload_record};
 use serde_json::{json, Value};
 
-use super::metal3::{Provisioned, SitePorts, LINK};
+use super::metal3::{self, Provisioned, SitePorts, LINK};
 use super::{wait_for, Appliance};
 
 /// The installer Job's limit: two hosts prepared, kubeadm init and join, the pod network, under TCG beside the
@@ -30,18 +33,22 @@ fn apply(a: &Appliance, dir: &Path, name: &str, doc: &Value) {
     a.kubectl(&["apply", "-f", path.to_str().unwrap()]).unwrap();
 }
 
-/// The Provisioning `c1`: node-00's link NIC as its master, node-02's as its worker; `cpu` on the master's entry
-/// (both hosts have it) only to make a new generation.
-fn provisioning(cpu: i32) -> Value {
+/// The Provisioning `c1`: node-00's link NIC as its master, node-02's as its worker. The master's `memory`
+/// requirement (the host has 3 GiB) follows `step`, only to make each step a new generation.
+fn provisioning(step: u32) -> Value {
     json!({
         "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Provisioning",
         "metadata": {"name": "c1", "namespace": "site", "labels": {"cluster": "c1", "owner": "foothold"}},
         "spec": {
-            "masters": [{"master-0": {"mac-address": LINK[0].0, "cpu": cpu}}],
+            "masters": [{"master-0": {"mac-address": LINK[0].0, "memory": format!("{}Mi", 1000 + step)}}],
             "workers": [{"worker-0": {"mac-address": LINK[1].0}}],
         },
     })
 }
+
+/// An address on the appliance's user network that nothing answers ARP for (no guest forward): a host that is
+/// down or not there.
+const NOWHERE: &str = "10.0.2.52";
 
 /// Waits until `kind`/`name`'s status is for generation `generation` (its Failed condition's observedGeneration)
 /// and its phase is one of `done`; returns the phase and the Failed condition's message.
@@ -107,43 +114,76 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
                "metadata": {"name": "ssh-key-secret", "namespace": "site"},
                "stringData": {"id_rsa": std::fs::read_to_string(key).unwrap()}})
     };
+    let attempt = |generation: u32| {
+        apply(a, dir, "c1", &provisioning(generation));
+        settle(
+            a,
+            "provisioning",
+            "c1",
+            generation,
+            &["Ready", "Failed"],
+            INSTALL_LIMIT,
+        )
+    };
+    let failed = |(p, m): (String, String), wants: &[&str]| {
+        assert_eq!(p, "Failed", "{m}");
+        for want in wants {
+            assert!(m.contains(want), "{want:?} in {m}");
+        }
+    };
     // 1. A key the hosts do not know: Failed, naming the host and the cause, before any step.
     let stranger = dir.join("stranger");
     run(Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-f"])
         .arg(&stranger));
     apply(a, dir, "ssh-key-secret", &key_secret(&stranger));
-    apply(a, dir, "c1", &provisioning(1));
-    let (p, m) = settle(
-        a,
-        "provisioning",
-        "c1",
-        1,
-        &["Ready", "Failed"],
-        INSTALL_LIMIT,
-    );
-    assert_eq!(p, "Failed", "{m}");
-    assert!(
-        m.contains("master-0 (10.0.2.50): connect:") && m.contains("was refused for user foothold"),
-        "{m}"
+    failed(
+        attempt(1),
+        &[
+            "master-0 (10.0.2.50): connect:",
+            "was refused for user foothold",
+        ],
     );
 
-    // 2. The key put right and a new generation: the cluster, from nothing.
+    // 2. The key put right, but node-02's address on record is one where no host answers.
     apply(a, dir, "ssh-key-secret", &key_secret(&a.key));
-    let started = Instant::now();
-    apply(a, dir, "c1", &provisioning(2));
-    let (p, m) = settle(
-        a,
-        "provisioning",
-        "c1",
-        2,
-        &["Ready", "Failed"],
-        INSTALL_LIMIT,
+    metal3::set_link_address(a, "node-02", &hosts.worker, (LINK[1].0, NOWHERE));
+    failed(
+        attempt(2),
+        &[
+            &format!("worker-0 ({NOWHERE}): connect:"),
+            "No route to host",
+        ],
     );
-    let logs = job_logs(a, "c1-install-g2");
+
+    // 3. The address put right, and the master's API server port taken: both hosts are prepared, then kubeadm
+    // init's preflight check fails.
+    metal3::set_link_address(a, "node-02", &hosts.worker, LINK[1]);
+    ssh(
+        ports.ssh[0],
+        &a.key,
+        "sudo systemd-run --quiet --unit=test-hold-6443 perl -MIO::Socket::INET -e \
+         'my $s = IO::Socket::INET->new(LocalPort => 6443, Listen => 5, ReuseAddr => 1) or die $!; sleep 7200'; \
+         for i in $(seq 100); do ss -Hltn 'sport = :6443' | grep -q . && exit 0; sleep 0.1; done; \
+         echo 'nothing listens on 6443' >&2; exit 1",
+    );
+    failed(
+        attempt(3),
+        &[
+            "master-0 (10.0.2.50): kubeadm init: exit status ",
+            "Port 6443 is in use",
+        ],
+    );
+
+    // 4. The port freed and a new generation: the cluster, over the hosts the last run prepared.
+    ssh(ports.ssh[0], &a.key, "sudo systemctl stop test-hold-6443");
+    let started = Instant::now();
+    let (p, m) = attempt(4);
+    let job = "c1-install-g4";
+    let logs = job_logs(a, job);
     assert_eq!(p, "Ready", "{m}\n{logs}");
     eprintln!(
-        "bpa: Provisioning c1 generation 2 → Ready in {:.0} s (2 nodes, TCG)",
+        "bpa: Provisioning c1 generation 4 → Ready in {:.0} s (2 nodes prepared by generation 3, TCG)",
         started.elapsed().as_secs_f64()
     );
     let image = a
@@ -152,12 +192,16 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
             "site",
             "get",
             "job",
-            "c1-install-g2",
+            job,
             "-o",
             "jsonpath={.spec.template.spec.containers[0].image}",
         ])
         .unwrap();
     assert_eq!(image, "foothold.local/foothold/installer:appliance");
+    for host in ["master-0", "worker-0"] {
+        let prepared = format!("{host} prepare: prepared for Kubernetes v1.35.4 (unchanged)\n");
+        assert!(logs.contains(&prepared), "{prepared:?} in {logs}");
+    }
     assert!(
         logs.contains("master-0 kubeadm init: initialised\n"),
         "{logs}"

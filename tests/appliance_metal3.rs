@@ -132,6 +132,36 @@ fn patch_bmh(a: &Appliance, name: &str, kind: &str, patch: &str) {
     .unwrap();
 }
 
+/// Gives BareMetalHost `name` (`node`, inspection disabled) the link address `link.1` in its hardware details,
+/// as a new `inspect.metal3.io/hardwaredetails` does, and waits until BMO's status says so.
+pub fn set_link_address(a: &Appliance, name: &str, node: &ComputeNode, link: (&str, &str)) {
+    a.kubectl(&[
+        "-n",
+        "site",
+        "annotate",
+        "--overwrite",
+        "bmh",
+        name,
+        &format!(
+            "inspect.metal3.io/hardwaredetails={}",
+            hardware_details(node, link)
+        ),
+    ])
+    .unwrap();
+    wait_for(
+        &format!("{name}'s link address {}", link.1),
+        Duration::from_secs(300),
+        || {
+            let ip = bmh(
+                a,
+                name,
+                &format!(".status.hardware.nics[?(@.mac==\"{}\")].ip", link.0),
+            )?;
+            (ip == link.1).then_some(()).ok_or(ip)
+        },
+    );
+}
+
 fn wait_powered(a: &Appliance, name: &str, want: &str) {
     wait_for(
         &format!("{name} poweredOn {want}"),
@@ -399,14 +429,15 @@ pub fn provision(
     }
 }
 
-/// Deprovisioned: the image removed, each domain is powered off and its CD emptied.
+/// Deprovisioned: the image removed and the host set offline (an available host that is `online` is powered on
+/// again by BMO), each domain is powered off and its CD emptied.
 pub fn deprovision(a: &Appliance, p: Provisioned) {
     for name in ["node-00", "node-02"] {
         patch_bmh(
             a,
             name,
             "json",
-            r#"[{"op": "remove", "path": "/spec/image"}]"#,
+            r#"[{"op": "remove", "path": "/spec/image"}, {"op": "replace", "path": "/spec/online", "value": false}]"#,
         );
     }
     for (name, n) in [("node-00", &p.node), ("node-02", &p.worker)] {
