@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod airship_compat;
 mod bpa;
 mod crds;
 mod faults;

@@ -646,5 +646,5 @@ async fn an_agent_killed_mid_reconcile_and_restarted_reaches_the_same_end_state(
         .metadata
         .finalizers
         .unwrap_or_default()
-        .contains(&"sip.airshipit.org/finalizer".to_owned()));
+        .contains(&"sip.airship.airshipit.org/finalizer".to_owned()));
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
@@ -54,11 +54,14 @@ impl Base {
     }
 
     /// Runs `f` for the object under `finalizer_name` (apply while it lives, cleanup once it is being deleted,
-    /// with its namespace), and records the outcome.
+    /// with its namespace), and records the outcome. An object that carries one of `former` (finalizers this
+    /// reconciler went by before) has them replaced by `finalizer_name` while it lives; once it is being
+    /// deleted, it is cleaned up (unless `finalizer_name` is there to see to that) and they are removed, so
+    /// that no object made under an old name is left undeletable.
     pub async fn reconcile<K, F, Fut>(
         &self,
         obj: Arc<K>,
-        finalizer_name: &str,
+        (finalizer_name, former): (&str, &[&str]),
         f: F,
     ) -> Result<Action, Error>
     where
@@ -76,9 +79,20 @@ impl Base {
             .ok_or_else(|| Error::NoNamespace(obj.name_any()))?;
         let key = key(obj.as_ref());
         let api: Api<K> = Api::namespaced(self.client.clone(), &ns);
-        let result = finalizer(&api, finalizer_name, obj, |event| f(event, ns))
+        let result = if obj
+            .finalizers()
+            .iter()
+            .any(|f| former.contains(&f.as_str()))
+        {
+            migrate(&api, obj, (finalizer_name, former), |o| {
+                f(Finalizer::Cleanup(o), ns)
+            })
             .await
-            .map_err(|e| Error::Finalizer(Box::new(e)));
+        } else {
+            finalizer(&api, finalizer_name, obj, |event| f(event, ns))
+                .await
+                .map_err(|e| Error::Finalizer(Box::new(e)))
+        };
         self.metrics.reconciled(self.controller, started.elapsed());
         if result.is_ok() {
             self.failures.succeeded(&key);
@@ -98,6 +112,46 @@ impl Base {
     }
 }
 
+/// An object with one of the `former` finalizers: while it lives, they become `current`; being deleted, it
+/// is cleaned up by `cleanup` first if `current` is not there, then they go. One patch, conditional on the
+/// object's resourceVersion; its event brings the object back for the next step.
+async fn migrate<K, Fut>(
+    api: &Api<K>,
+    obj: Arc<K>,
+    (current, former): (&str, &[&str]),
+    cleanup: impl FnOnce(Arc<K>) -> Fut,
+) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    Fut: Future<Output = Result<Action, Error>>,
+{
+    let deleting = obj.meta().deletion_timestamp.is_some();
+    let has_current = obj.finalizers().iter().any(|f| f == current);
+    if deleting && !has_current {
+        cleanup(obj.clone()).await?;
+    }
+    let mut finalizers: Vec<String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| !former.contains(&f.as_str()))
+        .cloned()
+        .collect();
+    if !deleting && !has_current {
+        finalizers.push(current.to_owned());
+    }
+    // A merge patch replaces the list whole; its resourceVersion makes it conditional (409 if it moved).
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": obj.resource_version(), "finalizers": finalizers,
+    }});
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await?;
+    Ok(Action::await_change())
+}
+
 /// A reconciler: the object it reconciles, its finalizer, and what it does while the object lives (`apply`)
 /// and once it is being deleted (`cleanup`), both in the object's namespace.
 pub trait Reconciler: Send + Sync + 'static {
@@ -110,6 +164,9 @@ pub trait Reconciler: Send + Sync + 'static {
         + Sync
         + 'static;
     const FINALIZER: &'static str;
+    /// Finalizers this reconciler went by before: migrated to [`Self::FINALIZER`], never left to strand an
+    /// object.
+    const FORMER_FINALIZERS: &'static [&'static str] = &[];
     fn base(&self) -> &Base;
     fn apply(
         &self,
@@ -132,12 +189,16 @@ pub async fn run<R: Reconciler>(controller: Controller<R::Object>, ctx: Arc<R>) 
             |obj, ctx: Arc<R>| async move {
                 let for_event = ctx.clone();
                 ctx.base()
-                    .reconcile(obj, R::FINALIZER, |event, ns| async move {
-                        match event {
-                            Finalizer::Apply(o) => for_event.apply(&o, &ns).await,
-                            Finalizer::Cleanup(o) => for_event.cleanup(&o, &ns).await,
-                        }
-                    })
+                    .reconcile(
+                        obj,
+                        (R::FINALIZER, R::FORMER_FINALIZERS),
+                        |event, ns| async move {
+                            match event {
+                                Finalizer::Apply(o) => for_event.apply(&o, &ns).await,
+                                Finalizer::Cleanup(o) => for_event.cleanup(&o, &ns).await,
+                            }
+                        },
+                    )
                     .await
             },
             |obj, error, ctx| ctx.base().error_policy(obj.as_ref(), error),

@@ -53,7 +53,10 @@ use crate::crd::sip::{
 };
 use crate::metrics::Metrics;
 
-pub const FINALIZER: &str = "sip.airshipit.org/finalizer";
+/// Airship SIP's own finalizer, which its published SIPClusters carry.
+pub const FINALIZER: &str = "sip.airship.airshipit.org/finalizer";
+/// The finalizer Foothold's SIP set before it took Airship's.
+pub const FORMER_FINALIZER: &str = "sip.airshipit.org/finalizer";
 const REPLACEMENTS_KEPT: usize = 20;
 /// Most skipped hosts the status lists (a large pool could otherwise bloat the object).
 const SKIPPED_KEPT: usize = 50;
@@ -91,6 +94,7 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
 impl Reconciler for Ctx {
     type Object = SIPCluster;
     const FINALIZER: &'static str = FINALIZER;
+    const FORMER_FINALIZERS: &'static [&'static str] = &[FORMER_FINALIZER];
 
     fn base(&self) -> &Base {
         &self.base

@@ -377,13 +377,21 @@ impl Pods<'_> {
             volumes.push(secret_volume("ssh", private, Some(0o400)));
             mounts.push(mount("ssh", "/etc/foothold/ssh"));
         }
-        let aliases = nodes
-            .iter()
-            .map(|n| HostAlias {
-                ip: n.ip.to_string(),
-                hostnames: Some(vec![n.name.clone()]),
-            })
-            .collect();
+        // One alias per address with every host name at it (the API keys hostAliases by ip).
+        let mut aliases: Vec<HostAlias> = Vec::new();
+        for n in &nodes {
+            let ip = n.ip.to_string();
+            match aliases.iter_mut().find(|a| a.ip == ip) {
+                Some(a) => a
+                    .hostnames
+                    .get_or_insert_with(Vec::new)
+                    .push(n.name.clone()),
+                None => aliases.push(HostAlias {
+                    ip,
+                    hostnames: Some(vec![n.name.clone()]),
+                }),
+            }
+        }
         let bmc_proxy = jh.bmc.as_ref().is_some_and(|b| b.proxy);
         d.deployments.push(self.deployment(
             name,

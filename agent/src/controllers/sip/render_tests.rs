@@ -122,3 +122,49 @@ fn a_worker_range_too_wide_or_a_host_without_its_address_is_an_error_naming_the_
         "{e}"
     );
 }
+
+#[test]
+fn the_jump_host_names_hosts_that_share_an_address_in_one_alias() {
+    // Airship's sample hosts rdm9r006o001 and rdm9r007o001 share their oam-ipv4 address.
+    let hosts = [
+        ("site/cp-0".to_owned(), host("cp-0", "10.0.0.10")),
+        ("site/cp-1".to_owned(), host("cp-1", "10.0.0.11")),
+        ("site/cp-2".to_owned(), host("cp-2", "10.0.0.10")),
+    ];
+    let by_name: BTreeMap<String, &Observed> = hosts.iter().map(|(k, o)| (k.clone(), o)).collect();
+    let roles = BTreeMap::from([(
+        "ControlPlane".to_owned(),
+        RoleHosts {
+            active: vec!["site/cp-0".into(), "site/cp-1".into()],
+            standby: vec!["site/cp-2".into()],
+        },
+    )]);
+    let spec =
+        json!({"jumpHost": [{"image": "quay.io/airshipit/jump-host:latest", "nodePort": 30000}]});
+    let d = services(&sip(spec), "site", &roles, &by_name, &[]).unwrap();
+    let pod = d.deployments[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    let aliases: Vec<(String, Vec<String>)> = pod
+        .host_aliases
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|a| (a.ip.clone(), a.hostnames.clone().unwrap()))
+        .collect();
+    assert_eq!(
+        aliases,
+        [
+            (
+                "10.0.0.10".to_owned(),
+                vec!["cp-0".to_owned(), "cp-2".to_owned()]
+            ),
+            ("10.0.0.11".to_owned(), vec!["cp-1".to_owned()]),
+        ]
+    );
+}
