@@ -121,7 +121,8 @@ pub struct Network {
     pub dns_servers: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<Route>,
-    /// The first bytes of every MAC allocated on this network (`52:54:00:`).
+    /// The first bytes of every MAC allocated on this network (`52:54:00`), or Airship's zero-padded six
+    /// (`52:54:00:06:00:00`: the trailing zero bytes, at most three, are allocated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac_prefix: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

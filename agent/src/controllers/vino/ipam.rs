@@ -89,21 +89,33 @@ fn parse_cidr(cidr: &str) -> Result<(Addr, u32), String> {
     Ok((addr, bits - len))
 }
 
+/// The bytes every MAC of a network starts with. 1 to 5 bytes as they are; 6 bytes are Airship's zero-padded
+/// form (`52:54:00:06:00:00`): its trailing zero bytes, at most three (the OUI stays), are the ones allocated.
 fn parse_mac_prefix(p: Option<&str>) -> Result<Vec<u8>, String> {
     let p = p.unwrap_or("52:54:00").trim_end_matches(':');
     let bytes: Result<Vec<u8>, _> = p.split(':').map(|b| u8::from_str_radix(b, 16)).collect();
-    match bytes {
-        Ok(b) if !b.is_empty() && b.len() <= 5 && p.split(':').all(|s| s.len() == 2) => {
-            if b[0] & 1 == 1 {
-                Err(format!("macPrefix {p:?} is a multicast prefix"))
-            } else {
-                Ok(b)
-            }
+    let mut b = match bytes {
+        Ok(b) if !b.is_empty() && b.len() <= 6 && p.split(':').all(|s| s.len() == 2) => b,
+        _ => {
+            return Err(format!(
+                "macPrefix {p:?} is not 1 to 5 hex bytes, or 6 zero-padded ones, separated by ':'"
+            ))
         }
-        _ => Err(format!(
-            "macPrefix {p:?} is not 1 to 5 hex bytes separated by ':'"
-        )),
+    };
+    if b.len() == 6 {
+        while b.len() > 3 && b.last() == Some(&0) {
+            b.pop();
+        }
+        if b.len() == 6 {
+            return Err(format!(
+                "macPrefix {p:?} leaves no byte to allocate: end it in zero bytes (52:54:00:06:00:00) or give 1 to 5 bytes"
+            ));
+        }
     }
+    if b[0] & 1 == 1 {
+        return Err(format!("macPrefix {p:?} is a multicast prefix"));
+    }
+    Ok(b)
 }
 
 impl Ranges {
@@ -495,9 +507,51 @@ mod tests {
                 Some("zz:00"),
                 "not 1 to 5 hex bytes",
             ),
+            (
+                "10.0.0.0/24",
+                None,
+                None,
+                None,
+                Some("52:54:00:06:00:01"),
+                "leaves no byte to allocate",
+            ),
+            (
+                "10.0.0.0/24",
+                None,
+                None,
+                None,
+                Some("52:54:00:06:00:00:00"),
+                "6 zero-padded",
+            ),
         ] {
             let err = Ranges::new(subnet, s, d, step, mac).unwrap_err();
             assert!(err.contains(want), "{subnet}: {err}");
+        }
+    }
+
+    #[test]
+    fn airships_zero_padded_six_byte_prefix_allocates_its_trailing_zero_bytes() {
+        for (prefix, starts) in [
+            ("52:54:00:06:00:00", "52:54:00:06:"),
+            ("52:54:00:00:00:00", "52:54:00:"),
+            ("02:00:00:00:00:00", "02:00:00:"),
+        ] {
+            let net = Ranges::new(
+                "10.0.0.0/24",
+                Some(("10.0.0.10", "10.0.0.19")),
+                None,
+                None,
+                Some(prefix),
+            )
+            .unwrap();
+            let a = allocate(&net, &[], &[], &wanted(&["vm-0/oam", "vm-1/oam"], &[])).unwrap();
+            let macs: Vec<&str> = a.ips.iter().filter_map(|i| i.mac.as_deref()).collect();
+            assert_eq!(macs.len(), 2, "{prefix}");
+            assert_ne!(macs[0], macs[1]);
+            for m in macs {
+                assert!(m.starts_with(starts), "{prefix}: {m}");
+                assert_eq!(m.len(), 17, "{m}");
+            }
         }
     }
 
