@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
     group = "airship.airshipit.org",
     version = "v1",
     kind = "Vino",
+    plural = "vinoes",
     namespaced,
     status = "VinoStatus",
     shortname = "vino",

@@ -1,20 +1,24 @@
 //! Airship's own habits, on the real apiserver through the agent binary: what an operator moving from Airship's
 //! SIP brings (its finalizer in a SIPCluster's metadata, hosts that share an address) and what an older
-//! Foothold left behind (objects under its former finalizer).
+//! Foothold left behind (SIPClusters under its former finalizer, Vinos under its former plural `vinos`).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::ResourceExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{CustomResourceExt, ResourceExt};
 use serde_json::json;
 
 use crate::sip::{hosts, ipv4, ready, sip_cluster, start_agent};
-use crate::support::kube::{env, until};
+use crate::support::kube::{controller_agent, env, until};
 use foothold_agent::controllers::sip::{FINALIZER, FORMER_FINALIZER};
+use foothold_agent::controllers::vino::{FINALIZER as VINO_FINALIZER, FORMER_CRD};
 use foothold_agent::crd::metal3::BareMetalHost;
 use foothold_agent::crd::sip::SIPCluster;
+use foothold_agent::crd::vino::Vino;
 
 /// A SIPCluster as Airship's samples write it: with Airship's finalizer already in its metadata.
 fn with_finalizer(mut s: SIPCluster, finalizer: &str) -> SIPCluster {
@@ -160,4 +164,136 @@ async fn objects_under_the_former_finalizer_are_migrated_or_cleaned_up_and_delet
         (s.finalizers() == [FINALIZER]).then_some(())
     })
     .await;
+}
+
+/// Creates `crd` and waits until it is established.
+async fn establish(api: &Api<CustomResourceDefinition>, crd: &CustomResourceDefinition) {
+    api.create(&PostParams::default(), crd).await.unwrap();
+    let name = crd.metadata.name.clone().unwrap();
+    let established = kube::runtime::conditions::is_crd_established();
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        kube::runtime::wait::await_condition(api.clone(), &name, established),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("CRD {name} not established after 60 s"))
+    .unwrap();
+}
+
+/// Deletes `name` of `api` and waits until it is gone.
+async fn delete_and_wait<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.delete(name, &DeleteParams::default()).await.unwrap();
+    until(&format!("{name} gone"), || async {
+        api.get_opt(name).await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+/// A site an older Foothold ran: Vino served as `vinos`. The agent refuses to start ViNO, naming the fix; the
+/// README's move (the Vino saved, its finalizer removed and deleted, the old CRD deleted, `vinoes` installed,
+/// the Vino created again) brings it back under Airship's plural, reconciled. Its own control plane: the
+/// former CRD would stop every other test's ViNO.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_former_vinos_crd_stops_vino_with_the_fix_and_a_moved_vino_is_reconciled_as_vinoes() {
+    use crate::support::kube::OwnPlane;
+    let plane = tokio::task::spawn_blocking(|| OwnPlane::start("vinoes"))
+        .await
+        .unwrap();
+    let client = plane.env.client().await;
+    let ns = plane.env.namespace(&client, "vino-move").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let current = Vino::crd();
+    delete_and_wait(&crds, current.metadata.name.as_deref().unwrap()).await;
+    let mut former = current.clone();
+    former.metadata.name = Some(FORMER_CRD.into());
+    former.spec.names.plural = "vinos".into();
+    establish(&crds, &former).await;
+    let resource = ApiResource {
+        group: "airship.airshipit.org".into(),
+        version: "v1".into(),
+        api_version: "airship.airshipit.org/v1".into(),
+        kind: "Vino".into(),
+        plural: "vinos".into(),
+    };
+    let old: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &resource);
+    let vino = json!({
+        "apiVersion": "airship.airshipit.org/v1", "kind": "Vino",
+        "metadata": {"name": "v", "finalizers": [VINO_FINALIZER]},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"vino-host": "none"}},
+            "bmcCredentials": {"username": "admin", "password": "redfish-pw"},
+            "networks": [{"name": "oam", "subnet": "192.168.100.0/24", "staticAllocationStart": "192.168.100.10",
+                          "staticAllocationStop": "192.168.100.50", "macPrefix": "52:54:00:06:00:00"}],
+        },
+    });
+    old.create(
+        &PostParams::default(),
+        &serde_json::from_value(vino.clone()).unwrap(),
+    )
+    .await
+    .unwrap();
+
+    let data = tmp.path().join("agent-v");
+    let mut agent = controller_agent(
+        tmp.path(),
+        &ns,
+        "agent-v",
+        "vino",
+        &plane.env.kubeconfig,
+        &[],
+    );
+    let log = data.with_extension("log");
+    let said = until("the agent refusing ViNO", || async {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("ViNO not started").then_some(text)
+    })
+    .await;
+    assert!(
+        said.contains(&format!("the CRD {FORMER_CRD}"))
+            && said.contains("--cascade=orphan")
+            && said.contains("Moving Vinos to vinoes"),
+        "{said}"
+    );
+    agent.kill();
+
+    // The move, as the README gives it.
+    let saved = old.get("v").await.unwrap();
+    old.patch(
+        "v",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    delete_and_wait(&old, "v").await;
+    delete_and_wait(&crds, FORMER_CRD).await;
+    establish(&crds, &current).await;
+    let vinos: Api<Vino> = Api::namespaced(client.clone(), &ns);
+    let again: Vino = serde_json::from_value(json!({
+        "apiVersion": "airship.airshipit.org/v1", "kind": "Vino",
+        "metadata": {"name": "v"}, "spec": saved.data["spec"],
+    }))
+    .unwrap();
+    vinos.create(&PostParams::default(), &again).await.unwrap();
+
+    let _agent = controller_agent(
+        tmp.path(),
+        &ns,
+        "agent-v2",
+        "vino",
+        &plane.env.kubeconfig,
+        &[],
+    );
+    until("the moved Vino reconciled under vinoes", || async {
+        let v = vinos.get("v").await.ok()?;
+        let reconciled = v.finalizers() == [VINO_FINALIZER]
+            && v.status.as_ref().is_some_and(|s| !s.conditions.is_empty());
+        reconciled.then_some(())
+    })
+    .await;
+    drop(plane);
 }

@@ -28,7 +28,16 @@ fn api(
     version: &str,
     kind: &str,
 ) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    // The plural the CRD gives (`vinoes`), not kube's guess from the kind.
+    let plural = foothold_agent::crd::shipped()
+        .into_iter()
+        .find(|c| c.spec.group == group && c.spec.names.kind == kind)
+        .map_or_else(
+            || format!("{}s", kind.to_lowercase()),
+            |c| c.spec.names.plural,
+        );
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), &plural);
     Api::namespaced_with(client.clone(), ns, &ar)
 }
 

@@ -59,6 +59,35 @@ pub fn env() -> &'static KubeEnv {
     })
 }
 
+/// A control plane of one test's own, on a thread that lives until this is dropped (the processes'
+/// parent-death signal fires when the thread that spawned them ends, as a blocking-pool thread may at any
+/// idle moment).
+pub struct OwnPlane {
+    pub env: KubeEnv,
+    _stop: std::sync::mpsc::Sender<()>,
+}
+
+impl OwnPlane {
+    pub fn start(name: &'static str) -> OwnPlane {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name(format!("kube-test-{name}"))
+            .spawn(move || {
+                let plane = ControlPlane::start(Some(name));
+                tx.send(plane.env.clone()).unwrap();
+                // Until the sender drops.
+                let _ = stopped.recv();
+                drop(plane);
+            })
+            .unwrap();
+        let env = rx
+            .recv()
+            .expect("the test's control plane failed to start (see the panic above)");
+        OwnPlane { env, _stop: stop }
+    }
+}
+
 impl KubeEnv {
     /// A client of the admin, bound to the calling runtime.
     pub async fn client(&self) -> kube::Client {

@@ -40,6 +40,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -55,6 +56,19 @@ use crate::crd::vino::{IPPool, Vino, VinoStatus};
 use crate::metrics::Metrics;
 
 pub const FINALIZER: &str = "vino.airshipit.org";
+/// The Vino CRD under the plural Foothold used before it took Airship's (`vinoes`).
+pub const FORMER_CRD: &str = "vinos.airship.airshipit.org";
+
+/// Why the controller does not start while [`FORMER_CRD`] is installed, and how to move its objects.
+pub fn former_crd_refusal() -> String {
+    format!(
+        "ViNO not started: the CRD {FORMER_CRD} (Foothold's former plural) is installed, and Vino is now served \
+         as vinoes.airship.airshipit.org, Airship's name; the two cannot both serve kind Vino. Move the Vinos \
+         (README, \"Moving Vinos to vinoes\"): save them (kubectl get vinos -A -o yaml), remove their \
+         finalizers and delete each with --cascade=orphan (its BareMetalHosts, IPPools and Secrets stay), delete \
+         the CRD {FORMER_CRD}, apply foothold-agent crds, create the saved Vinos again; then restart the agent"
+    )
+}
 
 struct Ctx {
     base: Base,
@@ -62,6 +76,17 @@ struct Ctx {
 
 /// Runs the Vino controller until it is dropped.
 pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Metrics>) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    match crds.get_opt(FORMER_CRD).await {
+        Ok(None) => {}
+        Ok(Some(_)) => {
+            tracing::error!("{}", former_crd_refusal());
+            metrics.reconcile_error("vino", "former-crd");
+            return std::future::pending().await;
+        }
+        // Without the right to read CRDs (an agent in a cluster with narrow RBAC) there is nothing to check.
+        Err(error) => tracing::warn!(%error, "ViNO: could not check for the CRD {FORMER_CRD}"),
+    }
     let ns = &settings.namespace;
     let owned = watcher::Config::default().labels(OWNER_LABEL);
     let ctx = Arc::new(Ctx {

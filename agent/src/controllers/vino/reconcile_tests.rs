@@ -43,7 +43,7 @@ async fn an_invalid_spec_is_one_event_and_one_status_write() {
             },
             Step {
                 method: Method::PATCH,
-                path: "/apis/airship.airshipit.org/v1/namespaces/site/vinos/v/status",
+                path: "/apis/airship.airshipit.org/v1/namespaces/site/vinoes/v/status",
                 status: 200,
                 body: serde_json::to_value(&v).unwrap(),
             },
@@ -88,7 +88,7 @@ async fn an_unchanged_invalid_spec_writes_nothing() {
                 },
                 Step {
                     method: Method::PATCH,
-                    path: "/vinos/v/status",
+                    path: "/vinoes/v/status",
                     status: 200,
                     body: serde_json::to_value(&v1).unwrap(),
                 },
@@ -144,7 +144,7 @@ async fn a_spec_that_cannot_be_rendered_writes_no_object() {
             },
             Step {
                 method: Method::PATCH,
-                path: "/vinos/v/status",
+                path: "/vinoes/v/status",
                 status: 200,
                 body: serde_json::to_value(&v).unwrap(),
             },
