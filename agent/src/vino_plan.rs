@@ -44,6 +44,9 @@ pub struct VmPlan {
     #[serde(rename = "memoryMiB")]
     pub memory_mib: u64,
     pub root_disk_gb: u64,
+    /// Guest memory backed by the host's huge pages.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hugepages: bool,
     #[serde(default)]
     pub interfaces: Vec<InterfacePlan>,
     #[serde(default)]
@@ -115,6 +118,7 @@ mod tests {
                 vcpus: 2,
                 memory_mib: 4096,
                 root_disk_gb: 20,
+                hugepages: false,
                 interfaces: vec![InterfacePlan {
                     name: "eth0".into(),
                     network: "pxe".into(),

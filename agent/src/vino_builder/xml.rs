@@ -319,8 +319,13 @@ pub fn domain_xml(
         );
     }
     devices.push_str("    <memballoon model='virtio'/>\n    <rng model='virtio'>\n      <backend model='random'>/dev/urandom</backend>\n    </rng>\n");
+    let backing = if vm.hugepages {
+        "  <memoryBacking>\n    <hugepages/>\n  </memoryBacking>\n"
+    } else {
+        ""
+    };
     let body = format!(
-        "  <memory unit='MiB'>{mem}</memory>\n  <vcpu placement='static' cpuset='{cpus}'>{vcpus}</vcpu>\n  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n    <boot dev='network'/>\n    <boot dev='hd'/>\n  </os>\n  <features>\n    <acpi/>\n    <apic/>\n  </features>\n  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n  <devices>\n{devices}  </devices>\n",
+        "  <memory unit='MiB'>{mem}</memory>\n{backing}  <vcpu placement='static' cpuset='{cpus}'>{vcpus}</vcpu>\n  <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n    <boot dev='network'/>\n    <boot dev='hd'/>\n  </os>\n  <features>\n    <acpi/>\n    <apic/>\n  </features>\n  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n  <devices>\n{devices}  </devices>\n",
         mem = vm.memory_mib,
         cpus = format_cpu_list(vm_cpus),
         vcpus = vm.vcpus,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{CustomResourceExt, ResourceExt};
@@ -296,4 +296,73 @@ async fn a_former_vinos_crd_stops_vino_with_the_fix_and_a_moved_vino_is_reconcil
     })
     .await;
     drop(plane);
+}
+
+/// Airship's node sets carry no flavor: their sizes come from the `vino-flavors` ConfigMap (its
+/// `config/manager/flavors.yaml`: memory in GiB, root disk in GB, huge pages), by node set name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_set_without_a_flavor_is_sized_by_airships_vino_flavors() {
+    let env = env();
+    let client = env.client().await;
+    let ns = env.namespace(&client, "airship-flavors").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let host = format!("{ns}-a");
+    crate::vino::node(&client, &host, json!({"vino-host": &ns}), "10.0.0.21").await;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    maps.create(&PostParams::default(), &serde_json::from_value(json!({
+        "metadata": {"name": "vino-flavors"},
+        "data": {"flavors.yaml": "flavors:\n  master:\n    vcpus: 1\n    memory: 4\n    hugepages: true\n    rootSize: 30\n  worker:\n    vcpus: 1\n    memory: 2\n    hugepages: true\n    rootSize: 10\n"},
+    })).unwrap()).await.unwrap();
+    let _agent = crate::vino::start_agent(tmp.path(), &ns, "agent-f");
+    let vinos: Api<Vino> = Api::namespaced(client.clone(), &ns);
+    vinos.create(&PostParams::default(), &serde_json::from_value(json!({
+        "apiVersion": "airship.airshipit.org/v1", "kind": "Vino", "metadata": {"name": "v"},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"vino-host": ns}},
+            "bmcCredentials": {"username": "admin", "password": "passw0rd"},
+            "networks": [{"name": "management", "subnet": "192.168.2.0/24",
+                          "staticAllocationStart": "192.168.2.10", "staticAllocationStop": "192.168.2.24",
+                          "dhcpAllocationStart": "192.168.2.128", "dhcpAllocationStop": "192.168.2.191",
+                          "instanceSubnetBitStep": 4,
+                          "macPrefix": "52:54:00:06:00:00"}],
+            "nodes": [{"name": "worker", "count": 1,
+                       "networkInterfaces": [{"name": "management", "network": "management", "mtu": 1500}]}],
+        },
+    })).unwrap()).await.unwrap();
+    let v = until("the Vino planned", || async {
+        let v = vinos.get("v").await.ok()?;
+        let ready = v
+            .status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")?
+            .clone();
+        Some((ready.reason, ready.message))
+    })
+    .await;
+    assert_ne!(v.0, "InvalidSpec", "{}", v.1);
+    let plan: serde_json::Value = until("the node's plan", || async {
+        let cm = maps.get_opt(&format!("v-node-{host}")).await.unwrap()?;
+        serde_json::from_str(&cm.data?["plan.json"]).ok()
+    })
+    .await;
+    let vm = &plan["vms"][0];
+    assert_eq!(
+        (
+            &vm["vcpus"],
+            &vm["memoryMiB"],
+            &vm["rootDiskGb"],
+            &vm["hugepages"]
+        ),
+        (&json!(1), &json!(2048), &json!(10), &json!(true)),
+        "{plan}"
+    );
+    assert!(
+        vm["interfaces"][0]["mac"]
+            .as_str()
+            .unwrap()
+            .starts_with("52:54:00:06:"),
+        "{vm}"
+    );
 }

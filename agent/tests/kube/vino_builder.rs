@@ -32,7 +32,7 @@ fn plan() -> Plan {
                  "bridge": "vino-prov", "prefix_length": 64}],
              "diskDrives": [{"name": "data", "type": "file", "options": {"sizeGb": 10, "sparse": false}},
                             {"name": "scratch", "options": {"sizeGb": 5, "sparse": true}}]},
-            {"name": "node-a-worker-0", "bareMetalHost": "site-v-node-a-worker-0", "vcpus": 4, "memoryMiB": 8192,
+            {"name": "node-a-worker-0", "bareMetalHost": "site-v-node-a-worker-0", "vcpus": 4, "memoryMiB": 8192, "hugepages": true,
              "rootDiskGb": 40,
              "interfaces": [
                 {"name": "enp1s0", "network": "oam", "mac": "52:54:00:00:00:02", "ip": "192.168.100.11", "bridge": "vino-oam"},

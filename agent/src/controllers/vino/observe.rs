@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::api::{Api, ListParams, ResourceExt};
 
-use super::plan::OWNERSHIP;
+use super::plan::{AIRSHIP_FLAVORS, OWNERSHIP};
 use crate::controllers::common::{child_name, secrets, Error};
 use crate::crd::vino::{IPPool, Vino};
 
@@ -29,6 +29,8 @@ pub struct Observed {
     pub nodes: Vec<Node>,
     /// The flavors ConfigMap's data (none named: empty).
     pub flavors: BTreeMap<String, String>,
+    /// Airship's `vino-flavors` ConfigMap's data, when no `flavorsConfigMap` is named and it exists.
+    pub airship_flavors: Option<BTreeMap<String, String>>,
     /// The Vino's IPPools, by name.
     pub pools: BTreeMap<String, IPPool>,
     /// Per node set with a networkData template: the template.
@@ -85,6 +87,13 @@ pub async fn observe(
         .items;
     nodes.sort_by_key(|n| n.name_any());
 
+    let airship_flavors = match &spec.flavors_config_map {
+        Some(_) => None,
+        None => Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .get_opt(AIRSHIP_FLAVORS)
+            .await?
+            .map(|c| c.data.unwrap_or_default()),
+    };
     let flavors = match &spec.flavors_config_map {
         None => BTreeMap::new(),
         Some(cm) => match Api::<ConfigMap>::namespaced(client.clone(), ns)
@@ -137,6 +146,7 @@ pub async fn observe(
         credentials,
         nodes,
         flavors,
+        airship_flavors,
         pools,
         templates,
         vnc_passwords,

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Node;
+use serde::Deserialize;
 use serde_json::json;
 
 use crate::controllers::common::document::json_or_yaml;
@@ -95,14 +96,87 @@ pub fn bmc_address(ip: &std::net::IpAddr, vm: &str) -> String {
     format!("redfish+http://{host}:{REDFISH_PORT}/redfish/v1/Systems/{vm}")
 }
 
+/// A VM's resolved size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Size {
+    pub vcpus: i32,
+    pub memory_mib: i64,
+    pub root_disk_gb: i64,
+    /// Guest memory backed by the host's huge pages (Airship's flavors' `hugepages`).
+    pub hugepages: bool,
+}
+
+/// A flavor of Airship's `vino-flavors` ConfigMap: memory in GiB, root disk in GB. Any other field is refused
+/// by name rather than ignored.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AirshipFlavor {
+    vcpus: i32,
+    memory: i64,
+    root_size: i64,
+    #[serde(default)]
+    hugepages: bool,
+}
+
+/// The name of Airship's flavors ConfigMap, read from the Vino's namespace when `flavorsConfigMap` is not set.
+pub const AIRSHIP_FLAVORS: &str = "vino-flavors";
+
+/// A node set's flavor from Airship's `vino-flavors` data: a key `flavors` holding `{<name>: {vcpus, memory,
+/// rootSize, hugepages}}`, or any key holding a document with such a `flavors` mapping (its `flavors.yaml`).
+fn airship_flavor(set: &str, data: &BTreeMap<String, String>) -> Result<Size, String> {
+    let wrong = |key: &str, e: String| {
+        format!(
+            "node set {set}: ConfigMap {AIRSHIP_FLAVORS}, key {key}: not Airship's flavors: {e}"
+        )
+    };
+    for (key, text) in data {
+        let doc: serde_json::Value = json_or_yaml(text).map_err(|e| wrong(key, e))?;
+        let flavors = if key == "flavors" {
+            &doc
+        } else {
+            match doc.get("flavors") {
+                Some(f) => f,
+                None => continue,
+            }
+        };
+        let Some(f) = flavors.get(set) else { continue };
+        let f: AirshipFlavor = serde_json::from_value(f.clone())
+            .map_err(|e| wrong(key, format!("flavor {set}: {e}")))?;
+        if f.vcpus <= 0 || f.memory <= 0 || f.root_size <= 0 {
+            return Err(wrong(
+                key,
+                format!("flavor {set}: vcpus, memory and rootSize must be positive"),
+            ));
+        }
+        return Ok(Size {
+            vcpus: f.vcpus,
+            memory_mib: f.memory * 1024,
+            root_disk_gb: f.root_size,
+            hugepages: f.hugepages,
+        });
+    }
+    Err(format!(
+        "node set {set}: no flavor given, and ConfigMap {AIRSHIP_FLAVORS} has no flavor named {set}"
+    ))
+}
+
 /// A complete flavor: the named one from the ConfigMap (`{vcpus, memoryMiB, rootDiskGb}`, JSON or YAML), with
-/// the fields the node set gives overriding it.
+/// the fields the node set gives overriding it; a node set with no flavor at all takes the one named after it
+/// from Airship's `vino-flavors` (`airship`: that ConfigMap's data, if it exists).
 pub fn resolve_flavor(
     set: &str,
     flavor: Option<&Flavor>,
     flavors: &BTreeMap<String, String>,
-) -> Result<(i32, i64, i64), String> {
-    let given = flavor.cloned().unwrap_or_default();
+    airship: Option<&BTreeMap<String, String>>,
+) -> Result<Size, String> {
+    let Some(given) = flavor else {
+        return match airship {
+            Some(data) => airship_flavor(set, data),
+            None => Err(format!(
+                "node set {set}: no flavor given, and no flavorsConfigMap or {AIRSHIP_FLAVORS} ConfigMap to take it from"
+            )),
+        };
+    };
     let mut base = Flavor::default();
     if let Some(name) = &given.name {
         let text = flavors.get(name).ok_or_else(|| {
@@ -116,7 +190,12 @@ pub fn resolve_flavor(
     let memory = given.memory_mib.or(base.memory_mib);
     let disk = given.root_disk_gb.or(base.root_disk_gb);
     match (vcpus, memory, disk) {
-        (Some(c), Some(m), Some(d)) if c > 0 && m > 0 && d > 0 => Ok((c, m, d)),
+        (Some(c), Some(m), Some(d)) if c > 0 && m > 0 && d > 0 => Ok(Size {
+            vcpus: c,
+            memory_mib: m,
+            root_disk_gb: d,
+            hugepages: false,
+        }),
         _ => Err(format!(
             "node set {set}: the flavor needs positive vcpus, memoryMiB and rootDiskGb (from flavor or flavorsConfigMap)"
         )),
@@ -239,40 +318,102 @@ mod tests {
         ]);
         let f = |v: serde_json::Value| -> Flavor { serde_json::from_value(v).unwrap() };
         assert_eq!(
-            resolve_flavor("w", Some(&f(json!({"name": "small"}))), &flavors).unwrap(),
-            (2, 4096, 20)
+            resolve_flavor("w", Some(&f(json!({"name": "small"}))), &flavors, None).unwrap(),
+            size(2, 4096, 20)
         );
         assert_eq!(
             resolve_flavor(
                 "w",
                 Some(&f(json!({"name": "small", "vcpus": 8}))),
-                &flavors
+                &flavors,
+                None
             )
             .unwrap(),
-            (8, 4096, 20)
+            size(8, 4096, 20)
         );
         assert_eq!(
             resolve_flavor(
                 "w",
                 Some(&f(json!({"vcpus": 1, "memoryMiB": 512, "rootDiskGb": 5}))),
-                &flavors
+                &flavors,
+                None
             )
             .unwrap(),
-            (1, 512, 5)
+            size(1, 512, 5)
         );
         assert!(
-            resolve_flavor("w", Some(&f(json!({"name": "huge"}))), &flavors)
+            resolve_flavor("w", Some(&f(json!({"name": "huge"}))), &flavors, None)
                 .unwrap_err()
                 .contains("flavor huge is not in")
         );
         assert!(
-            resolve_flavor("w", Some(&f(json!({"name": "bad"}))), &flavors)
+            resolve_flavor("w", Some(&f(json!({"name": "bad"}))), &flavors, None)
                 .unwrap_err()
                 .contains("is not {vcpus")
         );
-        assert!(resolve_flavor("w", None, &flavors)
+        assert!(
+            resolve_flavor("w", Some(&f(json!({"vcpus": 1}))), &flavors, None)
+                .unwrap_err()
+                .contains("needs positive vcpus")
+        );
+        assert!(resolve_flavor("w", None, &flavors, None)
             .unwrap_err()
-            .contains("needs positive vcpus"));
+            .contains("no flavorsConfigMap or vino-flavors"));
+    }
+
+    fn size(vcpus: i32, memory_mib: i64, root_disk_gb: i64) -> Size {
+        Size {
+            vcpus,
+            memory_mib,
+            root_disk_gb,
+            hugepages: false,
+        }
+    }
+
+    #[test]
+    fn a_node_set_without_a_flavor_takes_airships_flavor_named_after_it() {
+        // Airship's config/manager/flavors.yaml, as the ConfigMap's file or as its `flavors` key.
+        let file = "flavors:\n  master:\n    vcpus: 1\n    memory: 4\n    hugepages: true\n    rootSize: 30\n  worker:\n    vcpus: 1\n    memory: 2\n    hugepages: true\n    rootSize: 10\n";
+        let as_file = BTreeMap::from([("flavors.yaml".to_owned(), file.to_owned())]);
+        let as_key = BTreeMap::from([(
+            "flavors".to_owned(),
+            "worker: {vcpus: 1, memory: 2, rootSize: 10, hugepages: true}\n".to_owned(),
+        )]);
+        let none = BTreeMap::new();
+        let worker = Size {
+            vcpus: 1,
+            memory_mib: 2048,
+            root_disk_gb: 10,
+            hugepages: true,
+        };
+        for data in [&as_file, &as_key] {
+            assert_eq!(
+                resolve_flavor("worker", None, &none, Some(data)).unwrap(),
+                worker
+            );
+        }
+        assert_eq!(
+            resolve_flavor("master", None, &none, Some(&as_file))
+                .unwrap()
+                .memory_mib,
+            4096
+        );
+        let e = resolve_flavor("edge", None, &none, Some(&as_file)).unwrap_err();
+        assert!(e.contains("vino-flavors has no flavor named edge"), "{e}");
+        let odd = BTreeMap::from([(
+            "flavors".to_owned(),
+            "worker: {vcpus: 1, memory: 2, rootSize: 10, cpuPinning: strict}\n".to_owned(),
+        )]);
+        let e = resolve_flavor("worker", None, &none, Some(&odd)).unwrap_err();
+        assert!(e.contains("unknown field `cpuPinning`"), "{e}");
+        // A flavor given in the node set wins over Airship's.
+        let given: Flavor =
+            serde_json::from_value(json!({"vcpus": 4, "memoryMiB": 1024, "rootDiskGb": 8}))
+                .unwrap();
+        assert_eq!(
+            resolve_flavor("worker", Some(&given), &none, Some(&as_file)).unwrap(),
+            size(4, 1024, 8)
+        );
     }
 
     #[test]

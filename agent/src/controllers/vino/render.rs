@@ -96,7 +96,12 @@ pub fn desired(
     for set in &spec.nodes {
         sizes.insert(
             set.name.clone(),
-            resolve_flavor(&set.name, set.flavor.as_ref(), &obs.flavors)?,
+            resolve_flavor(
+                &set.name,
+                set.flavor.as_ref(),
+                &obs.flavors,
+                obs.airship_flavors.as_ref(),
+            )?,
         );
     }
 
@@ -284,13 +289,14 @@ pub fn desired(
         );
         bmh.metadata.labels = Some(labels);
         hosts.push(bmh);
-        let (vcpus, memory, disk) = sizes[&set.name];
+        let size = sizes[&set.name];
         node_plans.entry(vm.node.clone()).or_default().push(VmPlan {
             name: vm.name.clone(),
             bare_metal_host: vm.bmh.clone(),
-            vcpus: u32::try_from(vcpus).unwrap_or_default(),
-            memory_mib: u64::try_from(memory).unwrap_or_default(),
-            root_disk_gb: u64::try_from(disk).unwrap_or_default(),
+            vcpus: u32::try_from(size.vcpus).unwrap_or_default(),
+            memory_mib: u64::try_from(size.memory_mib).unwrap_or_default(),
+            root_disk_gb: u64::try_from(size.root_disk_gb).unwrap_or_default(),
+            hugepages: size.hugepages,
             interfaces: interfaces.clone(),
             disk_drives: set.disk_drives.iter().map(disk_plan).collect(),
             libvirt_template: set.libvirt_template.clone(),

@@ -53,6 +53,7 @@ fn observed(inline: bool, vnc: &[(&str, &str)]) -> Observed {
         },
         nodes: vec![node],
         flavors: BTreeMap::new(),
+        airship_flavors: None,
         pools: BTreeMap::new(),
         templates: BTreeMap::new(),
         vnc_passwords: vnc
