@@ -87,8 +87,11 @@ pub async fn observe(
         .items;
     nodes.sort_by_key(|n| n.name_any());
 
+    // Read only when a node set has no flavor of its own to take.
+    let flavorless = spec.nodes.iter().any(|n| n.flavor.is_none());
     let airship_flavors = match &spec.flavors_config_map {
         Some(_) => None,
+        None if !flavorless => None,
         None => Api::<ConfigMap>::namespaced(client.clone(), ns)
             .get_opt(AIRSHIP_FLAVORS)
             .await?
