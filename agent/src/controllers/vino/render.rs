@@ -81,6 +81,30 @@ fn opaque(name: &str, node: Option<&str>, data: &[(&str, &str)]) -> Secret {
 }
 
 /// What `vino` wants, given what was observed. `new_password` makes a VNC password for a VM without one.
+/// Airship's libvirt templates (`libvirtTemplate` of a network or a node set) name domain and network XML
+/// templates Foothold does not have: it writes that XML itself. Refused by name rather than ignored.
+fn unsupported_templates(spec: &crate::crd::vino::VinoSpec) -> Result<(), String> {
+    let why = "Airship's libvirt XML templates are not supported (vino-builder writes the XML from the flavor, \
+               disks and interfaces); remove the field";
+    for net in &spec.networks {
+        if let Some(t) = &net.libvirt_template {
+            return Err(format!(
+                "network {}: libvirtTemplate {t:?}: {why}",
+                net.name
+            ));
+        }
+    }
+    for set in &spec.nodes {
+        if let Some(t) = &set.libvirt_template {
+            return Err(format!(
+                "node set {}: libvirtTemplate {t:?}: {why}",
+                set.name
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn desired(
     vino: &Vino,
     ns: &str,
@@ -90,6 +114,7 @@ pub fn desired(
 ) -> Result<Desired, String> {
     let name = vino.name_any();
     let spec = &vino.spec;
+    unsupported_templates(spec)?;
     let node_names: Vec<String> = obs.nodes.iter().map(|n| n.name_any()).collect();
     let vms = plan_vms(ns, &name, &node_names, &spec.nodes);
     let mut sizes = BTreeMap::new();

@@ -171,3 +171,27 @@ fn an_interface_on_an_unknown_network_is_an_error_naming_it() {
         "node set worker: interface enp1s0 names unknown network storage"
     );
 }
+
+#[test]
+fn airships_libvirt_templates_are_refused_naming_the_field() {
+    let mut set = worker(false, "oam");
+    set[0]["libvirtTemplate"] = json!("worker-domain");
+    let e = desired(&vino(set), "site", &observed(true, &[]), "b", &mut || {
+        "x".into()
+    })
+    .err()
+    .unwrap();
+    assert!(
+        e.starts_with("node set worker: libvirtTemplate \"worker-domain\": Airship's libvirt XML templates are not supported"),
+        "{e}"
+    );
+    let mut v = vino(worker(false, "oam"));
+    v.spec.networks[0].libvirt_template = Some("management".into());
+    let e = desired(&v, "site", &observed(true, &[]), "b", &mut || "x".into())
+        .err()
+        .unwrap();
+    assert!(
+        e.starts_with("network oam: libvirtTemplate \"management\":"),
+        "{e}"
+    );
+}
