@@ -1,11 +1,13 @@
 //! Airship's own habits, on the real apiserver through the agent binary: what an operator moving from Airship's
 //! SIP brings (its finalizer in a SIPCluster's metadata, hosts that share an address) and what an older
-//! Foothold left behind (SIPClusters under its former finalizer, Vinos under its former plural `vinos`).
+//! Foothold left behind (SIPClusters under its former finalizer, Vinos under its former plural `vinos`), and
+//! ICN's published BPA samples as they are.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -16,6 +18,7 @@ use crate::sip::{hosts, ipv4, ready, sip_cluster, start_agent};
 use crate::support::kube::{controller_agent, env, until};
 use foothold_agent::controllers::sip::{FINALIZER, FORMER_FINALIZER};
 use foothold_agent::controllers::vino::{FINALIZER as VINO_FINALIZER, FORMER_CRD};
+use foothold_agent::crd::bpa::Software;
 use foothold_agent::crd::metal3::BareMetalHost;
 use foothold_agent::crd::sip::SIPCluster;
 use foothold_agent::crd::vino::Vino;
@@ -365,4 +368,98 @@ async fn a_node_set_without_a_flavor_is_sized_by_airships_vino_flavors() {
             .starts_with("52:54:00:06:"),
         "{vm}"
     );
+}
+
+/// ICN's own BPA samples (`agent/tests/fixtures/icn`, unmodified): the apiserver takes them through Foothold's
+/// CRDs, and the BPA reconciles them: each Provisioning over BareMetalHosts with its MACs gets its inventory and
+/// installer Job (the KUD plugins in the Job's environment), and the Software waits for its cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn icns_sample_provisionings_and_software_are_taken_as_they_are() {
+    let env = env();
+    let client = env.client().await;
+    let ns = env.namespace(&client, "icn-samples").await;
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, mac, ip) in [
+        ("m1", "00:c6:14:04:61:b2", "10.10.0.11"),
+        ("w1", "00:c4:13:04:62:b5", "10.10.0.12"),
+        ("k1", "00:e1:ba:ce:df:bd", "10.10.0.13"),
+    ] {
+        crate::bpa::bmh(
+            &client,
+            &ns,
+            (name, mac, ip, 4, 8192, "provisioned"),
+            json!({}),
+        )
+        .await;
+    }
+    let _agent = crate::bpa::start_agent(tmp.path(), &ns, "agent-icn");
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/icn");
+    for (file, plural) in [
+        (
+            "bpa_v1alpha1_provisioning_cr_sample_multiple_1.yaml",
+            "provisionings",
+        ),
+        ("provisioning_cr_kud_plugins_sample.yaml", "provisionings"),
+        ("bpa_v1alpha1_software_cr.yaml", "softwares"),
+    ] {
+        let text = std::fs::read_to_string(fixtures.join(file)).unwrap();
+        let obj: DynamicObject = serde_saphyr::from_str(&text).unwrap();
+        let types = obj.types.clone().unwrap();
+        let resource = ApiResource {
+            group: "bpa.akraino.org".into(),
+            version: "v1alpha1".into(),
+            api_version: types.api_version,
+            kind: types.kind,
+            plural: plural.into(),
+        };
+        Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &resource)
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+    }
+
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let hosts = until("cluster-abc's inventory", || async {
+        let cm = maps
+            .get_opt("provisioning-test-1-inventory")
+            .await
+            .unwrap()?;
+        cm.data?.remove("hosts.ini")
+    })
+    .await;
+    for want in [
+        "master-1 ansible_host=10.10.0.11",
+        "worker-1 ansible_host=10.10.0.12",
+    ] {
+        assert!(hosts.contains(want), "{want:?} in {hosts}");
+    }
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let job = until("the KUD plugins sample's Job", || async {
+        jobs.get_opt("sample-kud-plugins-install-g1").await.unwrap()
+    })
+    .await;
+    let env_vars = job.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
+    let kud = env_vars.iter().find(|e| e.name == "KUD_PLUGINS");
+    assert_eq!(kud.and_then(|e| e.value.as_deref()), Some("onap4k8s"));
+    assert!(jobs
+        .get_opt("provisioning-test-1-install-g1")
+        .await
+        .unwrap()
+        .is_some());
+
+    let softwares: Api<Software> = Api::namespaced(client.clone(), &ns);
+    let waiting = until("the sample Software waiting for cluster-xyz", || async {
+        let s = softwares.get("sample-software").await.ok()?;
+        let c = s
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "ClusterReady")?;
+        (c.status == "False").then_some(c.message)
+    })
+    .await;
+    assert!(waiting.contains("cluster-xyz"), "{waiting}");
 }
