@@ -91,16 +91,18 @@ fi
 
 # Go test tools, rebuilt only when the pinned module set changes.
 stamp="$tools/.go-tools.sha256"
-want=$(cat scripts/go-tools/go.mod scripts/go-tools/go.sum | sha256sum | cut -d' ' -f1)
-if [ ! -x "$tools/crane" ] || [ ! -x "$tools/oci-conformance" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  command -v go >/dev/null 2>&1 || { echo "install-test-tools: Go is required to build crane and the conformance suite" >&2; exit 1; }
-  echo "install-test-tools: building crane and the OCI conformance suite"
+want=$(cat scripts/go-tools/go.mod scripts/go-tools/go.sum scripts/go-tools/gotmpl-oracle/main.go | sha256sum | cut -d' ' -f1)
+if [ ! -x "$tools/crane" ] || [ ! -x "$tools/oci-conformance" ] || [ ! -x "$tools/gotmpl-oracle" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  command -v go >/dev/null 2>&1 || { echo "install-test-tools: Go is required to build crane, the conformance suite and the template oracle" >&2; exit 1; }
+  echo "install-test-tools: building crane, the OCI conformance suite and gotmpl-oracle"
   (
     cd scripts/go-tools
     # The conformance module has no checksum-database entry; go.sum pins its hash.
     export GOFLAGS=-mod=readonly GONOSUMDB=github.com/opencontainers/distribution-spec/conformance
     go build -o "$tools/crane" github.com/google/go-containerregistry/cmd/crane
     go build -o "$tools/oci-conformance" github.com/opencontainers/distribution-spec/conformance
+    # Go's text/template with sprig, as Airship's ViNO renders networkData: agent/tests/gotmpl_oracle.rs.
+    go build -o "$tools/gotmpl-oracle" ./gotmpl-oracle
   )
   echo "$want" > "$stamp"
 fi

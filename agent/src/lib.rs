@@ -14,6 +14,7 @@ pub mod digest;
 pub mod expiry;
 pub mod fsck;
 pub mod fuzz;
+pub mod gotmpl;
 pub mod http;
 pub mod images;
 pub mod import;

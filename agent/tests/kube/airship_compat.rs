@@ -463,3 +463,100 @@ async fn icns_sample_provisionings_and_software_are_taken_as_they_are() {
     .await;
     assert!(waiting.contains("cluster-xyz"), "{waiting}");
 }
+
+/// Airship's sample networkData template Secret (`agent/tests/fixtures/airship`, unmodified: Go's text/template
+/// with sprig, in namespace `default`) named by a node set: the BareMetalHost's networkData Secret is what Go's
+/// own text/template renders (`gotmpl-oracle`) from the same template over ViNO's values for that VM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn airships_network_template_gives_the_network_data_go_gives() {
+    let env = env();
+    let client = env.client().await;
+    let ns = env.namespace(&client, "airship-netdata").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let host = format!("{ns}-a");
+    crate::vino::node(&client, &host, json!({"vino-host": &ns}), "10.0.0.31").await;
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/airship/network-template-secret.yaml");
+    let sample: Secret =
+        serde_saphyr::from_str(&std::fs::read_to_string(&fixture).unwrap()).unwrap();
+    let template = sample.string_data.clone().unwrap()["template"].clone();
+    let _ = Api::<Secret>::namespaced(client.clone(), "default")
+        .delete("test-template", &DeleteParams::default())
+        .await;
+    Api::<Secret>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &sample)
+        .await
+        .unwrap();
+    let _agent = crate::vino::start_agent(tmp.path(), &ns, "agent-n");
+    let vinos: Api<Vino> = Api::namespaced(client.clone(), &ns);
+    let vino: Vino = serde_json::from_value(json!({
+        "apiVersion": "airship.airshipit.org/v1", "kind": "Vino", "metadata": {"name": "v"},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"vino-host": ns}},
+            "bmcCredentials": {"username": "admin", "password": "passw0rd"},
+            "networks": [{"name": "management", "subnet": "192.168.2.0/24", "type": "ipv4",
+                          "staticAllocationStart": "192.168.2.10", "staticAllocationStop": "192.168.2.24",
+                          "dhcpAllocationStart": "192.168.2.128", "dhcpAllocationStop": "192.168.2.191",
+                          "instanceSubnetBitStep": 4, "dns_servers": ["135.188.34.124"],
+                          "routes": [{"network": "0.0.0.0", "netmask": "0.0.0.0", "gateway": "192.168.2.1"}],
+                          "macPrefix": "52:54:00:06:00:00"}],
+            "nodes": [{"name": "master", "count": 1, "bootInterfaceName": "management",
+                       "networkDataTemplate": {"name": "test-template", "namespace": "default"},
+                       "networkInterfaces": [{"name": "management", "type": "network", "network": "management",
+                                              "mtu": 1500}],
+                       "flavor": {"vcpus": 1, "memoryMiB": 1024, "rootDiskGb": 10}}],
+        },
+    }))
+    .unwrap();
+    vinos.create(&PostParams::default(), &vino).await.unwrap();
+    let vm = until("the VM planned", || async {
+        let v = vinos.get("v").await.ok()?;
+        v.status?.nodes.first()?.vms.first().cloned()
+    })
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let rendered = until("the BareMetalHost's networkData", || async {
+        let s = secrets
+            .get_opt(&format!("{}-network-data", vm.bare_metal_host))
+            .await
+            .unwrap()?;
+        let data = s.data?;
+        Some(String::from_utf8(data["networkData"].0.clone()).unwrap())
+    })
+    .await;
+
+    // Go's rendering of the same template over the same values.
+    let iface = &vm.interfaces[0];
+    let plan = foothold_agent::vino_plan::InterfacePlan {
+        name: "management".into(),
+        network: "management".into(),
+        mac: iface.mac.clone(),
+        ip: Some(iface.ip.clone()),
+        ..Default::default()
+    };
+    let values = foothold_agent::controllers::vino::airship::template_values(
+        &vm.bare_metal_host,
+        &vm.name,
+        &vino.spec.nodes[0],
+        &vino.spec.networks,
+        &[plan],
+        Some(&iface.mac),
+    );
+    let (t, d) = (tmp.path().join("t.tmpl"), tmp.path().join("d.json"));
+    std::fs::write(&t, &template).unwrap();
+    std::fs::write(&d, values.to_string()).unwrap();
+    let go = crate::support::stdout(
+        std::process::Command::new(crate::support::tool("gotmpl-oracle"))
+            .arg(&t)
+            .arg(&d),
+    );
+    assert_eq!(rendered, go);
+    assert!(
+        rendered.contains(&format!("ethernet_mac_address: {}", iface.mac)),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains(&format!("ip_address: {}", iface.ip)),
+        "{rendered}"
+    );
+}

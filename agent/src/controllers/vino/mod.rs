@@ -19,11 +19,14 @@
 //! released; deleting the Vino removes everything (finalizer `vino.airshipit.org`). Readiness of the DaemonSet
 //! comes from watching it.
 //!
-//! networkData templates (`nodes[].networkDataTemplate`: a Secret, key `template`) are minijinja templates with
-//! the variables `name` (the BareMetalHost), `node`, `vm`, and `interfaces`: a list of `{name, network, mac,
-//! ip, prefix_length, type, mtu, dns_servers, routes}` (`routes`: `{network, netmask, gateway}`). Without a
-//! template the networkData is OpenStack network_data JSON with a link and a network per interface.
+//! networkData templates (`nodes[].networkDataTemplate`: a Secret, key `template`) are Airship's — Go's
+//! text/template with sprig ([`crate::gotmpl`]) over the values [`airship::template_values`] gives — or
+//! Foothold's minijinja templates with the variables `name` (the BareMetalHost), `node`, `vm`, and
+//! `interfaces`: a list of `{name, network, mac, ip, prefix_length, type, mtu, dns_servers, routes}` (`routes`:
+//! `{network, netmask, gateway}`); [`crate::gotmpl::is_go_template`] tells them apart. Without a template the
+//! networkData is OpenStack network_data JSON with a link and a network per interface.
 
+pub mod airship;
 pub mod ipam;
 pub mod observe;
 pub mod plan;

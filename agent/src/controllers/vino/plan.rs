@@ -206,8 +206,13 @@ pub fn resolve_flavor(
 pub fn render_network_data(
     template: Option<&str>,
     vars: &serde_json::Value,
+    go_vars: &serde_json::Value,
 ) -> Result<String, String> {
     match template {
+        // Airship's templates: Go's text/template with sprig, over Airship's values.
+        Some(t) if crate::gotmpl::is_go_template(t) => {
+            crate::gotmpl::render(t, go_vars).map_err(|e| format!("networkData template (Go): {e}"))
+        }
         Some(t) => {
             let mut env = minijinja::Environment::new();
             env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
@@ -423,14 +428,14 @@ mod tests {
              "type": "bridge", "mtu": 1500, "dns_servers": ["10.0.0.1"], "routes": []}]});
         let t = "{% for i in interfaces %}{{ i.name }} {{ i.ip }}/{{ i.prefix_length }} {{ i.mac }}\n{% endfor %}host={{ name }}";
         assert_eq!(
-            render_network_data(Some(t), &vars).unwrap(),
+            render_network_data(Some(t), &vars, &json!({})).unwrap(),
             "enp1s0 10.0.0.5/24 52:54:00:00:00:01\nhost=bmh-0"
         );
-        assert!(render_network_data(Some("{{ nope }}"), &vars)
+        assert!(render_network_data(Some("{{ nope }}"), &vars, &json!({}))
             .unwrap_err()
             .starts_with("networkData template:"));
         let d: serde_json::Value =
-            serde_json::from_str(&render_network_data(None, &vars).unwrap()).unwrap();
+            serde_json::from_str(&render_network_data(None, &vars, &json!({})).unwrap()).unwrap();
         assert_eq!(d["networks"][0]["ip_address"], "10.0.0.5");
         assert_eq!(d["networks"][0]["type"], "ipv4");
         assert_eq!(d["links"][0]["ethernet_mac_address"], "52:54:00:00:00:01");
@@ -438,7 +443,7 @@ mod tests {
         // The SIP reconciler reads it back.
         assert_eq!(
             crate::controllers::sip::configs::network_data_ip(
-                &render_network_data(None, &vars).unwrap(),
+                &render_network_data(None, &vars, &json!({})).unwrap(),
                 Some("oam")
             )
             .unwrap()

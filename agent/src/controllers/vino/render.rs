@@ -19,6 +19,7 @@ use k8s_openapi::ByteString;
 use kube::ResourceExt;
 use serde_json::json;
 
+use super::airship;
 use super::ipam::{self, Ranges, Wanted};
 use super::observe::Observed;
 use super::plan::{
@@ -268,8 +269,16 @@ pub fn desired(
             .map(|i| i.mac.clone());
         let vars =
             json!({"name": vm.bmh, "node": vm.node, "vm": vm.name, "interfaces": interfaces});
+        let go_vars = airship::template_values(
+            &vm.bmh,
+            &vm.name,
+            set,
+            &spec.networks,
+            &interfaces,
+            boot_mac.as_deref(),
+        );
         let template = obs.templates.get(&set.name).map(String::as_str);
-        let network_data = render_network_data(template, &vars)
+        let network_data = render_network_data(template, &vars, &go_vars)
             .map_err(|e| format!("node set {}: {e}", set.name))?;
         let creds_name = format!("{}-credentials", vm.bmh);
         let nd_name = format!("{}-network-data", vm.bmh);

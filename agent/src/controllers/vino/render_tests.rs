@@ -195,3 +195,49 @@ fn airships_libvirt_templates_are_refused_naming_the_field() {
         "{e}"
     );
 }
+
+/// Airship's sample networkData template (Go's text/template with sprig's `dict` and `set`), unmodified.
+#[test]
+fn airships_go_template_renders_the_vms_links_and_networks() {
+    let secret: serde_json::Value = serde_saphyr::from_str(include_str!(
+        "../../../tests/fixtures/airship/network-template-secret.yaml"
+    ))
+    .unwrap();
+    let template = secret["stringData"]["template"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut set = worker(false, "oam");
+    set[0]["networkInterfaces"][0]["mtu"] = json!(9100);
+    set[0]["networkDataTemplate"] = json!({"name": "test-template", "namespace": "default"});
+    let mut v = vino(set);
+    v.spec.networks[0].dns_servers = vec!["135.188.34.124".into()];
+    let mut obs = observed(true, &[]);
+    obs.templates.insert("worker".into(), template);
+    let d = desired(&v, "site", &obs, "b", &mut || "x".into()).unwrap();
+    let status = &d.nodes[0].vms[0];
+    let secret = d
+        .secrets
+        .iter()
+        .find(|s| {
+            s.metadata.name.as_deref() == Some(&format!("{}-network-data", status.bare_metal_host))
+        })
+        .unwrap();
+    let text = &secret.string_data.as_ref().unwrap()["networkData"];
+    let nd: serde_json::Value =
+        serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("{e}:\n{text}"));
+    let iface = &status.interfaces[0];
+    assert_eq!(
+        nd["links"],
+        json!([{"id": "enp1s0", "name": "enp1s0", "type": "phy", "mtu": 9100,
+                "ethernet_mac_address": iface.mac}]),
+        "{text}"
+    );
+    // The link and address come from the maps `set` filled while ranging over the interfaces.
+    assert_eq!(
+        nd["networks"],
+        json!([{"id": "oam", "type": null, "link": "enp1s0", "ip_address": iface.ip,
+                "dns_nameservers": ["135.188.34.124"]}]),
+        "{text}"
+    );
+}

@@ -1,0 +1,179 @@
+//! The values a template works on, and the error it fails with: Go's `interface{}` values decoded from JSON,
+//! printed as `fmt` prints them. A leaf: the parser, the functions and the evaluator all use it.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::rc::Rc;
+
+/// A template error: parse or execution, with the line where it is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error(String);
+
+impl Error {
+    pub(super) fn at(line: usize, what: &str) -> Error {
+        Error(format!("line {line}: {what}"))
+    }
+    pub(super) fn msg(what: &str) -> Error {
+        Error(what.to_owned())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// A value in a running template.
+#[derive(Debug, Clone)]
+pub enum Value {
+    /// A key the data does not have (Go's invalid reflect.Value): prints `<no value>`.
+    Missing,
+    Nil,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    List(Rc<RefCell<Vec<Value>>>),
+    Map(Rc<RefCell<BTreeMap<String, Value>>>),
+}
+
+impl Value {
+    pub fn from_json(v: &serde_json::Value) -> Value {
+        match v {
+            serde_json::Value::Null => Value::Nil,
+            serde_json::Value::Bool(b) => Value::Bool(*b),
+            // encoding/json decodes every number into float64.
+            serde_json::Value::Number(n) => Value::Float(n.as_f64().unwrap_or(0.0)),
+            serde_json::Value::String(s) => Value::Str(s.clone()),
+            serde_json::Value::Array(a) => list(a.iter().map(Value::from_json).collect()),
+            serde_json::Value::Object(o) => map(o
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::from_json(v)))
+                .collect()),
+        }
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Value::Missing | Value::Nil => serde_json::Value::Null,
+            Value::Bool(b) => (*b).into(),
+            Value::Int(i) => (*i).into(),
+            // encoding/json writes a float64 with no fraction as an integer.
+            Value::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 => (*f as i64).into(),
+            Value::Float(f) => {
+                serde_json::Number::from_f64(*f).map_or(serde_json::Value::Null, Into::into)
+            }
+            Value::Str(s) => s.clone().into(),
+            Value::List(l) => l.borrow().iter().map(Value::to_json).collect(),
+            Value::Map(m) => serde_json::Value::Object(
+                m.borrow()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_json()))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Go's notion of true: not the zero value of its type.
+    pub fn truth(&self) -> bool {
+        match self {
+            Value::Missing | Value::Nil => false,
+            Value::Bool(b) => *b,
+            Value::Int(i) => *i != 0,
+            Value::Float(f) => *f != 0.0,
+            Value::Str(s) => !s.is_empty(),
+            Value::List(l) => !l.borrow().is_empty(),
+            Value::Map(m) => !m.borrow().is_empty(),
+        }
+    }
+}
+
+pub fn list(v: Vec<Value>) -> Value {
+    Value::List(Rc::new(RefCell::new(v)))
+}
+
+pub fn map(m: BTreeMap<String, Value>) -> Value {
+    Value::Map(Rc::new(RefCell::new(m)))
+}
+
+/// A float64 as Go's `%v` prints it (strconv's shortest `%g`): the shortest digits that read back, in `%e` form
+/// when the decimal exponent is below -4 or at least 6 (`1e+06`, `1e-05`), else plain (`1500`, `0.25`).
+pub fn go_float(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 { "+Inf" } else { "-Inf" }.into();
+    }
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    let sci = format!("{f:e}");
+    let (mantissa, exp) = sci.split_once('e').expect("{:e} has an exponent");
+    let exp: i32 = exp.parse().expect("{:e} exponent is a number");
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exp.abs());
+    }
+    let neg = mantissa.starts_with('-');
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let point = exp + 1; // digits before the decimal point
+    let body = if point <= 0 {
+        format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
+    } else if point as usize >= digits.len() {
+        format!("{digits}{}", "0".repeat(point as usize - digits.len()))
+    } else {
+        format!(
+            "{}.{}",
+            &digits[..point as usize],
+            &digits[point as usize..]
+        )
+    };
+    if neg {
+        format!("-{body}")
+    } else {
+        body
+    }
+}
+
+/// Go's `fmt.Sprint` of one value (`%v`).
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Missing => f.write_str("<no value>"),
+            Value::Nil => f.write_str("<nil>"),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Float(x) => f.write_str(&go_float(*x)),
+            Value::Str(s) => f.write_str(s),
+            Value::List(l) => {
+                f.write_str("[")?;
+                for (i, v) in l.borrow().iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(" ")?;
+                    }
+                    // Inside a composite, a nil interface prints as <nil> and a missing one too.
+                    match v {
+                        Value::Missing => f.write_str("<nil>")?,
+                        v => write!(f, "{v}")?,
+                    }
+                }
+                f.write_str("]")
+            }
+            Value::Map(m) => {
+                f.write_str("map[")?;
+                for (i, (k, v)) in m.borrow().iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(" ")?;
+                    }
+                    write!(f, "{k}:{v}")?;
+                }
+                f.write_str("]")
+            }
+        }
+    }
+}
