@@ -23,6 +23,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("archive", archive),
     ("layout", layout),
     ("deb", deb),
+    ("gotmpl", gotmpl),
 ];
 
 /// A manifest or index under each media type a client may claim (the first byte picks one, or none): what
@@ -38,6 +39,21 @@ pub fn manifest(data: &[u8]) {
         for (digest, _, _) in &parsed.references {
             assert_eq!(digest.to_string().parse::<Digest>().as_ref(), Ok(digest));
         }
+    }
+}
+
+/// A networkData template as a Vino's Secret may hold it, rendered over values like ViNO's: an error or a
+/// text, never a panic, a hang or unbounded output.
+pub fn gotmpl(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let _ = crate::gotmpl::is_go_template(&text);
+    let values = serde_json::json!({
+        "BMHName": "site-v-n1-worker-0", "Generated": {"IPAddresses": {"oam": "10.0.0.5"}},
+        "Networks": [{"Name": "oam", "DNSServers": ["10.0.0.1"], "Routes": [], "MTU": 1500}],
+        "BuilderDomain": {"Interfaces": [{"Name": "enp1s0", "NetworkName": "oam", "Options": {"k": "v"}}]},
+    });
+    if let Ok(out) = crate::gotmpl::render(&text, &values) {
+        assert!(out.len() <= 2 << 20, "{} bytes of output", out.len());
     }
 }
 

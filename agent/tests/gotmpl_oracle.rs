@@ -178,3 +178,77 @@ fn airships_sample_network_template_renders_as_go_renders_it() {
         agree(dir.path(), &[template], &data);
     }
 }
+
+/// Templates put together at random from pieces that exercise printing, pipelines, variables, control and
+/// trimming; Go and the engine must agree on each (seeded: the same 300 every run).
+#[test]
+fn random_templates_render_as_go_renders_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = json!({"a": {"b": [1, "x", null], "c": 1500, "d": ""}, "l": ["p", "q"], "n": 0.5, "s": "str",
+                      "m": {"k1": {"v": 1}, "k2": {"v": 2}}, "z": null});
+    let values = [
+        ".a",
+        ".a.b",
+        ".a.c",
+        ".a.d",
+        ".l",
+        ".n",
+        ".s",
+        ".m",
+        ".z",
+        ".nope",
+        "$",
+        "$.l",
+        "1",
+        "2.5",
+        "\"t\"",
+        "true",
+        "(index .l 1)",
+        "(len .l)",
+        "(dict \"k\" .s)",
+        "(list .n .s)",
+        "(index .a.b 2)",
+    ];
+    let funcs = [
+        "print",
+        "len",
+        "upper",
+        "quote",
+        "toJson",
+        "default \"d\"",
+        "printf \"%v-%s\"",
+        "not",
+        "empty",
+        "first",
+    ];
+    let mut seed: u64 = 0x5eed;
+    let mut next = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut templates = Vec::new();
+    for _ in 0..300 {
+        let mut t = String::new();
+        for _ in 0..1 + next(3) {
+            let v = values[next(values.len())];
+            let trim_l = if next(4) == 0 { "- " } else { " " };
+            let trim_r = if next(4) == 0 { " -" } else { " " };
+            let piece = match next(7) {
+                0 => format!("{{{{{trim_l}{v}{trim_r}}}}}"),
+                1 => format!("{{{{{trim_l}{v} | {}{trim_r}}}}}", funcs[next(funcs.len())]),
+                2 => format!("{{{{ if {v} }}}}y {{{{ {v} }}}}{{{{ else }}}}n{{{{ end }}}}"),
+                3 => format!("{{{{ range $i, $e := {v} }}}}[{{{{ $i }}}}:{{{{ $e }}}}]{{{{ else }}}}-{{{{ end }}}}"),
+                4 => format!("{{{{ with {v} }}}}<{{{{ . }}}}>{{{{ end }}}}"),
+                5 => format!("{{{{ $x := {v} }}}}{{{{ $x }}}}"),
+                _ => format!("{{{{ {} {v} }}}}", funcs[next(funcs.len())]),
+            };
+            t.push_str(&piece);
+            t.push_str(["", " ", "\n  ", "x"][next(4)]);
+        }
+        templates.push(t);
+    }
+    let refs: Vec<&str> = templates.iter().map(String::as_str).collect();
+    agree(dir.path(), &refs, &data);
+}

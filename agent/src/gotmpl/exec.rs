@@ -11,9 +11,14 @@ enum Flow {
     Continue,
 }
 
+/// How much a template may do: a Secret's template must not hang or swamp the reconciler.
+const MAX_OUTPUT: usize = 1 << 20;
+const MAX_STEPS: usize = 1_000_000;
+
 struct State<'a> {
     tree: &'a Tree,
     out: String,
+    steps: usize,
     /// Variables in scope, innermost last; `$` first.
     vars: Vec<(String, Value)>,
     depth: usize,
@@ -23,6 +28,7 @@ pub fn run(tree: &Tree, data: Value) -> Result<String, Error> {
     let mut s = State {
         tree,
         out: String::new(),
+        steps: 0,
         vars: vec![(String::new(), data.clone())],
         depth: 0,
     };
@@ -86,6 +92,12 @@ impl State<'_> {
     }
 
     fn node(&mut self, n: &Node, dot: &Value) -> Result<Flow, Error> {
+        self.steps += 1;
+        if self.steps > MAX_STEPS || self.out.len() > MAX_OUTPUT {
+            return Err(Error::msg(&format!(
+                "over the limit of {MAX_STEPS} steps or {MAX_OUTPUT} bytes of output"
+            )));
+        }
         match n {
             Node::Text(t) => self.out.push_str(t),
             Node::Action(p, line) => {
@@ -179,6 +191,18 @@ impl State<'_> {
                 .iter()
                 .map(|(k, e)| (Value::Str(k.clone()), e.clone()))
                 .collect(),
+            Value::Int(n) if *n > MAX_STEPS as i64 => {
+                return Err(Error::at(
+                    line,
+                    &format!("range over {n}: over the limit of {MAX_STEPS} steps"),
+                ))
+            }
+            Value::Int(_) if p.vars.len() > 1 => {
+                return Err(Error::at(
+                    line,
+                    "can't use a second variable with an integer range",
+                ))
+            }
             Value::Int(n) => (0..*n).map(|i| (Value::Int(i), Value::Int(i))).collect(),
             Value::Missing | Value::Nil => Vec::new(),
             other => {

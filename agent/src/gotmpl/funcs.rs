@@ -268,7 +268,76 @@ fn arith(args: &[Value], f: fn(i64, i64) -> Option<i64>) -> Result<Value, String
         .ok_or_else(|| "arithmetic overflow or division by zero".to_owned())
 }
 
+/// A Go parameter's type, where a function has typed parameters.
+#[derive(Clone, Copy)]
+enum Param {
+    Str,
+    Int,
+    Bool,
+    Map,
+    List,
+    Any,
+}
+
+/// The typed parameters of the functions that have them: Go refuses an argument of another type (and nil)
+/// rather than converting it.
+fn params(name: &str) -> Option<&'static [Param]> {
+    use Param::*;
+    Some(match name {
+        "upper" | "lower" | "trim" | "b64enc" | "b64dec" => &[Str],
+        "trimPrefix" | "trimSuffix" | "contains" | "hasPrefix" | "hasSuffix" | "splitList" => {
+            &[Str, Str]
+        }
+        "replace" => &[Str, Str, Str],
+        "indent" | "nindent" => &[Int, Str],
+        "join" => &[Str, Any],
+        "set" => &[Map, Str, Any],
+        "unset" | "hasKey" => &[Map, Str],
+        "ternary" => &[Any, Any, Bool],
+        "first" | "last" => &[List],
+        _ => return None,
+    })
+}
+
+fn check(name: &str, a: &[Value]) -> Result<(), String> {
+    if name == "printf" {
+        return match a.first() {
+            Some(Value::Str(_)) => Ok(()),
+            Some(other) => Err(format!(
+                "wrong type for value; expected string; got {}",
+                type_name(other)
+            )),
+            None => Err("wrong number of args: want at least 1 got 0".to_owned()),
+        };
+    }
+    let Some(ps) = params(name) else {
+        return Ok(());
+    };
+    want(a, ps.len())?;
+    for (p, v) in ps.iter().zip(a) {
+        let ok = matches!(
+            (p, v),
+            (Param::Any, _)
+                | (Param::Str, Value::Str(_))
+                | (Param::Int, Value::Int(_))
+                | (Param::Bool, Value::Bool(_))
+                | (Param::Map, Value::Map(_))
+                | (Param::List, Value::List(_))
+        );
+        if !ok {
+            return Err(match v {
+                Value::Missing | Value::Nil => {
+                    "invalid value; expected a value of the parameter's type".to_owned()
+                }
+                other => format!("wrong type for value; got {}", type_name(other)),
+            });
+        }
+    }
+    Ok(())
+}
+
 pub fn call(name: &str, a: &[Value]) -> Result<Value, String> {
+    check(name, a)?;
     let s = |i: usize| a.get(i).map(string).unwrap_or_default();
     Ok(match name {
         "not" => {
@@ -341,12 +410,6 @@ pub fn call(name: &str, a: &[Value]) -> Result<Value, String> {
         "hasKey" => {
             want(a, 2)?;
             Value::Bool(the_map("hasKey", &a[0])?.borrow().contains_key(&s(1)))
-        }
-        "get" => {
-            want(a, 2)?;
-            let m = the_map("get", &a[0])?;
-            let v = m.borrow().get(&s(1)).cloned();
-            v.unwrap_or(Value::Str(String::new()))
         }
         "list" => list(a.to_vec()),
         "append" => {

@@ -213,3 +213,28 @@ fn go_templates_are_told_from_minijinja() {
     ));
     assert!(!is_go_template("host={{ name }}"));
 }
+
+#[test]
+fn a_runaway_template_stops_with_an_error() {
+    let e = render("{{ range 100000000 }}x{{ end }}", &json!({}))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("limit"), "{e}");
+    let e = render(
+        r#"{{ define "a" }}{{ template "a" }}{{ end }}{{ template "a" }}"#,
+        &json!({}),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("maximum template depth"), "{e}");
+}
+
+proptest::proptest! {
+    /// Whatever a Secret holds, rendering it returns a result: no panic.
+    #[test]
+    fn any_text_renders_or_fails_without_panicking(
+        src in proptest::string::string_regex(r#"([a-z .$|()"`\-=:,/*{}]|\{\{|\}\}|range|end|if|else|with|define|template|dict|set|index){0,40}"#).unwrap()
+    ) {
+        let _ = render(&src, &json!({"a": {"b": [1, "x"]}, "l": [1, 2]}));
+    }
+}
