@@ -226,7 +226,6 @@ fn tokens(s: &str, line: usize) -> Result<Vec<Tok>, Error> {
             _ if c.is_ascii_digit()
                 || (c == '-' && cs.get(i + 1).is_some_and(char::is_ascii_digit)) =>
             {
-                let start = i;
                 i += 1;
                 let num =
                     String::from(c) + &word(&mut i, &|c| c.is_ascii_alphanumeric() || c == '.');
@@ -234,7 +233,7 @@ fn tokens(s: &str, line: usize) -> Result<Vec<Tok>, Error> {
                     Ok(n) => Arg::Int(n),
                     Err(_) => Arg::Float(
                         num.parse()
-                            .map_err(|_| Error::at(line, &format!("bad number {}", &s[start..])))?,
+                            .map_err(|_| Error::at(line, &format!("bad number syntax: {num:?}")))?,
                     ),
                 };
                 out.push(Tok::Arg(arg));
