@@ -42,6 +42,7 @@ pub fn is_go_template(text: &str) -> bool {
 /// `Execute(data)` would.
 pub fn render(src: &str, data: &serde_json::Value) -> Result<String, Error> {
     let tree = parse::parse(src, &funcs::exists)?;
+    let _arena = value::Arena::open();
     exec::run(&tree, Value::from_json(data))
 }
 

@@ -238,3 +238,16 @@ proptest::proptest! {
         let _ = render(&src, &json!({"a": {"b": [1, "x"]}, "l": [1, 2]}));
     }
 }
+
+#[test]
+fn a_map_set_into_itself_prints_bounded_and_is_freed() {
+    let out = r(
+        r#"{{ $m := dict "a" 1 }}{{ $_ := set $m "me" $m }}{{ len $m }} {{ $m }} {{ toJson $m }}"#,
+        json!({}),
+    );
+    assert!(
+        out.starts_with("2 map[a:1 me:map[a:1 me:map[a:1 me:"),
+        "{out}"
+    );
+    assert!(out.len() < 10_000, "{} bytes", out.len());
+}

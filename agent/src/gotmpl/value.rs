@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 /// A template error: parse or execution, with the line where it is known.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +58,13 @@ impl Value {
     }
 
     pub fn to_json(&self) -> serde_json::Value {
+        self.json_at(0)
+    }
+
+    fn json_at(&self, depth: usize) -> serde_json::Value {
+        if depth > MAX_DEPTH {
+            return serde_json::Value::Null;
+        }
         match self {
             Value::Missing | Value::Nil => serde_json::Value::Null,
             Value::Bool(b) => (*b).into(),
@@ -68,11 +75,11 @@ impl Value {
                 serde_json::Number::from_f64(*f).map_or(serde_json::Value::Null, Into::into)
             }
             Value::Str(s) => s.clone().into(),
-            Value::List(l) => l.borrow().iter().map(Value::to_json).collect(),
+            Value::List(l) => l.borrow().iter().map(|v| v.json_at(depth + 1)).collect(),
             Value::Map(m) => serde_json::Value::Object(
                 m.borrow()
                     .iter()
-                    .map(|(k, v)| (k.clone(), v.to_json()))
+                    .map(|(k, v)| (k.clone(), v.json_at(depth + 1)))
                     .collect(),
             ),
         }
@@ -92,12 +99,66 @@ impl Value {
     }
 }
 
+type SharedList = Rc<RefCell<Vec<Value>>>;
+type SharedMap = Rc<RefCell<BTreeMap<String, Value>>>;
+/// A list or a map made while a template ran (one of the two is empty).
+type Made = (
+    Weak<RefCell<Vec<Value>>>,
+    Weak<RefCell<BTreeMap<String, Value>>>,
+);
+
+thread_local! {
+    /// Every list and map made while a template runs, so that the cycles `set` can make are broken after.
+    static MADE: RefCell<Option<Vec<Made>>> = const { RefCell::new(None) };
+}
+
+fn made(l: Option<&SharedList>, m: Option<&SharedMap>) {
+    MADE.with(|made| {
+        if let Some(v) = made.borrow_mut().as_mut() {
+            v.push((
+                l.map_or_else(Weak::new, Rc::downgrade),
+                m.map_or_else(Weak::new, Rc::downgrade),
+            ));
+        }
+    });
+}
+
 pub fn list(v: Vec<Value>) -> Value {
-    Value::List(Rc::new(RefCell::new(v)))
+    let l = Rc::new(RefCell::new(v));
+    made(Some(&l), None);
+    Value::List(l)
 }
 
 pub fn map(m: BTreeMap<String, Value>) -> Value {
-    Value::Map(Rc::new(RefCell::new(m)))
+    let m = Rc::new(RefCell::new(m));
+    made(None, Some(&m));
+    Value::Map(m)
+}
+
+/// While it lives, the lists and maps made on this thread are recorded; dropped, it empties every one still
+/// alive, which frees the values a cycle (a map set into itself) would otherwise keep forever.
+pub struct Arena {
+    outer: Option<Vec<Made>>,
+}
+
+impl Arena {
+    pub fn open() -> Arena {
+        Arena {
+            outer: MADE.with(|m| m.borrow_mut().replace(Vec::new())),
+        }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        let made = MADE.with(|m| std::mem::replace(&mut *m.borrow_mut(), self.outer.take()));
+        for (l, m) in made.unwrap_or_default() {
+            // Taken out first, dropped after the borrow ends: dropping may reach this very cell again.
+            let list = l.upgrade().map(|l| std::mem::take(&mut *l.borrow_mut()));
+            let map = m.upgrade().map(|m| std::mem::take(&mut *m.borrow_mut()));
+            drop((list, map));
+        }
+    }
 }
 
 /// A float64 as Go's `%v` prints it (strconv's shortest `%g`): the shortest digits that read back, in `%e` form
@@ -140,40 +201,52 @@ pub fn go_float(f: f64) -> String {
     }
 }
 
+/// How deep printing and JSON go into nested values: `set $m "me" $m` makes a map that holds itself, which Go
+/// would print until its stack ran out.
+const MAX_DEPTH: usize = 64;
+
+fn write_value(v: &Value, f: &mut fmt::Formatter<'_>, depth: usize) -> fmt::Result {
+    if depth > MAX_DEPTH {
+        return f.write_str("...");
+    }
+    match v {
+        Value::Missing => f.write_str("<no value>"),
+        Value::Nil => f.write_str("<nil>"),
+        Value::Bool(b) => write!(f, "{b}"),
+        Value::Int(i) => write!(f, "{i}"),
+        Value::Float(x) => f.write_str(&go_float(*x)),
+        Value::Str(s) => f.write_str(s),
+        Value::List(l) => {
+            f.write_str("[")?;
+            for (i, v) in l.borrow().iter().enumerate() {
+                if i > 0 {
+                    f.write_str(" ")?;
+                }
+                // Inside a composite, a nil interface prints as <nil> and a missing one too.
+                match v {
+                    Value::Missing => f.write_str("<nil>")?,
+                    v => write_value(v, f, depth + 1)?,
+                }
+            }
+            f.write_str("]")
+        }
+        Value::Map(m) => {
+            f.write_str("map[")?;
+            for (i, (k, v)) in m.borrow().iter().enumerate() {
+                if i > 0 {
+                    f.write_str(" ")?;
+                }
+                write!(f, "{k}:")?;
+                write_value(v, f, depth + 1)?;
+            }
+            f.write_str("]")
+        }
+    }
+}
+
 /// Go's `fmt.Sprint` of one value (`%v`).
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Value::Missing => f.write_str("<no value>"),
-            Value::Nil => f.write_str("<nil>"),
-            Value::Bool(b) => write!(f, "{b}"),
-            Value::Int(i) => write!(f, "{i}"),
-            Value::Float(x) => f.write_str(&go_float(*x)),
-            Value::Str(s) => f.write_str(s),
-            Value::List(l) => {
-                f.write_str("[")?;
-                for (i, v) in l.borrow().iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(" ")?;
-                    }
-                    // Inside a composite, a nil interface prints as <nil> and a missing one too.
-                    match v {
-                        Value::Missing => f.write_str("<nil>")?,
-                        v => write!(f, "{v}")?,
-                    }
-                }
-                f.write_str("]")
-            }
-            Value::Map(m) => {
-                f.write_str("map[")?;
-                for (i, (k, v)) in m.borrow().iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(" ")?;
-                    }
-                    write!(f, "{k}:{v}")?;
-                }
-                f.write_str("]")
-            }
-        }
+        write_value(self, f, 0)
     }
 }
