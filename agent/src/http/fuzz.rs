@@ -56,6 +56,8 @@ pub fn rest_bodies(data: &[u8]) {
             "content-type",
             HeaderValue::from_static("multipart/form-data; boundary=B"),
         );
-        let _ = runtime.block_on(super::rest::metadata_part(&headers, body));
+        let _ = runtime.block_on(super::rest::metadata_part::<crate::images::NewImage>(
+            &headers, body,
+        ));
     }
 }

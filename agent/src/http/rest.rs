@@ -159,6 +159,15 @@ pub(super) async fn create(
     } else {
         json_body(body, "image metadata").await?
     };
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
+    new.echo
+        .agrees(&owner, &cluster, &kind)
+        .map_err(|e| bad(format!("image metadata: {e}")))?;
+    if new.echo.image_offset.is_some_and(|o| o != 0) || new.echo.upload_complete == Some(true) {
+        return Err(bad(
+            "image metadata: a new record has no content yet: image_offset 0, upload_complete false".into(),
+        ));
+    }
     let record = images(&store, limits)
         .create(&owner, &cluster, &kind, new)
         .await?;
@@ -208,7 +217,10 @@ fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> ApiRe
 }
 
 /// ICN's original client sent a multipart form whose `metadata` part holds the JSON; other parts are ignored.
-pub(super) async fn metadata_part(headers: &HeaderMap, body: Body) -> ApiResult<NewImage> {
+pub(super) async fn metadata_part<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Body,
+) -> ApiResult<T> {
     let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
     let boundary = headers
         .get(header::CONTENT_TYPE)
@@ -270,13 +282,21 @@ pub(super) async fn read(
     Ok(r)
 }
 
-/// The only mutable metadata: name, length and sha256 define the upload.
+/// The only mutable metadata: name, length and sha256 define the upload. ICN's clients PUT the whole record
+/// (its `sample.json`): its name, length, owner, cluster and type must agree; its `image_offset` and
+/// `upload_complete` are the server's to say, and what a PUT says of them is not used.
 #[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Update {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     description: Option<serde_json::Value>,
+    #[serde(default)]
+    image_name: Option<String>,
+    #[serde(default)]
+    image_length: Option<u64>,
+    #[serde(flatten)]
+    echo: crate::images::RecordEcho,
 }
 
 #[utoipa::path(put, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{name}", tag = "images",
@@ -297,15 +317,39 @@ pub(super) async fn update(
     State(store): State<Arc<Store>>,
     State(limits): State<Limits>,
     Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
+    headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
-    let update: Update = json_body(body, "only description can change").await?;
-    Ok(Json(
-        images(&store, limits)
-            .update(&key(&owner, &cluster, &kind, &name)?, update.description)
-            .await?,
-    )
-    .into_response())
+    let multipart = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.trim_start().starts_with("multipart/form-data"));
+    let update: Update = if multipart {
+        metadata_part(&headers, body).await?
+    } else {
+        json_body(body, "only description can change").await?
+    };
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
+    update
+        .echo
+        .agrees(&owner, &cluster, &kind)
+        .map_err(|e| bad(format!("only description can change: {e}")))?;
+    if let Some(n) = update.image_name.as_ref().filter(|n| **n != name) {
+        return Err(bad(format!(
+            "only description can change: image_name {n:?} is not the path's {name:?}"
+        )));
+    }
+    let key = key(&owner, &cluster, &kind, &name)?;
+    let images = images(&store, limits);
+    if let Some(l) = update.image_length {
+        let have = images.get(&key).await?.image_length;
+        if l != have {
+            return Err(bad(format!(
+                "only description can change: image_length {l} is not the record's {have}"
+            )));
+        }
+    }
+    Ok(Json(images.update(&key, update.description).await?).into_response())
 }
 
 #[utoipa::path(patch, path = "/v1/baremetalcluster/{owner}/{cluster}/{kind}/{name}", tag = "images",

@@ -141,11 +141,57 @@ pub struct NewImage {
     /// A finished tus upload (its id, or its `/v1/uploads/<id>` URL) that becomes this record's content.
     #[serde(default)]
     pub tus_upload: Option<String>,
+    #[serde(flatten)]
+    pub echo: RecordEcho,
+}
+
+/// What ICN's clients send along because they send a whole record back (ICN's `sample.json`): it must agree
+/// with the path, and on create describe an empty record. `Type` is how ICN's `post.json` spells `type` (Go's
+/// JSON matches field names whatever their case).
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+pub struct RecordEcho {
+    #[serde(default)]
+    pub owner: Option<String>,
+    #[serde(default)]
+    pub cluster_name: Option<String>,
+    #[serde(default, rename = "type", alias = "Type")]
+    pub image_type: Option<String>,
+    #[serde(default)]
+    pub image_offset: Option<u64>,
+    #[serde(default)]
+    pub upload_complete: Option<bool>,
+}
+
+impl RecordEcho {
+    /// Refuses an owner, cluster or type other than the path's (`kind`: `container_images` is `container`).
+    pub fn agrees(&self, owner: &str, cluster: &str, kind: &str) -> Result<(), String> {
+        let kind = kind.strip_suffix("_images").unwrap_or(kind);
+        for (field, given, path) in [
+            ("owner", &self.owner, owner),
+            ("cluster_name", &self.cluster_name, cluster),
+            ("type", &self.image_type, kind),
+        ] {
+            if let Some(g) = given {
+                if g != path {
+                    return Err(format!("{field} {g:?} is not the path's {path:?}"));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A record as the API returns it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Record {
+    /// ICN's fields naming where the record is: the path's owner and cluster, and its type without
+    /// `_images` (`container`, `binary`, `os`).
+    #[serde(default)]
+    pub owner: String,
+    #[serde(default)]
+    pub cluster_name: String,
+    #[serde(default, rename = "type")]
+    pub short_type: String,
     pub image_name: String,
     pub image_type: String,
     pub image_length: u64,
@@ -205,9 +251,13 @@ impl<'a> Images<'a> {
             .and_then(|i| serde_json::from_str(i).ok());
         // A container archive is complete once its import finished, not when its last byte arrived.
         let complete = row.digest.is_some() && (key.kind != Kind::Container || imported.is_some());
+        let kind = key.kind.as_str();
         Ok(Record {
+            owner: key.owner.clone(),
+            cluster_name: key.cluster.clone(),
+            short_type: kind.strip_suffix("_images").unwrap_or(kind).to_owned(),
             image_name: row.name,
-            image_type: key.kind.as_str().to_owned(),
+            image_type: kind.to_owned(),
             image_length: row.length,
             image_offset: offset,
             upload_complete: complete,

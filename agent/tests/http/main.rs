@@ -14,6 +14,7 @@ mod crash;
 mod disk_full;
 mod expiry;
 mod hostile;
+mod icn_rest;
 mod import;
 mod limits;
 mod openapi;
