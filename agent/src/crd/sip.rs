@@ -113,7 +113,12 @@ pub struct LoadBalancerControlPlane {
 pub struct LoadBalancerWorker {
     #[serde(flatten)]
     pub common: ServiceCommon,
-    pub node_port_range: PortRange,
+    /// The worker ports passed through; or one port, `nodePort`, as Airship's sample gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_port_range: Option<PortRange>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub node_port: Option<i32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

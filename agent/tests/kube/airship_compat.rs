@@ -560,3 +560,122 @@ async fn airships_network_template_gives_the_network_data_go_gives() {
         "{rendered}"
     );
 }
+
+/// Airship SIP's published samples (`agent/tests/fixtures/airship/sip`, unmodified: the SIPCluster with its
+/// finalizer, the six BareMetalHosts, the SSH keys Secret) in their namespace. Their BMC and networkData
+/// Secrets (`config/samples/bmh/bmh_secrets.yaml`) are stood in for, with the oam-ipv4 addresses they give
+/// (rdm9r006o001 and rdm9r007o001 share one), and the hosts are `available` as BMO would report them. The
+/// SIPCluster goes Ready with two control-plane and two worker hosts and its four services; deleting it
+/// completes and releases them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn airships_sip_samples_schedule_run_their_services_and_delete() {
+    let env = env();
+    let client = env.client().await;
+    let ns = "sipcluster-system";
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let _ = namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+        )
+        .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/airship/sip");
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let ssh: Secret = serde_saphyr::from_str(&read("ssh_private_keys_secret.yaml")).unwrap();
+    secrets.create(&PostParams::default(), &ssh).await.unwrap();
+    let bmhs: Api<BareMetalHost> = Api::namespaced(client.clone(), ns);
+    let oam = [
+        ("rdm9r006o001", "32.68.51.139"),
+        ("rdm9r006o002", "32.68.51.140"),
+        ("rdm9r007o001", "32.68.51.139"),
+        ("rdm9r007o002", "32.68.51.141"),
+        ("rdm9r008o002", "32.68.51.142"),
+        ("rdm9r009o002", "32.68.51.143"),
+    ];
+    for doc in read("bmh.yaml").split("---\n") {
+        let bmh: BareMetalHost = serde_saphyr::from_str(doc).unwrap();
+        let name = bmh.name_any();
+        let ip = oam.iter().find(|(n, _)| *n == name).unwrap().1;
+        for (suffix, data) in [
+            (
+                "bmc-credentials",
+                json!({"username": "root", "password": "L^c&/MOCOu%4"}),
+            ),
+            (
+                "networkdata",
+                json!({"networkData": json!({"networks": [
+                {"id": "oam-ipv4", "type": "ipv4", "link": "bond0.41", "ip_address": ip, "netmask": "255.255.255.128"}]}).to_string()}),
+            ),
+        ] {
+            secrets
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({
+                        "metadata": {"name": format!("{name}-{suffix}")}, "stringData": data,
+                    }))
+                    .unwrap(),
+                )
+                .await
+                .unwrap();
+        }
+        bmhs.create(&PostParams::default(), &bmh).await.unwrap();
+        bmhs.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": {
+            "errorCount": 0, "errorMessage": "", "operationalStatus": "OK", "poweredOn": false,
+            "provisioningFailCount": 0, "provisioning": {"ID": format!("id-{name}"), "state": "available"},
+        }})))
+        .await
+        .unwrap();
+    }
+    let _agent = start_agent(tmp.path(), ns, "agent-sample");
+    let sips: Api<SIPCluster> = Api::namespaced(client.clone(), ns);
+    let sample: SIPCluster =
+        serde_saphyr::from_str(&read("airship_v1beta1_sipcluster.yaml")).unwrap();
+    sips.create(&PostParams::default(), &sample).await.unwrap();
+    let name = sample.name_any();
+    until("the sample SIPCluster Ready", || async {
+        let s = sips.get(&name).await.ok()?;
+        let (status, reason, message) = ready(&s)?;
+        assert_ne!(reason, "InfraServiceFailure", "{message}");
+        (status == "True").then_some(())
+    })
+    .await;
+    let mut roles: Vec<String> = bmhs
+        .list(
+            &kube::api::ListParams::default()
+                .labels(&format!("sip.airshipit.org/cluster-name={name}")),
+        )
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|h| h.labels()["sip.airshipit.org/node-type"].clone())
+        .collect();
+    roles.sort();
+    assert_eq!(roles, ["ControlPlane", "ControlPlane", "Worker", "Worker"]);
+    let deployments = Api::<Deployment>::namespaced(client.clone(), ns)
+        .list(&crate::sip::owned_by(&name))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(
+        deployments.len(),
+        4,
+        "{:?}",
+        deployments.iter().map(|d| d.name_any()).collect::<Vec<_>>()
+    );
+
+    sips.delete(&name, &DeleteParams::default()).await.unwrap();
+    until("the sample SIPCluster gone", || async {
+        sips.get_opt(&name).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    for h in bmhs.list(&Default::default()).await.unwrap().items {
+        assert!(
+            !h.labels().contains_key("sip.airshipit.org/cluster-name"),
+            "{:?}",
+            h.labels()
+        );
+    }
+}

@@ -90,7 +90,14 @@ pub fn services(
     }
     for (i, lb) in sip.spec.services.load_balancer_worker.iter().enumerate() {
         let name = service_name(&sip_name, "lb-worker", i);
-        let (start, end) = (lb.node_port_range.start, lb.node_port_range.end);
+        let (start, end) = match (&lb.node_port_range, lb.node_port) {
+            (Some(r), None) => (r.start, r.end),
+            (None, Some(p)) => (p, p),
+            (Some(_), Some(_)) => {
+                return Err(format!("{name}: give nodePortRange or nodePort, not both"))
+            }
+            (None, None) => return Err(format!("{name}: nodePortRange or nodePort is required")),
+        };
         if end < start || end - start >= MAX_WORKER_PORTS {
             return Err(format!(
                 "{name}: nodePortRange {start}-{end} must be ascending and span at most {MAX_WORKER_PORTS} ports"
