@@ -32,7 +32,6 @@ pub struct NetworkPlan {
     pub dhcp_start: Option<String>,
     pub dhcp_stop: Option<String>,
     pub physical_interface: Option<String>,
-    pub libvirt_template: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -51,7 +50,6 @@ pub struct VmPlan {
     pub interfaces: Vec<InterfacePlan>,
     #[serde(default)]
     pub disk_drives: Vec<DiskPlan>,
-    pub libvirt_template: Option<String>,
     #[serde(default, rename = "enableVNC")]
     pub enable_vnc: bool,
 }
@@ -110,7 +108,6 @@ mod tests {
                 dhcp_start: Some("172.3.3.10".into()),
                 dhcp_stop: Some("172.3.3.20".into()),
                 physical_interface: None,
-                libvirt_template: Some("default".into()),
             }],
             vms: vec![VmPlan {
                 name: "worker-1-0".into(),
@@ -144,7 +141,6 @@ mod tests {
                         sparse: true,
                     }),
                 }],
-                libvirt_template: None,
                 enable_vnc: true,
             }],
         }

@@ -150,11 +150,7 @@ pub(super) async fn create(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
-    let multipart = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.trim_start().starts_with("multipart/form-data"));
-    let new: NewImage = if multipart {
+    let new: NewImage = if is_multipart(&headers) {
         metadata_part(&headers, body).await?
     } else {
         json_body(body, "image metadata").await?
@@ -214,6 +210,14 @@ fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> ApiRe
         .limit(LimitReached::JSON_DEPTH));
     }
     serde_json::from_slice(bytes).map_err(|e| bad(format!("{what}: {e}")))
+}
+
+/// A body in ICN's multipart form (see [`metadata_part`]).
+fn is_multipart(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.trim_start().starts_with("multipart/form-data"))
 }
 
 /// ICN's original client sent a multipart form whose `metadata` part holds the JSON; other parts are ignored.
@@ -320,11 +324,7 @@ pub(super) async fn update(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
-    let multipart = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| t.trim_start().starts_with("multipart/form-data"));
-    let update: Update = if multipart {
+    let update: Update = if is_multipart(&headers) {
         metadata_part(&headers, body).await?
     } else {
         json_body(body, "only description can change").await?

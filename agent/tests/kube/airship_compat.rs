@@ -4,7 +4,6 @@
 //! ICN's published BPA samples as they are.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
@@ -172,15 +171,7 @@ async fn objects_under_the_former_finalizer_are_migrated_or_cleaned_up_and_delet
 /// Creates `crd` and waits until it is established.
 async fn establish(api: &Api<CustomResourceDefinition>, crd: &CustomResourceDefinition) {
     api.create(&PostParams::default(), crd).await.unwrap();
-    let name = crd.metadata.name.clone().unwrap();
-    let established = kube::runtime::conditions::is_crd_established();
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        kube::runtime::wait::await_condition(api.clone(), &name, established),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("CRD {name} not established after 60 s"))
-    .unwrap();
+    crate::support::kube::established(api, crd.metadata.name.as_deref().unwrap()).await;
 }
 
 /// Deletes `name` of `api` and waits until it is gone.

@@ -416,15 +416,19 @@ fn install_crds(env: &KubeEnv) {
                 .unwrap_or_else(|e| panic!("installing CRD {:?}: {e}", crd.metadata.name));
         }
         for crd in &crds {
-            let name = crd.metadata.name.clone().unwrap();
-            let established = kube::runtime::conditions::is_crd_established();
-            let wait = kube::runtime::wait::await_condition(api.clone(), &name, established);
-            tokio::time::timeout(Duration::from_secs(60), wait)
-                .await
-                .unwrap_or_else(|_| panic!("CRD {name} not established after 60 s"))
-                .unwrap_or_else(|e| panic!("waiting for CRD {name}: {e}"));
+            established(&api, crd.metadata.name.as_deref().unwrap()).await;
         }
     });
+}
+
+/// Waits (60 s at most) until CRD `name` is established.
+pub async fn established(api: &Api<CustomResourceDefinition>, name: &str) {
+    let established = kube::runtime::conditions::is_crd_established();
+    let wait = kube::runtime::wait::await_condition(api.clone(), name, established);
+    tokio::time::timeout(Duration::from_secs(60), wait)
+        .await
+        .unwrap_or_else(|_| panic!("CRD {name} not established after 60 s"))
+        .unwrap_or_else(|e| panic!("waiting for CRD {name}: {e}"));
 }
 
 /// How long a reconciler test waits for a condition.

@@ -81,7 +81,6 @@ fn opaque(name: &str, node: Option<&str>, data: &[(&str, &str)]) -> Secret {
     }
 }
 
-/// What `vino` wants, given what was observed. `new_password` makes a VNC password for a VM without one.
 /// Airship's libvirt templates (`libvirtTemplate` of a network or a node set) name domain and network XML
 /// templates Foothold does not have: it writes that XML itself. Refused by name rather than ignored.
 fn unsupported_templates(spec: &crate::crd::vino::VinoSpec) -> Result<(), String> {
@@ -106,6 +105,7 @@ fn unsupported_templates(spec: &crate::crd::vino::VinoSpec) -> Result<(), String
     Ok(())
 }
 
+/// What `vino` wants, given what was observed. `new_password` makes a VNC password for a VM without one.
 pub fn desired(
     vino: &Vino,
     ns: &str,
@@ -333,7 +333,6 @@ pub fn desired(
             hugepages: size.hugepages,
             interfaces: interfaces.clone(),
             disk_drives: set.disk_drives.iter().map(disk_plan).collect(),
-            libvirt_template: set.libvirt_template.clone(),
             enable_vnc: set.enable_vnc,
         });
         node_status
@@ -400,7 +399,6 @@ pub fn desired(
                     dhcp_start: dhcp.as_ref().map(|d| d.0.clone()),
                     dhcp_stop: dhcp.map(|d| d.1),
                     physical_interface: net.physical_interface.clone(),
-                    libvirt_template: net.libvirt_template.clone(),
                 }
             })
             .collect();
