@@ -32,6 +32,13 @@ pub struct NetworkPlan {
     pub dhcp_start: Option<String>,
     pub dhcp_stop: Option<String>,
     pub physical_interface: Option<String>,
+    /// Routed out (libvirt's `route` forward) even without a physical interface: Airship's `management`
+    /// network template.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub routed: bool,
+    /// The BOOTP file the network's DHCP hands out (the Vino's `pxeBootImageHost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootp_file: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -108,6 +115,8 @@ mod tests {
                 dhcp_start: Some("172.3.3.10".into()),
                 dhcp_stop: Some("172.3.3.20".into()),
                 physical_interface: None,
+                routed: true,
+                bootp_file: Some("http://172.3.3.1:80/dualboot.ipxe".into()),
             }],
             vms: vec![VmPlan {
                 name: "worker-1-0".into(),

@@ -144,14 +144,16 @@ fn vino_values(mtu: i64, options: Value, routes: Value) -> Value {
             ..InterfacePlan::default()
         },
     ];
-    airship::template_values(
-        "site-v-n1-worker-0",
-        "n1-worker-0",
-        &set,
-        &networks,
-        &interfaces,
-        Some("52:54:00:07:00:01"),
-    )
+    airship::template_values(&airship::VmValues {
+        bmh: "site-v-n1-worker-0",
+        vm: "n1-worker-0",
+        set: &set,
+        networks: &networks,
+        interfaces: &interfaces,
+        boot_mac: Some("52:54:00:07:00:01"),
+        bridge_ips: &[("oam".to_owned(), "192.168.100.2".to_owned())].into(),
+        vnc_password: Some("Vnc2pass"),
+    })
 }
 
 #[test]

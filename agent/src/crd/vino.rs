@@ -116,6 +116,17 @@ pub struct Network {
     pub static_allocation_start: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub static_allocation_stop: Option<String>,
+    /// Airship's name for `staticAllocationStart`: the range VM interfaces and node bridges take addresses
+    /// from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation_start: Option<String>,
+    /// Airship's name for `staticAllocationStop`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation_stop: Option<String>,
+    /// Airship's DHCP addresses: a CIDR in the subnet whose first four addresses are skipped; each node's DHCP
+    /// block is carved from the rest, as from `dhcpAllocationStart..dhcpAllocationStop`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_subnet: Option<String>,
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     #[serde(default, rename = "dns_servers", skip_serializing_if = "Vec::is_empty")]
@@ -128,6 +139,8 @@ pub struct Network {
     pub mac_prefix: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub physical_interface: Option<String>,
+    /// Airship's network template by name: `management` (the template Airship's ViNO ships) is built by the
+    /// builder itself, any other name is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub libvirt_template: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,8 +163,13 @@ pub struct VmNodeSet {
     pub count: i32,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub bmh_labels: BTreeMap<String, String>,
+    /// Airship's domain template reference (`{name, namespace}`): refused, naming it; the builder writes the
+    /// domain XML itself.
+    // Any JSON in Rust, so that a string an older Foothold stored here is refused the same way instead of
+    // failing to decode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub libvirt_template: Option<String>,
+    #[schemars(schema_with = "namespaced_name_schema")]
+    pub libvirt_template: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub network_interfaces: Vec<NetworkInterface>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -221,6 +239,10 @@ pub struct DiskOptions {
     pub size_gb: Option<i64>,
     #[serde(default)]
     pub sparse: bool,
+}
+
+fn namespaced_name_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    generator.subschema_for::<Option<NamespacedName>>()
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

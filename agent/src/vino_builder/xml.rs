@@ -131,8 +131,9 @@ pub fn network_prefix(owner: &str) -> String {
     format!("vino-{}-", owner.replace('/', "-"))
 }
 
-/// The network's XML: the bridge with the node's address and DHCP range (and a fixed lease per VM interface on
-/// IPv4), routed out through `physicalInterface` when one is given, isolated otherwise. Its UUID is derived from
+/// The network's XML: the bridge with the node's address and DHCP range (and on IPv4 the BOOTP file, if any, and a
+/// fixed lease per VM interface), routed out through `physicalInterface` when one is given or when the plan
+/// says routed (Airship's `management` template), isolated otherwise. Its UUID is derived from
 /// the content, so a changed definition has a new UUID (libvirt networks carry no metadata to compare).
 pub fn network_xml(host: &Host, net: &NetworkPlan, vms: &[VmPlan]) -> Result<String, String> {
     if net.bridge.is_empty() || net.bridge.len() > 15 || net.bridge.contains(['/', ' ']) {
@@ -143,8 +144,14 @@ pub fn network_xml(host: &Host, net: &NetworkPlan, vms: &[VmPlan]) -> Result<Str
     }
     let name = network_name(&host.owner, &net.network);
     let mut body = String::new();
-    if let Some(dev) = &net.physical_interface {
-        let _ = writeln!(body, "  <forward mode='route' dev='{}'/>", esc(dev));
+    match &net.physical_interface {
+        Some(dev) => {
+            let _ = writeln!(body, "  <forward mode='route' dev='{}'/>", esc(dev));
+        }
+        None if net.routed => {
+            let _ = writeln!(body, "  <forward mode='route'/>");
+        }
+        None => {}
     }
     let _ = writeln!(
         body,
@@ -171,6 +178,9 @@ pub fn network_xml(host: &Host, net: &NetworkPlan, vms: &[VmPlan]) -> Result<Str
                 esc(start),
                 esc(stop)
             );
+            if let Some(file) = net.bootp_file.as_deref().filter(|_| addr.is_ipv4()) {
+                let _ = writeln!(body, "      <bootp file='{}'/>", esc(file));
+            }
             if addr.is_ipv4() {
                 for vm in vms {
                     for i in vm.interfaces.iter().filter(|i| i.network == net.network) {

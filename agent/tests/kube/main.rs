@@ -7,6 +7,7 @@
 mod support;
 
 mod airship_compat;
+mod airship_vino;
 mod bpa;
 mod crds;
 mod faults;

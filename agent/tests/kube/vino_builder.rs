@@ -95,6 +95,30 @@ fn validate(dir: &Path, name: &str, text: &str, schema: &str) {
     );
 }
 
+/// Airship's `management` network template, as the builder builds it: routed without a physical interface, and
+/// the Vino's PXE boot host as the BOOTP file.
+#[test]
+fn a_routed_network_with_a_bootp_file_is_valid_libvirt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut p = plan();
+    p.networks = vec![serde_json::from_value(json!({
+        "network": "management", "bridge": "vm-infra", "ip": "192.168.2.10", "prefixLength": 20,
+        "dhcpStart": "192.168.4.16", "dhcpStop": "192.168.4.31", "routed": true,
+        "bootpFile": "http://10.0.0.5:80/dualboot.ipxe",
+    }))
+    .unwrap()];
+    p.vms.clear();
+    let rendered = xml::render(&host(), &p, &vnc()).unwrap();
+    let text = &rendered.networks["vino-site-v-management"];
+    assert!(text.contains("<forward mode='route'/>"), "{text}");
+    assert!(
+        text.contains("<bootp file='http://10.0.0.5:80/dualboot.ipxe'/>"),
+        "{text}"
+    );
+    snapshot("network-vino-site-v-management.xml", text);
+    validate(tmp.path(), "network-management.xml", text, "network");
+}
+
 #[test]
 fn rendered_xml_matches_its_snapshots_and_libvirts_schemas() {
     let tmp = tempfile::tempdir().unwrap();

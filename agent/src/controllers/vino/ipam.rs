@@ -218,6 +218,26 @@ fn parse_mac(s: &str) -> Option<u64> {
 }
 
 /// The key of a node's bridge address.
+/// The DHCP range Airship's `instanceSubnet` gives: the CIDR without its first four addresses (vino-builder
+/// skips them) and, on IPv4, without its broadcast address.
+pub fn instance_subnet_range(cidr: &str) -> Result<(String, String), String> {
+    let (base, host_bits) = parse_cidr(cidr).map_err(|e| format!("instanceSubnet: {e}"))?;
+    let size = if host_bits >= 128 {
+        u128::MAX
+    } else {
+        1u128 << host_bits
+    };
+    let last_skipped = if base.v6 { 0 } else { 1 };
+    if size <= 4 + last_skipped {
+        return Err(format!(
+            "instanceSubnet {cidr:?} has no address left once its first four are skipped"
+        ));
+    }
+    let first = base.n & !(size - 1);
+    let show = |n| Addr { v6: base.v6, n }.ip().to_string();
+    Ok((show(first + 4), show(first + (size - 1) - last_skipped)))
+}
+
 pub fn bridge_key(node: &str) -> String {
     format!("node/{node}")
 }
@@ -366,6 +386,26 @@ mod tests {
             interfaces: interfaces.iter().map(|s| s.to_string()).collect(),
             nodes: nodes.iter().map(|s| s.to_string()).collect(),
         }
+    }
+
+    #[test]
+    fn instance_subnet_skips_its_first_four_addresses_and_the_broadcast() {
+        assert_eq!(
+            instance_subnet_range("192.168.4.0/22").unwrap(),
+            ("192.168.4.4".into(), "192.168.7.254".into())
+        );
+        assert_eq!(
+            instance_subnet_range("192.168.4.9/29").unwrap(),
+            ("192.168.4.12".into(), "192.168.4.14".into())
+        );
+        assert_eq!(
+            instance_subnet_range("fd00:1::/120").unwrap(),
+            ("fd00:1::4".into(), "fd00:1::ff".into())
+        );
+        let e = instance_subnet_range("192.168.4.0/30").unwrap_err();
+        assert!(e.contains("no address left"), "{e}");
+        let e = instance_subnet_range("192.168.4.0").unwrap_err();
+        assert!(e.starts_with("instanceSubnet: "), "{e}");
     }
 
     #[test]

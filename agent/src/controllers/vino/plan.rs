@@ -260,11 +260,15 @@ pub fn node_ip(node: &Node) -> Option<std::net::IpAddr> {
         .and_then(|a| a.address.parse().ok())
 }
 
-/// The host bridge of a Vino network: its `bridgeName`, else `vino-<network>`.
+/// The host bridge of a Vino network: its `bridgeName`, else Airship's `vm-infra-bridge` under its
+/// `management` template, else `vino-<network>`.
 pub fn bridge_name(net: &Network) -> String {
-    net.bridge_name
-        .clone()
-        .unwrap_or_else(|| format!("vino-{}", net.name))
+    use super::airship::{MANAGEMENT_BRIDGE, MANAGEMENT_TEMPLATE};
+    match (&net.bridge_name, net.libvirt_template.as_deref()) {
+        (Some(b), _) => b.clone(),
+        (None, Some(MANAGEMENT_TEMPLATE)) => MANAGEMENT_BRIDGE.into(),
+        (None, _) => format!("vino-{}", net.name),
+    }
 }
 
 pub fn disk_plan(d: &DiskDrive) -> DiskPlan {

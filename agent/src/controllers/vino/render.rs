@@ -81,30 +81,6 @@ fn opaque(name: &str, node: Option<&str>, data: &[(&str, &str)]) -> Secret {
     }
 }
 
-/// Airship's libvirt templates (`libvirtTemplate` of a network or a node set) name domain and network XML
-/// templates Foothold does not have: it writes that XML itself. Refused by name rather than ignored.
-fn unsupported_templates(spec: &crate::crd::vino::VinoSpec) -> Result<(), String> {
-    let why = "Airship's libvirt XML templates are not supported (vino-builder writes the XML from the flavor, \
-               disks and interfaces); remove the field";
-    for net in &spec.networks {
-        if let Some(t) = &net.libvirt_template {
-            return Err(format!(
-                "network {}: libvirtTemplate {t:?}: {why}",
-                net.name
-            ));
-        }
-    }
-    for set in &spec.nodes {
-        if let Some(t) = &set.libvirt_template {
-            return Err(format!(
-                "node set {}: libvirtTemplate {t:?}: {why}",
-                set.name
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// What `vino` wants, given what was observed. `new_password` makes a VNC password for a VM without one.
 pub fn desired(
     vino: &Vino,
@@ -115,7 +91,7 @@ pub fn desired(
 ) -> Result<Desired, String> {
     let name = vino.name_any();
     let spec = &vino.spec;
-    unsupported_templates(spec)?;
+    airship::check_templates(spec)?;
     let node_names: Vec<String> = obs.nodes.iter().map(|n| n.name_any()).collect();
     let vms = plan_vms(ns, &name, &node_names, &spec.nodes);
     let mut sizes = BTreeMap::new();
@@ -137,14 +113,11 @@ pub fn desired(
     let mut blocks: BTreeMap<String, BTreeMap<String, (String, String)>> = BTreeMap::new();
     for net in &spec.networks {
         let invalid = |e: String| format!("network {}: {e}", net.name);
+        let (static_range, dhcp_range) = (airship::static_range(net)?, airship::dhcp_range(net)?);
         let ranges = Ranges::new(
             &net.subnet,
-            net.static_allocation_start
-                .as_deref()
-                .zip(net.static_allocation_stop.as_deref()),
-            net.dhcp_allocation_start
-                .as_deref()
-                .zip(net.dhcp_allocation_stop.as_deref()),
+            static_range.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
+            dhcp_range.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
             net.instance_subnet_bit_step,
             net.mac_prefix.as_deref(),
         )
@@ -209,6 +182,27 @@ pub fn desired(
         );
     }
 
+    // VNC passwords: one per VNC-enabled VM, generated once and kept (never the BMC password). `data`, not
+    // `stringData`: server-side apply then owns each key, and a key left out is removed.
+    let vnc_name = child_name(&name, "vnc");
+    let passwords: BTreeMap<String, ByteString> = vms
+        .iter()
+        .filter(|vm| {
+            spec.nodes
+                .iter()
+                .any(|s| s.name == vm.node_set && s.enable_vnc)
+        })
+        .map(|vm| {
+            let pw = obs
+                .vnc_passwords
+                .get(&vm.name)
+                .cloned()
+                .unwrap_or_else(&mut *new_password);
+            (vm.name.clone(), ByteString(pw.into_bytes()))
+        })
+        .collect();
+    let vnc_secret = (!passwords.is_empty()).then(|| vnc_name.clone());
+
     // Per VM: Secrets and the BareMetalHost.
     let (username, password) = &obs.credentials.value;
     let mut secrets = Vec::new();
@@ -235,6 +229,12 @@ pub fn desired(
             .iter()
             .find(|s| s.name == vm.node_set)
             .expect("planned from sets");
+        let bridge_ips: BTreeMap<String, String> = addresses
+            .iter()
+            .filter_map(|(net, a)| {
+                Some((net.clone(), a.get(&ipam::bridge_key(&vm.node))?.ip.clone()))
+            })
+            .collect();
         let mut interfaces = Vec::new();
         for iface in &set.network_interfaces {
             let net = spec
@@ -257,7 +257,7 @@ pub fn desired(
                 kind: iface.kind.clone(),
                 mtu: iface.mtu.and_then(|m| u32::try_from(m).ok()),
                 dns_servers: net.dns_servers.clone(),
-                routes: net.routes.clone(),
+                routes: airship::routes(net, bridge_ips.get(&net.name).map(String::as_str)),
                 bridge: Some(bridge_name(net)),
             });
         }
@@ -269,14 +269,19 @@ pub fn desired(
             .map(|i| i.mac.clone());
         let vars =
             json!({"name": vm.bmh, "node": vm.node, "vm": vm.name, "interfaces": interfaces});
-        let go_vars = airship::template_values(
-            &vm.bmh,
-            &vm.name,
+        let vnc_password = passwords
+            .get(&vm.name)
+            .and_then(|p| std::str::from_utf8(&p.0).ok());
+        let go_vars = airship::template_values(&airship::VmValues {
+            bmh: &vm.bmh,
+            vm: &vm.name,
             set,
-            &spec.networks,
-            &interfaces,
-            boot_mac.as_deref(),
-        );
+            networks: &spec.networks,
+            interfaces: &interfaces,
+            boot_mac: boot_mac.as_deref(),
+            bridge_ips: &bridge_ips,
+            vnc_password,
+        });
         let template = obs.templates.get(&set.name).map(String::as_str);
         let network_data = render_network_data(template, &vars, &go_vars)
             .map_err(|e| format!("node set {}: {e}", set.name))?;
@@ -352,26 +357,6 @@ pub fn desired(
             });
     }
 
-    // VNC passwords: one per VNC-enabled VM, generated once and kept (never the BMC password). `data`, not
-    // `stringData`: server-side apply then owns each key, and a key left out is removed.
-    let vnc_name = child_name(&name, "vnc");
-    let passwords: BTreeMap<String, ByteString> = vms
-        .iter()
-        .filter(|vm| {
-            spec.nodes
-                .iter()
-                .any(|s| s.name == vm.node_set && s.enable_vnc)
-        })
-        .map(|vm| {
-            let pw = obs
-                .vnc_passwords
-                .get(&vm.name)
-                .cloned()
-                .unwrap_or_else(&mut *new_password);
-            (vm.name.clone(), ByteString(pw.into_bytes()))
-        })
-        .collect();
-    let vnc_secret = (!passwords.is_empty()).then(|| vnc_name.clone());
     if !passwords.is_empty() {
         secrets.push(Secret {
             metadata: named(&vnc_name, None),
@@ -382,6 +367,7 @@ pub fn desired(
     }
 
     // Per node: the plan vino-builder follows.
+    let bootp = airship::bootp_file(spec);
     let mut plans = Vec::new();
     for node in &node_names {
         let networks: Vec<NetworkPlan> = spec
@@ -399,6 +385,8 @@ pub fn desired(
                     dhcp_start: dhcp.as_ref().map(|d| d.0.clone()),
                     dhcp_stop: dhcp.map(|d| d.1),
                     physical_interface: net.physical_interface.clone(),
+                    routed: net.libvirt_template.as_deref() == Some(airship::MANAGEMENT_TEMPLATE),
+                    bootp_file: bootp.clone(),
                 }
             })
             .collect();

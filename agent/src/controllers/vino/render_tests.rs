@@ -172,27 +172,46 @@ fn an_interface_on_an_unknown_network_is_an_error_naming_it() {
     );
 }
 
+/// A node set's domain template (an older Foothold's string, Airship's `{name, namespace}`) and any network
+/// template but Airship's stock `management` are refused by name; `management` gives its routed bridge.
 #[test]
-fn airships_libvirt_templates_are_refused_naming_the_field() {
-    let mut set = worker(false, "oam");
-    set[0]["libvirtTemplate"] = json!("worker-domain");
-    let e = desired(&vino(set), "site", &observed(true, &[]), "b", &mut || {
-        "x".into()
-    })
-    .err()
-    .unwrap();
-    assert!(
-        e.starts_with("node set worker: libvirtTemplate \"worker-domain\": Airship's libvirt XML templates are not supported"),
-        "{e}"
-    );
+fn airships_libvirt_templates_are_refused_naming_the_field_but_its_management_network() {
+    for t in [
+        json!("worker-domain"),
+        json!({"name": "worker-domain", "namespace": "vino-system"}),
+    ] {
+        let mut set = worker(false, "oam");
+        set[0]["libvirtTemplate"] = t;
+        let e = desired(&vino(set), "site", &observed(true, &[]), "b", &mut || {
+            "x".into()
+        })
+        .err()
+        .unwrap();
+        assert!(
+            e.starts_with("node set worker: libvirtTemplate ")
+                && e.contains("worker-domain")
+                && e.contains("not supported"),
+            "{e}"
+        );
+    }
     let mut v = vino(worker(false, "oam"));
-    v.spec.networks[0].libvirt_template = Some("management".into());
+    v.spec.networks[0].libvirt_template = Some("pxe".into());
     let e = desired(&v, "site", &observed(true, &[]), "b", &mut || "x".into())
         .err()
         .unwrap();
     assert!(
-        e.starts_with("network oam: libvirtTemplate \"management\":"),
+        e.starts_with("network oam: libvirtTemplate \"pxe\" is not supported"),
         "{e}"
+    );
+    v.spec.networks[0].libvirt_template = Some("management".into());
+    let d = desired(&v, "site", &observed(true, &[]), "b", &mut || "x".into()).unwrap();
+    let plan: serde_json::Value =
+        serde_json::from_str(&d.plans[0].data.as_ref().unwrap()["plan.json"]).unwrap();
+    assert_eq!(plan["networks"][0]["routed"], json!(true), "{plan}");
+    assert_eq!(
+        plan["networks"][0]["bridge"],
+        json!("vm-infra-bridge"),
+        "{plan}"
     );
 }
 
