@@ -43,6 +43,10 @@ pub struct VinoSpec {
     pub daemon_set_options: Option<DaemonSetOptions>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_label_keys_to_copy: Vec<String>,
+    /// Airship's interface for its libvirt container's VMs (`VM_BRIDGE_INTERFACE`): without effect here, which
+    /// the condition `FieldsHonoured` says; each network names its `physicalInterface`.
+    #[serde(default, rename = "vmBridge", skip_serializing_if = "Option::is_none")]
+    pub vm_bridge: Option<String>,
     /// Inline BMC credentials, accepted for compatibility: the reconciler copies them into a Secret and says
     /// so in the status. Prefer `bmcCredentialsSecret`.
     #[serde(

@@ -151,6 +151,7 @@ async fn airships_network_template_gives_the_network_data_go_gives() {
         "spec": {
             "nodeSelector": {"matchLabels": {"vino-host": ns}},
             "bmcCredentials": {"username": "admin", "password": "passw0rd"},
+            "vmBridge": "lo", "daemonSetOptions": {"nodeAnnotatorImage": "quay.io/airshipit/nodelabeler"},
             "networks": [{"name": "management", "subnet": "192.168.2.0/24", "type": "ipv4",
                           "staticAllocationStart": "192.168.2.10", "staticAllocationStop": "192.168.2.24",
                           "dhcpAllocationStart": "192.168.2.128", "dhcpAllocationStop": "192.168.2.191",
@@ -183,6 +184,25 @@ async fn airships_network_template_gives_the_network_data_go_gives() {
     assert!(
         rendered.contains(&format!("ip_address: {}", iface.ip)),
         "{rendered}"
+    );
+    // Airship's fields that change nothing here are named in a condition, not dropped.
+    let v = vinos.get("v").await.unwrap();
+    let c = v
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "FieldsHonoured")
+        .unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "WithoutEffect"),
+        "{c:?}"
+    );
+    assert!(
+        c.message.starts_with("vmBridge \"lo\": ")
+            && c.message.contains("; daemonSetOptions.nodeAnnotatorImage"),
+        "{c:?}"
     );
     // `$vinobridge` is the node's address on the bridge, as in Airship.
     let bridge = values["Networks"][0]["BridgeIP"].as_str().unwrap();
@@ -263,14 +283,14 @@ async fn airships_vino_sample_yields_a_baremetalhost_with_the_network_data_go_gi
         Some((v, vm))
     })
     .await;
-    let invalid = vino
-        .status
-        .as_ref()
-        .unwrap()
-        .conditions
-        .iter()
-        .find(|c| c.reason == "InvalidSpec");
+    let conditions = &vino.status.as_ref().unwrap().conditions;
+    let invalid = conditions.iter().find(|c| c.reason == "InvalidSpec");
     assert!(invalid.is_none(), "{invalid:?}");
+    let honoured = conditions
+        .iter()
+        .find(|c| c.type_ == "FieldsHonoured")
+        .unwrap();
+    assert_eq!(honoured.status, "True", "{honoured:?}");
     assert_eq!(vm.name, format!("{node}-master-0"));
     assert_eq!(
         vm.bare_metal_host,

@@ -51,6 +51,36 @@ pub fn check_templates(spec: &VinoSpec) -> Result<(), String> {
     Ok(())
 }
 
+/// The condition saying which of Airship's fields the Vino gives have no effect in Foothold.
+pub const FIELDS_HONOURED: &str = "FieldsHonoured";
+
+/// Airship's fields this Vino gives that Foothold accepts but that change nothing, each with why: they are
+/// reported (the condition [`FIELDS_HONOURED`]), not silently dropped.
+pub fn without_effect(spec: &VinoSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(b) = &spec.vm_bridge {
+        out.push(format!(
+            "vmBridge {b:?}: Airship's libvirt container's VM_BRIDGE_INTERFACE; Foothold's builder routes each \
+             network out through its physicalInterface"
+        ));
+    }
+    let opts = spec.daemon_set_options.as_ref();
+    if let Some(i) = opts.and_then(|o| o.node_annotator_image.as_ref()) {
+        out.push(format!(
+            "daemonSetOptions.nodeAnnotatorImage {i:?}: Foothold runs no node annotator, its reconciler \
+             allocates the nodes' bridge addresses itself"
+        ));
+    }
+    if let Some(n) = opts.and_then(|o| o.namespaced_name.as_ref()) {
+        out.push(format!(
+            "daemonSetOptions.namespacedName {}: in Airship a ConfigMap holding the DaemonSet's template; Foothold \
+             builds its own DaemonSet, in the Vino's namespace, and takes only the name, as the DaemonSet's",
+            n.namespace.as_deref().map_or(n.name.clone(), |ns| format!("{ns}/{}", n.name))
+        ));
+    }
+    out
+}
+
 /// One of a network's ranges, given under Foothold's name or Airship's: both may be given only if they agree,
 /// and a start needs its stop.
 fn either_range(
@@ -335,6 +365,27 @@ mod tests {
         assert!(
             e.contains("node set worker: libvirtTemplate {\"name\":\"t\""),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn airships_fields_without_effect_are_named() {
+        let spec: VinoSpec = serde_json::from_value(json!({})).unwrap();
+        assert!(without_effect(&spec).is_empty());
+        let spec: VinoSpec = serde_json::from_value(json!({"vmBridge": "lo", "daemonSetOptions": {
+            "nodeAnnotatorImage": "quay.io/airshipit/nodelabeler", "libvirtImage": "libvirt:1",
+            "namespacedName": {"name": "daemonset-template", "namespace": "vino-system"}}}))
+        .unwrap();
+        let w = without_effect(&spec);
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].starts_with("vmBridge \"lo\": "), "{w:?}");
+        assert!(
+            w[1].starts_with("daemonSetOptions.nodeAnnotatorImage "),
+            "{w:?}"
+        );
+        assert!(
+            w[2].starts_with("daemonSetOptions.namespacedName vino-system/daemonset-template: "),
+            "{w:?}"
         );
     }
 

@@ -316,23 +316,40 @@ async fn realise(
         Err(why) => return Ok(Err(Invalid(why))),
     };
     let credentials = &observed.credentials;
+    let ignored = airship::without_effect(&vino.spec);
     set_conditions(
         &mut status.conditions,
         generation,
-        &[(
-            "CredentialsInSecret",
-            !credentials.inline,
-            if credentials.inline {
-                "CopiedFromInline"
-            } else {
-                "SecretReferenced"
-            },
-            &if credentials.inline {
-                format!("the inline bmcCredentials were copied into Secret {}; reference it with bmcCredentialsSecret and drop them from the spec", credentials.secret)
-            } else {
-                format!("BMC credentials from Secret {}", credentials.secret)
-            },
-        )],
+        &[
+            (
+                airship::FIELDS_HONOURED,
+                ignored.is_empty(),
+                if ignored.is_empty() {
+                    "AllHonoured"
+                } else {
+                    "WithoutEffect"
+                },
+                &if ignored.is_empty() {
+                    "every field given has its effect".to_owned()
+                } else {
+                    ignored.join("; ")
+                },
+            ),
+            (
+                "CredentialsInSecret",
+                !credentials.inline,
+                if credentials.inline {
+                    "CopiedFromInline"
+                } else {
+                    "SecretReferenced"
+                },
+                &if credentials.inline {
+                    format!("the inline bmcCredentials were copied into Secret {}; reference it with bmcCredentialsSecret and drop them from the spec", credentials.secret)
+                } else {
+                    format!("BMC credentials from Secret {}", credentials.secret)
+                },
+            ),
+        ],
     );
     let desired = match render::desired(
         vino,
