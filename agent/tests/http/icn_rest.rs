@@ -94,7 +94,8 @@ fn icns_readme_examples_work_as_written() {
         (200, Value::from(0))
     );
     // Upload container image - PATCH
-    let (status, head, _) = curl(&[
+    // The README's PATCH, as written.
+    let patch = [
         "--request",
         "PATCH",
         "--data-binary",
@@ -105,7 +106,8 @@ fn icns_readme_examples_work_as_written() {
         "--header",
         "Expect:",
         "-i",
-    ]);
+    ];
+    let (status, head, _) = curl(&patch);
     assert_eq!(status, 204, "{head}");
     assert!(
         head.to_lowercase()
@@ -132,22 +134,7 @@ fn icns_readme_examples_work_as_written() {
         curl(&["-i", "-F", &metadata, "-F", &sample_arg, "-X", "POST", &url]).0,
         201
     );
-    curl(&[
-        "--request",
-        "PATCH",
-        "--data-binary",
-        &image_arg,
-        &one,
-        "--header",
-        "Upload-Offset: 0",
-        "--header",
-        "Expect:",
-        "-i",
-        "--limit-rate",
-        "200K",
-        "--max-time",
-        "2",
-    ]);
+    curl(&[&patch[..], &["--limit-rate", "200K", "--max-time", "2"]].concat());
     // Check upload - GET
     let r = record(&curl(&["-i", "-X", "GET", &one]).2);
     let offset = r["image_offset"].as_u64().unwrap();

@@ -336,11 +336,7 @@ async fn a_node_set_without_a_flavor_is_sized_by_airships_vino_flavors() {
     })
     .await;
     assert_ne!(v.0, "InvalidSpec", "{}", v.1);
-    let plan: serde_json::Value = until("the node's plan", || async {
-        let cm = maps.get_opt(&format!("v-node-{host}")).await.unwrap()?;
-        serde_json::from_str(&cm.data?["plan.json"]).ok()
-    })
-    .await;
+    let plan = crate::airship_vino::node_plan(&maps, &format!("v-node-{host}")).await;
     let vm = &plan["vms"][0];
     assert_eq!(
         (

@@ -99,6 +99,15 @@ async fn published_values(
     })
 }
 
+/// The node plan (`plan.json`) in ConfigMap `name`, once the agent wrote it.
+pub(crate) async fn node_plan(maps: &Api<ConfigMap>, name: &str) -> Value {
+    until("the node's plan", || async {
+        let cm = maps.get_opt(name).await.unwrap()?;
+        serde_json::from_str(&cm.data?["plan.json"]).ok()
+    })
+    .await
+}
+
 /// What Go's own text/template with sprig renders from `template` over `values`.
 fn go_render(dir: &Path, template: &str, values: &Value) -> String {
     let (t, d) = (dir.join("t.tmpl"), dir.join("d.json"));
@@ -340,14 +349,7 @@ async fn airships_vino_sample_yields_a_baremetalhost_with_the_network_data_go_gi
     }
 
     // The node's plan: Airship's flavor, and the network its `management` template describes.
-    let plan: Value = until("the node's plan", || async {
-        let cm = maps
-            .get_opt(&format!("vino-test-cr-node-{node}"))
-            .await
-            .unwrap()?;
-        serde_json::from_str(&cm.data?["plan.json"]).ok()
-    })
-    .await;
+    let plan = node_plan(&maps, &format!("vino-test-cr-node-{node}")).await;
     let v = &plan["vms"][0];
     assert_eq!(
         (
