@@ -14,7 +14,7 @@ use axum::Router;
 
 use super::access::ReadAccess;
 use super::error::{ApiError, ApiResult};
-use super::serve_file::{ascii, respond};
+use super::serve_file::{ascii, respond, Asked};
 use super::state::{AppState, ServedOverTls};
 use crate::apt::{index::SUITE, Repo};
 use crate::metrics::Metrics;
@@ -107,9 +107,8 @@ async fn dists(
     _: ReadAccess,
     State(state): State<AppState>,
     State(metrics): State<Arc<Metrics>>,
-    method: Method,
     Path(rest): Path<String>,
-    headers: HeaderMap,
+    asked: Asked,
 ) -> ApiResult {
     let (path, etag) = repo(&state)?
         .dists_file(&rest)
@@ -129,18 +128,15 @@ async fn dists(
         (header::CACHE_CONTROL, HeaderValue::from_static(cache)),
     ];
     let text = "text/plain; charset=utf-8";
-    let head = method == Method::HEAD;
-    let r = serve(
+    Ok(serve(
         file,
         meta.len(),
-        &headers,
+        &asked,
         etag,
         text,
         &identity,
-        head,
         &metrics,
-    );
-    Ok(r)
+    ))
 }
 
 async fn pool(
@@ -148,9 +144,8 @@ async fn pool(
     State(state): State<AppState>,
     State(store): State<Arc<Store>>,
     State(metrics): State<Arc<Metrics>>,
-    method: Method,
     Path(rest): Path<String>,
-    headers: HeaderMap,
+    asked: Asked,
 ) -> ApiResult {
     let (digest, size) = repo(&state)?
         .pool_file(&rest)
@@ -159,25 +154,21 @@ async fn pool(
         .map_err(|_| not_found(&format!("pool/{rest}")))?;
     let etag = format!("\"{digest}\"");
     let deb = "application/vnd.debian.binary-package";
-    let head = method == Method::HEAD;
-    let r = serve(file, size, &headers, etag, deb, &[], head, &metrics);
-    Ok(r)
+    Ok(serve(file, size, &asked, etag, deb, &[], &metrics))
 }
 
 /// `file` with Range, validated by its strong `etag` only (a date cannot tell two snapshots written in one second
 /// apart, and a resumed download must not splice them), with its type and `identity` headers.
-#[allow(clippy::too_many_arguments)]
 fn serve(
     file: std::fs::File,
     size: u64,
-    request: &HeaderMap,
+    asked: &Asked,
     etag: String,
     content_type: &'static str,
     identity: &[(header::HeaderName, HeaderValue)],
-    head: bool,
     metrics: &Arc<Metrics>,
 ) -> Response {
-    let mut r = respond(file, size, request, &[&etag], head, metrics);
+    let mut r = respond(file, size, asked, &[&etag], metrics);
     if r.status() != StatusCode::RANGE_NOT_SATISFIABLE {
         let h = r.headers_mut();
         h.insert(header::ETAG, ascii(etag));

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
@@ -14,7 +14,7 @@ use super::access::ReadAccess;
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::rest::key;
 use super::schema::FilePath;
-use super::serve_file::ascii;
+use super::serve_file::{ascii, Asked};
 use super::state::{AppState, Limits};
 use crate::images::{ImageError, Images, Kind};
 use crate::metrics::Metrics;
@@ -52,9 +52,8 @@ pub(super) async fn download(
     State(store): State<Arc<Store>>,
     State(limits): State<Limits>,
     State(metrics): State<Arc<Metrics>>,
-    method: Method,
     Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
-    headers: HeaderMap,
+    asked: Asked,
 ) -> ApiResult {
     if kind == Kind::Container.as_str() {
         return Err(ApiError::new(
@@ -64,7 +63,7 @@ pub(super) async fn download(
         ));
     }
     let images = Images::new(&store, limits.max_image_length);
-    let head = method == Method::HEAD;
+    let head = asked.head;
     if let Some(base) = name.strip_suffix(crate::images::CHECKSUM_SUFFIX) {
         let record = images.get(&key(&owner, &cluster, &kind, base)?).await?;
         if !record.upload_complete {
@@ -88,7 +87,8 @@ pub(super) async fn download(
         .content(&key(&owner, &cluster, &kind, &name)?)
         .await?;
     let etag = format!("\"{digest}\"");
-    if headers
+    if asked
+        .headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"))
@@ -98,8 +98,7 @@ pub(super) async fn download(
     let modified = httpdate::fmt_http_date(
         std::time::UNIX_EPOCH + std::time::Duration::from_secs(updated.max(0) as u64),
     );
-    let mut r =
-        super::serve_file::respond(file, size, &headers, &[&etag, &modified], head, &metrics);
+    let mut r = super::serve_file::respond(file, size, &asked, &[&etag, &modified], &metrics);
     if r.status() != StatusCode::RANGE_NOT_SATISFIABLE {
         let h = r.headers_mut();
         h.insert(header::ETAG, ascii(etag));

@@ -158,6 +158,12 @@ pub struct Counted<T> {
     _permit: OwnedSemaphorePermit,
 }
 
+impl<T> Counted<T> {
+    pub fn get_ref(&self) -> &T {
+        &self.inner
+    }
+}
+
 impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,

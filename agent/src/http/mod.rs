@@ -17,6 +17,7 @@ pub mod registry;
 mod rest;
 mod router;
 pub mod schema;
+pub mod sendfile;
 mod serve;
 pub mod serve_file;
 pub mod state;

@@ -96,6 +96,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         );
     }
     let connections = ConnectionLimit::new(max_connections, state.metrics.clone());
+    let metrics = state.metrics.clone();
     let app = router(state);
     let app = match cfg.tls {
         Some(_) => app.layer(axum::Extension(ServedOverTls)),
@@ -118,8 +119,10 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let service = app.into_make_service();
     match cfg.tls {
         None => {
+            // Plain HTTP: bodies of files leave by sendfile (see `sendfile`).
+            let acceptor = super::sendfile::ZeroCopyAcceptor::new(connections, metrics);
             let mut server = axum_server::bind(cfg.listen)
-                .acceptor(connections)
+                .acceptor(acceptor)
                 .handle(handle);
             limits.configure(server.http_builder());
             server.serve(service).await

@@ -1,37 +1,64 @@
 //! Serving a stored file over HTTP, shared by registry blobs and `/files`: one byte range (206/416), a
-//! streamed body from a memory map of the file (no copy in user space) or read with one copy per byte, byte counts into the metrics. Callers add identity headers
+//! streamed body sent from the file by `sendfile` (plain HTTP/1), from a memory map of the file (no copy in
+//! user space) or read with one copy per byte, byte counts into the metrics. Callers add identity headers
 //! (ETag, digests, Last-Modified).
 
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{FromRequestParts, OptionalFromRequestParts};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 
 use super::range::{self, ByteRange};
+use super::sendfile::ZeroCopy;
 use crate::metrics::Metrics;
 use crate::store::blobs::read_range;
 
+/// What a request for a file asked, as an extractor: its headers (`Range`, `If-Range`, `If-None-Match`),
+/// whether it is a HEAD, and whether its connection sends bodies by `sendfile`.
+pub struct Asked {
+    pub headers: HeaderMap,
+    pub head: bool,
+    pub zero_copy: Option<ZeroCopy>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Asked {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let zero_copy =
+            <ZeroCopy as OptionalFromRequestParts<S>>::from_request_parts(parts, state).await?;
+        Ok(Asked {
+            headers: parts.headers.clone(),
+            head: parts.method == Method::HEAD,
+            zero_copy,
+        })
+    }
+}
+
 /// The response for `file` (of `size` bytes) to a GET, or a HEAD when `head`, honouring `Range` — unless an
 /// `If-Range` names something other than one of `validators` (the ETag and Last-Modified the caller sends):
-/// then the content changed since the client's first part, and it gets the whole of it.
+/// then the content changed since the client's first part, and it gets the whole of it. On a `zero_copy`
+/// connection the body is lent to its writer, which sends it with `sendfile`.
 pub fn respond(
     file: std::fs::File,
     size: u64,
-    request: &HeaderMap,
+    asked: &Asked,
     validators: &[&str],
-    head: bool,
     metrics: &Arc<Metrics>,
 ) -> Response {
+    let (request, head) = (&asked.headers, asked.head);
     let current = request
         .get(header::IF_RANGE)
         .is_none_or(|v| v.to_str().is_ok_and(|v| validators.contains(&v.trim())));
-    let asked = request
+    let range = request
         .get(header::RANGE)
         .and_then(|v| v.to_str().ok())
         .filter(|_| current);
-    let (status, start, len) = match range::parse(asked, size) {
+    let (status, start, len) = match range::parse(range, size) {
         ByteRange::Full => (StatusCode::OK, 0, size),
         ByteRange::Partial { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
         ByteRange::Unsatisfiable => {
@@ -47,7 +74,8 @@ pub fn respond(
         Body::empty()
     } else {
         let metrics = metrics.clone();
-        let (path, chunks) = read_range(file, start, len);
+        let lent = asked.zero_copy.as_ref().map(|z| z.lent().clone());
+        let (path, chunks) = read_range(file, start, len, lent);
         Body::from_stream(chunks.inspect(move |chunk| {
             if let Ok(c) = chunk {
                 metrics.served(path, c.len() as u64);

@@ -244,29 +244,40 @@ pub enum ReadPath {
     Mapped,
     /// Chunks are `pread` into fresh buffers: used when the file cannot be mapped.
     Copied,
+    /// Chunks lent to the connection's writer, which sends them from the file with `sendfile`: no copy at all
+    /// in the process (see `store::mapped::Lent`). The writer counts what it sends.
+    Lent,
 }
 
 /// Streams `len` bytes of `file` from `start`, memory-mapped when the platform allows (`MAP_CHUNK` per mapping),
 /// `pread` in `SERVE_CHUNK` chunks otherwise (see [`ReadPath`]).
 ///
 /// Each mapped chunk is its own mapping, made resident on the blocking pool (`MADV_POPULATE_READ`) before it is
-/// handed on and unmapped once sent (see `store::mapped`).
+/// handed on and unmapped once sent (see `store::mapped`); given `lent`, the connection's writer sends them
+/// with `sendfile`, and they are not made resident at all.
 pub fn read_range(
     file: File,
     start: u64,
     len: u64,
+    lent: Option<super::mapped::Lent>,
 ) -> (
     ReadPath,
     futures_util::stream::BoxStream<'static, io::Result<bytes::Bytes>>,
 ) {
     use futures_util::StreamExt;
-    if super::mapped::mappable(&file, start, len) {
+    if !super::mapped::mappable(&file, start, len) {
+        return (ReadPath::Copied, copied_chunks(file, start, len).boxed());
+    }
+    if let Some(lent) = lent {
+        (
+            ReadPath::Lent,
+            super::mapped::lent_chunks(file, start, start + len, lent).boxed(),
+        )
+    } else {
         (
             ReadPath::Mapped,
             super::mapped::chunks(file, start, start + len).boxed(),
         )
-    } else {
-        (ReadPath::Copied, copied_chunks(file, start, len).boxed())
     }
 }
 
@@ -327,7 +338,7 @@ mod tests {
         rt.block_on(
             chunks
                 .map_ok(|c| {
-                    assert!(c.len() <= SERVE_CHUNK.max(super::super::mapped::MAP_CHUNK));
+                    assert!(c.len() <= SERVE_CHUNK.max(super::super::mapped::LENT_CHUNK));
                     c.to_vec()
                 })
                 .try_concat(),
@@ -335,7 +346,7 @@ mod tests {
     }
 
     fn collect(file: File, start: u64, len: u64) -> (ReadPath, io::Result<Vec<u8>>) {
-        let (path, chunks) = read_range(file, start, len);
+        let (path, chunks) = read_range(file, start, len, None);
         (path, concat(chunks))
     }
 
@@ -362,6 +373,46 @@ mod tests {
             let copied = concat(copied_chunks(File::open(&path).unwrap(), start as u64, (end - start) as u64));
             prop_assert_eq!(&copied.unwrap()[..], &data[start..end]);
         }
+    }
+
+    /// Lent chunks read back as the file's bytes (what any writer that does not use `sendfile` sends), each
+    /// is found in the connection's [`Lent`](super::super::mapped::Lent) at its own offset in the file while it
+    /// lives, and none is left there once the chunks are dropped.
+    #[test]
+    fn lent_chunks_name_their_place_in_the_file() {
+        use futures_util::StreamExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blob");
+        let lent_size = super::super::mapped::LENT_CHUNK;
+        let data: Vec<u8> = (0..2 * lent_size + 12345)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        std::fs::write(&path, &data).unwrap();
+        let lent = super::super::mapped::Lent::default();
+        let start = 4097;
+        let len = data.len() as u64 - start - 3;
+        let (read, chunks) = read_range(File::open(&path).unwrap(), start, len, Some(lent.clone()));
+        assert_eq!(read, ReadPath::Lent);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let chunks: Vec<bytes::Bytes> = rt.block_on(chunks.map(|c| c.unwrap()).collect::<Vec<_>>());
+        assert_eq!(chunks.len(), 3);
+        assert_eq!(lent.len(), 3);
+        let mut at = start;
+        for c in &chunks {
+            assert_eq!(&c[..], &data[at as usize..at as usize + c.len()]);
+            let (_, offset) = lent.find(c).expect("a lent chunk is found");
+            assert_eq!(offset, at);
+            // A slice inside the chunk (what is left after a partial write) is found at its own offset.
+            let (_, inner) = lent.find(&c[100..]).unwrap();
+            assert_eq!(inner, at + 100);
+            at += c.len() as u64;
+        }
+        assert_eq!(at, start + len);
+        assert!(lent.find(&data[..10]).is_none(), "other bytes are not lent");
+        drop(chunks);
+        assert!(lent.is_empty());
     }
 
     /// A file shorter than the range asked for (a damaged store) is an error, never short or padded output.

@@ -19,6 +19,7 @@ use crate::manifest::{self, ManifestError};
 pub use blobs::BlobFiles;
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
+pub use mapped::Lent;
 pub use meta::{ImageRow, ManifestRow, Meta, MetaError, TusRow};
 
 /// Writes are batched to this size before they go to the blocking pool.

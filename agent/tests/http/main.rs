@@ -1,6 +1,6 @@
 //! The agent's HTTP side and its store, one test binary: the registry against real clients (skopeo, podman,
 //! crane, oras, containerd) and the OCI conformance suite, the BPA REST API, tus uploads, the file server,
-//! the OpenAPI document (schemathesis), imports, crashes, a full disk and resumed uploads.
+//! the OpenAPI document (schemathesis), imports, crashes, a full disk, resumed uploads and zero-copy serving.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -24,3 +24,4 @@ mod rest_api;
 mod serving;
 mod tus;
 mod upload_resume;
+mod zero_copy;

@@ -74,6 +74,35 @@ fn serves_https_with_the_given_certificate() {
         &format!("{}/tls/img:v1", agent.host()),
     );
     assert_eq!(remote, image.manifest_digest);
+    // Under TLS, rustls must see the bytes: blobs are read through mappings, never lent to sendfile.
+    let layer = &image.layer_digests[0];
+    let fetched = tmp.path().join("layer");
+    run(Command::new(tool("curl"))
+        .args(["-sSf", "--cacert"])
+        .arg(&cert)
+        .arg("-o")
+        .arg(&fetched)
+        .arg(format!("https://{}/v2/tls/img/blobs/{layer}", agent.host())));
+    let size = std::fs::metadata(&fetched).unwrap().len();
+    assert_eq!(
+        support::sha256_digest(&std::fs::read(&fetched).unwrap()),
+        *layer
+    );
+    let metrics = stdout(
+        Command::new(tool("curl"))
+            .args(["-sSf", "--cacert"])
+            .arg(&cert)
+            .arg(format!("https://{}/metrics", agent.host())),
+    );
+    for line in [
+        format!("foothold_bytes_served_total{{path=\"mapped\"}} {size}"),
+        "foothold_bytes_served_total{path=\"sendfile\"} 0".to_owned(),
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line:?} in\n{metrics}"
+        );
+    }
     // Plain HTTP is not answered on the TLS port.
     let plain = Command::new(tool("curl"))
         .args(["-sf", "--max-time", "5"])
@@ -112,8 +141,9 @@ fn metrics_count_requests_bytes_and_open_uploads() {
         "foothold_http_requests_total{route=\"blob\",method=\"GET\",status=\"200\"} 2",
         "foothold_http_requests_total{route=\"upload\",method=\"POST\",status=\"201\"} 1",
         "foothold_http_requests_total{route=\"upload\",method=\"POST\",status=\"202\"} 1",
-        // Blob files are memory-mapped, not read into buffers.
-        "foothold_bytes_served_total{path=\"mapped\"} 246912",
+        // Blob bodies leave by sendfile on plain HTTP/1, neither mapped nor read into buffers.
+        "foothold_bytes_served_total{path=\"sendfile\"} 246912",
+        "foothold_bytes_served_total{path=\"mapped\"} 0",
         "foothold_bytes_served_total{path=\"copied\"} 0",
         "foothold_upload_sessions_open 1",
     ] {

@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::digest::{Digest, DigestError};
+use crate::http::serve_file::Asked;
 use crate::http::state::AppState;
 use crate::manifest;
 use crate::names;
@@ -31,10 +32,10 @@ pub async fn handle(
     State(state): State<AppState>,
     method: Method,
     uri: Uri,
-    headers: HeaderMap,
+    asked: Asked,
     body: Body,
 ) -> Response {
-    let mut resp = match dispatch(&state, &method, &uri, &headers, body).await {
+    let mut resp = match dispatch(&state, &method, &uri, &asked, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
@@ -94,9 +95,10 @@ async fn dispatch(
     state: &AppState,
     method: &Method,
     uri: &Uri,
-    headers: &HeaderMap,
+    asked: &Asked,
     body: Body,
 ) -> Result<Response> {
+    let headers = &asked.headers;
     let route = routes::parse(uri.path()).ok_or_else(|| {
         RegistryError::NameUnknown(format!("no registry route at {}", uri.path()))
     })?;
@@ -215,9 +217,9 @@ async fn dispatch(
             state.store.delete_manifest(&repo, &reference).await?;
             Ok(empty(StatusCode::ACCEPTED, &[]))
         }
-        (Route::Blob { digest, .. }, m @ (Method::GET | Method::HEAD)) => {
+        (Route::Blob { digest, .. }, Method::GET | Method::HEAD) => {
             let digest = parse_digest(digest)?;
-            serve_blob(state, &repo, &digest, m == Method::HEAD, headers).await
+            serve_blob(state, &repo, &digest, asked).await
         }
         (Route::Blob { digest, .. }, Method::DELETE) => {
             let digest = parse_digest(digest)?;
@@ -438,13 +440,11 @@ async fn serve_blob(
     state: &AppState,
     repo: &str,
     digest: &Digest,
-    head: bool,
-    headers: &HeaderMap,
+    asked: &Asked,
 ) -> Result<Response> {
     let (file, size) = state.store.open_blob(repo, digest).await?;
     let etag = format!("\"{digest}\"");
-    let mut resp =
-        crate::http::serve_file::respond(file, size, headers, &[&etag], head, &state.metrics);
+    let mut resp = crate::http::serve_file::respond(file, size, asked, &[&etag], &state.metrics);
     if resp.status() != StatusCode::RANGE_NOT_SATISFIABLE {
         let h = resp.headers_mut();
         h.insert(DIGEST_HEADER, hv(&digest.to_string()));
