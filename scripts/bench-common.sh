@@ -37,3 +37,65 @@ http { sendfile on; tcp_nopush on; access_log off; client_body_temp_path $work/n
 CONF
   nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" & pids+=("$!")
 }
+
+# make_random_file PATH MIB : PATH filled with MIB MiB of seeded random bytes; prints its sha256 digest.
+make_random_file() {
+  mkdir -p "$(dirname "$1")"
+  python3 - "$1" "$2" <<'PY'
+import hashlib, random, sys
+path, mib = sys.argv[1], int(sys.argv[2])
+rng, h, left = random.Random(path), hashlib.sha256(), mib << 20
+with open(path, "wb") as f:
+    while left:
+        chunk = rng.randbytes(min(left, 4 << 20)); h.update(chunk); f.write(chunk); left -= len(chunk)
+print("sha256:" + h.hexdigest())
+PY
+}
+
+# make_layout DIR MIB LAYERS REF : an OCI image layout in DIR holding one image REF of LAYERS random layers,
+# MIB MiB in all (the layers are not tar: registries and `ctr content fetch` do not look inside).
+make_layout() {
+  python3 - "$@" <<'PY'
+import hashlib, json, os, random, sys
+lay, mib, n, ref = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+rng = random.Random(lay)
+os.makedirs(f"{lay}/blobs/sha256")
+open(f"{lay}/oci-layout", "w").write('{"imageLayoutVersion":"1.0.0"}')
+def put(b):
+    d = hashlib.sha256(b).hexdigest(); open(f"{lay}/blobs/sha256/{d}", "wb").write(b); return "sha256:" + d
+layers = []
+for i in range(n):
+    size, h, tmp = (mib << 20) // n, hashlib.sha256(), f"{lay}/blobs/sha256/tmp"
+    with open(tmp, "wb") as f:
+        left = size
+        while left:
+            chunk = rng.randbytes(min(left, 4 << 20)); h.update(chunk); f.write(chunk); left -= len(chunk)
+    os.rename(tmp, f"{lay}/blobs/sha256/{h.hexdigest()}")
+    layers.append({"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": "sha256:" + h.hexdigest(), "size": size})
+cfg = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": [l["digest"] for l in layers]}}).encode()
+m = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": put(cfg), "size": len(cfg)}, "layers": layers}).encode()
+md = put(m)
+json.dump({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": len(m),
+    "annotations": {"org.opencontainers.image.ref.name": ref}}]}, open(f"{lay}/index.json", "w"))
+PY
+}
+
+# start_agent_at / start_dist_at DIR : a fresh foothold-agent (release) or CNCF distribution on a free port
+# with its data in DIR; set AGENT_PORT/AGENT_PID or DIST_PORT/DIST_PID.
+start_agent_at() {
+  rm -rf "$1"; AGENT_PORT=$(free_port)
+  "$AGENT" serve --no-controllers --listen "127.0.0.1:$AGENT_PORT" --data "$1" 2>"$1.log" & AGENT_PID=$!; pids+=("$AGENT_PID")
+  wait_http "http://127.0.0.1:$AGENT_PORT/v2/"
+}
+start_dist_at() {
+  rm -rf "$1"; DIST_PORT=$(free_port)
+  cat > "$1.yml" <<YML
+version: 0.1
+log: {level: error}
+storage: {filesystem: {rootdirectory: $1}, delete: {enabled: true}}
+http: {addr: 127.0.0.1:$DIST_PORT}
+YML
+  docker-registry serve "$1.yml" >"$1.log" 2>&1 & DIST_PID=$!; pids+=("$DIST_PID")
+  wait_http "http://127.0.0.1:$DIST_PORT/v2/"
+}

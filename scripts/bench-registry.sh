@@ -17,57 +17,13 @@ bench_setup skopeo curl nginx docker-registry
 forget_blob_locations() { rm -f /var/lib/containers/cache/blob-info-cache-v1.* "$HOME"/.local/share/containers/cache/blob-info-cache-v1.* 2>/dev/null || true; }
 
 echo "# generating data: ${BLOB_MIB} MiB blob, ${IMAGE_MIB} MiB 5-layer image"
-python3 - "$work" "$BLOB_MIB" "$IMAGE_MIB" <<'PY'
-import hashlib, json, os, random, sys
-work, blob_mib, image_mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-rng = random.Random(1)
-def write_random(path, size):
-    h = hashlib.sha256()
-    with open(path, "wb") as f:
-        left = size
-        while left:
-            chunk = rng.randbytes(min(left, 4 << 20))
-            h.update(chunk); f.write(chunk); left -= len(chunk)
-    return "sha256:" + h.hexdigest()
-os.makedirs(f"{work}/files", exist_ok=True)
-d = write_random(f"{work}/files/blob", blob_mib << 20)
-open(f"{work}/blob.digest", "w").write(d)
-lay = f"{work}/layout"; os.makedirs(f"{lay}/blobs/sha256")
-open(f"{lay}/oci-layout", "w").write('{"imageLayoutVersion":"1.0.0"}')
-def put(b):
-    dd = hashlib.sha256(b).hexdigest(); open(f"{lay}/blobs/sha256/{dd}", "wb").write(b); return "sha256:" + dd
-layers = []
-for i in range(5):
-    tmp = f"{lay}/blobs/sha256/tmp"
-    dd = write_random(tmp, (image_mib << 20) // 5)
-    os.rename(tmp, f"{lay}/blobs/sha256/{dd[7:]}")
-    layers.append({"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": dd, "size": (image_mib << 20) // 5})
-cfg = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": [l["digest"] for l in layers]}}).encode()
-m = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": put(cfg), "size": len(cfg)}, "layers": layers}).encode()
-md = put(m)
-json.dump({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": len(m),
-    "annotations": {"org.opencontainers.image.ref.name": "bench"}}]}, open(f"{lay}/index.json", "w"))
-PY
+make_random_file "$work/files/blob" "$BLOB_MIB" > "$work/blob.digest"
+make_layout "$work/layout" "$IMAGE_MIB" 5 bench
 digest=$(cat "$work/blob.digest")
 
-start_agent() {  # fresh data dir each time
-  rm -rf "$work/agent-data"; AGENT_PORT=$(free_port)
-  "$AGENT" serve --listen "127.0.0.1:$AGENT_PORT" --data "$work/agent-data" 2>"$work/agent.log" & AGENT_PID=$!; pids+=("$AGENT_PID")
-  wait_http "http://127.0.0.1:$AGENT_PORT/v2/"
-}
+start_agent() { start_agent_at "$work/agent-data"; }  # fresh data dir each time
 stop_agent() { kill "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null || true; }
-start_dist() {
-  rm -rf "$work/dist-data"; DIST_PORT=$(free_port)
-  cat > "$work/dist.yml" <<YML
-version: 0.1
-log: {level: error}
-storage: {filesystem: {rootdirectory: $work/dist-data}, delete: {enabled: true}}
-http: {addr: 127.0.0.1:$DIST_PORT}
-YML
-  docker-registry serve "$work/dist.yml" >"$work/dist.log" 2>&1 & DIST_PID=$!; pids+=("$DIST_PID")
-  wait_http "http://127.0.0.1:$DIST_PORT/v2/"
-}
+start_dist() { start_dist_at "$work/dist-data"; }
 stop_dist() { kill "$DIST_PID"; wait "$DIST_PID" 2>/dev/null || true; }
 
 upload_blob() {  # $1 base URL: two-step upload of the blob file
