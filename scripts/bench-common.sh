@@ -81,11 +81,12 @@ json.dump({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.
 PY
 }
 
-# start_agent_at / start_dist_at DIR : a fresh foothold-agent (release) or CNCF distribution on a free port
-# with its data in DIR; set AGENT_PORT/AGENT_PID or DIST_PORT/DIST_PID.
+# start_agent_at DIR [SERVE_ARGS...] / start_dist_at DIR : a fresh foothold-agent (release) or CNCF
+# distribution on a free port with its data in DIR; set AGENT_PORT/AGENT_PID or DIST_PORT/DIST_PID.
 start_agent_at() {
-  rm -rf "$1"; AGENT_PORT=$(free_port)
-  "$AGENT" serve --no-controllers --listen "127.0.0.1:$AGENT_PORT" --data "$1" 2>"$1.log" & AGENT_PID=$!; pids+=("$AGENT_PID")
+  local dir=$1; shift
+  rm -rf "$dir"; AGENT_PORT=$(free_port)
+  "$AGENT" serve --no-controllers --listen "127.0.0.1:$AGENT_PORT" --data "$dir" "$@" 2>"$dir.log" & AGENT_PID=$!; pids+=("$AGENT_PID")
   wait_http "http://127.0.0.1:$AGENT_PORT/v2/"
 }
 start_dist_at() {

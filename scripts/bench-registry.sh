@@ -3,6 +3,8 @@
 # serving the same blob file with sendfile, all on 127.0.0.1 in one run. Prints medians and ratios.
 #   RUNS=5 scripts/bench-registry.sh          (BLOB_MIB=200 IMAGE_MIB=1024 CONCURRENCY=64 by default;
 #   ONLY_GET=1 skips the skopeo push/pull part)
+# The agent runs twice: as it ships (bodies by sendfile) and with --sendfile false (bodies from memory maps,
+# as under TLS). Pulls go to disk (dir: under the work directory) and to a sink (dir: in /dev/shm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
@@ -21,10 +23,15 @@ make_random_file "$work/files/blob" "$BLOB_MIB" > "$work/blob.digest"
 make_layout "$work/layout" "$IMAGE_MIB" 5 bench
 digest=$(cat "$work/blob.digest")
 
-start_agent() { start_agent_at "$work/agent-data"; }  # fresh data dir each time
-stop_agent() { kill "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null || true; }
-start_dist() { start_dist_at "$work/dist-data"; }
-stop_dist() { kill "$DIST_PID"; wait "$DIST_PID" 2>/dev/null || true; }
+# The registries under test: name -> how to start one, fresh.
+start_reg() {
+  case $1 in
+    agent) start_agent_at "$work/agent-data"; PORT=$AGENT_PORT; PID=$AGENT_PID ;;
+    mapped) start_agent_at "$work/mapped-data" --sendfile false; PORT=$AGENT_PORT; PID=$AGENT_PID ;;
+    dist) start_dist_at "$work/dist-data"; PORT=$DIST_PORT; PID=$DIST_PID ;;
+  esac
+}
+stop_reg() { kill "$1"; wait "$1" 2>/dev/null || true; }
 
 upload_blob() {  # $1 base URL: two-step upload of the blob file
   loc=$(curl -sf -X POST -D - -o /dev/null "$1/v2/bench/blob/blobs/uploads/" | tr -d '\r' | awk -F': ' 'tolower($1)=="location"{print $2}')
@@ -35,17 +42,20 @@ upload_blob() {  # $1 base URL: two-step upload of the blob file
 
 start_nginx "$work/files"
 wait_http "http://127.0.0.1:$NGINX_PORT/blob"
-start_agent; start_dist
-upload_blob "http://127.0.0.1:$AGENT_PORT"; upload_blob "http://127.0.0.1:$DIST_PORT"
+declare -A port pid
+port[nginx]=$NGINX_PORT
+for name in agent mapped dist; do
+  start_reg $name; port[$name]=$PORT; pid[$name]=$PID
+  upload_blob "http://127.0.0.1:$PORT"
+done
+url() { if [ "$1" = nginx ]; then echo "http://127.0.0.1:${port[nginx]}/blob"; else echo "http://127.0.0.1:${port[$1]}/v2/bench/blob/blobs/$digest"; fi; }
 
-mib_s() { awk -v b="$1" -v s="$2" 'BEGIN {printf "%.0f", b / 1048576 / s}'; }
 get_speed() { curl -sf -o /dev/null -w '%{speed_download}\n' "$1"; }  # bytes/s; fails on an HTTP error
 echo "# single GET of the ${BLOB_MIB} MiB blob, median of $RUNS (MiB/s)"
 declare -A single
-for name in nginx agent dist; do
-  case $name in nginx) url="http://127.0.0.1:$NGINX_PORT/blob" ;; agent) url="http://127.0.0.1:$AGENT_PORT/v2/bench/blob/blobs/$digest" ;; dist) url="http://127.0.0.1:$DIST_PORT/v2/bench/blob/blobs/$digest" ;; esac
-  get_speed "$url" >/dev/null  # warm the page cache
-  single[$name]=$(for _ in $(seq "$RUNS"); do get_speed "$url"; done | median | awk '{printf "%.0f", $1/1048576}')
+for name in nginx agent mapped dist; do
+  get_speed "$(url $name)" >/dev/null  # warm the page cache
+  single[$name]=$(for _ in $(seq "$RUNS"); do get_speed "$(url $name)"; done | median | awk '{printf "%.0f", $1/1048576}')
   echo "  $name ${single[$name]}"
 done
 
@@ -59,45 +69,54 @@ concurrent() {  # $1 url -> aggregate MiB/s
   [ "$got" = "$((CONCURRENCY * BLOB_MIB * 1048576))" ] || { echo "concurrent GETs of $1 returned $got bytes" >&2; exit 1; }
   awk -v n="$CONCURRENCY" -v m="$BLOB_MIB" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f\n", n*m/(b-a)}'
 }
-declare -A conc
-for name in nginx agent; do
-  case $name in nginx) url="http://127.0.0.1:$NGINX_PORT/blob" ;; agent) url="http://127.0.0.1:$AGENT_PORT/v2/bench/blob/blobs/$digest" ;; esac
-  conc[$name]=$(for _ in $(seq "$RUNS"); do concurrent "$url"; done | median)
+declare -A conc rss
+for name in nginx agent mapped; do
+  conc[$name]=$(for _ in $(seq "$RUNS"); do concurrent "$(url $name)"; done | median)
+  [ "$name" = nginx ] || rss[$name]=$(awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/${pid[$name]}/status")
   echo "  $name ${conc[$name]}"
 done
-agent_rss_kib=$(awk '/VmHWM/ {print $2}' "/proc/$AGENT_PID/status")
-stop_agent; stop_dist
+for name in agent mapped dist; do stop_reg "${pid[$name]}"; done
 
-declare -A push pull
-if [ -n "${ONLY_GET:-}" ]; then push=([agent]=0 [dist]=1); pull=([agent]=0 [dist]=1); else
-echo "# skopeo push and pull of the ${IMAGE_MIB} MiB image, fresh registry each run, median of $RUNS (MiB/s)"
-for name in agent dist; do
-  pushes=(); pulls=()
+declare -A push pull sink
+if [ -n "${ONLY_GET:-}" ]; then for n in agent mapped dist; do push[$n]=1; pull[$n]=1; sink[$n]=1; done; else
+echo "# skopeo push, then pull to disk and to a sink, of the ${IMAGE_MIB} MiB image, fresh registry each run, median of $RUNS (MiB/s)"
+rate() { awk -v m="$IMAGE_MIB" -v a="$1" -v b="$2" 'BEGIN {print m/(b-a)}'; }
+for name in agent mapped dist; do
+  pushes=(); pulls=(); sinks=()
   for i in $(seq "$RUNS"); do
-    if [ $name = agent ]; then start_agent; port=$AGENT_PORT; else start_dist; port=$DIST_PORT; fi
+    start_reg $name
     forget_blob_locations
     t0=$(date +%s.%N)
-    skopeo --insecure-policy copy -q --dest-tls-verify=false "oci:$work/layout:bench" "docker://127.0.0.1:$port/bench/image:v$i" >/dev/null
+    skopeo --insecure-policy copy -q --dest-tls-verify=false "oci:$work/layout:bench" "docker://127.0.0.1:$PORT/bench/image:v$i" >/dev/null
     t1=$(date +%s.%N)
     rm -rf "$work/pulled"
-    skopeo --insecure-policy copy -q --src-tls-verify=false "docker://127.0.0.1:$port/bench/image:v$i" "dir:$work/pulled" >/dev/null
+    skopeo --insecure-policy copy -q --src-tls-verify=false "docker://127.0.0.1:$PORT/bench/image:v$i" "dir:$work/pulled" >/dev/null
     t2=$(date +%s.%N)
-    pushes+=("$(awk -v m="$IMAGE_MIB" -v a="$t0" -v b="$t1" 'BEGIN {print m/(b-a)}')")
-    pulls+=("$(awk -v m="$IMAGE_MIB" -v a="$t1" -v b="$t2" 'BEGIN {print m/(b-a)}')")
-    if [ $name = agent ]; then stop_agent; else stop_dist; fi
+    rm -rf "$work/pulled" /dev/shm/foothold-bench-pulled
+    skopeo --insecure-policy copy -q --src-tls-verify=false "docker://127.0.0.1:$PORT/bench/image:v$i" "dir:/dev/shm/foothold-bench-pulled" >/dev/null
+    t3=$(date +%s.%N)
+    rm -rf /dev/shm/foothold-bench-pulled
+    pushes+=("$(rate "$t0" "$t1")"); pulls+=("$(rate "$t1" "$t2")"); sinks+=("$(rate "$t2" "$t3")")
+    stop_reg "$PID"
   done
   push[$name]=$(printf '%s\n' "${pushes[@]}" | median | awk '{printf "%.0f", $1}')
   pull[$name]=$(printf '%s\n' "${pulls[@]}" | median | awk '{printf "%.0f", $1}')
+  sink[$name]=$(printf '%s\n' "${sinks[@]}" | median | awk '{printf "%.0f", $1}')
+  echo "  $name push ${push[$name]} pull ${pull[$name]} pull-to-sink ${sink[$name]}"
 done
-rm -rf "$work/pulled"
 fi
 
 echo
-echo "cores: $(nproc); runs: $RUNS"
-printf '%-34s %10s %10s %10s   %s\n' "measure (MiB/s)" foothold distrib nginx "ratios (target)"
-printf '%-34s %10s %10s %10s   %s\n' "GET ${BLOB_MIB} MiB blob" "${single[agent]}" "${single[dist]}" "${single[nginx]}" \
-  "agent/nginx $(ratio "${single[agent]}" "${single[nginx]}") (>=0.9), agent/distribution $(ratio "${single[agent]}" "${single[dist]}") (>=1.5)"
-printf '%-34s %10s %10s %10s   %s\n' "skopeo push ${IMAGE_MIB} MiB 5 layers" "${push[agent]}" "${push[dist]}" "-" "agent/distribution $(ratio "${push[agent]}" "${push[dist]}") (>=1.2)"
-printf '%-34s %10s %10s %10s   %s\n' "skopeo pull ${IMAGE_MIB} MiB 5 layers" "${pull[agent]}" "${pull[dist]}" "-" "agent/distribution $(ratio "${pull[agent]}" "${pull[dist]}") (>=1.0)"
-printf '%-34s %10s %10s %10s   %s\n' "$CONCURRENCY concurrent GETs (aggregate)" "${conc[agent]}" "-" "${conc[nginx]}" "agent/nginx $(ratio "${conc[agent]}" "${conc[nginx]}") (>=0.8)"
-echo "agent peak RSS during the GET benchmarks: $((agent_rss_kib / 1024)) MiB (target <= 64)"
+echo "cores: $(nproc); runs: $RUNS; foothold = as shipped (sendfile), mapped = --sendfile false"
+printf '%-34s %9s %9s %9s %9s   %s\n' "measure (MiB/s)" foothold mapped distrib nginx "ratios (target)"
+row() { printf '%-34s %9s %9s %9s %9s   %s\n' "$@"; }
+row "GET ${BLOB_MIB} MiB blob" "${single[agent]}" "${single[mapped]}" "${single[dist]}" "${single[nginx]}" \
+  "foothold/nginx $(ratio "${single[agent]}" "${single[nginx]}") (>=1.0), foothold/distribution $(ratio "${single[agent]}" "${single[dist]}") (>=1.3); mapped/nginx $(ratio "${single[mapped]}" "${single[nginx]}")"
+row "$CONCURRENCY concurrent GETs (aggregate)" "${conc[agent]}" "${conc[mapped]}" "-" "${conc[nginx]}" \
+  "foothold/nginx $(ratio "${conc[agent]}" "${conc[nginx]}") (>=1.0); mapped/nginx $(ratio "${conc[mapped]}" "${conc[nginx]}")"
+row "skopeo push ${IMAGE_MIB} MiB 5 layers" "${push[agent]}" "${push[mapped]}" "${push[dist]}" "-" "foothold/distribution $(ratio "${push[agent]}" "${push[dist]}") (>=1.2)"
+row "skopeo pull to disk" "${pull[agent]}" "${pull[mapped]}" "${pull[dist]}" "-" \
+  "foothold/distribution $(ratio "${pull[agent]}" "${pull[dist]}") (>=1.0); mapped $(ratio "${pull[mapped]}" "${pull[dist]}")"
+row "skopeo pull to a sink (/dev/shm)" "${sink[agent]}" "${sink[mapped]}" "${sink[dist]}" "-" \
+  "foothold/distribution $(ratio "${sink[agent]}" "${sink[dist]}") (>=1.0); mapped $(ratio "${sink[mapped]}" "${sink[dist]}")"
+echo "peak RSS over the GET benchmarks: foothold ${rss[agent]} MiB, mapped ${rss[mapped]} MiB (target <= 64)"

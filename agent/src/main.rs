@@ -201,6 +201,11 @@ enum Command {
         /// Require the token for reading BPA image records and downloading /files too (default: anonymous).
         #[arg(long, requires = "token_file")]
         files_require_token: bool,
+        /// Send blob and file bodies on plain HTTP/1 by sendfile, from the file to the socket without a copy in
+        /// the agent; false reads them from memory maps as under TLS (for file systems whose sendfile
+        /// misbehaves, and to compare the two).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+        sendfile: bool,
         /// A service beside the agent that /readyz probes and reports, as name=http://host:port/path (2xx is
         /// ready), e.g. ironic=http://127.0.0.1:6385/. Repeatable.
         #[arg(long = "ready-check", value_parser = foothold_agent::neighbors::parse)]
@@ -437,6 +442,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tls_key,
             max_image_size,
             files_require_token,
+            sendfile,
             ready_checks,
             limits,
             kube,
@@ -445,6 +451,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 listen,
                 max_image_length: max_image_size,
                 files_need_token: files_require_token,
+                sendfile,
                 data: data.dir(),
                 token_file,
                 controllers: kube.settings(listen, tls_cert.is_some()),

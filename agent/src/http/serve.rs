@@ -17,6 +17,8 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     pub max_image_length: u64,
     pub files_need_token: bool,
+    /// Plain HTTP/1 bodies of files leave by sendfile (see `sendfile`).
+    pub sendfile: bool,
     pub data: PathBuf,
     pub token_file: Option<PathBuf>,
     pub tls: Option<(PathBuf, PathBuf)>,
@@ -118,11 +120,17 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     });
     let service = app.into_make_service();
     match cfg.tls {
-        None => {
-            // Plain HTTP: bodies of files leave by sendfile (see `sendfile`).
+        None if cfg.sendfile => {
             let acceptor = super::sendfile::ZeroCopyAcceptor::new(connections, metrics);
             let mut server = axum_server::bind(cfg.listen)
                 .acceptor(acceptor)
+                .handle(handle);
+            limits.configure(server.http_builder());
+            server.serve(service).await
+        }
+        None => {
+            let mut server = axum_server::bind(cfg.listen)
+                .acceptor(connections)
                 .handle(handle);
             limits.configure(server.http_builder());
             server.serve(service).await

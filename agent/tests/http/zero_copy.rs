@@ -125,6 +125,12 @@ fn sendfile_serves_the_blob_byte_for_byte_whole_ranged_and_head() {
         (3, size - 1),
     ];
     let mut conn = connect(&agent);
+    let (_, headers, _) = exchange(&mut conn, "HEAD", &path, "");
+    // Named by its digest, a blob never changes under that name.
+    assert_eq!(
+        header(&headers, "cache-control"),
+        "max-age=31536000, immutable"
+    );
     for (i, (a, b)) in ranges.into_iter().enumerate() {
         let (code, headers, body) = exchange(
             &mut conn,
@@ -249,5 +255,25 @@ fn http2_keeps_the_mapped_reader() {
     assert_eq!(version, "2");
     assert!(std::fs::read(&out).unwrap() == blob);
     assert_eq!(served(&agent, "mapped"), blob.len() as u64);
+    assert_eq!(served(&agent, "sendfile"), 0);
+}
+
+#[test]
+fn sendfile_false_reads_through_mappings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = Agent::start_with(
+        &tmp.path().join("data"),
+        None,
+        "127.0.0.1:0",
+        &["--sendfile", "false"],
+    );
+    let blob = blob();
+    let digest = push(&agent, "zc/off", &blob);
+    let mut conn = connect(&agent);
+    let path = format!("/v2/zc/off/blobs/{digest}");
+    let (code, _, body) = exchange(&mut conn, "GET", &path, "Range: bytes=5-9000000\r\n");
+    assert_eq!(code, 206);
+    assert!(body == blob[5..=9_000_000]);
+    assert_eq!(served(&agent, "mapped"), body.len() as u64);
     assert_eq!(served(&agent, "sendfile"), 0);
 }

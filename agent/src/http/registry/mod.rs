@@ -449,6 +449,11 @@ async fn serve_blob(
         let h = resp.headers_mut();
         h.insert(DIGEST_HEADER, hv(&digest.to_string()));
         h.insert(header::ETAG, hv(&etag));
+        // A blob is named by its digest: what a client or a cache in between holds under it never changes.
+        h.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("max-age=31536000, immutable"),
+        );
     }
     Ok(resp)
 }
