@@ -452,11 +452,10 @@ async fn icns_sample_provisionings_and_software_are_taken_as_they_are() {
 }
 
 /// Airship SIP's published samples (`agent/tests/fixtures/airship/sip`, unmodified: the SIPCluster with its
-/// finalizer, the six BareMetalHosts, the SSH keys Secret) in their namespace. Their BMC and networkData
-/// Secrets (`config/samples/bmh/bmh_secrets.yaml`) are stood in for, with the oam-ipv4 addresses they give
-/// (rdm9r006o001 and rdm9r007o001 share one), and the hosts are `available` as BMO would report them. The
-/// SIPCluster goes Ready with two control-plane and two worker hosts and its four services; deleting it
-/// completes and releases them.
+/// finalizer, the six BareMetalHosts, their BMC and networkData Secrets, the SSH keys Secret) in their
+/// namespace, the hosts `available` as BMO would report them. Their networkData give two hosts one oam-ipv4
+/// address and four another. The SIPCluster goes Ready with two control-plane and two worker hosts and its
+/// four services; deleting it completes and releases them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn airships_sip_samples_schedule_run_their_services_and_delete() {
     let env = env();
@@ -475,41 +474,14 @@ async fn airships_sip_samples_schedule_run_their_services_and_delete() {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let ssh: Secret = serde_saphyr::from_str(&read("ssh_private_keys_secret.yaml")).unwrap();
     secrets.create(&PostParams::default(), &ssh).await.unwrap();
+    for doc in read("bmh_secrets.yaml").split("---\n") {
+        let secret: Secret = serde_saphyr::from_str(doc).unwrap();
+        secrets.create(&PostParams::default(), &secret).await.unwrap();
+    }
     let bmhs: Api<BareMetalHost> = Api::namespaced(client.clone(), ns);
-    let oam = [
-        ("rdm9r006o001", "32.68.51.139"),
-        ("rdm9r006o002", "32.68.51.140"),
-        ("rdm9r007o001", "32.68.51.139"),
-        ("rdm9r007o002", "32.68.51.141"),
-        ("rdm9r008o002", "32.68.51.142"),
-        ("rdm9r009o002", "32.68.51.143"),
-    ];
     for doc in read("bmh.yaml").split("---\n") {
         let bmh: BareMetalHost = serde_saphyr::from_str(doc).unwrap();
         let name = bmh.name_any();
-        let ip = oam.iter().find(|(n, _)| *n == name).unwrap().1;
-        for (suffix, data) in [
-            (
-                "bmc-credentials",
-                json!({"username": "root", "password": "L^c&/MOCOu%4"}),
-            ),
-            (
-                "networkdata",
-                json!({"networkData": json!({"networks": [
-                {"id": "oam-ipv4", "type": "ipv4", "link": "bond0.41", "ip_address": ip, "netmask": "255.255.255.128"}]}).to_string()}),
-            ),
-        ] {
-            secrets
-                .create(
-                    &PostParams::default(),
-                    &serde_json::from_value(json!({
-                        "metadata": {"name": format!("{name}-{suffix}")}, "stringData": data,
-                    }))
-                    .unwrap(),
-                )
-                .await
-                .unwrap();
-        }
         bmhs.create(&PostParams::default(), &bmh).await.unwrap();
         bmhs.patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": {
             "errorCount": 0, "errorMessage": "", "operationalStatus": "OK", "poweredOn": false,
