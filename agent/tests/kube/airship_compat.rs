@@ -476,7 +476,10 @@ async fn airships_sip_samples_schedule_run_their_services_and_delete() {
     secrets.create(&PostParams::default(), &ssh).await.unwrap();
     for doc in read("bmh_secrets.yaml").split("---\n") {
         let secret: Secret = serde_saphyr::from_str(doc).unwrap();
-        secrets.create(&PostParams::default(), &secret).await.unwrap();
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
     }
     let bmhs: Api<BareMetalHost> = Api::namespaced(client.clone(), ns);
     for doc in read("bmh.yaml").split("---\n") {
