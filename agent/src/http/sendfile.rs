@@ -41,38 +41,47 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for ZeroCopy {
         _state: &S,
     ) -> Result<Option<Self>, Self::Rejection> {
         let http1 = matches!(parts.version, Version::HTTP_10 | Version::HTTP_11);
+        // The acceptor puts an `Option`: `None` on connections of an agent serving with `--sendfile false`.
         Ok(parts
             .extensions
-            .get::<ZeroCopy>()
+            .get::<Option<ZeroCopy>>()
             .filter(|_| http1)
-            .cloned())
+            .cloned()
+            .flatten())
     }
 }
 
 /// The plain-HTTP acceptor: [`ConnectionLimit`]'s connections, each with a writer that sends lent chunks by
-/// `sendfile` and requests that may lend them.
+/// `sendfile` and, when `enabled`, requests that may lend them (otherwise nothing is ever lent, and the writer
+/// only passes bytes on).
 #[derive(Clone)]
 pub struct ZeroCopyAcceptor {
     inner: ConnectionLimit,
     metrics: Arc<Metrics>,
+    enabled: bool,
 }
 
 impl ZeroCopyAcceptor {
-    pub fn new(inner: ConnectionLimit, metrics: Arc<Metrics>) -> Self {
-        ZeroCopyAcceptor { inner, metrics }
+    pub fn new(inner: ConnectionLimit, metrics: Arc<Metrics>, enabled: bool) -> Self {
+        ZeroCopyAcceptor {
+            inner,
+            metrics,
+            enabled,
+        }
     }
 }
 
 impl<S> Accept<TcpStream, S> for ZeroCopyAcceptor {
     type Stream = Sendfile;
-    type Service = axum::middleware::AddExtension<S, ZeroCopy>;
+    type Service = axum::middleware::AddExtension<S, Option<ZeroCopy>>;
     type Future = std::future::Ready<io::Result<(Self::Stream, Self::Service)>>;
 
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
         let accepted = self.inner.accept(stream, service).into_inner();
         std::future::ready(accepted.map(|(stream, service)| {
             let lent = Lent::default();
-            let service = tower::Layer::layer(&axum::Extension(ZeroCopy(lent.clone())), service);
+            let offered = self.enabled.then(|| ZeroCopy(lent.clone()));
+            let service = tower::Layer::layer(&axum::Extension(offered), service);
             let stream = Sendfile {
                 inner: stream,
                 lent,

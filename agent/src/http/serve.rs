@@ -120,17 +120,11 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     });
     let service = app.into_make_service();
     match cfg.tls {
-        None if cfg.sendfile => {
-            let acceptor = super::sendfile::ZeroCopyAcceptor::new(connections, metrics);
+        None => {
+            let acceptor =
+                super::sendfile::ZeroCopyAcceptor::new(connections, metrics, cfg.sendfile);
             let mut server = axum_server::bind(cfg.listen)
                 .acceptor(acceptor)
-                .handle(handle);
-            limits.configure(server.http_builder());
-            server.serve(service).await
-        }
-        None => {
-            let mut server = axum_server::bind(cfg.listen)
-                .acceptor(connections)
                 .handle(handle);
             limits.configure(server.http_builder());
             server.serve(service).await
