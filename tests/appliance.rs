@@ -33,19 +33,20 @@ use serde_json::Value;
 /// How long a boot under TCG may take to a Ready node (the boot benchmark measures the real figure).
 const BOOT_LIMIT: Duration = Duration::from_secs(1200);
 
-/// Polls `f` every 2 s until it returns Some, for at most `limit`; the panic names `what` and the last value.
-fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
+/// Polls `f` every 2 s until it returns Ok, for at most `limit`; the panic names `what` and the last value.
+fn wait_for<T>(what: &str, limit: Duration, f: impl FnMut() -> Result<T, String>) -> T {
+    try_wait_for(limit, f)
+        .unwrap_or_else(|last| panic!("{what}: not within {limit:?}; last: {last}"))
+}
+
+/// Polls `f` every 2 s until it returns Ok, for at most `limit`; Err is its last error.
+fn try_wait_for<T>(limit: Duration, mut f: impl FnMut() -> Result<T, String>) -> Result<T, String> {
     let deadline = Instant::now() + limit;
     loop {
         match f() {
-            Ok(v) => return v,
-            Err(last) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "{what}: not within {limit:?}; last: {last}"
-                );
-                std::thread::sleep(Duration::from_secs(2));
-            }
+            Ok(v) => return Ok(v),
+            Err(last) if Instant::now() >= deadline => return Err(last),
+            Err(_) => std::thread::sleep(Duration::from_secs(2)),
         }
     }
 }

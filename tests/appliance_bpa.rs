@@ -13,7 +13,7 @@
 //! - A `Software` with a Debian package and a binary, both uploaded to the appliance's agent, goes `Installed`;
 //!   the package is installed on the master and the binary on both hosts, checked over SSH.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -21,11 +21,11 @@ use foothold_e2e::{build_deb, run, ssh_command, upload_record};
 use serde_json::{json, Value};
 
 use super::metal3::{self, Provisioned, SitePorts, LINK};
-use super::{wait_for, Appliance};
+use super::{try_wait_for, Appliance};
 
 /// The installer Job's limit: two hosts prepared, kubeadm init and join, the pod network, under TCG beside the
-/// appliance.
-const INSTALL_LIMIT: Duration = Duration::from_secs(1800);
+/// appliance (generation 4 took 629 s here; a stall fails with the installer's logs and the nodes' consoles).
+const INSTALL_LIMIT: Duration = Duration::from_secs(1500);
 
 fn apply(a: &Appliance, dir: &Path, name: &str, doc: &Value) {
     let path = dir.join(format!("{name}.json"));
@@ -51,7 +51,8 @@ fn provisioning(step: u32) -> Value {
 const NOWHERE: &str = "10.0.2.52";
 
 /// Waits until `kind`/`name`'s status is for generation `generation` (its Failed condition's observedGeneration)
-/// and its phase is one of `done`; returns the phase and the Failed condition's message.
+/// and its phase is one of `done`; returns the phase and the Failed condition's message. If it does not, the
+/// panic carries `diagnose()`.
 fn settle(
     a: &Appliance,
     kind: &str,
@@ -59,15 +60,13 @@ fn settle(
     generation: u32,
     done: &[&str],
     limit: Duration,
+    diagnose: &dyn Fn() -> String,
 ) -> (String, String) {
     let failed = "{.status.conditions[?(@.type==\"Failed\")]";
     let path = format!(
         "jsonpath={{.metadata.generation}}|{failed}.observedGeneration}}|{{.status.phase}}|{failed}.message}}"
     );
-    wait_for(
-        &format!("{kind} {name} generation {generation} to end {done:?}"),
-        limit,
-        || {
+    try_wait_for(limit, || {
             let s = a.kubectl(&["-n", "site", "get", kind, name, "-o", &path])?;
             match s.splitn(4, '|').collect::<Vec<_>>()[..] {
                 [g, observed, phase, message]
@@ -77,8 +76,52 @@ fn settle(
                 }
                 _ => Err(s),
             }
-        },
-    )
+        })
+    .unwrap_or_else(|last| {
+        panic!(
+            "{kind} {name} generation {generation} to end {done:?}: not within {limit:?}; last: {last}\n{}",
+            diagnose()
+        )
+    })
+}
+
+/// What a stalled install leaves to read: the installer pods' states and every line they logged, the site's
+/// events, and the tail of each node's console.
+fn diagnosis(a: &Appliance, consoles: &[PathBuf]) -> String {
+    let mut out = String::new();
+    let mut add = |title: &str, text: String| out.push_str(&format!("--- {title}\n{text}\n"));
+    add(
+        "pods of site",
+        a.kubectl(&["-n", "site", "get", "pods", "-o", "wide"])
+            .unwrap_or_else(|e| e),
+    );
+    add(
+        "installer logs",
+        a.kubectl(&[
+            "-n",
+            "site",
+            "logs",
+            "-l",
+            "job-name",
+            "--prefix",
+            "--tail=-1",
+            "--max-log-requests=10",
+        ])
+        .unwrap_or_else(|e| e),
+    );
+    add(
+        "events of site",
+        a.kubectl(&["-n", "site", "get", "events", "--sort-by=.lastTimestamp"])
+            .unwrap_or_else(|e| e),
+    );
+    for console in consoles {
+        let text = std::fs::read(console).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text);
+        let tail: Vec<&str> = text.lines().rev().take(40).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        add(&console.display().to_string(), tail.join("\n"));
+    }
+    out
 }
 
 /// The logs of Job `job`'s pods.
@@ -114,6 +157,11 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
                "metadata": {"name": "ssh-key-secret", "namespace": "site"},
                "stringData": {"id_rsa": std::fs::read_to_string(key).unwrap()}})
     };
+    let consoles = [
+        hosts.site.console(&hosts.node),
+        hosts.site.console(&hosts.worker),
+    ];
+    let diagnose = || diagnosis(a, &consoles);
     let attempt = |generation: u32| {
         apply(a, dir, "c1", &provisioning(generation));
         settle(
@@ -123,6 +171,7 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
             generation,
             &["Ready", "Failed"],
             INSTALL_LIMIT,
+            &diagnose,
         )
     };
     let failed = |(p, m): (String, String), wants: &[&str]| {
@@ -297,6 +346,7 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
         1,
         &["Installed", "Failed"],
         Duration::from_secs(900),
+        &diagnose,
     );
     assert_eq!(p, "Installed", "{m}");
     let master = ssh(

@@ -1,6 +1,7 @@
 //! sushy-tools (PyPI, installed by `scripts/install-test-tools.sh`) as the Redfish BMC of the tests' compute
 //! nodes, on 127.0.0.1 (an isolated VM reaches it through a guest forward, `RunOptions::guest_forwards`). With the fake driver the
 //! systems are simulated (power, boot device, virtual media), so Ironic's whole control path runs with no VM.
+//! It runs with one change, virtual media kept for a retry of the same InsertMedia (`sushy_media_cache.py`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use foothold_image_builder::site::{self, Bmc};
 
-use crate::{run, target};
+use crate::{run, target, workspace};
 
 /// A fake system: its name, UUID (the Redfish id) and the MAC of its NIC (a BareMetalHost's bootMACAddress).
 pub struct System {
@@ -71,7 +72,9 @@ impl Sushy {
 
     fn start(dir: &Path, config: &Path, args: &[&str], port: u16, state: &Path) -> Sushy {
         let log = dir.join(format!("sushy-{port}.log"));
-        let child = Command::new(target().join("tools/bin/sushy-emulator"))
+        // sushy-emulator, with virtual media kept for retries (`tests/sushy_media_cache.py` says why).
+        let child = Command::new(target().join("tools/sushy/bin/python3"))
+            .arg(workspace().join("tests/sushy_media_cache.py"))
             .arg("--config")
             .arg(config)
             .args(args)
