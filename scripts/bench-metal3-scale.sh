@@ -237,4 +237,24 @@ printf '%-52s %s\n' "hosts applied → all available or beyond" "${available} s"
 printf '%-52s %s\n' "hosts applied → all provisioned" "${provisioned} s (target <= 900)"
 printf '%-52s %s\n' "peak memory used meanwhile" "${peak} MiB (target <= 4096)"
 printf '%-52s %s\n' "mean CPU busy meanwhile (of all CPUs)" "${cpu} %"
+if [ "$mode" = native ]; then
+  # Where the CPU went: each unit's process and the fake BMC (outside the appliance), in CPU seconds since start.
+  python3 - "$root/proc" "${unit_pids[@]}" "$sushy_pid" <<'PY'
+import os, sys
+proc, pids = sys.argv[1], sys.argv[2:]
+hz = os.sysconf("SC_CLK_TCK")
+parts = []
+for p in pids:
+    try:
+        stat = open(f"{proc}/{p}/stat").read()
+    except OSError:
+        continue
+    fields = stat.rsplit(")", 1)[1].split()
+    name = open(f"{proc}/{p}/cmdline").read().split("\0")[0].rsplit("/", 1)[-1]
+    if name.startswith("python"):
+        name = open(f"{proc}/{p}/cmdline").read().split("\0")[1].rsplit("/", 1)[-1]
+    parts.append(f"{name} {(int(fields[11]) + int(fields[12])) / hz:.0f} s")
+print("CPU time since start: " + ", ".join(parts))
+PY
+fi
 echo "progress: $bench/progress.log"

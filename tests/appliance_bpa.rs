@@ -86,34 +86,54 @@ fn settle(
 }
 
 /// What a stalled install leaves to read: the installer pods' states and every line they logged, the site's
-/// events, and the tail of each node's console.
-fn diagnosis(a: &Appliance, consoles: &[PathBuf]) -> String {
+/// events (each asked of the appliance up to three times: it may be too busy to answer), what each host runs
+/// of kubeadm and kubelet and, on the control-plane host, its kube-system pods, and the tail of each node's
+/// console.
+fn diagnosis(a: &Appliance, ports: &SitePorts, consoles: &[PathBuf]) -> String {
     let mut out = String::new();
     let mut add = |title: &str, text: String| out.push_str(&format!("--- {title}\n{text}\n"));
+    let ask = |args: &[&str]| {
+        let mut last = String::new();
+        for _ in 0..3 {
+            match a.kubectl(args) {
+                Ok(s) => return s,
+                Err(e) => last = e,
+            }
+        }
+        last
+    };
     add(
         "pods of site",
-        a.kubectl(&["-n", "site", "get", "pods", "-o", "wide"])
-            .unwrap_or_else(|e| e),
+        ask(&["-n", "site", "get", "pods", "-o", "wide"]),
     );
     add(
         "installer logs",
-        a.kubectl(&[
+        ask(&[
             "-n",
             "site",
             "logs",
             "-l",
             "job-name",
             "--prefix",
+            "--timestamps",
             "--tail=-1",
             "--max-log-requests=10",
-        ])
-        .unwrap_or_else(|e| e),
+        ]),
     );
     add(
         "events of site",
-        a.kubectl(&["-n", "site", "get", "events", "--sort-by=.lastTimestamp"])
-            .unwrap_or_else(|e| e),
+        ask(&["-n", "site", "get", "events", "--sort-by=.lastTimestamp"]),
     );
+    for (host, port) in ["master-0", "worker-0"].iter().zip(ports.ssh) {
+        let said = foothold_e2e::try_run(&mut ssh_command(
+            port,
+            &a.key,
+            "uptime; ps -eo pid,etime,args | grep -E '[k]ubeadm|[k]ubelet ' | cut -c1-200; \
+             [ -e /etc/kubernetes/admin.conf ] && timeout 60 sudo kubectl --kubeconfig /etc/kubernetes/admin.conf \
+             -n kube-system get pods -o wide",
+        ));
+        add(host, said.unwrap_or_else(|e| e));
+    }
     for console in consoles {
         let text = std::fs::read(console).unwrap_or_default();
         let text = String::from_utf8_lossy(&text);
@@ -161,7 +181,7 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
         hosts.site.console(&hosts.node),
         hosts.site.console(&hosts.worker),
     ];
-    let diagnose = || diagnosis(a, &consoles);
+    let diagnose = || diagnosis(a, ports, &consoles);
     let attempt = |generation: u32| {
         apply(a, dir, "c1", &provisioning(generation));
         settle(

@@ -89,6 +89,7 @@ pub fn init(c: &Cluster, n: &Node) -> String {
         endpoint = api_endpoint(c.endpoint),
         pods = c.pod_subnet
     );
+    out.push_str(NO_LEADER_ELECTION);
     out.push_str(KUBELET);
     out
 }
@@ -114,6 +115,13 @@ pub fn join(c: &Cluster, n: &Node, ca_hash: &str, control_plane: bool) -> String
     }
     out
 }
+
+/// The controller manager and the scheduler of a cluster of one control-plane host (all the installer makes)
+/// have no one to elect: with leader election, a control plane too slow to renew its lease within the 10 s
+/// deadline (an emulated or overloaded host) makes both exit, and kubelet's crash-loop backoff keeps them down
+/// for minutes, so bootstrap tokens go unsigned and joins wait out their discovery timeout. A second
+/// control-plane host would need election back.
+const NO_LEADER_ELECTION: &str = "controllerManager:\n  extraArgs:\n  - name: leader-elect\n    value: \"false\"\nscheduler:\n  extraArgs:\n  - name: leader-elect\n    value: \"false\"\n";
 
 /// kube-proxy runs as a host service (its image would need iptables inside; the hosts have it), so kubeadm
 /// does not deploy its DaemonSet.
@@ -241,6 +249,14 @@ mod tests {
             y.contains("  controlPlaneComponentHealthCheck: 15m0s\n"),
             "{y}"
         );
+        // In the ClusterConfiguration (the second document): no leader election for either component.
+        let cluster_doc = format!("{}\n", y.split("\n---\n").nth(1).unwrap());
+        for component in ["controllerManager", "scheduler"] {
+            let want = format!(
+                "{component}:\n  extraArgs:\n  - name: leader-elect\n    value: \"false\"\n"
+            );
+            assert!(cluster_doc.contains(&want), "{want:?} in\n{cluster_doc}");
+        }
     }
 
     #[test]
