@@ -209,6 +209,7 @@ counts() {
   on "kubectl -n scale get bmh -o jsonpath='{range .items[*]}{.status.provisioning.state}{\"\\n\"}{end}'" \
     | sort | uniq -c | awk '{printf "%s=%s ", $2, $1}'
 }
+: > "$bench/progress.log"
 t0=$(now)
 on "kubectl apply -f - > /dev/null" < "$bench/hosts.yaml"
 available=timeout
