@@ -174,6 +174,28 @@ impl Agent {
             .unwrap()
     }
 
+    /// The metrics once every one of `lines` is among them. A body's last `sendfile` is counted after it
+    /// returns, which can be after the client has read the bytes: counters are waited for, not read once.
+    pub fn metrics_with(&self, lines: &[&str]) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let metrics = self.metrics();
+            let missing: Vec<&str> = lines
+                .iter()
+                .copied()
+                .filter(|want| !metrics.lines().any(|l| l == *want))
+                .collect();
+            if missing.is_empty() {
+                return metrics;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "after 10 s the metrics still lack {missing:?}; they are:\n{metrics}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// `skopeo --dest-creds` value when a token is set.
     pub fn creds(&self) -> Option<String> {
         self.token.as_ref().map(|t| format!("foothold:{t}"))
