@@ -85,10 +85,10 @@ fn settle(
     })
 }
 
-/// What a stalled install leaves to read: the installer pods' states and every line they logged, the site's
-/// events (each asked of the appliance up to three times: it may be too busy to answer), what each host runs
-/// of kubeadm and kubelet and, on the control-plane host, its kube-system pods, and the tail of each node's
-/// console.
+/// What a stalled install leaves to read, the most telling first: the installer pods' states and every line
+/// they logged; what each host runs of kubeadm and kubelet and, on the control-plane host, its kube-system pods;
+/// the appliance's load and what its agent logged of its lease and its reconciles; the site's last events (each
+/// request to the appliance tried up to three times: it may be too busy to answer); each node's console tail.
 fn diagnosis(a: &Appliance, ports: &SitePorts, consoles: &[PathBuf]) -> String {
     let mut out = String::new();
     let mut add = |title: &str, text: String| out.push_str(&format!("--- {title}\n{text}\n"));
@@ -101,6 +101,10 @@ fn diagnosis(a: &Appliance, ports: &SitePorts, consoles: &[PathBuf]) -> String {
             }
         }
         last
+    };
+    let tail = |text: &str, n: usize| {
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
     };
     add(
         "pods of site",
@@ -120,10 +124,6 @@ fn diagnosis(a: &Appliance, ports: &SitePorts, consoles: &[PathBuf]) -> String {
             "--max-log-requests=10",
         ]),
     );
-    add(
-        "events of site",
-        ask(&["-n", "site", "get", "events", "--sort-by=.lastTimestamp"]),
-    );
     for (host, port) in ["master-0", "worker-0"].iter().zip(ports.ssh) {
         let said = foothold_e2e::try_run(&mut ssh_command(
             port,
@@ -134,12 +134,24 @@ fn diagnosis(a: &Appliance, ports: &SitePorts, consoles: &[PathBuf]) -> String {
         ));
         add(host, said.unwrap_or_else(|e| e));
     }
+    let appliance = foothold_e2e::try_run(&mut a.ssh_command(
+        "uptime; sudo journalctl -u foothold-agent --since -40min --no-pager -o short-iso \
+         | grep -iE 'lease|leading|error|warn' | tail -n 40 | cut -c1-300",
+    ));
+    add("appliance", appliance.unwrap_or_else(|e| e));
+    add(
+        "events of site (the last 30)",
+        tail(
+            &ask(&["-n", "site", "get", "events", "--sort-by=.lastTimestamp"]),
+            30,
+        ),
+    );
     for console in consoles {
         let text = std::fs::read(console).unwrap_or_default();
-        let text = String::from_utf8_lossy(&text);
-        let tail: Vec<&str> = text.lines().rev().take(40).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        add(&console.display().to_string(), tail.join("\n"));
+        add(
+            &console.display().to_string(),
+            tail(&String::from_utf8_lossy(&text), 30),
+        );
     }
     out
 }
