@@ -86,9 +86,10 @@ fn settle(
 }
 
 /// What a stalled install leaves to read, the most telling first: the installer pods' states and every line
-/// they logged; what each host runs of kubeadm and kubelet and, on the control-plane host, its kube-system pods;
-/// the appliance's load and what its agent logged of its lease and its reconciles; the site's last events (each
-/// request to the appliance tried up to three times: it may be too busy to answer); each node's console tail.
+/// they logged; what each host runs of kubeadm and kubelet, its containers' log files (a container's log `N.log`
+/// is its Nth restart) and, on the control-plane host, its kube-system pods; the appliance's load and its agent's
+/// warnings, errors and leadership; the site's last events (each request to the appliance tried up to three
+/// times: it may be too busy to answer); each node's console tail.
 fn diagnosis(a: &Appliance, ports: &SitePorts, consoles: &[PathBuf]) -> String {
     let mut out = String::new();
     let mut add = |title: &str, text: String| out.push_str(&format!("--- {title}\n{text}\n"));
@@ -129,6 +130,7 @@ fn diagnosis(a: &Appliance, ports: &SitePorts, consoles: &[PathBuf]) -> String {
             port,
             &a.key,
             "uptime; ps -eo pid,etime,args | grep -E '[k]ubeadm|[k]ubelet ' | cut -c1-200; \
+             sudo sh -c 'cd /var/log/pods 2>/dev/null && ls -d */*/*.log'; \
              [ -e /etc/kubernetes/admin.conf ] && timeout 60 sudo kubectl --kubeconfig /etc/kubernetes/admin.conf \
              -n kube-system get pods -o wide",
         ));
@@ -136,7 +138,7 @@ fn diagnosis(a: &Appliance, ports: &SitePorts, consoles: &[PathBuf]) -> String {
     }
     let appliance = foothold_e2e::try_run(&mut a.ssh_command(
         "uptime; sudo journalctl -u foothold-agent --since -40min --no-pager -o short-iso \
-         | grep -iE 'lease|leading|error|warn' | tail -n 40 | cut -c1-300",
+         | grep -E ' (WARN|ERROR) |leading' | tail -n 40 | cut -c1-300",
     ));
     add("appliance", appliance.unwrap_or_else(|e| e));
     add(

@@ -227,7 +227,17 @@ async fn wait_nodes(
         "get nodes -o jsonpath='{{range .items[*]}}{{.metadata.name}}{{\" \"}}{field}{{\"\\n\"}}{{end}}'"
     );
     loop {
-        let said = cp.kubectl(step, &args).await?;
+        // The API server may be restarting (kubelet restarts it when a slow host answers its probes late):
+        // a refused request is retried until the deadline, and named if it is the last thing seen.
+        let said = match cp.kubectl(step, &args).await {
+            Ok(said) => said,
+            Err(e) if Instant::now() < deadline => {
+                tracing::warn!(error = %e, "{step}: the API server did not answer; retrying");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let seen: Vec<(String, String)> = said
             .lines()
             .filter_map(|l| {
@@ -336,13 +346,16 @@ async fn converge(
     // expired by a later run's), with the CA's hash read from the control-plane host.
     let joining = &nodes[1..];
     if !joining.is_empty() {
+        // Tried for up to 5 minutes: the API server may be restarting just after init.
         cp.step(
             "bootstrap token",
             &format!(
-                "set -eu\nkubeadm token delete '{token}' --kubeconfig={ADMIN_CONF} >/dev/null 2>&1 || true\n\
-                 kubeadm token create '{token}' --ttl 2h0m0s --kubeconfig={ADMIN_CONF} >/dev/null\necho '{DONE} token'\n"
+                "set -u\nfor i in $(seq 30); do\n  \
+                 kubeadm token delete '{token}' --kubeconfig={ADMIN_CONF} >/dev/null 2>&1\n  \
+                 if kubeadm token create '{token}' --ttl 2h0m0s --kubeconfig={ADMIN_CONF} >/dev/null; then\n    \
+                 echo '{DONE} token'; exit 0\n  fi\n  sleep 10\ndone\nexit 1\n"
             ),
-            SHORT,
+            KUBEADM,
         )
         .await?;
         let ca = cp

@@ -151,12 +151,25 @@ fn marker_check(s: &mut String, marker: &str, cluster: &str, then: &str) {
     );
 }
 
+/// kubeadm's patches (`kubeadm::patches`), in the directory its configurations name.
+fn put_patches(s: &mut String) {
+    for (name, patch) in super::kubeadm::patches() {
+        put(
+            s,
+            &format!("{}/{name}", super::kubeadm::PATCHES_DIR),
+            &patch,
+            0o644,
+        );
+    }
+}
+
 /// Step `kubeadm init` on the first control-plane host with `config` (`kubeadm::init`). Skipped when this host
 /// initialised `cluster` before (then it waits for its API server); a control plane left half-made by a failed
 /// run is reset first.
 pub fn init(cluster: &str, config: &str) -> String {
     let mut s = head();
     put(&mut s, &format!("{DIR}/init.yaml"), config, 0o600);
+    put_patches(&mut s);
     let mut then = String::new();
     wait_ready(&mut then, ADMIN_CONF, 900);
     let _ = writeln!(then, "  echo '{DONE} already initialised'; exit 0");
@@ -181,6 +194,7 @@ pub fn init(cluster: &str, config: &str) -> String {
 pub fn join(cluster: &str, config: &str) -> String {
     let mut s = head();
     put(&mut s, &format!("{DIR}/join.yaml"), config, 0o600);
+    put_patches(&mut s);
     marker_check(
         &mut s,
         "joined",

@@ -5,7 +5,9 @@
 //!
 //! Checked by hand on 2026-11-24: `kubeadm config validate` of the v1.35.4 kubeadm the appliance builds accepts
 //! the init, join and control-plane join configurations (and refuses an unknown field or a malformed token in
-//! them, so it reads them strictly). No test runs kubeadm yet: the agent's tests run before any kubeadm is built.
+//! them, so it reads them strictly). On 2026-11-25 it accepted the init configuration with `patches`, and its
+//! `init phase control-plane --dry-run` wrote the API server's manifest with the patched probe. No test runs
+//! kubeadm here: the agent's tests run before any kubeadm is built; `tests/appliance.rs` runs it on real hosts.
 
 use std::fmt::Write as _;
 
@@ -80,6 +82,7 @@ pub fn init(c: &Cluster, n: &Node) -> String {
     );
     node_registration(&mut out, n);
     out.push_str(SKIP_KUBE_PROXY);
+    out.push_str(&patches_field());
     out.push_str(TIMEOUTS);
     let _ = write!(
         out,
@@ -105,6 +108,7 @@ pub fn join(c: &Cluster, n: &Node, ca_hash: &str, control_plane: bool) -> String
         token = c.token
     );
     node_registration(&mut out, n);
+    out.push_str(&patches_field());
     out.push_str(TIMEOUTS);
     if control_plane {
         let _ = write!(
@@ -122,6 +126,32 @@ pub fn join(c: &Cluster, n: &Node, ca_hash: &str, control_plane: bool) -> String
 /// for minutes, so bootstrap tokens go unsigned and joins wait out their discovery timeout. A second
 /// control-plane host would need election back.
 const NO_LEADER_ELECTION: &str = "controllerManager:\n  extraArgs:\n  - name: leader-elect\n    value: \"false\"\nscheduler:\n  extraArgs:\n  - name: leader-elect\n    value: \"false\"\n";
+
+/// Where each host's kubeadm finds [`patches`].
+pub const PATCHES_DIR: &str = "/etc/foothold/kubernetes/patches";
+
+fn patches_field() -> String {
+    format!("patches:\n  directory: {PATCHES_DIR}\n")
+}
+
+/// The control plane's static pods as kubeadm writes them, with liveness probes that wait 30 s for an answer
+/// and give up after 30 missed ones (5 minutes) instead of 15 s and 8: on a small or emulated host a slow
+/// `/livez` is load, not a hang, and a killed API server or etcd only adds the load of its restart (seen here:
+/// kubelet killing the API server of a 1-vCPU host mid-install, which then refused the installer). Startup
+/// probes already follow `controlPlaneComponentHealthCheck`. `(file name, strategic merge patch)` pairs.
+pub fn patches() -> Vec<(String, String)> {
+    ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+        .into_iter()
+        .map(|c| {
+            (
+                format!("{c}+strategic.yaml"),
+                format!(
+                    "spec:\n  containers:\n  - name: {c}\n    livenessProbe:\n      timeoutSeconds: 30\n      failureThreshold: 30\n"
+                ),
+            )
+        })
+        .collect()
+}
 
 /// kube-proxy runs as a host service (its image would need iptables inside; the hosts have it), so kubeadm
 /// does not deploy its DaemonSet.
@@ -256,6 +286,40 @@ mod tests {
                 "{component}:\n  extraArgs:\n  - name: leader-elect\n    value: \"false\"\n"
             );
             assert!(cluster_doc.contains(&want), "{want:?} in\n{cluster_doc}");
+        }
+        // In the InitConfiguration: the patches' directory.
+        let init_doc = y.split("\n---\n").next().unwrap();
+        assert!(
+            init_doc.contains("patches:\n  directory: /etc/foothold/kubernetes/patches\n"),
+            "{init_doc}"
+        );
+    }
+
+    #[test]
+    fn every_control_plane_pod_gets_a_patient_liveness_probe() {
+        let p = patches();
+        let names: Vec<&str> = p.iter().map(|(n, _)| n.as_str()).collect();
+        // kubeadm's patch targets, each a strategic merge patch.
+        assert_eq!(
+            names,
+            [
+                "etcd+strategic.yaml",
+                "kube-apiserver+strategic.yaml",
+                "kube-controller-manager+strategic.yaml",
+                "kube-scheduler+strategic.yaml"
+            ]
+        );
+        for (name, patch) in &p {
+            let container = name.strip_suffix("+strategic.yaml").unwrap();
+            // The containers list merges by name: the patch must name the container kubeadm writes. (kubeadm
+            // v1.35.4's `init phase control-plane --dry-run` applied these, checked by hand on 2026-11-25.)
+            assert_eq!(
+                *patch,
+                format!(
+                    "spec:\n  containers:\n  - name: {container}\n    livenessProbe:\n      \
+                     timeoutSeconds: 30\n      failureThreshold: 30\n"
+                )
+            );
         }
     }
 
