@@ -318,12 +318,18 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
     std::fs::write(&kubeconfig, &conf).unwrap();
     run(ssh_command(ports.ssh[0], &a.key, "cat > c1.kubeconfig")
         .stdin(std::fs::File::open(&kubeconfig).unwrap()));
+    // The control-plane host is one emulated vCPU at a load of 12 to 19: its API server can be away for a while
+    // even after both nodes were Ready (seen here: "connection refused" just after generation 4), so each
+    // question is asked until it gets an answer, for up to 10 minutes.
     let kubectl = |args: &str| {
-        ssh(
-            ports.ssh[0],
-            &a.key,
-            &format!("kubectl --kubeconfig c1.kubeconfig {args}"),
-        )
+        try_wait_for(Duration::from_secs(600), || {
+            foothold_e2e::try_run(&mut ssh_command(
+                ports.ssh[0],
+                &a.key,
+                &format!("kubectl --kubeconfig c1.kubeconfig {args}"),
+            ))
+        })
+        .unwrap_or_else(|e| panic!("kubectl {args} on master-0, for 600 s: {e}"))
     };
     let ready = kubectl(
         "get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}'",
