@@ -137,8 +137,9 @@ fn patches_field() -> String {
 /// The control plane's static pods as kubeadm writes them, with liveness probes that wait 30 s for an answer
 /// and give up after 30 missed ones (5 minutes) instead of 15 s and 8: on a small or emulated host a slow
 /// `/livez` is load, not a hang, and a killed API server or etcd only adds the load of its restart (seen here:
-/// kubelet killing the API server of a 1-vCPU host mid-install, which then refused the installer). Startup
-/// probes already follow `controlPlaneComponentHealthCheck`. `(file name, strategic merge patch)` pairs.
+/// the API server of a 1-vCPU host killed and restarted four times mid-install, which then refused the
+/// installer). Startup probes already follow `controlPlaneComponentHealthCheck`. `(file name, strategic merge
+/// patch)` pairs.
 pub fn patches() -> Vec<(String, String)> {
     ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
         .into_iter()

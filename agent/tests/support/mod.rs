@@ -177,23 +177,17 @@ impl Agent {
     /// The metrics once every one of `lines` is among them. A body's last `sendfile` is counted after it
     /// returns, which can be after the client has read the bytes: counters are waited for, not read once.
     pub fn metrics_with(&self, lines: &[&str]) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let metrics = self.metrics();
-            let missing: Vec<&str> = lines
-                .iter()
-                .copied()
-                .filter(|want| !metrics.lines().any(|l| l == *want))
-                .collect();
-            if missing.is_empty() {
-                return metrics;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "after 10 s the metrics still lack {missing:?}; they are:\n{metrics}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for(
+            &format!("the metrics to show {lines:?}"),
+            Duration::from_secs(10),
+            || {
+                let metrics = self.metrics();
+                lines
+                    .iter()
+                    .all(|want| metrics.lines().any(|l| l == *want))
+                    .then_some(metrics)
+            },
+        )
     }
 
     /// `skopeo --dest-creds` value when a token is set.
