@@ -224,6 +224,14 @@ pub fn provision(
                 .ok_or(v.to_string())
         },
     );
+    // Ironic's database in write-ahead-log mode, which the launcher sets (Ironic 29's own listener never does):
+    // bytes 18 and 19 of an SQLite header are 2 in WAL mode, 1 with a rollback journal.
+    let header = a.ssh("sudo od -An -tu1 -j18 -N2 /var/lib/ironic/ironic.sqlite");
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        ["2", "2"],
+        "Ironic's database is not in WAL mode: {header}"
+    );
     let crds = a.kubectl(&["get", "crd", "-o", "name"]).unwrap();
     for crd in [
         "baremetalhosts.metal3.io",
