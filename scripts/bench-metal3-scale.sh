@@ -74,6 +74,19 @@ htpasswd -nbB admin bench-pw > "$bench/bmc.htpasswd"
 } > "$bench/sushy.conf"
 TMPDIR="$bench/bmc-state" "$sushy" --config "$bench/sushy.conf" --fake > "$bench/bmc.log" 2>&1 &
 sushy_pid=$!
+# Its first look at the systems loads all of them into its state database; left to the first of Ironic's
+# parallel requests, several loads raced there and leaked connections until its file descriptors ran out and
+# every answer was a 500. So one request makes it, and the BMC is ready when it lists every host.
+bmc_ready=
+for _ in $(seq 1 120); do
+  if curl -sf --max-time 30 -u admin:bench-pw "http://127.0.0.1:$bmc_port/redfish/v1/Systems" 2>/dev/null \
+    | python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['Members@odata.count'] == $hosts else 1)" 2>/dev/null; then
+    bmc_ready=1; break
+  fi
+  kill -0 "$sushy_pid" 2>/dev/null || break
+  sleep 1
+done
+[ -n "$bmc_ready" ] || { echo "bench-metal3-scale: the fake BMC never listed $hosts systems (see $bench/bmc.log)" >&2; exit 1; }
 
 # Where the appliance reaches the fake BMC: qemu's guest forward, or the shared loopback.
 if [ "$mode" = vm ]; then bmc_at=10.0.2.100:8000; else bmc_at=127.0.0.1:$bmc_port; fi
