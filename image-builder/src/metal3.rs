@@ -180,9 +180,10 @@ mod tests {
         let files = render(&spec);
         let file = |path: &str| &files.iter().find(|f| f.0 == path).unwrap().1;
         let conf = file("/etc/ironic/ironic.conf");
+        let interval = SYNC_POWER_STATE_SECONDS.to_string();
         assert_eq!(
             ini_value(conf, "conductor", "sync_power_state_interval"),
-            Some("300"),
+            Some(interval.as_str()),
             "{conf}"
         );
         assert_eq!(
@@ -195,6 +196,7 @@ mod tests {
         );
         // systemd's EnvironmentFile: KEY=VALUE on a line of its own.
         let env = file("/etc/foothold/metal3.env");
-        assert!(env.lines().any(|l| l == "BMO_CONCURRENCY=8"), "{env}");
+        let concurrency = format!("BMO_CONCURRENCY={BMO_CONCURRENCY}");
+        assert!(env.lines().any(|l| l == concurrency), "{env}");
     }
 }
