@@ -387,6 +387,10 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         "{busybox} not in containerd: {images}"
     );
     assert!(images.contains("registry.k8s.io/pause:3.10.1"), "{images}");
+    // Its two CPUs on one socket keep the TSC as its clock (see `qemu::smp`).
+    let clock =
+        a.ssh("cat /sys/devices/system/clocksource/clocksource0/current_clocksource; nproc");
+    assert_eq!(clock, "tsc\n2\n", "the appliance's clock and CPUs");
 
     // The agent's controllers lead on this apiserver.
     wait_for(

@@ -86,11 +86,12 @@ fn settle(
     })
 }
 
-/// What a stalled install leaves to read, the most telling first: the installer pods' states and every line
-/// they logged; what each host runs of kubeadm and kubelet, its containers' log files (a container's log `N.log`
-/// is its Nth restart) and, on the control-plane host, its kube-system pods; the appliance's load and its agent's
-/// warnings, errors and leadership; the site's last events (each request to the appliance tried up to three
-/// times: it may be too busy to answer); each node's console tail.
+/// What a stalled install leaves to read, the most telling first (CI keeps only the head of a long failure):
+/// the installer pods' states; each host's load, memory, OOM kills, busiest processes, what it runs of kubeadm
+/// and kubelet, its containers' log files (a container's log `N.log` is its Nth restart) and, on the
+/// control-plane host, its kube-system pods; the appliance's load and its agent's warnings, errors and
+/// leadership; every line the installer pods logged; the site's last events (each request to the appliance
+/// tried up to three times: it may be too busy to answer); each node's console tail.
 fn diagnosis(a: &Appliance, ports: &SitePorts, consoles: &[PathBuf]) -> String {
     let mut out = String::new();
     let mut add = |title: &str, text: String| out.push_str(&format!("--- {title}\n{text}\n"));
@@ -112,6 +113,24 @@ fn diagnosis(a: &Appliance, ports: &SitePorts, consoles: &[PathBuf]) -> String {
         "pods of site",
         ask(&["-n", "site", "get", "pods", "-o", "wide"]),
     );
+    for (host, port) in ["master-0", "worker-0"].iter().zip(ports.ssh) {
+        let said = foothold_e2e::try_run(&mut ssh_command(
+            port,
+            &a.key,
+            "uptime; free -m; sudo dmesg | grep -iE 'out of memory|killed process|hung task' | tail -n 5; \
+             top -b -n 1 -o %CPU -w 160 | sed -n '7,15p'; \
+             ps -eo pid,etime,args | grep -E '[k]ubeadm|[k]ubelet ' | cut -c1-200; \
+             sudo sh -c 'cd /var/log/pods 2>/dev/null && ls -d */*/*.log'; \
+             [ -e /etc/kubernetes/admin.conf ] && timeout 60 sudo kubectl --kubeconfig /etc/kubernetes/admin.conf \
+             -n kube-system get pods -o wide",
+        ));
+        add(host, said.unwrap_or_else(|e| e));
+    }
+    let appliance = foothold_e2e::try_run(&mut a.ssh_command(
+        "uptime; sudo journalctl -u foothold-agent --since -40min --no-pager -o short-iso \
+         | grep -E ' (WARN|ERROR) |leading' | tail -n 40 | cut -c1-300",
+    ));
+    add("appliance", appliance.unwrap_or_else(|e| e));
     add(
         "installer logs",
         ask(&[
@@ -126,22 +145,6 @@ fn diagnosis(a: &Appliance, ports: &SitePorts, consoles: &[PathBuf]) -> String {
             "--max-log-requests=10",
         ]),
     );
-    for (host, port) in ["master-0", "worker-0"].iter().zip(ports.ssh) {
-        let said = foothold_e2e::try_run(&mut ssh_command(
-            port,
-            &a.key,
-            "uptime; ps -eo pid,etime,args | grep -E '[k]ubeadm|[k]ubelet ' | cut -c1-200; \
-             sudo sh -c 'cd /var/log/pods 2>/dev/null && ls -d */*/*.log'; \
-             [ -e /etc/kubernetes/admin.conf ] && timeout 60 sudo kubectl --kubeconfig /etc/kubernetes/admin.conf \
-             -n kube-system get pods -o wide",
-        ));
-        add(host, said.unwrap_or_else(|e| e));
-    }
-    let appliance = foothold_e2e::try_run(&mut a.ssh_command(
-        "uptime; sudo journalctl -u foothold-agent --since -40min --no-pager -o short-iso \
-         | grep -E ' (WARN|ERROR) |leading' | tail -n 40 | cut -c1-300",
-    ));
-    add("appliance", appliance.unwrap_or_else(|e| e));
     add(
         "events of site (the last 30)",
         tail(
@@ -176,6 +179,17 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
         foothold_e2e::wait_for_marker(&hosts.site.console(&hosts.worker), Duration::from_secs(900));
     assert!(line.contains(" role=node "), "{line}");
     for (port, (mac, ip)) in ports.ssh.iter().zip(LINK) {
+        // Each keeps time with the TSC: node-00's two CPUs are on one socket (on two, Linux marked the TSC
+        // unstable and kept time with the HPET, an emulated device).
+        let clock = ssh(
+            *port,
+            &a.key,
+            "cat /sys/devices/system/clocksource/clocksource0/current_clocksource; nproc",
+        );
+        assert!(
+            clock.starts_with("tsc\n"),
+            "{mac}'s clock and CPUs: {clock}"
+        );
         ssh(
             *port,
             &a.key,

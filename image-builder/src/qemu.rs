@@ -321,6 +321,14 @@ fn firmware_args(c: &mut Command, vars: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `-smp` for `cpus` CPUs on one socket. TCG's `max` CPU is an AMD without an invariant TSC, and Linux takes
+/// the TSCs of such a CPU on more than one socket for unsynchronised: it marks the TSC unstable at boot and
+/// keeps time with the HPET, an emulated device (seen on the 2-socket compute node libvirt made by default:
+/// "Marking TSC unstable due to TSCs unsynchronized", clocksource hpet). One socket keeps the TSC.
+pub fn smp(cpus: u32) -> String {
+    format!("{cpus},sockets=1,cores={cpus},threads=1")
+}
+
 /// The qemu command for `o` under `accel`; the firmware variables and the terminal console's copy go in
 /// `scratch`.
 pub fn command(o: &RunOptions, accel: Accel, scratch: &Path) -> Result<Command> {
@@ -335,7 +343,7 @@ pub fn command(o: &RunOptions, accel: Accel, scratch: &Path) -> Result<Command> 
         "-m",
         &o.memory_mib.to_string(),
         "-smp",
-        &o.cpus.to_string(),
+        &smp(o.cpus),
     ]);
     c.args(accel.args());
     c.args(["-nodefaults", "-display", "none", "-no-reboot"]);

@@ -65,7 +65,9 @@ fn xml_escape(s: &str) -> String {
 /// - q35 with `<os firmware='efi'>`, Secure Boot and enrolled keys off: Metal3's live ISOs boot UEFI, and
 ///   libvirt picks the OVMF build that matches (sushy-tools' boot-mode calls need firmware libvirt knows).
 /// - the CPU qemu calls `max` (under TCG every feature it emulates, AES-NI among them), as the appliance runs:
-///   the bare `qemu64` leaves a node's TLS and checksums to software AES and SHA (not measured here);
+///   the bare `qemu64` leaves a node's TLS and checksums to software AES and SHA (not measured here); its
+///   CPUs on one socket, which libvirt would otherwise make one socket each: Linux keeps the TSC as its clock
+///   only with one socket (see `qemu::smp`);
 /// - an empty SATA CD: sushy-tools' virtual media fills it on InsertMedia and empties it on EjectMedia.
 /// - the serial console to `console`, where the node's ready marker appears.
 /// - the NIC on qemu's command line: libvirt's own `<interface type='user'>` cannot restrict the network or
@@ -110,7 +112,7 @@ pub fn domain_xml(node: &ComputeNode, net: &NodeNetwork, console: &Path) -> Stri
     <boot dev='cdrom'/>
   </os>
   <features><acpi/><apic/></features>
-  <cpu mode='maximum' check='none'/>
+  <cpu mode='maximum' check='none'><topology sockets='1' dies='1' cores='{vcpus}' threads='1'/></cpu>
   <on_poweroff>destroy</on_poweroff>
   <devices>
     <disk type='file' device='cdrom'>
@@ -398,6 +400,24 @@ mod tests {
                 out.display()
             );
         }
+    }
+
+    #[test]
+    fn a_node_with_two_cpus_has_them_on_one_socket() {
+        let n = ComputeNode { vcpus: 2, ..node() };
+        let net = NodeNetwork {
+            net: "172.22.0.0/24".into(),
+            forwards: vec![],
+            relay: "/r".into(),
+            host_forwards: vec![],
+            link: None,
+        };
+        let x = domain_xml(&n, &net, Path::new("/c.log"));
+        assert!(x.contains("  <vcpu>2</vcpu>\n"), "{x}");
+        assert!(
+            x.contains("<topology sockets='1' dies='1' cores='2' threads='1'/>"),
+            "{x}"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ fn args(image: &str, media: Media) -> Vec<String> {
         guest_forwards: vec![GuestForward::at_host(8000, 39987)],
         relay: Some(PathBuf::from("/usr/bin/foothold-build")),
         memory_mib: 512,
-        cpus: 1,
+        cpus: 2,
         snapshot: true,
         ..RunOptions::new(PathBuf::from(image))
     };
@@ -61,6 +61,10 @@ fn each_medium_attaches_the_image_its_own_way() {
     assert!(usb
         .windows(4)
         .any(|w| w == ["-accel", "tcg", "-cpu", "max"]));
+    // Its CPUs on one socket (the TSC stays the guest's clock).
+    assert!(usb
+        .windows(2)
+        .any(|w| w == ["-smp", "2,sockets=1,cores=2,threads=1"]));
     // The console on the terminal keeps a copy for the watcher.
     let i = usb.iter().position(|a| a.starts_with("stdio,")).unwrap();
     assert_eq!(
