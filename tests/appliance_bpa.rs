@@ -21,7 +21,7 @@ use foothold_e2e::{build_deb, run, ssh_command, upload_record};
 use serde_json::{json, Value};
 
 use super::metal3::{self, Provisioned, SitePorts, LINK};
-use super::{try_wait_for, Appliance};
+use super::{try_wait_every, try_wait_for, Appliance};
 
 /// The installer Job's limit: two hosts prepared, kubeadm init and join, the pod network, under TCG beside the
 /// appliance (generation 4 took 629 to 1,097 s here; a stall fails with the installer's logs and each host's
@@ -67,7 +67,7 @@ fn settle(
     let path = format!(
         "jsonpath={{.metadata.generation}}|{failed}.observedGeneration}}|{{.status.phase}}|{failed}.message}}"
     );
-    try_wait_for(limit, || {
+    try_wait_every(limit, Duration::from_secs(10), || {
             let s = a.kubectl(&["-n", "site", "get", kind, name, "-o", &path])?;
             match s.splitn(4, '|').collect::<Vec<_>>()[..] {
                 [g, observed, phase, message]
@@ -179,17 +179,18 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
         foothold_e2e::wait_for_marker(&hosts.site.console(&hosts.worker), Duration::from_secs(900));
     assert!(line.contains(" role=node "), "{line}");
     for (port, (mac, ip)) in ports.ssh.iter().zip(LINK) {
-        // Each keeps time with the TSC: node-00's two CPUs are on one socket (on two, Linux marked the TSC
-        // unstable and kept time with the HPET, an emulated device).
-        let clock = ssh(
+        // Each has its CPUs on one socket: on two (node-00's two CPUs before), Linux marked the TSC unstable
+        // at boot and kept time with the HPET, an emulated device. The clock in use is shown, not asserted: a
+        // TSC the watchdog gives up on under load is another matter.
+        let said = ssh(
             *port,
             &a.key,
-            "cat /sys/devices/system/clocksource/clocksource0/current_clocksource; nproc",
+            "sort -u /sys/devices/system/cpu/cpu*/topology/physical_package_id | wc -l; \
+             cat /sys/devices/system/clocksource/clocksource0/current_clocksource",
         );
-        assert!(
-            clock.starts_with("tsc\n"),
-            "{mac}'s clock and CPUs: {clock}"
-        );
+        let (sockets, clock) = said.split_once('\n').unwrap_or((&said, ""));
+        assert_eq!(sockets, "1", "{mac}'s sockets: {said}");
+        eprintln!("bpa: {mac}: one socket, clock {}", clock.trim());
         ssh(
             *port,
             &a.key,
@@ -333,9 +334,9 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
     std::fs::write(&kubeconfig, &conf).unwrap();
     run(ssh_command(ports.ssh[0], &a.key, "cat > c1.kubeconfig")
         .stdin(std::fs::File::open(&kubeconfig).unwrap()));
-    // The control-plane host is one emulated vCPU at a load of 12 to 19: its API server can be away for a while
-    // even after both nodes were Ready (seen here: "connection refused" just after generation 4), so each
-    // question is asked until it gets an answer, for up to 10 minutes.
+    // The control-plane host (two emulated vCPUs) was seen at a load of 12 to 19: its API server can be away
+    // for a while even after both nodes were Ready (seen here: "connection refused" just after generation 4),
+    // so each question is asked until it gets an answer, for up to 10 minutes.
     let kubectl = |args: &str| {
         try_wait_for(Duration::from_secs(600), || {
             foothold_e2e::try_run(&mut ssh_command(

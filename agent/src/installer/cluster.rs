@@ -205,6 +205,10 @@ const KUBEADM: Duration = Duration::from_secs(40 * 60);
 const SHORT: Duration = Duration::from_secs(5 * 60);
 /// How long the nodes have to get their pod ranges, and then to be Ready.
 const NODES: Duration = Duration::from_secs(20 * 60);
+/// Between two looks at the nodes: each starts kubectl on the control-plane host, the busiest host of a cluster
+/// coming up (a Go program's start and a TLS handshake there, both dear on a slow or emulated host), and a node
+/// becomes Ready in minutes, not seconds.
+const NODES_POLL: Duration = Duration::from_secs(15);
 
 /// Every result of joining `futures`, or the first failure among them.
 async fn all<T>(
@@ -233,7 +237,7 @@ async fn wait_nodes(
             Ok(said) => said,
             Err(e) if Instant::now() < deadline => {
                 tracing::warn!(error = %e, "{step}: the API server did not answer; retrying");
-                tokio::time::sleep(Duration::from_secs(5)).await;
+                tokio::time::sleep(NODES_POLL).await;
                 continue;
             }
             Err(e) => return Err(e),
@@ -264,7 +268,7 @@ async fn wait_nodes(
                 ),
             ));
         }
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        tokio::time::sleep(NODES_POLL).await;
     }
 }
 
