@@ -402,16 +402,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_node_with_two_cpus_has_them_on_one_socket() {
-        let n = ComputeNode { vcpus: 2, ..node() };
-        let net = NodeNetwork {
+    /// A network with nothing forwarded and no link.
+    fn bare_network() -> NodeNetwork {
+        NodeNetwork {
             net: "172.22.0.0/24".into(),
             forwards: vec![],
             relay: "/r".into(),
             host_forwards: vec![],
             link: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_node_with_two_cpus_has_them_on_one_socket() {
+        let n = ComputeNode { vcpus: 2, ..node() };
+        let net = bare_network();
         let x = domain_xml(&n, &net, Path::new("/c.log"));
         assert!(x.contains("  <vcpu>2</vcpu>\n"), "{x}");
         assert!(
@@ -422,13 +427,7 @@ mod tests {
 
     #[test]
     fn domain_xml_escapes_what_it_quotes() {
-        let net = NodeNetwork {
-            net: "172.22.0.0/24".into(),
-            forwards: vec![],
-            relay: "/r".into(),
-            host_forwards: vec![],
-            link: None,
-        };
+        let net = bare_network();
         let x = domain_xml(&node(), &net, Path::new("/tmp/a'b&c.log"));
         assert!(
             x.contains("<source path='/tmp/a&apos;b&amp;c.log'/>"),
