@@ -325,7 +325,7 @@ fn firmware_args(c: &mut Command, vars: &Path) -> Result<()> {
 /// the TSCs of such a CPU on more than one socket for unsynchronised: it marks the TSC unstable at boot and
 /// keeps time with the HPET, an emulated device (seen on the 2-socket compute node libvirt made by default:
 /// "Marking TSC unstable due to TSCs unsynchronized", clocksource hpet). One socket keeps the TSC.
-pub fn smp(cpus: u32) -> String {
+fn smp(cpus: u32) -> String {
     format!("{cpus},sockets=1,cores={cpus},threads=1")
 }
 

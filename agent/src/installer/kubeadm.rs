@@ -101,7 +101,7 @@ pub fn init(c: &Cluster, n: &Node) -> String {
 /// The cluster's keys and certificates on P-256 instead of kubeadm's default RSA-2048: every TLS handshake costs
 /// each side one signature and the checks of the other's, and an RSA-2048 signature costs 13 times a P-256 one
 /// (OpenSSL on this project's machine: 287 µs against 22 µs; a P-256 check costs 4 times an RSA one, 65 µs
-/// against 16), so a handshake about half. On a slow or emulated control-plane host the handshakes of every
+/// against 16), so by these figures a handshake costs about half. On a slow or emulated control-plane host the handshakes of every
 /// component and of each retry pile up: seen under TCG, the API server's log ended in failed handshakes with
 /// etcd ("authentication handshake failed" on 127.0.0.1:2379) and it crash-looped, and clients met "TLS
 /// handshake timeout". kubeadm v1.35.4 accepts it and makes P-256 keys (checked by hand, 2026-11-26).
