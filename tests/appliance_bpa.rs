@@ -3,9 +3,10 @@
 //! Job running Foothold's installer image, which the appliance built and serves from its own registry.
 //! - A `Provisioning` with node-00 as master and node-02 as worker fails, then a new generation retries, three
 //!   times over, each failure `Failed` with the installer's message naming the host and the cause:
-//!   1. the SSH key Secret holds a key the hosts do not know (refused);
-//!   2. the worker's address on record is one nothing answers at (no route to host);
-//!   3. the master's port 6443 is taken: `kubeadm init`'s preflight fails, after both hosts were prepared.
+//!   1. the SSH key Secret holds a key the hosts do not know (refused: one pod, no retry);
+//!   2. the worker's address on record is one nothing answers at (no route to host: three pods, retried);
+//!   3. the master's port 6443 is taken: `kubeadm init`'s preflight fails, after both hosts were prepared (one
+//!      pod, no retry).
 //! - The causes removed, a fourth generation goes `Installing` → `Ready`, over the half-installed hosts (their
 //!   preparation found done); its Job ran `foothold.local/foothold/installer:appliance`; with the kubeconfig
 //!   Secret it wrote, kubectl on the control-plane host shows both nodes Ready and every control-plane pod runs
@@ -224,11 +225,23 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
             &diagnose,
         )
     };
-    let failed = |(p, m): (String, String), wants: &[&str]| {
+    // `attempts`: the Job's pods. An installer that says another run cannot help (exit status 3) fails its Job
+    // at once (the pod failure policy); any other failure is tried twice more (backoffLimit 2).
+    let failed = |generation: u32, (p, m): (String, String), attempts: usize, wants: &[&str]| {
         assert_eq!(p, "Failed", "{m}");
         for want in wants {
             assert!(m.contains(want), "{want:?} in {m}");
         }
+        let job = format!("job-name=c1-install-g{generation}");
+        let pods = a
+            .kubectl(&["-n", "site", "get", "pods", "-l", &job, "-o", "name"])
+            .unwrap();
+        assert_eq!(pods.lines().count(), attempts, "{m}\n{pods}");
+        let why = match attempts {
+            1 => "(PodFailurePolicy: ",
+            _ => "(BackoffLimitExceeded: ",
+        };
+        assert!(m.contains(why), "{why:?} in {m}");
     };
     // 1. A key the hosts do not know: Failed, naming the host and the cause, before any step.
     let stranger = dir.join("stranger");
@@ -237,7 +250,9 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
         .arg(&stranger));
     apply(a, dir, "ssh-key-secret", &key_secret(&stranger));
     failed(
+        1,
         attempt(1),
+        1,
         &[
             "master-0 (10.0.2.50): connect:",
             "was refused for user foothold",
@@ -248,7 +263,9 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
     apply(a, dir, "ssh-key-secret", &key_secret(&a.key));
     metal3::set_link_address(a, "node-02", &hosts.worker, (LINK[1].0, NOWHERE));
     failed(
+        2,
         attempt(2),
+        3,
         &[
             &format!("worker-0 ({NOWHERE}): connect:"),
             "No route to host",
@@ -267,7 +284,9 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
          echo 'nothing listens on 6443' >&2; exit 1",
     );
     failed(
+        3,
         attempt(3),
+        1,
         &[
             "master-0 (10.0.2.50): kubeadm init: exit status ",
             "Port 6443 is in use",

@@ -201,6 +201,7 @@ async fn a_refused_key_a_closed_port_and_a_changed_host_key_are_named() {
             err.to_string(),
             "node-0 (127.0.0.1): the SSH key in the Secret was refused for user root"
         );
+        assert!(err.lasting(), "a refused key is refused again");
         let c = Connection::open(&target(sshd.port), load_key(&key).unwrap(), &known, T)
             .await
             .unwrap();
@@ -218,6 +219,7 @@ async fn a_refused_key_a_closed_port_and_a_changed_host_key_are_named() {
         Ok(_) => panic!("a changed host key was accepted"),
     };
     assert!(matches!(err, SshError::HostKeyChanged { .. }), "{err}");
+    assert!(err.lasting());
     let text = err.to_string();
     assert!(
         text.starts_with(
@@ -233,10 +235,87 @@ async fn a_refused_key_a_closed_port_and_a_changed_host_key_are_named() {
         Ok(_) => panic!("connected to a closed port"),
     };
     assert!(matches!(err, SshError::Connect { .. }), "{err}");
+    assert!(!err.lasting(), "a host not answering may answer later");
     assert!(
         err.to_string()
             .starts_with("node-0 (127.0.0.1): cannot connect over SSH: "),
         "{err}"
+    );
+}
+
+/// `foothold-agent install-cluster` on one host, `master-0` at 127.0.0.1:`port`, as root with `key`: its exit
+/// status and standard output.
+fn install_cluster(dir: &Path, port: u16, key: &Path, cluster: &str) -> (Option<i32>, String) {
+    let inventory = dir.join(format!("hosts-{port}.ini"));
+    std::fs::write(
+        &inventory,
+        format!(
+            "[all]\nmaster-0 ansible_host=127.0.0.1 ansible_port={port}\n\
+             [kube_control_plane]\nmaster-0\n[kube_node]\nmaster-0\n"
+        ),
+    )
+    .unwrap();
+    let binaries: Vec<_> = ["kubeadm", "kubelet", "kubectl", "kube-proxy"]
+        .iter()
+        .map(|n| serde_json::json!({"name": n, "url": format!("http://127.0.0.1:9/{n}"), "sha256": "ab".repeat(32)}))
+        .collect();
+    let release = dir.join("release.json");
+    let text = serde_json::json!({"version": "v1.35.4", "sandboxImage": "registry.k8s.io/pause:3.10.1", "binaries": binaries});
+    std::fs::write(&release, text.to_string()).unwrap();
+    let out = Command::new(support::agent_bin())
+        .arg("install-cluster")
+        .arg("--inventory")
+        .arg(&inventory)
+        .arg("--release")
+        .arg(&release)
+        .arg("--ssh-key")
+        .arg(key)
+        .args(["--cluster", cluster, "--kubeconfig-out"])
+        .arg(dir.join("kubeconfig"))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The BPA's Jobs retry an installer that exits 1 and give up at once on one that exits 3 (their pod failure
+/// policy): a refused key and a refused plan are lasting, a host that does not answer is not.
+#[test]
+fn install_cluster_exits_3_when_another_run_cannot_help_and_1_when_it_may() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let key = keygen(&dir.join("id_ed25519"), "ed25519");
+    let stranger = keygen(&dir.join("stranger"), "ed25519");
+    let authorized = dir.join("authorized_keys");
+    std::fs::copy(key.with_extension("pub"), &authorized).unwrap();
+    let sshd = Sshd::start(
+        dir,
+        free_port(),
+        &keygen(&dir.join("host"), "ed25519"),
+        &authorized,
+    );
+
+    let (code, said) = install_cluster(dir, sshd.port, &stranger, "c1");
+    assert_eq!(code, Some(3), "{said}");
+    assert!(
+        said.contains(
+            "FAILED: master-0 (127.0.0.1): connect: master-0 (127.0.0.1): the SSH key in the Secret was refused for user root"
+        ),
+        "{said}"
+    );
+    let (code, said) = install_cluster(dir, sshd.port, &key, "C_1");
+    assert_eq!(code, Some(3), "{said}");
+    assert!(
+        said.contains("FAILED: inventory: plan: CLUSTER_NAME \"C_1\""),
+        "{said}"
+    );
+    let (code, said) = install_cluster(dir, free_port(), &key, "c1");
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("FAILED: master-0 (127.0.0.1): connect: master-0 (127.0.0.1): cannot connect over SSH: "),
+        "{said}"
     );
 }
 

@@ -17,6 +17,10 @@ use serde::{Deserialize, Serialize};
 pub const INSTALLER_IMAGE: &str = "foothold.local/foothold/installer:appliance";
 /// Where the installer image holds the release file (`foothold-agent install-cluster --release`'s default).
 pub const INSTALLER_RELEASE: &str = "/etc/foothold/release/kubernetes-release.json";
+/// The installer's exit status when it failed for a reason another run with the same inputs cannot remove (a
+/// refused SSH key, a plan refused, a kubeadm preflight check): the BPA's Jobs fail at once on it rather than
+/// run their retries. Any other failure exits 1, which the Jobs retry.
+pub const INSTALLER_EXIT_LASTING: u8 = 3;
 
 /// The longest owner, cluster or image name, in bytes.
 pub const MAX_NAME_LEN: usize = 255;

@@ -187,6 +187,15 @@ pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The exit status of a failed cluster install: [`foothold_names::INSTALLER_EXIT_LASTING`] when running again
+/// cannot help, else 1.
+fn failure_status(f: &cluster::Failure) -> u8 {
+    match f.lasting {
+        true => foothold_names::INSTALLER_EXIT_LASTING,
+        false => 1,
+    }
+}
+
 pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
     let (inv, key) = a.hosts.load()?;
     let release = Release::parse(&read(&a.release)?)
@@ -233,7 +242,7 @@ pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
         Err(f) => {
             println!("FAILED: {f}");
             last_words(&format!("FAILED: {f}"));
-            return Ok(ExitCode::from(1));
+            return Ok(ExitCode::from(failure_status(&f)));
         }
     };
     if let Some(out) = &a.kubeconfig_out {

@@ -43,6 +43,10 @@ pub struct Failure {
     pub host: String,
     pub step: &'static str,
     pub reason: String,
+    /// Running again with the same inputs cannot help: the inputs or the host's state must change first (a
+    /// refused plan or key, a kubeadm preflight check). Otherwise (a host not answering yet, a timeout, an API
+    /// server restarting) a retry may succeed.
+    pub lasting: bool,
 }
 
 impl fmt::Display for Failure {
@@ -58,7 +62,17 @@ fn refuse(reason: String) -> Failure {
         host: "inventory".into(),
         step: "plan",
         reason,
+        lasting: true,
     }
+}
+
+/// Whether `out` is kubeadm's preflight checks failing (`[ERROR Port-6443]: Port 6443 is in use` … `error
+/// execution phase preflight`) on facts about the host that stay until someone changes them: a port taken, too
+/// little memory, swap on. Not when the container runtime is among them: containerd may be restarting.
+fn preflight_failed(out: &Output) -> bool {
+    out.mentions("error execution phase preflight")
+        && !out.mentions("[ERROR CRI]")
+        && !out.mentions("[ERROR ContainerRuntimeVersion]")
 }
 
 /// A Kubernetes object name (RFC 1123 label): what node names and the cluster name must be.
@@ -140,6 +154,7 @@ impl Node<'_> {
             host: self.target.label(),
             step,
             reason,
+            lasting: false,
         }
     }
 
@@ -158,15 +173,16 @@ impl Node<'_> {
         if out.success() {
             return Ok(out);
         }
-        Err(self.fail(
-            step,
-            format!(
-                "exit status {}: {}",
-                out.status
-                    .map_or_else(|| format!("signal {:?}", out.signal), |s| s.to_string()),
-                out.tail(8)
-            ),
-        ))
+        let reason = format!(
+            "exit status {}: {}",
+            out.status
+                .map_or_else(|| format!("signal {:?}", out.signal), |s| s.to_string()),
+            out.tail(8)
+        );
+        Err(Failure {
+            lasting: preflight_failed(&out),
+            ..self.fail(step, reason)
+        })
     }
 
     /// Runs a step's `script`; what it says it did.
@@ -293,6 +309,7 @@ pub async fn install(
                     host: target.label(),
                     step: "connect",
                     reason: e.to_string(),
+                    lasting: e.lasting(),
                 })?;
             Ok(Node {
                 host: h,
@@ -540,6 +557,36 @@ mod tests {
         )
         .unwrap();
         assert!(why(&inv, "c1", "10.244.0.0/16").contains("host \"m.0\": not usable"));
+    }
+
+    #[test]
+    fn a_plan_refused_and_kubeadm_preflight_on_the_host_are_lasting_failures() {
+        let r = release();
+        let p = Params {
+            cluster: "C_1",
+            pod_subnet: "10.244.0.0/16",
+            release: &r,
+        };
+        assert!(check(&inventory(""), &p).unwrap_err().lasting);
+        let failed = |stderr: &str| Output {
+            status: Some(1),
+            stderr: stderr.as_bytes().to_vec(),
+            ..Output::default()
+        };
+        // kubeadm v1.35.4's own words (run on a host without containerd, then on one with the port taken).
+        let port = "[preflight] Running pre-flight checks\n[preflight] Some fatal errors occurred:\n\
+                    \t[ERROR Port-6443]: Port 6443 is in use\n[preflight] If you know what you are doing, you \
+                    can make a check non-fatal with `--ignore-preflight-errors=...`\n\
+                    error: error execution phase preflight: preflight checks failed\n\
+                    To see the stack trace of this error execute with --v=5 or higher\n";
+        assert!(preflight_failed(&failed(port)));
+        let runtime = "[preflight] Some fatal errors occurred:\n\t[ERROR CRI]: could not connect to the \
+                       container runtime: …\n\t[ERROR FileContent--proc-sys-net-ipv4-ip_forward]: …\n\
+                       error: error execution phase preflight: preflight checks failed\n";
+        assert!(!preflight_failed(&failed(runtime)));
+        let waiting = "error: error execution phase wait-control-plane: failed while waiting for the control \
+                       plane to start: kube-apiserver check failed at https://10.0.2.50:6443/livez\n";
+        assert!(!preflight_failed(&failed(waiting)));
     }
 
     #[test]

@@ -62,6 +62,17 @@ impl fmt::Display for SshError {
 
 impl std::error::Error for SshError {}
 
+impl SshError {
+    /// Connecting again with the same key cannot help: the host refused it, or is not the host it was.
+    /// A host that does not answer, or a session cut, may well do better on the next try.
+    pub fn lasting(&self) -> bool {
+        matches!(
+            self,
+            SshError::Refused { .. } | SshError::HostKeyChanged { .. }
+        )
+    }
+}
+
 /// The host keys seen in this run, by address and port (two forwards on one address are two hosts): the first
 /// key a host shows is the one it must keep showing.
 #[derive(Clone, Default)]
@@ -144,6 +155,13 @@ impl Output {
         let text = String::from_utf8_lossy(text);
         let all: Vec<&str> = text.trim_end().lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Whether stdout or stderr, whole, contains `needle` (which the tail may have cut off).
+    pub fn mentions(&self, needle: &str) -> bool {
+        [&self.stdout, &self.stderr]
+            .iter()
+            .any(|text| String::from_utf8_lossy(text).contains(needle))
     }
 }
 

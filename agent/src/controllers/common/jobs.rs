@@ -86,7 +86,8 @@ pub enum Source<'a> {
 }
 
 /// An installer Job (BPA's cluster installer, Software's package installer): one container, `installer`, run
-/// once (two retries), with its inputs as environment variables and read-only mounts.
+/// once (two retries, none after it exits [`foothold_names::INSTALLER_EXIT_LASTING`]), with its inputs as
+/// environment variables and read-only mounts.
 pub struct Installer<'a> {
     pub name: &'a str,
     pub image: &'a str,
@@ -103,7 +104,9 @@ pub struct Installer<'a> {
 
 /// The Job of `i`, typed.
 pub fn installer_job(i: &Installer) -> Job {
-    use k8s_openapi::api::batch::v1::JobSpec;
+    use k8s_openapi::api::batch::v1::{
+        JobSpec, PodFailurePolicy, PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
+    };
     use k8s_openapi::api::core::v1::{
         ConfigMapVolumeSource, Container, EnvVar, PodSpec, PodTemplateSpec, SecretVolumeSource,
         Volume, VolumeMount,
@@ -150,6 +153,17 @@ pub fn installer_job(i: &Installer) -> Job {
             ..VolumeMount::default()
         })
         .collect();
+    // An installer that says retrying cannot help fails the Job at once: its two retries would each cost a pod,
+    // minutes of a busy appliance and the same answer.
+    let lasting = PodFailurePolicyRule {
+        action: "FailJob".into(),
+        on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+            container_name: Some("installer".into()),
+            operator: "In".into(),
+            values: vec![foothold_names::INSTALLER_EXIT_LASTING.into()],
+        }),
+        on_pod_conditions: None,
+    };
     Job {
         metadata: ObjectMeta {
             name: Some(i.name.into()),
@@ -158,6 +172,9 @@ pub fn installer_job(i: &Installer) -> Job {
         },
         spec: Some(JobSpec {
             backoff_limit: Some(2),
+            pod_failure_policy: Some(PodFailurePolicy {
+                rules: vec![lasting],
+            }),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: map(i.pod_labels),
@@ -219,6 +236,18 @@ mod tests {
         let job = installer_job(&i);
         let spec = job.spec.unwrap();
         assert_eq!(spec.backoff_limit, Some(2));
+        let rules = spec.pod_failure_policy.unwrap().rules;
+        let codes = rules[0].on_exit_codes.as_ref().unwrap();
+        assert_eq!(
+            (
+                rules.len(),
+                rules[0].action.as_str(),
+                codes.container_name.as_deref(),
+                codes.operator.as_str(),
+                &codes.values[..]
+            ),
+            (1, "FailJob", Some("installer"), "In", &[3][..])
+        );
         let pod = spec.template.spec.unwrap();
         assert_eq!(
             (
