@@ -6,8 +6,7 @@
 //! Each boot must print the ready marker on its serial console, naming the firmware;
 //! then, through a port forward, skopeo pulls the image that was baked into the data partition and gets the
 //! input layout's digests, and the agent answers /readyz. qemu is killed when each boot's checks end; every wait
-//! is bounded. The boots run two at a time (the last beside the systemd-boot build): under TCG each mostly keeps
-//! one vCPU busy, and CI has two cores.
+//! is bounded.
 
 use std::path::Path;
 use std::process::Command;
@@ -106,16 +105,6 @@ fn boot_and_check(mut o: RunOptions, dir: &Path, layout: &Path, manifest_digest:
     }
     drop(vm);
     line
-}
-
-/// Runs `a` and `b` at once; both results. A panic in either fails the test once both have ended (each VM is
-/// killed when its boot's checks end or fail).
-fn both<A: Send, B: Send>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B + Send) -> (A, B) {
-    std::thread::scope(|s| {
-        let b = s.spawn(b);
-        let a = a();
-        (a, b.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-    })
 }
 
 /// The data partition's size from the ready marker (`data-bytes=N`).
@@ -254,24 +243,17 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     };
     // Where KVM half-works (its probe passes, then OVMF dies with "KVM internal error" and qemu stalls) the
     // boot starts again under TCG: a qemu that fails KVM so stands in for the first boot.
-    // Beside it, the raw image is what is written to a USB stick: under BIOS it boots from one. (Two boots at a
-    // time from here on: each is mostly one busy vCPU, and this one mostly waits for the stalled KVM boot.)
     let broken = tmp.path().join("broken-kvm");
     let console = tmp.path().join("console-broken-kvm.log");
-    let (line, _) = both(
-        || {
-            boot_and_check(
-                RunOptions {
-                    qemu: qemu_with_broken_kvm(&broken),
-                    accel: AccelChoice::Auto,
-                    ..boot_options(&raw, console)
-                },
-                tmp.path(),
-                &layout,
-                &manifest_digest,
-            )
+    let line = boot_and_check(
+        RunOptions {
+            qemu: qemu_with_broken_kvm(&broken),
+            accel: AccelChoice::Auto,
+            ..boot_options(&raw, console)
         },
-        || boot(&raw, Media::Usb, true),
+        tmp.path(),
+        &layout,
+        &manifest_digest,
     );
     assert_eq!(
         std::fs::read_to_string(broken.join("calls.log")).unwrap(),
@@ -283,28 +265,31 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         built < 300 << 20,
         "the 256 MiB data partition of a 3 GiB image reports {built} bytes"
     );
+    // The raw image is what is written to a USB stick: under BIOS it boots from one.
+    boot(&raw, Media::Usb, true);
     // On a bigger disk (a 6 GiB qcow2 over the built one) the data partition grows to the end at first boot.
-    // Beside it and after it, the hybrid ISO from a CD drive and written to a USB stick, under both firmwares:
-    // the live system with the store in its squashfs.
     let bigger = tmp.path().join("bigger.qcow2");
     run(Command::new("qemu-img")
         .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])
         .arg(&qcow2)
         .arg(&bigger)
         .arg("6G"));
-    let iso = a.join("foothold-lab.iso");
-    let (line, _) = both(
-        || boot(&bigger, Media::Disk, false),
-        || boot(&iso, Media::Cdrom, true),
-    );
+    let line = boot(&bigger, Media::Disk, false);
     assert!(
         data_bytes(&line) > 2 << 30,
         "the data partition did not grow: {line}"
     );
-    both(
-        || boot(&iso, Media::Cdrom, false),
-        || boot(&iso, Media::Usb, true),
-    );
+    // The hybrid ISO from a CD drive and written to a USB stick, under both firmwares: the live system with the
+    // store in its squashfs.
+    for (media, bios) in [
+        (Media::Cdrom, true),
+        (Media::Cdrom, false),
+        (Media::Usb, true),
+        (Media::Usb, false),
+    ] {
+        boot(&a.join("foothold-lab.iso"), media, bios);
+    }
+    std::fs::remove_dir_all(&a).unwrap();
 
     // The same spec with systemd-boot (UEFI only, no BIOS boot partition, the kernel and initrd on the ESP) and
     // zstd compression: the raw image also as .raw.zst, the qcow2's clusters compressed. The raw that boots is
@@ -319,20 +304,13 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     let sd_spec = tmp.path().join("lab-systemd-boot.yaml");
     std::fs::write(&sd_spec, spec).unwrap();
     let sd = tmp.path().join("systemd-boot");
-    // Built beside the last ISO boot.
-    both(
-        || boot(&iso, Media::Usb, false),
-        || {
-            run(Command::new(target().join("debug/foothold-build"))
-                .args(["build", "--formats", "raw,qcow2"])
-                .arg(&sd_spec)
-                .arg("--out")
-                .arg(&sd)
-                .arg("--agent")
-                .arg(target().join("debug/foothold-agent")))
-        },
-    );
-    std::fs::remove_dir_all(&a).unwrap();
+    run(Command::new(target().join("debug/foothold-build"))
+        .args(["build", "--formats", "raw,qcow2"])
+        .arg(&sd_spec)
+        .arg("--out")
+        .arg(&sd)
+        .arg("--agent")
+        .arg(target().join("debug/foothold-agent")));
     let raw = sd.join("foothold-lab.raw");
     let read_manifest = |file: &str| -> serde_json::Value {
         serde_json::from_str(

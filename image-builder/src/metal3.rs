@@ -22,12 +22,6 @@ pub const AUTH_DIR: &str = "/etc/metal3/auth";
 const SYNC_POWER_STATE_SECONDS: u32 = 300;
 /// BareMetalHosts BMO reconciles at once (its default: the cores, at least 2, at most 8).
 const BMO_CONCURRENCY: u32 = 8;
-/// BMO's requests a second to the API server, and their burst, per resource type (its defaults: 20 and 30).
-/// Every state a host passes is at least one status write: with 1,000 hosts, BMO's catch-up once Ironic had
-/// deployed them all ran at about 16 hosts a second, so at least 16 writes a second against a limit of 20 (the
-/// limiter's own waits were not measured).
-const BMO_KUBE_API_QPS: u32 = 100;
-const BMO_KUBE_API_BURST: u32 = 200;
 
 /// The systemd units, enabled in images with Metal3.
 pub const UNITS: &[&str] = &[
@@ -112,10 +106,7 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
          METAL3_AUTH_ROOT_DIR={AUTH_DIR}\nBMO_HEALTH_ADDR={BMO_HEALTH}\n\
          # Reconciles wait on Ironic and the API server, not on this CPU: more than BMO's default (the cores).\n\
          # With 1,000 hosts 8 was faster than 2 and than 16 (scripts/bench-metal3-scale.sh).\n\
-         BMO_CONCURRENCY={BMO_CONCURRENCY}\n\
-         # Its client's limit per resource type (BMO's default: 20 a second, bursts of 30): each state a host\n\
-         # passes is a status write, and at 1,000 hosts its catch-up ran near 20.\n\
-         BMO_KUBE_API_QPS={BMO_KUBE_API_QPS}\nBMO_KUBE_API_BURST={BMO_KUBE_API_BURST}\n"
+         BMO_CONCURRENCY={BMO_CONCURRENCY}\n"
     );
     vec![
         ("/etc/ironic/ironic.conf".into(), conf, 0o644),
@@ -208,8 +199,6 @@ mod tests {
         let env = file("/etc/foothold/metal3.env");
         let concurrency = format!("BMO_CONCURRENCY={BMO_CONCURRENCY}");
         assert!(env.lines().any(|l| l == concurrency), "{env}");
-        let qps = format!("BMO_KUBE_API_QPS={BMO_KUBE_API_QPS}");
-        assert!(env.lines().any(|l| l == qps), "{env}");
         // Every variable BMO's unit reads is in that file (systemd expands an unset one to nothing, and BMO
         // then refuses the empty flag or takes its default without a word).
         let unit = include_str!("../../rootfs/etc/systemd/system/baremetal-operator.service");
@@ -218,10 +207,7 @@ mod tests {
             .skip(1)
             .map(|rest| &rest[..rest.find('}').expect("a closing brace")])
             .collect();
-        assert!(
-            used.contains(&"BMO_KUBE_API_QPS") && used.contains(&"BMO_KUBE_API_BURST"),
-            "{unit}"
-        );
+        assert!(used.contains(&"BMO_HEALTH_ADDR"), "{unit}");
         for var in used {
             assert!(
                 env.lines().any(|l| l.starts_with(&format!("{var}="))),
