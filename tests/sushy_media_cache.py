@@ -27,10 +27,17 @@ _lock = threading.Lock()
 _fetches = {}
 
 
-def _validator(image_url, auth, verify):
-    """What identifies the image's content now, or None if the server does not say."""
+def _validator(image_url, auth, verify_media_cert, custom_cert):
+    """What identifies the image's content now, or None if the server does not say (or cannot be trusted).
+    The server is checked as sushy-tools' own fetch checks it: with the BMC's custom CA when it has one."""
     try:
-        r = requests.head(image_url, auth=auth, verify=verify, timeout=30, allow_redirects=True)
+        with tempfile.NamedTemporaryFile(mode="wt") as ca:
+            verify = verify_media_cert
+            if custom_cert is not None:
+                ca.write(custom_cert)
+                ca.flush()
+                verify = ca.name
+            r = requests.head(image_url, auth=auth, verify=verify, timeout=30, allow_redirects=True)
     except requests.RequestException:
         return None
     if r.status_code != 200:
@@ -39,8 +46,7 @@ def _validator(image_url, auth, verify):
 
 
 def _get_image(self, image_url, auth, verify_media_cert, custom_cert):
-    verify = verify_media_cert if custom_cert is None else False
-    validator = _validator(image_url, auth, verify)
+    validator = _validator(image_url, auth, verify_media_cert, custom_cert)
     if validator is None:
         return _fetch(self, image_url, auth, verify_media_cert, custom_cert)
     key = (image_url, validator)
