@@ -281,7 +281,7 @@ fn install_cluster(dir: &Path, port: u16, key: &Path, cluster: &str) -> (Option<
 }
 
 /// The BPA's Jobs retry an installer that exits 1 and give up at once on one that exits 3 (their pod failure
-/// policy): a refused key and a refused plan are lasting, a host that does not answer is not.
+/// policy): a refused key, a refused plan and unusable inputs are lasting, a host that does not answer is not.
 #[test]
 fn install_cluster_exits_3_when_another_run_cannot_help_and_1_when_it_may() {
     let tmp = tempfile::tempdir().unwrap();
@@ -309,6 +309,21 @@ fn install_cluster_exits_3_when_another_run_cannot_help_and_1_when_it_may() {
     assert_eq!(code, Some(3), "{said}");
     assert!(
         said.contains("FAILED: inventory: plan: CLUSTER_NAME \"C_1\""),
+        "{said}"
+    );
+    // Inputs it cannot use: an inventory that is not there.
+    let missing = dir.join("missing.ini");
+    let out = Command::new(support::agent_bin())
+        .arg("install-cluster")
+        .arg("--inventory")
+        .arg(&missing)
+        .args(["--cluster", "c1"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    assert!(
+        said.starts_with(&format!("FAILED: reading {}: ", missing.display())),
         "{said}"
     );
     let (code, said) = install_cluster(dir, free_port(), &key, "c1");

@@ -138,11 +138,11 @@ fn from_env<A: clap::Args>(task: &str) -> anyhow::Result<A> {
 pub fn install_from_env() -> anyhow::Result<ExitCode> {
     let task = std::env::var("INSTALLER_TASK").unwrap_or_default();
     let result = match task.as_str() {
-        "" | "cluster" => from_env("install-cluster").and_then(install_cluster),
-        "software" => from_env("install-software").and_then(install_software),
-        other => Err(anyhow::anyhow!(
+        "" | "cluster" => from_env("install-cluster").map_or_else(|e| Ok(refused(&e)), install_cluster),
+        "software" => from_env("install-software").map_or_else(|e| Ok(refused(&e)), install_software),
+        other => Ok(refused(&anyhow::anyhow!(
             "INSTALLER_TASK {other:?}: not a task of Foothold's installer (unset or \"cluster\": a cluster; \"software\": a Software's packages)"
-        )),
+        ))),
     };
     if let Err(e) = &result {
         last_words(&format!("{e:#}"));
@@ -150,10 +150,25 @@ pub fn install_from_env() -> anyhow::Result<ExitCode> {
     result
 }
 
+/// What a run says and exits with when its inputs (arguments, environment, inventory, key, release file,
+/// packages manifest) cannot be used: another run given the same cannot do better.
+fn refused(e: &anyhow::Error) -> ExitCode {
+    let line = format!("FAILED: {e:#}");
+    println!("{line}");
+    last_words(&line);
+    ExitCode::from(foothold_names::INSTALLER_EXIT_LASTING)
+}
+
 pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
-    let (inv, key) = a.hosts.load()?;
-    let manifest = software::Manifest::parse(&read(&a.packages)?)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", a.packages.display()))?;
+    let inputs = a.hosts.load().and_then(|(inv, key)| {
+        let manifest = software::Manifest::parse(&read(&a.packages)?)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", a.packages.display()))?;
+        Ok((inv, key, manifest))
+    });
+    let (inv, key, manifest) = match inputs {
+        Ok(i) => i,
+        Err(e) => return Ok(refused(&e)),
+    };
     let known = ssh::KnownHosts::default();
     let outcomes = tokio::runtime::Runtime::new()?.block_on(software::install(
         &inv,
@@ -196,7 +211,10 @@ fn failure_status(f: &cluster::Failure) -> u8 {
     }
 }
 
-pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
+/// What `install-cluster` is given, read and checked: the inventory, the key and the release.
+fn cluster_inputs(
+    a: &ClusterArgs,
+) -> anyhow::Result<(Inventory, std::sync::Arc<russh::keys::PrivateKey>, Release)> {
     let (inv, key) = a.hosts.load()?;
     let release = Release::parse(&read(&a.release)?)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.release.display()))?;
@@ -215,6 +233,14 @@ pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
             a.kubeconfig_secret
         );
     }
+    Ok((inv, key, release))
+}
+
+pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
+    let (inv, key, release) = match cluster_inputs(&a) {
+        Ok(i) => i,
+        Err(e) => return Ok(refused(&e)),
+    };
     let pod_subnet = if a.pod_subnet.is_empty() {
         crate::installer::kubeadm::DEFAULT_POD_SUBNET
     } else {
