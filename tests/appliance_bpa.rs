@@ -5,11 +5,10 @@
 //!   times over, each failure `Failed` with the installer's message naming the host and the cause:
 //!   1. the SSH key Secret holds a key the hosts do not know (refused: one pod, no retry);
 //!   2. the worker's address on record is one nothing answers at (no route to host: three pods, retried);
-//!   3. the worker's port 10250 is taken: `kubeadm join`'s preflight fails, after both hosts were prepared and
-//!      the master initialised (one pod, no retry).
-//! - The causes removed, a fourth generation goes `Installing` → `Ready`, over the half-installed cluster (both
-//!   hosts' preparation and the master's init found done, the worker joined); its Job ran
-//!   `foothold.local/foothold/installer:appliance`; with the kubeconfig
+//!   3. the master's port 6443 is taken: `kubeadm init`'s preflight fails, after both hosts were prepared (one
+//!      pod, no retry).
+//! - The causes removed, a fourth generation goes `Installing` → `Ready`, over the half-installed hosts (their
+//!   preparation found done); its Job ran `foothold.local/foothold/installer:appliance`; with the kubeconfig
 //!   Secret it wrote, kubectl on the control-plane host shows both nodes Ready and every control-plane pod runs
 //!   the image the appliance serves, by the digest in its build manifest.
 //! - A `Software` with a Debian package and a binary, both uploaded to the appliance's agent, goes `Installed`;
@@ -273,37 +272,36 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
         ],
     );
 
-    // 3. The address put right, and the worker's kubelet port taken: both hosts are prepared and the master
-    // initialised, then kubeadm join's preflight check fails on the worker. The cluster is left half-installed.
+    // 3. The address put right, and the master's API server port taken: both hosts are prepared, then kubeadm
+    // init's preflight check fails.
     metal3::set_link_address(a, "node-02", &hosts.worker, LINK[1]);
     ssh(
-        ports.ssh[1],
+        ports.ssh[0],
         &a.key,
-        "sudo systemd-run --quiet --unit=test-hold-10250 perl -MIO::Socket::INET -e \
-         'my $s = IO::Socket::INET->new(LocalPort => 10250, Listen => 5, ReuseAddr => 1) or die $!; sleep 7200'; \
-         for i in $(seq 100); do ss -Hltn 'sport = :10250' | grep -q . && exit 0; sleep 0.1; done; \
-         echo 'nothing listens on 10250' >&2; exit 1",
+        "sudo systemd-run --quiet --unit=test-hold-6443 perl -MIO::Socket::INET -e \
+         'my $s = IO::Socket::INET->new(LocalPort => 6443, Listen => 5, ReuseAddr => 1) or die $!; sleep 7200'; \
+         for i in $(seq 100); do ss -Hltn 'sport = :6443' | grep -q . && exit 0; sleep 0.1; done; \
+         echo 'nothing listens on 6443' >&2; exit 1",
     );
     failed(
         3,
         attempt(3),
         1,
         &[
-            &format!("worker-0 ({}): kubeadm join: exit status ", LINK[1].1),
-            "Port 10250 is in use",
+            "master-0 (10.0.2.50): kubeadm init: exit status ",
+            "Port 6443 is in use",
         ],
     );
 
-    // 4. The port freed and a new generation: the cluster, over the half-installed one the last run left (both
-    // hosts prepared, the master initialised).
-    ssh(ports.ssh[1], &a.key, "sudo systemctl stop test-hold-10250");
+    // 4. The port freed and a new generation: the cluster, over the hosts the last run prepared.
+    ssh(ports.ssh[0], &a.key, "sudo systemctl stop test-hold-6443");
     let started = Instant::now();
     let (p, m) = attempt(4);
     let job = "c1-install-g4";
     let logs = job_logs(a, job);
     assert_eq!(p, "Ready", "{m}\n{logs}");
     eprintln!(
-        "bpa: Provisioning c1 generation 4 → Ready in {:.0} s (the master initialised by generation 3, TCG)",
+        "bpa: Provisioning c1 generation 4 → Ready in {:.0} s (2 nodes prepared by generation 3, TCG)",
         started.elapsed().as_secs_f64()
     );
     let image = a
@@ -323,7 +321,7 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
         assert!(logs.contains(&prepared), "{prepared:?} in {logs}");
     }
     assert!(
-        logs.contains("master-0 kubeadm init: already initialised\n"),
+        logs.contains("master-0 kubeadm init: initialised\n"),
         "{logs}"
     );
     assert!(logs.contains("worker-0 kubeadm join: joined\n"), "{logs}");
