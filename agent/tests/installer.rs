@@ -71,6 +71,16 @@ fn keygen(path: &Path, kind: &str) -> PathBuf {
     path.to_owned()
 }
 
+/// In `dir`: a key whose public half is the only entry of `authorized_keys`, and a stranger's key. The key,
+/// the stranger's and the authorized_keys file.
+fn key_and_stranger(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let key = keygen(&dir.join("id_ed25519"), "ed25519");
+    let stranger = keygen(&dir.join("stranger"), "ed25519");
+    let authorized = dir.join("authorized_keys");
+    std::fs::copy(key.with_extension("pub"), &authorized).unwrap();
+    (key, stranger, authorized)
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -177,10 +187,7 @@ async fn commands_run_over_ssh_with_their_stdin_output_and_status() {
 async fn a_refused_key_a_closed_port_and_a_changed_host_key_are_named() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let key = keygen(&dir.join("id_ed25519"), "ed25519");
-    let stranger = keygen(&dir.join("stranger"), "ed25519");
-    let authorized = dir.join("authorized_keys");
-    std::fs::copy(key.with_extension("pub"), &authorized).unwrap();
+    let (key, stranger, authorized) = key_and_stranger(dir);
     let port = free_port();
     let known = KnownHosts::default();
     {
@@ -286,10 +293,7 @@ fn install_cluster(dir: &Path, port: u16, key: &Path, cluster: &str) -> (Option<
 fn install_cluster_exits_3_when_another_run_cannot_help_and_1_when_it_may() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let key = keygen(&dir.join("id_ed25519"), "ed25519");
-    let stranger = keygen(&dir.join("stranger"), "ed25519");
-    let authorized = dir.join("authorized_keys");
-    std::fs::copy(key.with_extension("pub"), &authorized).unwrap();
+    let (key, stranger, authorized) = key_and_stranger(dir);
     let sshd = Sshd::start(
         dir,
         free_port(),
