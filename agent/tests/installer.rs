@@ -330,6 +330,23 @@ fn install_cluster_exits_3_when_another_run_cannot_help_and_1_when_it_may() {
         said.starts_with(&format!("FAILED: reading {}: ", missing.display())),
         "{said}"
     );
+    // install-software alike: a packages manifest that is not there.
+    let out = Command::new(support::agent_bin())
+        .arg("install-software")
+        .arg("--inventory")
+        .arg(dir.join(format!("hosts-{}.ini", sshd.port)))
+        .arg("--ssh-key")
+        .arg(&key)
+        .arg("--packages")
+        .arg(&missing)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    assert!(
+        said.starts_with(&format!("FAILED: reading {}: ", missing.display())),
+        "{said}"
+    );
     let (code, said) = install_cluster(dir, free_port(), &key, "c1");
     assert_eq!(code, Some(1), "{said}");
     assert!(

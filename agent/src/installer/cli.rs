@@ -150,13 +150,22 @@ pub fn install_from_env() -> anyhow::Result<ExitCode> {
     result
 }
 
-/// What a run says and exits with when its inputs (arguments, environment, inventory, key, release file,
-/// packages manifest) cannot be used: another run given the same cannot do better.
-fn refused(e: &anyhow::Error) -> ExitCode {
-    let line = format!("FAILED: {e:#}");
+/// Says `FAILED: <why>` (on standard output and as the container's last words) and gives the exit status:
+/// [`foothold_names::INSTALLER_EXIT_LASTING`] when another run given the same cannot do better, else 1.
+fn failed(why: &dyn std::fmt::Display, lasting: bool) -> ExitCode {
+    let line = format!("FAILED: {why}");
     println!("{line}");
     last_words(&line);
-    ExitCode::from(foothold_names::INSTALLER_EXIT_LASTING)
+    match lasting {
+        true => ExitCode::from(foothold_names::INSTALLER_EXIT_LASTING),
+        false => ExitCode::from(1),
+    }
+}
+
+/// [`failed`] for inputs that cannot be used (arguments, environment, inventory, key, release file, packages
+/// manifest): lasting.
+fn refused(e: &anyhow::Error) -> ExitCode {
+    failed(&format_args!("{e:#}"), true)
 }
 
 pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
@@ -200,15 +209,6 @@ pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The exit status of a failed cluster install: [`foothold_names::INSTALLER_EXIT_LASTING`] when running again
-/// cannot help, else 1.
-fn failure_status(f: &cluster::Failure) -> u8 {
-    match f.lasting {
-        true => foothold_names::INSTALLER_EXIT_LASTING,
-        false => 1,
-    }
 }
 
 /// What `install-cluster` is given, read and checked: the inventory, the key and the release.
@@ -265,11 +265,7 @@ pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
     host_keys(&inv, &known);
     let kubeconfig = match result {
         Ok(k) => k,
-        Err(f) => {
-            println!("FAILED: {f}");
-            last_words(&format!("FAILED: {f}"));
-            return Ok(ExitCode::from(failure_status(&f)));
-        }
+        Err(f) => return Ok(failed(&f, f.lasting)),
     };
     if let Some(out) = &a.kubeconfig_out {
         let tmp = out.with_extension("foothold-tmp");

@@ -573,7 +573,8 @@ mod tests {
             stderr: stderr.as_bytes().to_vec(),
             ..Output::default()
         };
-        // kubeadm v1.35.4's own words (run on a host without containerd, then on one with the port taken).
+        // In the shape kubeadm v1.35.4 printed on this machine (its container-runtime case was run here; the
+        // port's line is the one the appliance test's third BPA generation gets back).
         let port = "[preflight] Running pre-flight checks\n[preflight] Some fatal errors occurred:\n\
                     \t[ERROR Port-6443]: Port 6443 is in use\n[preflight] If you know what you are doing, you \
                     can make a check non-fatal with `--ignore-preflight-errors=...`\n\
