@@ -315,38 +315,37 @@ fn install_cluster_exits_3_when_another_run_cannot_help_and_1_when_it_may() {
         said.contains("FAILED: inventory: plan: CLUSTER_NAME \"C_1\""),
         "{said}"
     );
-    // Inputs it cannot use: an inventory that is not there.
+    // Inputs it cannot use: an inventory that is not there; for install-software, a packages manifest.
     let missing = dir.join("missing.ini");
-    let out = Command::new(support::agent_bin())
-        .arg("install-cluster")
-        .arg("--inventory")
-        .arg(&missing)
-        .args(["--cluster", "c1"])
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(3), "{said}");
-    assert!(
-        said.starts_with(&format!("FAILED: reading {}: ", missing.display())),
-        "{said}"
-    );
-    // install-software alike: a packages manifest that is not there.
-    let out = Command::new(support::agent_bin())
-        .arg("install-software")
-        .arg("--inventory")
-        .arg(dir.join(format!("hosts-{}.ini", sshd.port)))
-        .arg("--ssh-key")
-        .arg(&key)
-        .arg("--packages")
-        .arg(&missing)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(3), "{said}");
-    assert!(
-        said.starts_with(&format!("FAILED: reading {}: ", missing.display())),
-        "{said}"
-    );
+    let refuses_missing = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(support::agent_bin())
+            .args(args)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(3), "{said}");
+        assert!(
+            said.starts_with(&format!("FAILED: reading {}: ", missing.display())),
+            "{said}"
+        );
+    };
+    let inventory = dir.join(format!("hosts-{}.ini", sshd.port));
+    refuses_missing(&[
+        "install-cluster".as_ref(),
+        "--inventory".as_ref(),
+        missing.as_ref(),
+        "--cluster".as_ref(),
+        "c1".as_ref(),
+    ]);
+    refuses_missing(&[
+        "install-software".as_ref(),
+        "--inventory".as_ref(),
+        inventory.as_ref(),
+        "--ssh-key".as_ref(),
+        key.as_ref(),
+        "--packages".as_ref(),
+        missing.as_ref(),
+    ]);
     let (code, said) = install_cluster(dir, free_port(), &key, "c1");
     assert_eq!(code, Some(1), "{said}");
     assert!(
