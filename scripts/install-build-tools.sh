@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian tools foothold-build needs (root): mmdebstrap, GRUB's BIOS and UEFI images, systemd-boot,
-# mkfs.ext4, mkfs.vfat and mtools, objcopy, qemu-img, zstd and xz, and for
-# `foothold-build run` qemu and OVMF. Idempotent.
+# mkfs.ext4, mkfs.vfat and mtools, objcopy, qemu-img, zstd and xz, patch (the patches a spec carries on a Go
+# source), and for `foothold-build run` qemu and OVMF. Idempotent.
 set -euo pipefail
 need=()
 check() { # <path or command> <package>
@@ -27,6 +27,7 @@ check xorriso xorriso
 check mksquashfs squashfs-tools
 check zstd zstd
 check xz xz-utils
+check patch patch
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-build-tools: apt-get install ${need[*]}"
   apt-get update -qq

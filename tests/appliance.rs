@@ -263,6 +263,14 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         bmo.contains(" (plugin) built from github.com/metal3-io/baremetal-operator baremetal-operator-02aa5059e348.tar.gz sha256:ae6db5d1d40e, with github.com/metal3-io/ironic-standalone-operator/api from"),
         "{manifest}"
     );
+    // With the patches Foothold carries on it (patches/baremetal-operator/), in order.
+    let manager = manifest["inputs"]["metal3.baremetalOperator.manager"]["from"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        manager.contains(", patched with 0001-firmware-schema-written-only-when-its-owners-change.patch sha256:7aa102f051e4, 0002-"),
+        "{manifest}"
+    );
     assert_eq!(
         manifest["inputs"]["kubernetes.pause.image"]["reference"],
         "registry.k8s.io/pause:3.10.1"

@@ -18,31 +18,8 @@ use crate::source::{go, go_version, ArchiveRecipe, ArchiveSource};
 /// manifest saying what was built from which archive with which toolchain.
 pub fn build(recipe: &ArchiveRecipe, work: &Path, out: &Path) -> Result<String> {
     let toolchain = go_version()?;
-    if work.exists() {
-        std::fs::remove_dir_all(work).with_context(|| format!("emptying {}", work.display()))?;
-    }
-    let root = module_root(&unpack(&recipe.source, &work.join("src"))?)?;
+    let (root, replaced) = prepare(recipe, work)?;
     let module = module_path(&root)?;
-    let mut replaced = Vec::new();
-    for (i, (path, archive)) in recipe.replace.iter().enumerate() {
-        let tree = unpack(archive, &work.join(format!("replace-{i}")))?;
-        let dir = find_module(&tree, path)?
-            .with_context(|| format!("{}: no go.mod of module {path} in it", archive.name))?;
-        // Relative: the build info the binary embeds names the replacement as written, so an absolute path
-        // would make the bytes depend on where the cache is (a plugin built in /root and one built in /home
-        // differed only there).
-        let relative = relative_to(&dir, &root, work)?;
-        go(&root)
-            .args(["mod", "edit"])
-            .arg(format!("-replace={path}={relative}"))
-            .run_bytes()
-            .with_context(|| format!("replacing {path} with {}", archive.name))?;
-        replaced.push(format!(
-            "{path} from {} {}",
-            archive.name,
-            short(&archive.sha256)
-        ));
-    }
     let mut build = go(&root);
     build
         .env("CGO_ENABLED", "1")
@@ -65,16 +42,54 @@ pub fn build(recipe: &ArchiveRecipe, work: &Path, out: &Path) -> Result<String> 
         .next()
         .unwrap_or_default()
         .to_owned();
-    let with = if replaced.is_empty() {
-        String::new()
-    } else {
-        format!(", with {}", replaced.join(", "))
-    };
+    let mut with = String::new();
+    if !replaced.is_empty() {
+        with += &format!(", with {}", replaced.join(", "));
+    }
+    if !recipe.patches.is_empty() {
+        let patches: Vec<String> = recipe
+            .patches
+            .iter()
+            .map(|p| format!("{} {}", p.name, short(&p.sha256)))
+            .collect();
+        with += &format!(", patched with {}", patches.join(", "));
+    }
     Ok(format!(
         "built from {module} {} {}{with} ({toolchain}, {cc})",
         recipe.source.name,
         short(&recipe.source.sha256),
     ))
+}
+
+/// The module's tree of `recipe` in `work` (emptied first), ready to build or test: unpacked, patched, and its
+/// replacements in place. Returns its root and, for the manifest, what replaced which module.
+pub fn prepare(recipe: &ArchiveRecipe, work: &Path) -> Result<(PathBuf, Vec<String>)> {
+    if work.exists() {
+        std::fs::remove_dir_all(work).with_context(|| format!("emptying {}", work.display()))?;
+    }
+    let root = module_root(&unpack(&recipe.source, &work.join("src"))?)?;
+    apply_patches(&recipe.patches, &root, &recipe.source.name)?;
+    let mut replaced = Vec::new();
+    for (i, (path, archive)) in recipe.replace.iter().enumerate() {
+        let tree = unpack(archive, &work.join(format!("replace-{i}")))?;
+        let dir = find_module(&tree, path)?
+            .with_context(|| format!("{}: no go.mod of module {path} in it", archive.name))?;
+        // Relative: the build info the binary embeds names the replacement as written, so an absolute path
+        // would make the bytes depend on where the cache is (a plugin built in /root and one built in /home
+        // differed only there).
+        let relative = relative_to(&dir, &root, work)?;
+        go(&root)
+            .args(["mod", "edit"])
+            .arg(format!("-replace={path}={relative}"))
+            .run_bytes()
+            .with_context(|| format!("replacing {path} with {}", archive.name))?;
+        replaced.push(format!(
+            "{path} from {} {}",
+            archive.name,
+            short(&archive.sha256)
+        ));
+    }
+    Ok((root, replaced))
 }
 
 /// `dir` as a path relative to `from`, both inside `work` (`../../replace-0/…`).
@@ -93,22 +108,46 @@ fn short(sha256: &str) -> String {
     format!("sha256:{}", &sha256[..sha256.len().min(12)])
 }
 
-/// Checks `archive` against its pin and unpacks it into `dir`.
-fn unpack(archive: &ArchiveSource, dir: &Path) -> Result<PathBuf> {
-    let path = archive.path.as_deref().with_context(|| {
-        format!(
-            "{}: not located (a bug: Recipe::located first)",
-            archive.name
-        )
-    })?;
+/// The path of `input` (an archive or a patch), checked against its pin.
+fn checked(input: &ArchiveSource) -> Result<&Path> {
+    let path = input
+        .path
+        .as_deref()
+        .with_context(|| format!("{}: not located (a bug: Recipe::located first)", input.name))?;
     let got = crate::sparse::sha256(path).with_context(|| format!("reading {}", path.display()))?;
-    if got != archive.sha256 {
+    if got != input.sha256 {
         bail!(
             "{} has sha256 {got}, the spec pins {}",
             path.display(),
-            archive.sha256
+            input.sha256
         );
     }
+    Ok(path)
+}
+
+/// Applies `patches` in order to the module tree at `root` (unpacked from `source`), each checked against its
+/// pin. A hunk that does not apply exactly where its context is found fails the build (`--fuzz=0`), and so does
+/// a patch that is already applied.
+fn apply_patches(patches: &[ArchiveSource], root: &Path, source: &str) -> Result<()> {
+    for patch in patches {
+        // Absolute: `patch` opens its input after changing to `root`.
+        let path = std::path::absolute(checked(patch)?)?;
+        Command::new("patch")
+            .args(["-p1", "--batch", "--forward", "--fuzz=0"])
+            .args(["--no-backup-if-mismatch", "--reject-file=-"])
+            .arg("--directory")
+            .arg(root)
+            .arg("--input")
+            .arg(&path)
+            .run_bytes()
+            .with_context(|| format!("applying {} to {source}", patch.name))?;
+    }
+    Ok(())
+}
+
+/// Checks `archive` against its pin and unpacks it into `dir`.
+fn unpack(archive: &ArchiveSource, dir: &Path) -> Result<PathBuf> {
+    let path = checked(archive)?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     Command::new("tar")
         .arg("-xzf")
@@ -174,15 +213,17 @@ fn find_module(dir: &Path, module: &str) -> Result<Option<PathBuf>> {
     Ok(None)
 }
 
-/// Reads the files of `archive` under `<its root>/<dir>/` whose names end in `suffix`, sorted by name, after
-/// checking it against its pin: (file name, content).
+/// Reads the files of `archive`, with `patches` applied, under `<its root>/<dir>/` whose names end in `suffix`,
+/// sorted by name, after checking each against its pin: (file name, content).
 pub fn read_dir(
     archive: &ArchiveSource,
+    patches: &[ArchiveSource],
     dir: &str,
     suffix: &str,
 ) -> Result<Vec<(String, Vec<u8>)>> {
     let tmp = tempfile::tempdir().context("creating a temporary directory")?;
     let root = module_root(&unpack(archive, tmp.path())?)?;
+    apply_patches(patches, &root, &archive.name)?;
     let from = root.join(dir);
     let mut out = Vec::new();
     for e in
@@ -292,6 +333,88 @@ mod tests {
         assert!(!dir.path().join("out").exists());
     }
 
+    /// A pinned patch file in `dir` holding `text`.
+    fn patch_file(dir: &Path, name: &str, text: &str) -> ArchiveSource {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        ArchiveSource {
+            sha256: crate::sparse::sha256(&path).unwrap(),
+            path: Some(path),
+            name: name.into(),
+        }
+    }
+
+    const CRD_PATCH: &str =
+        "Subject: the kind renamed\n\n---\n--- a/config/crds/a.yaml\n+++ b/config/crds/a.yaml\n\
+                             @@ -1 +1 @@\n-kind: A\n+kind: Patched\n";
+
+    #[test]
+    fn patches_apply_in_order_to_what_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = archive(
+            dir.path(),
+            &[
+                ("bmo/go.mod", "module example.org/bmo\n"),
+                ("bmo/config/crds/a.yaml", "kind: A\n"),
+            ],
+        );
+        let mut first = patch_file(dir.path(), "1.patch", CRD_PATCH);
+        // Relative to the working directory (the crate's, which has src/), as a spec's path is when the spec's
+        // is: `patch` runs in the tree.
+        let cwd = std::env::current_dir().unwrap();
+        let up = format!("src/../{}", "../".repeat(cwd.components().count() - 1));
+        let absolute = first.path.take().unwrap();
+        first.path = Some(PathBuf::from(up).join(absolute.strip_prefix("/").unwrap()));
+        let second = patch_file(
+            dir.path(),
+            "2.patch",
+            "--- a/config/crds/a.yaml\n+++ b/config/crds/a.yaml\n@@ -1 +1,2 @@\n kind: Patched\n+again: true\n",
+        );
+        let files = read_dir(&a, &[first.clone(), second.clone()], "config/crds", ".yaml").unwrap();
+        assert_eq!(
+            files,
+            [(
+                "a.yaml".to_owned(),
+                b"kind: Patched\nagain: true\n".to_vec()
+            )]
+        );
+        // Out of order, the second's context is not there: the error names the patch and the archive.
+        let e = format!(
+            "{:#}",
+            read_dir(&a, &[second, first], "config/crds", ".yaml").unwrap_err()
+        );
+        assert!(e.contains("applying 2.patch to a.tar.gz"), "{e}");
+        assert!(e.contains("FAILED"), "{e}");
+    }
+
+    #[test]
+    fn a_patch_applied_twice_or_not_the_pinned_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = archive(
+            dir.path(),
+            &[
+                ("bmo/go.mod", "module example.org/bmo\n"),
+                ("bmo/config/crds/a.yaml", "kind: A\n"),
+            ],
+        );
+        let p = patch_file(dir.path(), "1.patch", CRD_PATCH);
+        let e = format!(
+            "{:#}",
+            read_dir(&a, &[p.clone(), p.clone()], "config/crds", ".yaml").unwrap_err()
+        );
+        assert!(e.contains("applying 1.patch to a.tar.gz"), "{e}");
+        let mut wrong = p;
+        wrong.sha256 = "0".repeat(64);
+        let e = format!(
+            "{:#}",
+            read_dir(&a, &[wrong], "config/crds", ".yaml").unwrap_err()
+        );
+        assert!(
+            e.contains(&format!("the spec pins {}", "0".repeat(64))),
+            "{e}"
+        );
+    }
+
     #[test]
     fn the_crds_are_read_sorted_from_the_tree() {
         let dir = tempfile::tempdir().unwrap();
@@ -304,7 +427,7 @@ mod tests {
                 ("bmo/config/crds/kustomization.txt", "x"),
             ],
         );
-        let files = read_dir(&a, "config/crds", ".yaml").unwrap();
+        let files = read_dir(&a, &[], "config/crds", ".yaml").unwrap();
         assert_eq!(
             files,
             [
@@ -312,7 +435,10 @@ mod tests {
                 ("b.yaml".to_owned(), b"kind: B\n".to_vec())
             ]
         );
-        let e = format!("{:#}", read_dir(&a, "config/other", ".yaml").unwrap_err());
+        let e = format!(
+            "{:#}",
+            read_dir(&a, &[], "config/other", ".yaml").unwrap_err()
+        );
         assert!(e.contains("no config/other/ in it"), "{e}");
     }
 }

@@ -39,8 +39,9 @@ impl Recipe {
     pub fn located(self, spec_dir: &Path, cached: impl Fn(&str) -> PathBuf) -> Recipe {
         match self {
             Recipe::Archive(mut a) => {
-                for s in
-                    std::iter::once(&mut a.source).chain(a.replace.iter_mut().map(|r| &mut r.1))
+                for s in std::iter::once(&mut a.source)
+                    .chain(a.replace.iter_mut().map(|r| &mut r.1))
+                    .chain(a.patches.iter_mut())
                 {
                     s.path = Some(match &s.path {
                         Some(p) if p.is_absolute() => p.clone(),
@@ -61,6 +62,8 @@ pub struct ArchiveRecipe {
     pub source: ArchiveSource,
     /// (module path, the archive that holds it).
     pub replace: Vec<(String, ArchiveSource)>,
+    /// Unified diffs applied in order to the module's tree (`patch -p1`) before it is built.
+    pub patches: Vec<ArchiveSource>,
     /// The package, relative to the module's root (`.`, `./pkg/provisioner/ironic/plugin`).
     pub package: String,
     /// Built with `-buildmode=plugin`.

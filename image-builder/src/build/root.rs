@@ -141,20 +141,30 @@ fn place_bmo_crds(loaded: &Loaded, files: &[FileInput], root: &Path) -> Result<(
     let Some(m) = &loaded.spec.components.metal3 else {
         return Ok(());
     };
-    let (field, _) = &m.baremetal_operator.archives()[0];
-    let f = files
-        .iter()
-        .find(|f| &f.field == field)
-        .with_context(|| format!("{field}: not among the resolved inputs"))?;
-    let archive = crate::source::ArchiveSource {
-        path: Some(f.src.clone()),
-        sha256: f.sha256.clone(),
-        name: f.origin.clone(),
+    let resolved = |field: &str| -> Result<crate::source::ArchiveSource> {
+        let f = files
+            .iter()
+            .find(|f| f.field == field)
+            .with_context(|| format!("{field}: not among the resolved inputs"))?;
+        Ok(crate::source::ArchiveSource {
+            path: Some(f.src.clone()),
+            sha256: f.sha256.clone(),
+            name: f.origin.clone(),
+        })
     };
+    // The archives are the source, its replacements, then its patches (`BaremetalOperator::archives`).
+    let archives = m.baremetal_operator.archives();
+    let field = &archives[0].0;
+    let archive = resolved(field)?;
+    let patches = archives[1 + m.baremetal_operator.replace.len()..]
+        .iter()
+        .map(|(f, _)| resolved(f))
+        .collect::<Result<Vec<_>>>()?;
     let dir = root.join(crate::spec::KUBE_MANIFESTS_DIR.trim_start_matches('/'));
     fs::create_dir_all(&dir)?;
-    for (name, bytes) in crate::go_archive::read_dir(&archive, crate::spec::BMO_CRDS, ".yaml")
-        .with_context(|| format!("{field}: BMO's CRDs"))?
+    for (name, bytes) in
+        crate::go_archive::read_dir(&archive, &patches, crate::spec::BMO_CRDS, ".yaml")
+            .with_context(|| format!("{field}: BMO's CRDs"))?
     {
         let dest = dir.join(format!("00-bmo-{name}"));
         fs::write(&dest, bytes)?;

@@ -37,6 +37,10 @@ pub struct BaremetalOperator {
     /// e.g. `github.com/metal3-io/ironic-standalone-operator/api`.
     #[serde(default)]
     pub replace: Vec<Replacement>,
+    /// Unified diffs (`-p1`, relative to the module's root) applied in order to the source before it is built
+    /// and its CRDs are read, each pinned like the source: changes carried on top of upstream.
+    #[serde(default)]
+    pub patches: Vec<Input>,
     /// The sha256 of the manager built from the source (`foothold-build pin` builds it and fills it in).
     #[serde(default)]
     pub manager: Built,
@@ -73,6 +77,9 @@ impl BaremetalOperator {
                 r.source.to_file(None, None),
             ));
         }
+        for (i, p) in self.patches.iter().enumerate() {
+            out.push((format!("{FIELD}.patches[{i}]"), p.to_file(None, None)));
+        }
         out
     }
 
@@ -85,6 +92,7 @@ impl BaremetalOperator {
                 .iter()
                 .map(|r| (r.module.clone(), source(&r.source)))
                 .collect(),
+            patches: self.patches.iter().map(source).collect(),
             package: package.to_owned(),
             plugin,
         };
@@ -114,19 +122,21 @@ impl BaremetalOperator {
 
     /// Every input, to rewrite (the bundle makes local paths its own).
     pub fn inputs_mut(&mut self) -> impl Iterator<Item = &mut Input> {
-        std::iter::once(&mut self.source).chain(self.replace.iter_mut().map(|r| &mut r.source))
+        std::iter::once(&mut self.source)
+            .chain(self.replace.iter_mut().map(|r| &mut r.source))
+            .chain(self.patches.iter_mut())
     }
 
     pub(super) fn validate(&self) -> Result<(), String> {
         for (field, f) in self.archives() {
             if f.go.is_some() || f.cc.is_some() {
                 return Err(format!(
-                    "{field}: a source archive is a path or a url, not built itself"
+                    "{field}: a source archive or patch is a path or a url, not built itself"
                 ));
             }
             if f.sha256.is_none() {
                 return Err(format!(
-                    "{field}.sha256: required (a source archive is pinned, wherever it is)"
+                    "{field}.sha256: required (a source archive or patch is pinned, wherever it is)"
                 ));
             }
         }

@@ -258,7 +258,7 @@ fn the_schema_names_every_top_level_field() {
     }
 }
 
-const METAL3: &str = "  metal3:\n    baremetalOperator:\n      source: {path: ../third_party/baremetal-operator-02aa5059e348.tar.gz, sha256: HEX}\n      replace:\n        - module: github.com/metal3-io/ironic-standalone-operator/api\n          source: {path: ../third_party/ironic-standalone-operator-api-c75aa296a52a.tar.gz, sha256: HEX}\n      manager: {sha256: HEX}\n      plugin: {sha256: HEX}\n";
+const METAL3: &str = "  metal3:\n    baremetalOperator:\n      source: {path: ../third_party/baremetal-operator-02aa5059e348.tar.gz, sha256: HEX}\n      replace:\n        - module: github.com/metal3-io/ironic-standalone-operator/api\n          source: {path: ../third_party/ironic-standalone-operator-api-c75aa296a52a.tar.gz, sha256: HEX}\n      patches:\n        - {path: ../patches/bmo/1.patch, sha256: HEX}\n      manager: {sha256: HEX}\n      plugin: {sha256: HEX}\n";
 
 /// The appliance's shape: trixie, Kubernetes and Metal3.
 pub(crate) fn metal3_spec(edit: impl Fn(String) -> String) -> Result<Spec, String> {
@@ -283,6 +283,9 @@ fn metal3_builds_two_binaries_from_its_archives_and_places_them_where_bmo_looks(
         recipe.replace[0].0,
         "github.com/metal3-io/ironic-standalone-operator/api"
     );
+    assert_eq!(recipe.patches.len(), 1);
+    assert_eq!(recipe.patches[0].name, "1.patch");
+    assert_eq!(recipe.patches[0].sha256, "b".repeat(64));
     let (field, plugin) = &files[8];
     assert_eq!(field, "components.metal3.baremetalOperator.plugin");
     assert_eq!(
@@ -306,6 +309,10 @@ fn metal3_builds_two_binaries_from_its_archives_and_places_them_where_bmo_looks(
         "components.metal3.baremetalOperator.replace[0].source".into(),
         None
     )));
+    assert!(sources.contains(&(
+        "components.metal3.baremetalOperator.patches[0]".into(),
+        None
+    )));
 }
 
 #[test]
@@ -322,7 +329,12 @@ fn metal3_errors_name_the_field() {
     let e = bad(&format!("c75aa296a52a.tar.gz{pin}"), "c75aa296a52a.tar.gz");
     assert_eq!(
         e,
-        "components.metal3.baremetalOperator.replace[0].source.sha256: required (a source archive is pinned, wherever it is)"
+        "components.metal3.baremetalOperator.replace[0].source.sha256: required (a source archive or patch is pinned, wherever it is)"
+    );
+    let e = bad(&format!("1.patch{pin}"), "1.patch");
+    assert_eq!(
+        e,
+        "components.metal3.baremetalOperator.patches[0].sha256: required (a source archive or patch is pinned, wherever it is)"
     );
     let e = bad("module: github.com/metal3-io", "module: metal3-io");
     assert!(
