@@ -242,31 +242,29 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
     )
     .unwrap();
     // The manifest says what was built from source, and from which module version.
-    let kubelet = manifest["inputs"]["kubernetes.kubelet"]["from"]
-        .as_str()
-        .unwrap();
+    let from = |input: &str| {
+        manifest["inputs"][input]["from"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let kubelet = from("kubernetes.kubelet");
     assert!(
         kubelet.starts_with("k8s.io/kubernetes/cmd/kubelet@v1.35.4 built from k8s.io/kubernetes v1.35.4 (go version go1."),
         "{kubelet}"
     );
-    let coredns = manifest["inputs"]["kubernetes.coredns.binary"]["from"]
-        .as_str()
-        .unwrap();
+    let coredns = from("kubernetes.coredns.binary");
     assert!(
         coredns.contains("built from github.com/coredns/coredns v1.13.1"),
         "{coredns}"
     );
-    let bmo = manifest["inputs"]["metal3.baremetalOperator.plugin"]["from"]
-        .as_str()
-        .unwrap_or_default();
+    let bmo = from("metal3.baremetalOperator.plugin");
     assert!(
         bmo.contains(" (plugin) built from github.com/metal3-io/baremetal-operator baremetal-operator-02aa5059e348.tar.gz sha256:ae6db5d1d40e, with github.com/metal3-io/ironic-standalone-operator/api from"),
         "{manifest}"
     );
     // With the patches Foothold carries on it (patches/baremetal-operator/), in order.
-    let manager = manifest["inputs"]["metal3.baremetalOperator.manager"]["from"]
-        .as_str()
-        .unwrap_or_default();
+    let manager = from("metal3.baremetalOperator.manager");
     assert!(
         manager.contains(", patched with 0001-firmware-schema-written-only-when-its-owners-change.patch sha256:7aa102f051e4, 0002-"),
         "{manifest}"

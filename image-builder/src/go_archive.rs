@@ -344,20 +344,24 @@ mod tests {
         }
     }
 
-    const CRD_PATCH: &str =
-        "Subject: the kind renamed\n\n---\n--- a/config/crds/a.yaml\n+++ b/config/crds/a.yaml\n\
-                             @@ -1 +1 @@\n-kind: A\n+kind: Patched\n";
-
-    #[test]
-    fn patches_apply_in_order_to_what_is_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = archive(
-            dir.path(),
+    /// A module with one CRD, `kind: A`, which `CRD_PATCH` changes.
+    fn crd_archive(dir: &Path) -> ArchiveSource {
+        archive(
+            dir,
             &[
                 ("bmo/go.mod", "module example.org/bmo\n"),
                 ("bmo/config/crds/a.yaml", "kind: A\n"),
             ],
-        );
+        )
+    }
+
+    const CRD_PATCH: &str = "Subject: the kind renamed\n\n---\n\
+        --- a/config/crds/a.yaml\n+++ b/config/crds/a.yaml\n@@ -1 +1 @@\n-kind: A\n+kind: Patched\n";
+
+    #[test]
+    fn patches_apply_in_order_to_what_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = crd_archive(dir.path());
         let mut first = patch_file(dir.path(), "1.patch", CRD_PATCH);
         // Relative to the working directory (the crate's, which has src/), as a spec's path is when the spec's
         // is: `patch` runs in the tree.
@@ -390,13 +394,7 @@ mod tests {
     #[test]
     fn a_patch_applied_twice_or_not_the_pinned_one_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let a = archive(
-            dir.path(),
-            &[
-                ("bmo/go.mod", "module example.org/bmo\n"),
-                ("bmo/config/crds/a.yaml", "kind: A\n"),
-            ],
-        );
+        let a = crd_archive(dir.path());
         let p = patch_file(dir.path(), "1.patch", CRD_PATCH);
         let e = format!(
             "{:#}",
