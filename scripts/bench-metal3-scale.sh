@@ -16,6 +16,8 @@
 # packages/appliance.yaml; for MODE=vm it must take the SSH key in BENCH_DIR/id_ed25519 for its user foothold;
 # LIMIT_SECONDS=3600 ends the wait for all provisioned, reporting how many were by then)
 set -euo pipefail
+# A command that fails ends the run (and, in native mode, every unit with it): say which.
+trap 'echo "bench-metal3-scale: line $LINENO: a command failed (exit status $?)" >&2' ERR
 cd "$(dirname "$0")/.."
 hosts=${1:-1000}
 bench=${BENCH_DIR:-target/bench-metal3}
@@ -206,7 +208,10 @@ done
 [ -n "$ready" ] || { echo "bench-metal3-scale: Ironic and BMO never ready (see the logs in $bench)" >&2; exit 1; }
 # Idle: a minute after Metal3 is ready, nothing asked of it.
 sleep 60
-idle=$(sample | head -1)
+# A sample's first line, taken without `| head -1`: head ends before the writer may have finished, whose
+# SIGPIPE then fails the pipeline and, with pipefail, the run (it ended two runs at 723 and 778 s).
+idle=$(sample)
+idle=${idle%%$'\n'*}
 echo "memory used at idle (Kubernetes, BMO, Ironic, agent): ${idle} MiB"
 
 # The stand-in ISO, uploaded over the BPA REST API; the hosts name it where the BMC on this host reaches it.
@@ -234,7 +239,7 @@ first=$(sample | tail -1)
 deadline=$(( $(date +%s) + ${LIMIT_SECONDS:-3600} ))
 while [ "$(date +%s)" -lt "$deadline" ]; do
   s=$(sample)
-  mem=$(echo "$s" | head -1)
+  mem=${s%%$'\n'*}
   [ "$mem" -gt "$peak" ] && peak=$mem
   c=$(counts)
   echo "$(secs "$t0" "$(now)") s: $c mem ${mem} MiB" >> "$bench/progress.log"
