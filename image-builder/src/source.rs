@@ -77,7 +77,7 @@ impl ArchiveRecipe {
     }
 }
 
-/// A source archive: its path (relative to the spec until [`Recipe::located`]) and its pinned sha256.
+/// A source archive or a patch: its path (relative to the spec until [`Recipe::located`]) and its pinned sha256.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchiveSource {
     pub path: Option<PathBuf>,
