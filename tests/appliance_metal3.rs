@@ -232,6 +232,20 @@ pub fn provision(
         ["2", "2"],
         "Ironic's database is not in WAL mode: {header}"
     );
+    // The launcher's other changes, against the image's own Ironic, oslo.db and Pecan; and the running Ironic
+    // keeps its database open between transactions (oslo.db alone opens and closes it for each).
+    let said = a.ssh(&format!(
+        "sudo python3 - <<'EOF'\n{}\nEOF",
+        include_str!("fixtures/ironic_launcher_check.py")
+    ));
+    eprintln!("{said}");
+    let held = a.ssh(
+        "sudo ls -l /proc/$(systemctl show -p MainPID --value ironic)/fd | grep -c 'ironic.sqlite$' || true",
+    );
+    assert!(
+        held.trim().parse::<u32>().is_ok_and(|n| n >= 1),
+        "Ironic holds no connection to its database: {held}"
+    );
     let crds = a.kubectl(&["get", "crd", "-o", "name"]).unwrap();
     for crd in [
         "baremetalhosts.metal3.io",
