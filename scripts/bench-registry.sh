@@ -3,8 +3,10 @@
 # serving the same blob file with sendfile, all on 127.0.0.1 in one run. Prints medians and ratios.
 #   RUNS=5 scripts/bench-registry.sh          (BLOB_MIB=200 IMAGE_MIB=1024 CONCURRENCY=64 by default;
 #   ONLY_GET=1 skips the skopeo push/pull part)
-# The agent runs twice: as it ships (bodies by sendfile) and with --sendfile false (bodies from memory maps,
-# as under TLS). Pulls go to disk (dir: under the work directory) and to a sink (dir: in /dev/shm).
+# The agent runs three ways: as it ships (--sendfile remote: these clients are on this host, so bodies are
+# copied to them through a buffer), with --sendfile always (bodies by sendfile, as remote clients get them) and
+# with --sendfile never (bodies from memory maps, as under TLS). Pulls go to disk (dir: under the work
+# directory) and to a sink (dir: in /dev/shm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-5}
@@ -27,7 +29,8 @@ digest=$(cat "$work/blob.digest")
 start_reg() {
   case $1 in
     agent) start_agent_at "$work/agent-data"; PORT=$AGENT_PORT; PID=$AGENT_PID ;;
-    mapped) start_agent_at "$work/mapped-data" --sendfile false; PORT=$AGENT_PORT; PID=$AGENT_PID ;;
+    sendfile) start_agent_at "$work/sendfile-data" --sendfile always; PORT=$AGENT_PORT; PID=$AGENT_PID ;;
+    mapped) start_agent_at "$work/mapped-data" --sendfile never; PORT=$AGENT_PORT; PID=$AGENT_PID ;;
     dist) start_dist_at "$work/dist-data"; PORT=$DIST_PORT; PID=$DIST_PID ;;
   esac
 }
@@ -44,7 +47,7 @@ start_nginx "$work/files"
 wait_http "http://127.0.0.1:$NGINX_PORT/blob"
 declare -A port pid
 port[nginx]=$NGINX_PORT
-for name in agent mapped dist; do
+for name in agent sendfile mapped dist; do
   start_reg $name; port[$name]=$PORT; pid[$name]=$PID
   upload_blob "http://127.0.0.1:$PORT"
 done
@@ -53,7 +56,7 @@ url() { if [ "$1" = nginx ]; then echo "http://127.0.0.1:${port[nginx]}/blob"; e
 get_speed() { curl -sf -o /dev/null -w '%{speed_download}\n' "$1"; }  # bytes/s; fails on an HTTP error
 echo "# single GET of the ${BLOB_MIB} MiB blob, median of $RUNS (MiB/s)"
 declare -A single
-for name in nginx agent mapped dist; do
+for name in nginx agent sendfile mapped dist; do
   get_speed "$(url $name)" >/dev/null  # warm the page cache
   single[$name]=$(for _ in $(seq "$RUNS"); do get_speed "$(url $name)"; done | median | awk '{printf "%.0f", $1/1048576}')
   echo "  $name ${single[$name]}"
@@ -70,20 +73,21 @@ concurrent() {  # $1 url -> aggregate MiB/s
   awk -v n="$CONCURRENCY" -v m="$BLOB_MIB" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f\n", n*m/(b-a)}'
 }
 declare -A conc rss
-for name in nginx agent mapped; do
+for name in nginx agent sendfile mapped; do
   conc[$name]=$(for _ in $(seq "$RUNS"); do concurrent "$(url $name)"; done | median)
   [ "$name" = nginx ] || rss[$name]=$(awk '/VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/${pid[$name]}/status")
   echo "  $name ${conc[$name]}"
 done
-for name in agent mapped dist; do stop_reg "${pid[$name]}"; done
+for name in agent sendfile mapped dist; do stop_reg "${pid[$name]}"; done
 
 declare -A push pull sink
-if [ -n "${ONLY_GET:-}" ]; then for n in agent mapped dist; do push[$n]=1; pull[$n]=1; sink[$n]=1; done; else
-echo "# skopeo push, then pull to disk and to a sink, of the ${IMAGE_MIB} MiB image, fresh registry each run, median of $RUNS (MiB/s)"
+if [ -n "${ONLY_GET:-}" ]; then for n in agent sendfile mapped dist; do push[$n]=1; pull[$n]=1; sink[$n]=1; done; else
+echo "# skopeo push, then pull to disk and to a sink, of the ${IMAGE_MIB} MiB image, fresh registry each run, the"
+echo "# registries taking turns within each round (a drift in the machine's speed touches them alike), median of $RUNS (MiB/s)"
 rate() { awk -v m="$IMAGE_MIB" -v a="$1" -v b="$2" 'BEGIN {print m/(b-a)}'; }
-for name in agent mapped dist; do
-  pushes=(); pulls=(); sinks=()
-  for i in $(seq "$RUNS"); do
+declare -A pushes pulls sinks
+for i in $(seq "$RUNS"); do
+  for name in agent sendfile mapped dist; do
     start_reg $name
     forget_blob_locations
     t0=$(date +%s.%N)
@@ -96,27 +100,33 @@ for name in agent mapped dist; do
     skopeo --insecure-policy copy -q --src-tls-verify=false "docker://127.0.0.1:$PORT/bench/image:v$i" "dir:/dev/shm/foothold-bench-pulled" >/dev/null
     t3=$(date +%s.%N)
     rm -rf /dev/shm/foothold-bench-pulled
-    pushes+=("$(rate "$t0" "$t1")"); pulls+=("$(rate "$t1" "$t2")"); sinks+=("$(rate "$t2" "$t3")")
+    pushes[$name]+="$(rate "$t0" "$t1") "; pulls[$name]+="$(rate "$t1" "$t2") "; sinks[$name]+="$(rate "$t2" "$t3") "
     stop_reg "$PID"
   done
-  push[$name]=$(printf '%s\n' "${pushes[@]}" | median | awk '{printf "%.0f", $1}')
-  pull[$name]=$(printf '%s\n' "${pulls[@]}" | median | awk '{printf "%.0f", $1}')
-  sink[$name]=$(printf '%s\n' "${sinks[@]}" | median | awk '{printf "%.0f", $1}')
+done
+for name in agent sendfile mapped dist; do
+  # shellcheck disable=SC2086 # the lists are words on purpose
+  push[$name]=$(printf '%s\n' ${pushes[$name]} | median | awk '{printf "%.0f", $1}')
+  # shellcheck disable=SC2086
+  pull[$name]=$(printf '%s\n' ${pulls[$name]} | median | awk '{printf "%.0f", $1}')
+  # shellcheck disable=SC2086
+  sink[$name]=$(printf '%s\n' ${sinks[$name]} | median | awk '{printf "%.0f", $1}')
   echo "  $name push ${push[$name]} pull ${pull[$name]} pull-to-sink ${sink[$name]}"
 done
 fi
 
 echo
-echo "cores: $(nproc); runs: $RUNS; foothold = as shipped (sendfile), mapped = --sendfile false"
-printf '%-34s %9s %9s %9s %9s   %s\n' "measure (MiB/s)" foothold mapped distrib nginx "ratios (target)"
-row() { printf '%-34s %9s %9s %9s %9s   %s\n' "$@"; }
-row "GET ${BLOB_MIB} MiB blob" "${single[agent]}" "${single[mapped]}" "${single[dist]}" "${single[nginx]}" \
-  "foothold/nginx $(ratio "${single[agent]}" "${single[nginx]}") (>=1.0), foothold/distribution $(ratio "${single[agent]}" "${single[dist]}") (>=1.3); mapped/nginx $(ratio "${single[mapped]}" "${single[nginx]}")"
-row "$CONCURRENCY concurrent GETs (aggregate)" "${conc[agent]}" "${conc[mapped]}" "-" "${conc[nginx]}" \
-  "foothold/nginx $(ratio "${conc[agent]}" "${conc[nginx]}") (>=1.0); mapped/nginx $(ratio "${conc[mapped]}" "${conc[nginx]}")"
-row "skopeo push ${IMAGE_MIB} MiB 5 layers" "${push[agent]}" "${push[mapped]}" "${push[dist]}" "-" "foothold/distribution $(ratio "${push[agent]}" "${push[dist]}") (>=1.2)"
-row "skopeo pull to disk" "${pull[agent]}" "${pull[mapped]}" "${pull[dist]}" "-" \
-  "foothold/distribution $(ratio "${pull[agent]}" "${pull[dist]}") (>=1.0); mapped $(ratio "${pull[mapped]}" "${pull[dist]}")"
-row "skopeo pull to a sink (/dev/shm)" "${sink[agent]}" "${sink[mapped]}" "${sink[dist]}" "-" \
-  "foothold/distribution $(ratio "${sink[agent]}" "${sink[dist]}") (>=1.0); mapped $(ratio "${sink[mapped]}" "${sink[dist]}")"
-echo "peak RSS over the GET benchmarks: foothold ${rss[agent]} MiB, mapped ${rss[mapped]} MiB (target <= 64)"
+echo "cores: $(nproc); runs: $RUNS; foothold = as shipped (--sendfile remote: buffered to these local clients),"
+echo "sendfile = --sendfile always, mapped = --sendfile never"
+printf '%-34s %9s %9s %9s %9s %9s   %s\n' "measure (MiB/s)" foothold sendfile mapped distrib nginx "ratios (target)"
+row() { printf '%-34s %9s %9s %9s %9s %9s   %s\n' "$@"; }
+row "GET ${BLOB_MIB} MiB blob" "${single[agent]}" "${single[sendfile]}" "${single[mapped]}" "${single[dist]}" "${single[nginx]}" \
+  "foothold/nginx $(ratio "${single[agent]}" "${single[nginx]}") (>=1.0), foothold/distribution $(ratio "${single[agent]}" "${single[dist]}") (>=1.3); sendfile/nginx $(ratio "${single[sendfile]}" "${single[nginx]}")"
+row "$CONCURRENCY concurrent GETs (aggregate)" "${conc[agent]}" "${conc[sendfile]}" "${conc[mapped]}" "-" "${conc[nginx]}" \
+  "foothold/nginx $(ratio "${conc[agent]}" "${conc[nginx]}") (>=1.0); sendfile/nginx $(ratio "${conc[sendfile]}" "${conc[nginx]}")"
+row "skopeo push ${IMAGE_MIB} MiB 5 layers" "${push[agent]}" "${push[sendfile]}" "${push[mapped]}" "${push[dist]}" "-" "foothold/distribution $(ratio "${push[agent]}" "${push[dist]}") (>=1.2)"
+row "skopeo pull to disk" "${pull[agent]}" "${pull[sendfile]}" "${pull[mapped]}" "${pull[dist]}" "-" \
+  "foothold/distribution $(ratio "${pull[agent]}" "${pull[dist]}") (>=1.0); sendfile $(ratio "${pull[sendfile]}" "${pull[dist]}")"
+row "skopeo pull to a sink (/dev/shm)" "${sink[agent]}" "${sink[sendfile]}" "${sink[mapped]}" "${sink[dist]}" "-" \
+  "foothold/distribution $(ratio "${sink[agent]}" "${sink[dist]}") (>=1.0); sendfile $(ratio "${sink[sendfile]}" "${sink[dist]}")"
+echo "peak RSS over the GET benchmarks: foothold ${rss[agent]} MiB, sendfile ${rss[sendfile]} MiB, mapped ${rss[mapped]} MiB (target <= 64)"

@@ -10,7 +10,7 @@ tools="$root/target/tools/bin"
 mkdir -p "$tools"
 
 need_apt=()
-for pair in skopeo:skopeo podman:podman containerd:containerd ctr:containerd curl:curl openssl:openssl haproxy:haproxy ssh:openssh-client virsh:libvirt-clients xmllint:libxml2-utils docker-registry:docker-registry htpasswd:apache2-utils busybox:busybox-static ssh-keygen:openssh-client; do
+for pair in skopeo:skopeo podman:podman containerd:containerd ctr:containerd curl:curl openssl:openssl haproxy:haproxy ssh:openssh-client virsh:libvirt-clients xmllint:libxml2-utils docker-registry:docker-registry htpasswd:apache2-utils busybox:busybox-static ssh-keygen:openssh-client ip:iproute2 nsenter:util-linux; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || need_apt+=("${pair#*:}")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

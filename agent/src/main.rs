@@ -201,11 +201,12 @@ enum Command {
         /// Require the token for reading BPA image records and downloading /files too (default: anonymous).
         #[arg(long, requires = "token_file")]
         files_require_token: bool,
-        /// Send blob and file bodies on plain HTTP/1 by sendfile, from the file to the socket without a copy in
-        /// the agent; false reads them from memory maps as under TLS (for file systems whose sendfile
-        /// misbehaves, and to compare the two).
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
-        sendfile: bool,
+        /// Which plain-HTTP/1 connections get blob and file bodies by sendfile, from the file to the socket
+        /// without a copy in the agent: "remote" (clients on other hosts; one on this host gets them copied
+        /// through a buffer, which costs it less to receive), "always" (alias "true") or "never" (alias
+        /// "false": bodies from memory maps as under TLS, for file systems whose sendfile misbehaves).
+        #[arg(long, value_enum, default_value_t = http::sendfile::SendfileMode::Remote, value_name = "WHEN")]
+        sendfile: http::sendfile::SendfileMode,
         /// A service beside the agent that /readyz probes and reports, as name=http://host:port/path (2xx is
         /// ready), e.g. ironic=http://127.0.0.1:6385/. Repeatable.
         #[arg(long = "ready-check", value_parser = foothold_agent::neighbors::parse)]

@@ -52,6 +52,7 @@ pub struct Metrics {
     bytes_mapped: AtomicU64,
     bytes_copied: AtomicU64,
     bytes_sendfile: AtomicU64,
+    bytes_buffered: AtomicU64,
     /// Per controller: reconciles, their total seconds, and errors by cause.
     reconciles: Mutex<BTreeMap<&'static str, (u64, f64)>>,
     reconcile_errors: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
@@ -81,6 +82,11 @@ impl Metrics {
     /// `bytes` of a lent chunk went to a client by `sendfile`.
     pub fn sent_from_file(&self, bytes: u64) {
         self.bytes_sendfile.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// `bytes` of a lent chunk went to a client on this host through a thread's buffer.
+    pub fn sent_buffered(&self, bytes: u64) {
+        self.bytes_buffered.fetch_add(bytes, Ordering::Relaxed);
     }
 
     pub fn reconciled(&self, controller: &'static str, took: std::time::Duration) {
@@ -145,12 +151,13 @@ impl Metrics {
         {
             let _ = writeln!(out, "foothold_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}");
         }
-        out.push_str("# HELP foothold_bytes_served_total Blob and file bytes sent to clients, by how they were read: \"sendfile\" (from the file to the socket, no copy in the process), \"mapped\" (memory-mapped, no copy in user space) or \"copied\" (pread).\n");
+        out.push_str("# HELP foothold_bytes_served_total Blob and file bytes sent to clients, by how they were read: \"sendfile\" (from the file to the socket, no copy in the process), \"mapped\" (memory-mapped, no copy in user space), \"copied\" (pread) or \"buffered\" (to a client on this host, through a buffer of the thread's).\n");
         out.push_str("# TYPE foothold_bytes_served_total counter\n");
         for (path, n) in [
             ("sendfile", &self.bytes_sendfile),
             ("mapped", &self.bytes_mapped),
             ("copied", &self.bytes_copied),
+            ("buffered", &self.bytes_buffered),
         ] {
             let _ = writeln!(
                 out,

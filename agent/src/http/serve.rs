@@ -17,8 +17,8 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     pub max_image_length: u64,
     pub files_need_token: bool,
-    /// Plain HTTP/1 bodies of files leave by sendfile (see `sendfile`).
-    pub sendfile: bool,
+    /// Which plain HTTP/1 connections get bodies of files by sendfile (see `sendfile`).
+    pub sendfile: super::sendfile::SendfileMode,
     pub data: PathBuf,
     pub token_file: Option<PathBuf>,
     pub tls: Option<(PathBuf, PathBuf)>,

@@ -140,8 +140,10 @@ fn metrics_count_requests_bytes_and_open_uploads() {
         "foothold_http_requests_total{route=\"blob\",method=\"GET\",status=\"200\"} 2",
         "foothold_http_requests_total{route=\"upload\",method=\"POST\",status=\"201\"} 1",
         "foothold_http_requests_total{route=\"upload\",method=\"POST\",status=\"202\"} 1",
-        // Blob bodies leave by sendfile on plain HTTP/1, neither mapped nor read into buffers.
-        "foothold_bytes_served_total{path=\"sendfile\"} 246912",
+        // Blob bodies to a client on the agent's host go through the thread's buffer on plain HTTP/1 (remote
+        // ones by sendfile: `zero_copy.rs`), neither mapped nor read by `pread` chunks.
+        "foothold_bytes_served_total{path=\"buffered\"} 246912",
+        "foothold_bytes_served_total{path=\"sendfile\"} 0",
         "foothold_bytes_served_total{path=\"mapped\"} 0",
         "foothold_bytes_served_total{path=\"copied\"} 0",
         "foothold_upload_sessions_open 1",

@@ -1,14 +1,16 @@
-//! The zero-copy path (`sendfile` on plain HTTP/1): what it sends is byte for byte the blob, for whole and
-//! ranged GETs across its 8 MiB chunks, HEAD sends no body, several requests share one connection, a client
-//! that hangs up mid-body costs nothing but its connection, and HTTP/2 keeps the mapped path. The metrics say
-//! which path served the bytes, so each test knows the path it checked was taken.
+//! The lent-chunk paths on plain HTTP/1 — `sendfile` (`--sendfile always`, and remote clients by default) and
+//! the thread's buffer (clients on the agent's host by default): what each sends is byte for byte the blob, for
+//! whole and ranged GETs across its 8 MiB chunks, HEAD sends no body, several requests share one connection, a
+//! client that hangs up mid-body costs nothing but its connection; the default picks the path by the client's
+//! address; HTTP/2 keeps the mapped path. The metrics say which path served the bytes, so each test knows the
+//! path it checked was taken.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::{self, stdout, tool, Agent};
+use crate::support::{self, agent_bin, stdout, tool, Agent};
 
 /// A blob over two lent chunks (8 MiB each) and an odd tail, of bytes that differ at every offset that matters.
 fn blob() -> Vec<u8> {
@@ -91,10 +93,31 @@ fn connect(agent: &Agent) -> BufReader<TcpStream> {
     BufReader::new(conn)
 }
 
+/// The counters of the four ways bytes are served, all but `path`'s expected to be 0.
+fn only(path: &str, bytes: u64) -> Vec<String> {
+    ["sendfile", "mapped", "copied", "buffered"]
+        .iter()
+        .map(|p| {
+            let n = if *p == path { bytes } else { 0 };
+            format!("foothold_bytes_served_total{{path=\"{p}\"}} {n}")
+        })
+        .collect()
+}
+
 #[test]
 fn sendfile_serves_the_blob_byte_for_byte_whole_ranged_and_head() {
+    serves_byte_for_byte_whole_ranged_and_head(&["--sendfile", "always"], "sendfile");
+}
+
+/// The default on a loopback client: the thread's buffer, not `sendfile`.
+#[test]
+fn the_buffer_serves_the_blob_byte_for_byte_whole_ranged_and_head() {
+    serves_byte_for_byte_whole_ranged_and_head(&[], "buffered");
+}
+
+fn serves_byte_for_byte_whole_ranged_and_head(args: &[&str], way: &str) {
     let tmp = tempfile::tempdir().unwrap();
-    let agent = Agent::start(&tmp.path().join("data"), None);
+    let agent = Agent::start_with(&tmp.path().join("data"), None, "127.0.0.1:0", args);
     let blob = blob();
     let digest = push(&agent, "zc/blob", &blob);
     let path = format!("/v2/zc/blob/blobs/{digest}");
@@ -165,12 +188,9 @@ fn sendfile_serves_the_blob_byte_for_byte_whole_ranged_and_head() {
     );
     expected_sent += size as u64;
 
-    // Every body byte left by sendfile, none through a mapping or a buffer.
-    agent.metrics_with(&[
-        &format!("foothold_bytes_served_total{{path=\"sendfile\"}} {expected_sent}"),
-        "foothold_bytes_served_total{path=\"mapped\"} 0",
-        "foothold_bytes_served_total{path=\"copied\"} 0",
-    ]);
+    // Every body byte left the one way, none any other.
+    let expected = only(way, expected_sent);
+    agent.metrics_with(&expected.iter().map(String::as_str).collect::<Vec<_>>());
 }
 
 /// The agent's open descriptors and its mappings of `blob_hex`'s file.
@@ -185,8 +205,17 @@ fn held(agent: &Agent, blob_hex: &str) -> (usize, usize) {
 
 #[test]
 fn a_client_gone_mid_body_costs_only_its_connection() {
+    gone_mid_body_costs_only_its_connection(&["--sendfile", "always"], "sendfile");
+}
+
+#[test]
+fn a_client_gone_mid_buffered_body_costs_only_its_connection() {
+    gone_mid_body_costs_only_its_connection(&[], "buffered");
+}
+
+fn gone_mid_body_costs_only_its_connection(args: &[&str], way: &str) {
     let tmp = tempfile::tempdir().unwrap();
-    let agent = Agent::start(&tmp.path().join("data"), None);
+    let agent = Agent::start_with(&tmp.path().join("data"), None, "127.0.0.1:0", args);
     let blob = blob();
     let digest = push(&agent, "zc/gone", &blob);
     let hex = digest.trim_start_matches("sha256:").to_owned();
@@ -210,8 +239,8 @@ fn a_client_gone_mid_body_costs_only_its_connection() {
         fds >= fds_before + 8 && maps >= 1,
         "{fds} descriptors, {maps} mappings"
     );
-    // Hung up with most of the body unread: the agent's sendfile fails with EPIPE or ECONNRESET (a process
-    // that did not ignore SIGPIPE would die here).
+    // Hung up with most of the body unread: the agent's sendfile or write fails with EPIPE or ECONNRESET (a
+    // process that did not ignore SIGPIPE would die here).
     drop(conns);
     support::wait_for(
         "the hung-up bodies to let go of their files and mappings",
@@ -221,7 +250,7 @@ fn a_client_gone_mid_body_costs_only_its_connection() {
             (fds <= fds_before && maps == 0).then_some(())
         },
     );
-    let gone = served(&agent, "sendfile");
+    let gone = served(&agent, way);
     assert!(
         gone < 8 * blob.len() as u64,
         "the hung-up bodies were counted whole: {gone}"
@@ -231,10 +260,8 @@ fn a_client_gone_mid_body_costs_only_its_connection() {
     let (code, _, body) = exchange(&mut conn, "GET", &path, "");
     assert_eq!(code, 200);
     assert!(body == blob);
-    agent.metrics_with(&[&format!(
-        "foothold_bytes_served_total{{path=\"sendfile\"}} {}",
-        gone + blob.len() as u64
-    )]);
+    let expected = only(way, gone + blob.len() as u64);
+    agent.metrics_with(&expected.iter().map(String::as_str).collect::<Vec<_>>());
 }
 
 #[test]
@@ -264,21 +291,92 @@ fn http2_keeps_the_mapped_reader() {
 }
 
 #[test]
-fn sendfile_false_reads_through_mappings() {
-    let tmp = tempfile::tempdir().unwrap();
-    let agent = Agent::start_with(
-        &tmp.path().join("data"),
-        None,
-        "127.0.0.1:0",
-        &["--sendfile", "false"],
-    );
+fn sendfile_never_reads_through_mappings() {
     let blob = blob();
-    let digest = push(&agent, "zc/off", &blob);
-    let mut conn = connect(&agent);
-    let path = format!("/v2/zc/off/blobs/{digest}");
-    let (code, _, body) = exchange(&mut conn, "GET", &path, "Range: bytes=5-9000000\r\n");
-    assert_eq!(code, 206);
-    assert!(body == blob[5..=9_000_000]);
-    assert_eq!(served(&agent, "mapped"), body.len() as u64);
-    assert_eq!(served(&agent, "sendfile"), 0);
+    // "false" is what the flag took when it was a boolean.
+    for value in ["never", "false"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let agent = Agent::start_with(
+            &tmp.path().join("data"),
+            None,
+            "127.0.0.1:0",
+            &["--sendfile", value],
+        );
+        let digest = push(&agent, "zc/off", &blob);
+        let mut conn = connect(&agent);
+        let path = format!("/v2/zc/off/blobs/{digest}");
+        let (code, _, body) = exchange(&mut conn, "GET", &path, "Range: bytes=5-9000000\r\n");
+        assert_eq!(code, 206);
+        assert!(body == blob[5..=9_000_000]);
+        let expected = only("mapped", body.len() as u64);
+        agent.metrics_with(&expected.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+}
+
+/// By default the way follows the client's address: a client on another host (here, another address than the
+/// one the agent answers on) gets bodies by sendfile, as a compute node does; one that reaches the agent from
+/// the address it answers on is on its host, and gets them through the buffer. In a network namespace of the
+/// test's own, whose loopback link holds both addresses (neither in 127.0.0.0/8, which is always this host).
+#[test]
+fn by_default_the_way_follows_the_clients_address() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut cmd = Command::new("unshare");
+    cmd.env("IP", tool("ip"))
+        .args(["--net", "sh", "-ec"])
+        .arg(
+            r#"$IP link set lo up; $IP addr add 10.77.0.1/32 dev lo; $IP addr add 10.77.0.2/32 dev lo
+               exec "$@""#,
+        )
+        .arg("sh")
+        .arg(agent_bin())
+        .args(["serve", "--no-controllers", "--listen", "10.77.0.1:0", "--data"])
+        .arg(&data);
+    let agent = Agent::spawn(cmd, &data, None);
+    // curl in the agent's namespace (unshare and sh exec'd the agent: its pid is the child's).
+    let curl = |args: &[&str]| {
+        let mut c = Command::new(tool("nsenter"));
+        c.arg(format!("--net=/proc/{}/ns/net", agent.child.id()))
+            .arg(tool("curl"))
+            .args(["-sSf", "--max-time", "60"])
+            .args(args);
+        c
+    };
+    let blob = blob();
+    let digest = support::sha256_digest(&blob);
+    let file = tmp.path().join("blob");
+    std::fs::write(&file, &blob).unwrap();
+    let uploaded = stdout(&mut curl(&[
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--data-binary",
+        &format!("@{}", file.display()),
+        &agent.url(&format!("/v2/zc/peer/blobs/uploads/?digest={digest}")),
+    ]));
+    assert_eq!(uploaded, "201");
+    let size = blob.len() as u64;
+    let out = tmp.path().join("got");
+    let metrics = || stdout(&mut curl(&[&agent.url("/metrics")]));
+    for (source, way) in [("10.77.0.2", "sendfile"), ("10.77.0.1", "buffered")] {
+        let _ = std::fs::remove_file(&out);
+        stdout(&mut curl(&[
+            "--interface",
+            source,
+            "-o",
+            out.to_str().unwrap(),
+            &agent.url(&format!("/v2/zc/peer/blobs/{digest}")),
+        ]));
+        assert!(
+            std::fs::read(&out).unwrap() == blob,
+            "the client at {source} got other bytes"
+        );
+        let line = format!("foothold_bytes_served_total{{path=\"{way}\"}} {size}");
+        let m = metrics();
+        assert!(
+            m.lines().any(|l| l == line),
+            "after a GET from {source}: no {line:?} in\n{m}"
+        );
+    }
 }
