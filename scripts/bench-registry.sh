@@ -2,7 +2,7 @@
 # Registry benchmark (not a test): foothold-agent against CNCF distribution (Debian docker-registry) and nginx
 # serving the same blob file with sendfile, all on 127.0.0.1 in one run. Prints medians and ratios.
 #   RUNS=5 scripts/bench-registry.sh          (BLOB_MIB=200 IMAGE_MIB=1024 CONCURRENCY=64 by default;
-#   ONLY_GET=1 skips the skopeo push/pull part)
+#   ONLY_GET=1 skips the push/pull part: skopeo push, skopeo and ctr pulls)
 # The agent runs three ways: as it ships (--sendfile remote: these clients are on this host, so bodies are
 # copied to them through a buffer), with --sendfile always (bodies by sendfile, as remote clients get them) and
 # with --sendfile never (bodies from memory maps, as under TLS). Pulls go to disk (dir: under the work
@@ -15,7 +15,8 @@ IMAGE_MIB=${IMAGE_MIB:-1024}
 CONCURRENCY=${CONCURRENCY:-64}
 
 . scripts/bench-common.sh
-bench_setup skopeo curl nginx docker-registry
+bench_setup skopeo curl nginx docker-registry containerd
+trap 'bench_cleanup; rm -rf /dev/shm/foothold-bench-ctr /dev/shm/foothold-bench-pulled' EXIT
 
 # skopeo remembers where blobs live and would mount instead of uploading on later runs.
 forget_blob_locations() { rm -f /var/lib/containers/cache/blob-info-cache-v1.* "$HOME"/.local/share/containers/cache/blob-info-cache-v1.* 2>/dev/null || true; }
@@ -80,12 +81,30 @@ for name in nginx agent sendfile mapped; do
 done
 for name in agent sendfile mapped dist; do stop_reg "${pid[$name]}"; done
 
-declare -A push pull sink
-if [ -n "${ONLY_GET:-}" ]; then for n in agent sendfile mapped dist; do push[$n]=1; pull[$n]=1; sink[$n]=1; done; else
-echo "# skopeo push, then pull to disk and to a sink, of the ${IMAGE_MIB} MiB image, fresh registry each run, the"
+declare -A push pull sink ctrp ctrs_sink
+if [ -n "${ONLY_GET:-}" ]; then for n in agent sendfile mapped dist; do push[$n]=1; pull[$n]=1; sink[$n]=1; ctrp[$n]=1; ctrs_sink[$n]=1; done; else
+echo "# skopeo push, then skopeo and ctr pulls to disk and to a sink, of the ${IMAGE_MIB} MiB image, fresh registry each run, the"
 echo "# registries taking turns within each round (a drift in the machine's speed touches them alike), median of $RUNS (MiB/s)"
 rate() { awk -v m="$IMAGE_MIB" -v a="$1" -v b="$2" 'BEGIN {print m/(b-a)}'; }
-declare -A pushes pulls sinks
+# ctr_rate DIR REF : a containerd with a fresh root in DIR fetches REF (`ctr content fetch`: every blob, nothing
+# unpacked) over plain HTTP; prints MiB/s. The daemon's start and stop are outside the timing.
+ctr_rate() {
+  local dir=$1 ref=$2 d t0 t1
+  rm -rf "$dir"; mkdir -p "$dir"
+  printf 'version = 2\nroot = "%s/root"\nstate = "%s/state"\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "%s/sock"\n[ttrpc]\n  address = "%s/sock.ttrpc"\n' \
+    "$dir" "$dir" "$dir" "$dir" > "$dir/config.toml"
+  containerd --config "$dir/config.toml" 2>"$dir/log" & d=$!; pids+=("$d")
+  for _ in $(seq 200); do ctr --address "$dir/sock" version >/dev/null 2>&1 && break; sleep 0.05; done
+  t0=$(date +%s.%N)
+  ctr --address "$dir/sock" --namespace bench content fetch --plain-http "$ref" >/dev/null
+  t1=$(date +%s.%N)
+  kill "$d"; wait "$d" 2>/dev/null || true
+  got=$(du -sm "$dir/root/io.containerd.content.v1.content/blobs" | cut -f1)
+  [ "$got" -ge "$IMAGE_MIB" ] || { echo "ctr fetched $got MiB of $ref" >&2; exit 1; }
+  rm -rf "$dir"
+  rate "$t0" "$t1"
+}
+declare -A pushes pulls sinks ctrs ctr_sinks
 for i in $(seq "$RUNS"); do
   for name in agent sendfile mapped dist; do
     start_reg $name
@@ -101,6 +120,8 @@ for i in $(seq "$RUNS"); do
     t3=$(date +%s.%N)
     rm -rf /dev/shm/foothold-bench-pulled
     pushes[$name]+="$(rate "$t0" "$t1") "; pulls[$name]+="$(rate "$t1" "$t2") "; sinks[$name]+="$(rate "$t2" "$t3") "
+    ctrs[$name]+="$(ctr_rate "$work/ctr" "127.0.0.1:$PORT/bench/image:v$i") "
+    ctr_sinks[$name]+="$(ctr_rate /dev/shm/foothold-bench-ctr "127.0.0.1:$PORT/bench/image:v$i") "
     stop_reg "$PID"
   done
 done
@@ -111,7 +132,11 @@ for name in agent sendfile mapped dist; do
   pull[$name]=$(printf '%s\n' ${pulls[$name]} | median | awk '{printf "%.0f", $1}')
   # shellcheck disable=SC2086
   sink[$name]=$(printf '%s\n' ${sinks[$name]} | median | awk '{printf "%.0f", $1}')
-  echo "  $name push ${push[$name]} pull ${pull[$name]} pull-to-sink ${sink[$name]}"
+  # shellcheck disable=SC2086
+  ctrp[$name]=$(printf '%s\n' ${ctrs[$name]} | median | awk '{printf "%.0f", $1}')
+  # shellcheck disable=SC2086
+  ctrs_sink[$name]=$(printf '%s\n' ${ctr_sinks[$name]} | median | awk '{printf "%.0f", $1}')
+  echo "  $name push ${push[$name]} pull ${pull[$name]} pull-to-sink ${sink[$name]} ctr ${ctrp[$name]} ctr-to-sink ${ctrs_sink[$name]}"
 done
 fi
 
@@ -129,4 +154,8 @@ row "skopeo pull to disk" "${pull[agent]}" "${pull[sendfile]}" "${pull[mapped]}"
   "foothold/distribution $(ratio "${pull[agent]}" "${pull[dist]}") (>=1.0); sendfile $(ratio "${pull[sendfile]}" "${pull[dist]}")"
 row "skopeo pull to a sink (/dev/shm)" "${sink[agent]}" "${sink[sendfile]}" "${sink[mapped]}" "${sink[dist]}" "-" \
   "foothold/distribution $(ratio "${sink[agent]}" "${sink[dist]}") (>=1.0); sendfile $(ratio "${sink[sendfile]}" "${sink[dist]}")"
+row "ctr pull to disk" "${ctrp[agent]}" "${ctrp[sendfile]}" "${ctrp[mapped]}" "${ctrp[dist]}" "-" \
+  "foothold/distribution $(ratio "${ctrp[agent]}" "${ctrp[dist]}") (>=1.0); sendfile $(ratio "${ctrp[sendfile]}" "${ctrp[dist]}")"
+row "ctr pull to a sink (/dev/shm)" "${ctrs_sink[agent]}" "${ctrs_sink[sendfile]}" "${ctrs_sink[mapped]}" "${ctrs_sink[dist]}" "-" \
+  "foothold/distribution $(ratio "${ctrs_sink[agent]}" "${ctrs_sink[dist]}") (>=1.0); sendfile $(ratio "${ctrs_sink[sendfile]}" "${ctrs_sink[dist]}")"
 echo "peak RSS over the GET benchmarks: foothold ${rss[agent]} MiB, sendfile ${rss[sendfile]} MiB, mapped ${rss[mapped]} MiB (target <= 64)"

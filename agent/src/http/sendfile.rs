@@ -154,7 +154,11 @@ pub struct Sendfile {
 }
 
 impl Sendfile {
-    /// Sends up to `len` bytes of a lent chunk, `offset` into `file`, the way this connection sends them.
+    /// Sends up to `len` bytes of a lent chunk, `offset` into `file`, the way this connection sends them,
+    /// waiting for the socket to take some.
+    ///
+    /// A client gone mid-body makes `sendfile` or `write` fail with EPIPE (the process ignores SIGPIPE, as Rust
+    /// programs do) or ECONNRESET, which ends the connection like any failed write.
     fn poll_lent(
         &self,
         cx: &mut Context<'_>,
@@ -162,80 +166,21 @@ impl Sendfile {
         offset: u64,
         len: usize,
     ) -> Poll<io::Result<usize>> {
-        if self.copy {
-            self.poll_copy(cx, file, offset, len)
-        } else {
-            self.poll_sendfile(cx, file, offset, len)
-        }
-    }
-
-    /// Copies up to `len` bytes of `file` from `offset` to the socket through the thread's buffer, waiting for
-    /// the socket to take some. Bytes read but not taken are read again on the next call: the buffer belongs
-    /// to the thread, not the connection (one GET reads 4 % of its bytes twice; 64 at once, whose sockets
-    /// are mostly full, a third).
-    fn poll_copy(
-        &self,
-        cx: &mut Context<'_>,
-        file: &std::fs::File,
-        offset: u64,
-        len: usize,
-    ) -> Poll<io::Result<usize>> {
         let socket = self.inner.get_ref();
-        let want = len.min(BOUNCE);
         loop {
             ready!(socket.poll_write_ready(cx))?;
             let sent = socket.try_io(Interest::WRITABLE, || {
-                BUFFER.with_borrow_mut(|buf| {
-                    if buf.len() < want {
-                        buf.resize(BOUNCE, 0);
-                    }
-                    let got = rustix::io::pread(file, &mut buf[..want], offset)?;
-                    if got == 0 {
-                        // The store checked the file's length before lending its chunks.
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "a blob file ended inside a chunk it had lent",
-                        ));
-                    }
-                    Ok(rustix::io::write(socket, &buf[..got])?)
-                })
+                if self.copy {
+                    copy_through_buffer(socket, file, offset, len)
+                } else {
+                    send_from_file(socket, file, offset, len)
+                }
             });
             match sent {
-                Ok(n) => {
+                Ok(n) if self.copy => {
                     self.metrics.sent_buffered(n as u64);
                     return Poll::Ready(Ok(n));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
-    }
-
-    /// Sends up to `len` bytes of `file` from `offset`, waiting for the socket to take some.
-    ///
-    /// A client gone mid-body makes `sendfile` fail with EPIPE (the process ignores SIGPIPE, as Rust programs
-    /// do) or ECONNRESET, which ends the connection like any failed write.
-    fn poll_sendfile(
-        &self,
-        cx: &mut Context<'_>,
-        file: &std::fs::File,
-        offset: u64,
-        len: usize,
-    ) -> Poll<io::Result<usize>> {
-        let socket = self.inner.get_ref();
-        loop {
-            ready!(socket.poll_write_ready(cx))?;
-            let sent = socket.try_io(Interest::WRITABLE, || {
-                let mut at = offset;
-                // Corked for the call: the socket has TCP_NODELAY (for small responses), under which the
-                // file's pages otherwise leave in part-filled segments (measured 20 % slower here); uncorking
-                // sends the last part at once.
-                rustix::net::sockopt::set_tcp_cork(socket, true)?;
-                let sent = rustix::fs::sendfile(socket, file, Some(&mut at), len);
-                rustix::net::sockopt::set_tcp_cork(socket, false)?;
-                sent.map_err(io::Error::from)
-            });
-            match sent {
                 Ok(n) => {
                     self.metrics.sent_from_file(n as u64);
                     return Poll::Ready(Ok(n));
@@ -245,6 +190,48 @@ impl Sendfile {
             }
         }
     }
+}
+
+/// Sends up to `len` bytes of `file` from `offset` by `sendfile`.
+fn send_from_file(
+    socket: &TcpStream,
+    file: &std::fs::File,
+    offset: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let mut at = offset;
+    // Corked for the call: the socket has TCP_NODELAY (for small responses), under which the file's pages
+    // otherwise leave in part-filled segments (measured 20 % slower here); uncorking sends the last part at once.
+    rustix::net::sockopt::set_tcp_cork(socket, true)?;
+    let sent = rustix::fs::sendfile(socket, file, Some(&mut at), len);
+    rustix::net::sockopt::set_tcp_cork(socket, false)?;
+    Ok(sent?)
+}
+
+/// Copies up to `len` bytes of `file` from `offset` to the socket through the thread's buffer. Bytes read but
+/// not taken are read again on the next call: the buffer belongs to the thread, not the connection (one GET
+/// reads 4 % of its bytes twice; 64 at once, whose sockets are mostly full, a third).
+fn copy_through_buffer(
+    socket: &TcpStream,
+    file: &std::fs::File,
+    offset: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let want = len.min(BOUNCE);
+    BUFFER.with_borrow_mut(|buf| {
+        if buf.len() < want {
+            buf.resize(BOUNCE, 0);
+        }
+        let got = rustix::io::pread(file, &mut buf[..want], offset)?;
+        if got == 0 {
+            // The store checked the file's length before lending its chunks.
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "a blob file ended inside a chunk it had lent",
+            ));
+        }
+        Ok(rustix::io::write(socket, &buf[..got])?)
+    })
 }
 
 impl AsyncRead for Sendfile {
