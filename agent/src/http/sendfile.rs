@@ -177,12 +177,12 @@ impl Sendfile {
                 }
             });
             match sent {
-                Ok(n) if self.copy => {
-                    self.metrics.sent_buffered(n as u64);
-                    return Poll::Ready(Ok(n));
-                }
                 Ok(n) => {
-                    self.metrics.sent_from_file(n as u64);
+                    if self.copy {
+                        self.metrics.sent_buffered(n as u64);
+                    } else {
+                        self.metrics.sent_from_file(n as u64);
+                    }
                     return Poll::Ready(Ok(n));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
