@@ -103,6 +103,26 @@ fn boot_and_check(mut o: RunOptions, dir: &Path, layout: &Path, manifest_digest:
             "{what}: blob {name:?}"
         );
     }
+    // Through qemu's forward the guest sees its clients come from another address (its gateway's), so it serves
+    // them as it serves compute nodes, by sendfile, and nothing through the buffer kept for clients on its host.
+    let metrics = run(Command::new("curl").args([
+        "-fsS",
+        "--max-time",
+        "30",
+        &format!("http://{host}/metrics"),
+    ]));
+    let served = |path: &str| -> u64 {
+        let prefix = format!("foothold_bytes_served_total{{path=\"{path}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{what}: no {prefix:?} in\n{metrics}"))
+    };
+    assert!(
+        served("sendfile") > 0 && served("buffered") == 0,
+        "{what}: forwarded clients not served by sendfile:\n{metrics}"
+    );
     drop(vm);
     line
 }
