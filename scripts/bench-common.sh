@@ -81,6 +81,27 @@ json.dump({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.
 PY
 }
 
+# start_containerd DIR : a containerd of its own in DIR (root, state, sockets; the CRI plugin off), in the
+# background (CTRD_PID); wait_containerd DIR waits until it answers on DIR/sock.
+start_containerd() {
+  mkdir -p "$1"
+  cat > "$1/config.toml" <<TOML
+version = 2
+root = "$1/root"
+state = "$1/state"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "$1/sock"
+[ttrpc]
+  address = "$1/sock.ttrpc"
+TOML
+  containerd --config "$1/config.toml" 2>"$1/log" & CTRD_PID=$!; pids+=("$CTRD_PID")
+}
+wait_containerd() {
+  for _ in $(seq 200); do ctr --address "$1/sock" version >/dev/null 2>&1 && return 0; sleep 0.05; done
+  echo "containerd in $1 did not answer:" >&2; cat "$1/log" >&2; exit 1
+}
+
 # start_agent_at DIR [SERVE_ARGS...] / start_dist_at DIR : a fresh foothold-agent (release) or CNCF
 # distribution on a free port with its data in DIR; set AGENT_PORT/AGENT_PID or DIST_PORT/DIST_PID.
 start_agent_at() {

@@ -87,22 +87,19 @@ echo "# skopeo push, then skopeo and ctr pulls to disk and to a sink, of the ${I
 echo "# registries taking turns within each round (a drift in the machine's speed touches them alike), median of $RUNS (MiB/s)"
 rate() { awk -v m="$IMAGE_MIB" -v a="$1" -v b="$2" 'BEGIN {print m/(b-a)}'; }
 # ctr_rate DIR REF : a containerd with a fresh root in DIR fetches REF (`ctr content fetch`: every blob, nothing
-# unpacked) over plain HTTP; prints MiB/s. The daemon's start and stop are outside the timing.
+# unpacked) over plain HTTP; sets CTR_RATE (MiB/s). The daemon's start and stop are outside the timing.
 ctr_rate() {
-  local dir=$1 ref=$2 d t0 t1
-  rm -rf "$dir"; mkdir -p "$dir"
-  printf 'version = 2\nroot = "%s/root"\nstate = "%s/state"\ndisabled_plugins = ["io.containerd.grpc.v1.cri"]\n[grpc]\n  address = "%s/sock"\n[ttrpc]\n  address = "%s/sock.ttrpc"\n' \
-    "$dir" "$dir" "$dir" "$dir" > "$dir/config.toml"
-  containerd --config "$dir/config.toml" 2>"$dir/log" & d=$!; pids+=("$d")
-  for _ in $(seq 200); do ctr --address "$dir/sock" version >/dev/null 2>&1 && break; sleep 0.05; done
+  local dir=$1 ref=$2 t0 t1 got
+  rm -rf "$dir"
+  start_containerd "$dir"; wait_containerd "$dir"
   t0=$(date +%s.%N)
   ctr --address "$dir/sock" --namespace bench content fetch --plain-http "$ref" >/dev/null
   t1=$(date +%s.%N)
-  kill "$d"; wait "$d" 2>/dev/null || true
+  kill "$CTRD_PID"; wait "$CTRD_PID" 2>/dev/null || true
   got=$(du -sm "$dir/root/io.containerd.content.v1.content/blobs" | cut -f1)
   [ "$got" -ge "$IMAGE_MIB" ] || { echo "ctr fetched $got MiB of $ref" >&2; exit 1; }
   rm -rf "$dir"
-  rate "$t0" "$t1"
+  CTR_RATE=$(rate "$t0" "$t1")
 }
 declare -A pushes pulls sinks ctrs ctr_sinks
 for i in $(seq "$RUNS"); do
@@ -120,8 +117,8 @@ for i in $(seq "$RUNS"); do
     t3=$(date +%s.%N)
     rm -rf /dev/shm/foothold-bench-pulled
     pushes[$name]+="$(rate "$t0" "$t1") "; pulls[$name]+="$(rate "$t1" "$t2") "; sinks[$name]+="$(rate "$t2" "$t3") "
-    ctrs[$name]+="$(ctr_rate "$work/ctr" "127.0.0.1:$PORT/bench/image:v$i") "
-    ctr_sinks[$name]+="$(ctr_rate /dev/shm/foothold-bench-ctr "127.0.0.1:$PORT/bench/image:v$i") "
+    ctr_rate "$work/ctr" "127.0.0.1:$PORT/bench/image:v$i"; ctrs[$name]+="$CTR_RATE "
+    ctr_rate /dev/shm/foothold-bench-ctr "127.0.0.1:$PORT/bench/image:v$i"; ctr_sinks[$name]+="$CTR_RATE "
     stop_reg "$PID"
   done
 done

@@ -3,8 +3,9 @@
 # the same multi-layer image through the mirror at once, from foothold-agent and from CNCF distribution (Debian
 # docker-registry), on 127.0.0.1 in one run; the agent with --sendfile always (bodies by sendfile: what the nodes
 # of a site, other hosts, get from it as shipped; the row the targets apply to) and as shipped (--sendfile remote:
-# these stand-in nodes are on its host, so they get bodies copied through a buffer, as a local client would). For each N it prints the aggregate MiB/s, p50 and p99 time to a complete pull, and the
-# registry's peak RSS and CPU during it.
+# these stand-in nodes are on its host, so they get bodies copied through a buffer, as a local client would).
+# For each N it prints the aggregate MiB/s, p50 and p99 time to a complete pull, and the registry's peak RSS and
+# CPU during it.
 #   scripts/bench-site-pull.sh           (IMAGE_MIB=1024 LAYERS=8 NODES="1 8 32" by default; each node writes
 #                                         the image into its own content store: N x IMAGE_MIB of disk at once;
 #                                         NODES_DIR=/dev/shm puts the nodes' stores in memory, a sink)
@@ -37,22 +38,9 @@ pull_round() {
   rm -rf "$dir"; mkdir -p "$dir"
   local ctrd=()
   for i in $(seq "$n"); do
-    mkdir -p "$dir/$i"
-    cat > "$dir/$i/config.toml" <<TOML
-version = 2
-root = "$dir/$i/root"
-state = "$dir/$i/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
-[grpc]
-  address = "$dir/$i/sock"
-[ttrpc]
-  address = "$dir/$i/sock.ttrpc"
-TOML
-    containerd --config "$dir/$i/config.toml" 2>"$dir/$i/log" & ctrd+=("$!"); pids+=("$!")
+    start_containerd "$dir/$i"; ctrd+=("$CTRD_PID")
   done
-  for i in $(seq "$n"); do
-    for _ in $(seq 200); do ctr --address "$dir/$i/sock" version >/dev/null 2>&1 && break; sleep 0.05; done
-  done
+  for i in $(seq "$n"); do wait_containerd "$dir/$i"; done
   echo 5 > "/proc/$pid/clear_refs"  # resets the peak RSS (VmHWM) to the current RSS
   local cpu0 t0 t1 cpu1
   cpu0=$(cpu_s "$pid"); t0=$(date +%s.%N)
@@ -113,12 +101,12 @@ echo "cores: $(nproc); image: ${IMAGE_MIB} MiB in ${LAYERS} layers; nodes' store
 printf '%-6s %-19s %10s %8s %8s %9s %6s   %s\n' N registry "MiB/s" "p50 s" "p99 s" "peak RSS" CPU "ratios (target)"
 for n in $NODES; do
   a=$(awk -v n="$n" '$1=="agent" && $2==n' "$results"); d=$(awk -v n="$n" '$1=="dist" && $2==n' "$results")
-  m=$(awk -v n="$n" '$1=="sendfile" && $2==n' "$results")
+  s=$(awk -v n="$n" '$1=="sendfile" && $2==n' "$results")
   read -r _ _ am ap50 ap99 arss acpu <<<"$a"; read -r _ _ dm dp50 dp99 drss dcpu <<<"$d"
-  read -r _ _ mm mp50 mp99 mrss mcpu <<<"$m"
+  read -r _ _ sm sp50 sp99 srss scpu <<<"$s"
   # The nodes of a site are other hosts, which the agent serves by sendfile: that row stands for a site.
-  printf '%-6s %-19s %10s %8s %8s %6s MiB %6s   %s\n' "$n" "foothold (sendfile)" "$mm" "$mp50" "$mp99" "$mrss" "$mcpu" \
-    "aggregate $(ratio "$mm" "$dm")x distribution (>=1.2 at 32), p99/p50 $(ratio "$mp99" "$mp50") (<=1.5)"
+  printf '%-6s %-19s %10s %8s %8s %6s MiB %6s   %s\n' "$n" "foothold (sendfile)" "$sm" "$sp50" "$sp99" "$srss" "$scpu" \
+    "aggregate $(ratio "$sm" "$dm")x distribution (>=1.2 at 32), p99/p50 $(ratio "$sp99" "$sp50") (<=1.5)"
   printf '%-6s %-19s %10s %8s %8s %6s MiB %6s   %s\n' "$n" "foothold (local)" "$am" "$ap50" "$ap99" "$arss" "$acpu" \
     "aggregate $(ratio "$am" "$dm")x distribution, p99/p50 $(ratio "$ap99" "$ap50")"
   printf '%-6s %-19s %10s %8s %8s %6s MiB %6s   %s\n' "$n" distribution "$dm" "$dp50" "$dp99" "$drss" "$dcpu" \

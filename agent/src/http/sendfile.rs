@@ -8,8 +8,8 @@
 //! page cache reach a receiver on the same machine as socket buffers of many page-cache pages, cold in its
 //! CPU's caches, that cost it more to receive than bytes written into the kernel's own buffers; a local
 //! client's CPU is the agent's too (measured with skopeo, whose pulls are bound by its own CPU: 1.83 s of
-//! kernel time per GiB sent by `sendfile` against 1.36 s written from the buffer, and 10 to 15 % slower
-//! pulls). A remote client's receiving is its own, and there `sendfile` leaves the appliance's CPU to the many
+//! kernel time per GiB sent by `sendfile` against 1.36 s written from the buffer, and 6 to 17 % slower
+//! pulls in scripts/bench-registry.sh). A remote client's receiving is its own, and there `sendfile` leaves the appliance's CPU to the many
 //! other nodes pulling at once.
 //!
 //! Never under TLS (rustls must see the bytes) nor for HTTP/2 requests (h2 copies data into its frames): those

@@ -93,15 +93,16 @@ fn connect(agent: &Agent) -> BufReader<TcpStream> {
     BufReader::new(conn)
 }
 
-/// The counters of the four ways bytes are served, all but `path`'s expected to be 0.
-fn only(path: &str, bytes: u64) -> Vec<String> {
-    ["sendfile", "mapped", "copied", "buffered"]
+/// Asserts that the agent served `bytes` body bytes the `path` way and none any other of the four ways.
+fn served_only(agent: &Agent, path: &str, bytes: u64) {
+    let lines: Vec<String> = ["sendfile", "mapped", "copied", "buffered"]
         .iter()
         .map(|p| {
             let n = if *p == path { bytes } else { 0 };
             format!("foothold_bytes_served_total{{path=\"{p}\"}} {n}")
         })
-        .collect()
+        .collect();
+    agent.metrics_with(&lines.iter().map(String::as_str).collect::<Vec<_>>());
 }
 
 #[test]
@@ -189,8 +190,7 @@ fn serves_byte_for_byte_whole_ranged_and_head(args: &[&str], way: &str) {
     expected_sent += size as u64;
 
     // Every body byte left the one way, none any other.
-    let expected = only(way, expected_sent);
-    agent.metrics_with(&expected.iter().map(String::as_str).collect::<Vec<_>>());
+    served_only(&agent, way, expected_sent);
 }
 
 /// The agent's open descriptors and its mappings of `blob_hex`'s file.
@@ -260,8 +260,7 @@ fn gone_mid_body_costs_only_its_connection(args: &[&str], way: &str) {
     let (code, _, body) = exchange(&mut conn, "GET", &path, "");
     assert_eq!(code, 200);
     assert!(body == blob);
-    let expected = only(way, gone + blob.len() as u64);
-    agent.metrics_with(&expected.iter().map(String::as_str).collect::<Vec<_>>());
+    served_only(&agent, way, gone + blob.len() as u64);
 }
 
 #[test]
@@ -308,8 +307,7 @@ fn sendfile_never_reads_through_mappings() {
         let (code, _, body) = exchange(&mut conn, "GET", &path, "Range: bytes=5-9000000\r\n");
         assert_eq!(code, 206);
         assert!(body == blob[5..=9_000_000]);
-        let expected = only("mapped", body.len() as u64);
-        agent.metrics_with(&expected.iter().map(String::as_str).collect::<Vec<_>>());
+        served_only(&agent, "mapped", body.len() as u64);
     }
 }
 
