@@ -93,7 +93,7 @@ ctr_rate() {
   rm -rf "$dir"
   start_containerd "$dir"; wait_containerd "$dir"
   t0=$(date +%s.%N)
-  ctr --address "$dir/sock" --namespace bench content fetch --plain-http "$ref" >/dev/null
+  ctr_fetch "$dir" "$ref" --plain-http
   t1=$(date +%s.%N)
   kill "$CTRD_PID"; wait "$CTRD_PID" 2>/dev/null || true
   got=$(du -sm "$dir/root/io.containerd.content.v1.content/blobs" | cut -f1)
