@@ -371,7 +371,7 @@ async fn icns_sample_provisionings_and_software_are_taken_as_they_are() {
         ("w1", "00:c4:13:04:62:b5", "10.10.0.12"),
         ("k1", "00:e1:ba:ce:df:bd", "10.10.0.13"),
     ] {
-        crate::bpa::bmh(
+        crate::hosts::bmh(
             &client,
             &ns,
             (name, mac, ip, 4, 8192, "provisioned"),

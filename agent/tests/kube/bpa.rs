@@ -2,7 +2,8 @@
 //! are genuine Metal3 BareMetalHosts, and the test plays kubelet and installer (it patches Job status and
 //! writes the kubeconfig Secret).
 
-use crate::jobs::{failed_attempt, job_status};
+use crate::hosts::{bmh, set_bmh_status};
+use crate::jobs::{failed_attempt, job_status, waiting_attempt};
 use crate::software::{get_json, upload};
 use crate::support;
 
@@ -20,7 +21,6 @@ use kube::ResourceExt;
 use serde_json::{json, Value};
 
 use foothold_agent::crd::bpa::Provisioning;
-use foothold_agent::crd::metal3::BareMetalHost;
 
 /// What the agents tell nodes their file server is (`--advertise-url`).
 pub(crate) const ADVERTISED: &str = "http://10.1.2.3:5000";
@@ -45,38 +45,6 @@ fn start_agent_with(dir: &Path, ns: &str, identity: &str, kubeconfig: &Path) -> 
             ADVERTISED,
         ],
     )
-}
-
-/// A host fixture: name, MAC, IP of that NIC, CPUs, MiB of RAM, provisioning state.
-type Hw<'a> = (&'a str, &'a str, &'a str, i64, i64, &'a str);
-
-pub(crate) async fn bmh(client: &kube::Client, ns: &str, hw: Hw<'_>, labels: Value) {
-    let (name, mac, _, cpus, _, _) = hw;
-    let api: Api<BareMetalHost> = Api::namespaced(client.clone(), ns);
-    let obj: BareMetalHost = serde_json::from_value(json!({
-        "apiVersion": "metal3.io/v1alpha1", "kind": "BareMetalHost",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"online": true, "bootMACAddress": mac.to_uppercase(),
-                 "bmc": {"address": format!("ipmi://192.168.0.{cpus}"), "credentialsName": format!("{name}-bmc")}},
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &obj).await.unwrap();
-    set_bmh_status(client, ns, hw).await;
-}
-
-async fn set_bmh_status(client: &kube::Client, ns: &str, hw: Hw<'_>) {
-    let (name, mac, ip, cpus, ram_mib, state) = hw;
-    let api: Api<BareMetalHost> = Api::namespaced(client.clone(), ns);
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": {
-        "errorCount": 0, "errorMessage": "", "operationalStatus": "OK", "poweredOn": true,
-        "provisioningFailCount": 0,
-        "provisioning": {"ID": format!("id-{name}"), "state": state},
-        "hardware": {"cpu": {"count": cpus, "arch": "x86_64"}, "ramMebibytes": ram_mib,
-                     "nics": [{"name": "eno1", "mac": "02:00:00:00:00:ff", "ip": "192.168.100.7"},
-                              {"name": "eno2", "mac": mac, "ip": ip}]},
-    }})))
-    .await
-    .unwrap();
 }
 
 fn condition(p: &Provisioning, type_: &str) -> Option<(String, String, String, Option<i64>)> {
@@ -245,6 +213,52 @@ async fn provisioning_installs_reports_ready_retries_on_change_and_cleans_up() {
         .iter()
         .any(|f| f == "bpa.akraino.org/cleanup"));
 
+    // Its pod cannot pull the image: the Provisioning says so, still Installing, until the pod runs.
+    let pull = "Back-off pulling image \"registry.example/kud-installer:v1\"";
+    let (job, owner) = (
+        "cluster-1-install-g1",
+        ("bpa.akraino.org/provisioning", "cluster-1"),
+    );
+    waiting_attempt(&client, &ns, job, owner, Some(("ImagePullBackOff", pull))).await;
+    let waiting = |reason: &'static str| {
+        let provs = provs.clone();
+        move || {
+            let provs = provs.clone();
+            async move {
+                get_prov(&provs, "cluster-1")
+                    .await
+                    .filter(|p| condition(p, "Installing").is_some_and(|c| c.1 == reason))
+            }
+        }
+    };
+    let p = until("the failure in the status", waiting("InstallerWaiting")).await;
+    let why =
+        format!("installer Job {job} cannot start: pod {job}-w4h9q: ImagePullBackOff: {pull}");
+    let ready = condition(&p, "Ready").unwrap();
+    assert_eq!(
+        (p.status.as_ref().unwrap().phase.as_deref(), ready),
+        (
+            Some("Installing"),
+            (
+                "False".into(),
+                "InstallerWaiting".into(),
+                why.clone(),
+                Some(1)
+            )
+        )
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    until("a Warning event naming it", || async {
+        let items = events.list(&ListParams::default()).await.unwrap().items;
+        items.into_iter().find(|e| {
+            (e.type_.as_deref(), e.reason.as_deref(), e.note.as_deref())
+                == (Some("Warning"), Some("InstallerWaiting"), Some(&why))
+        })
+    })
+    .await;
+    waiting_attempt(&client, &ns, job, owner, None).await;
+    until("Installing back to JobRunning", waiting("JobRunning")).await;
+
     // The installer succeeds and writes the kubeconfig.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     secrets.create(&PostParams::default(), &serde_json::from_value(json!({
@@ -268,7 +282,6 @@ async fn provisioning_installs_reports_ready_retries_on_change_and_cleans_up() {
             Some(1)
         )
     );
-    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
     let reasons: Vec<String> = events
         .list(&ListParams::default())
         .await

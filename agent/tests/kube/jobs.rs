@@ -1,5 +1,5 @@
-//! What the Job controller and the kubelet would write, where nothing runs Jobs or pods: a Job's outcome, and a
-//! failed attempt's pod with the installer's termination message.
+//! What the Job controller and the kubelet would write, where nothing runs Jobs or pods: a Job's outcome, a
+//! failed attempt's pod with the installer's termination message, and a pod whose installer cannot start.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -48,6 +48,46 @@ pub(crate) async fn failed_attempt(client: &kube::Client, ns: &str, job: &str, m
             "name": "installer", "ready": false, "restartCount": 0, "image": "installer:1", "imageID": "",
             "state": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now,
                 "message": message}}}]}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// A pod of Job `job` (labelled as the Job controller labels it: `job-name`, and the template's `owner_label`
+/// with `owner`) whose `installer` container the kubelet keeps waiting with `reason` and `message`; `None`
+/// makes it run instead.
+pub(crate) async fn waiting_attempt(
+    client: &kube::Client,
+    ns: &str,
+    job: &str,
+    (owner_label, owner): (&str, &str),
+    waiting: Option<(&str, &str)>,
+) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let name = format!("{job}-w4h9q");
+    if pods.get_opt(&name).await.unwrap().is_none() {
+        let pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"job-name": job, owner_label: owner}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "installer", "image": "installer:1"}]},
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let (phase, state) = match waiting {
+        Some((reason, message)) => (
+            "Pending",
+            json!({"waiting": {"reason": reason, "message": message}}),
+        ),
+        None => ("Running", json!({"running": {"startedAt": now}})),
+    };
+    pods.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": phase, "containerStatuses": [{
+            "name": "installer", "ready": waiting.is_none(), "restartCount": 0, "image": "installer:1",
+            "imageID": "", "state": state}]}})),
     )
     .await
     .unwrap();

@@ -11,6 +11,7 @@ mod airship_vino;
 mod bpa;
 mod crds;
 mod faults;
+mod hosts;
 mod installer_secret;
 mod jobs;
 mod sip;

@@ -1,8 +1,9 @@
 //! The Software reconciler (BPA's packages on a provisioned cluster) against a real kube-apiserver: uploads
 //! through the agent's REST API, the installer Job played by the test, and the cluster status REST adds.
 
-use crate::bpa::{bmh, get_prov, provisioning, start_agent, ADVERTISED};
-use crate::jobs::job_status;
+use crate::bpa::{get_prov, provisioning, start_agent, ADVERTISED};
+use crate::hosts::bmh;
+use crate::jobs::{job_status, waiting_attempt};
 use crate::support;
 use crate::support::kube::{env, until};
 use crate::support::Agent;
@@ -289,6 +290,35 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
             .filter(|s| sw_phase(s) == Some("Installing"))
     })
     .await;
+    // A pod whose installer's inputs cannot be made: the Software says so, still Installing.
+    let owner = ("bpa.akraino.org/software", "tools");
+    let missing = "secret \"ssh-key-secret\" not found";
+    waiting_attempt(
+        &client,
+        &ns,
+        "tools-install-g1-p1",
+        owner,
+        Some(("CreateContainerConfigError", missing)),
+    )
+    .await;
+    let s = until("the installer's config error in the status", || async {
+        sws.get_opt("tools")
+            .await
+            .unwrap()
+            .filter(|s| sw_condition(s, "Installing").is_some_and(|c| c.1 == "InstallerWaiting"))
+    })
+    .await;
+    assert_eq!(
+        (sw_phase(&s), sw_condition(&s, "Installed").unwrap()),
+        (
+            Some("Installing"),
+            (
+                "False".into(),
+                "InstallerWaiting".into(),
+                format!("package installer Job tools-install-g1-p1 cannot start: pod tools-install-g1-p1-w4h9q: CreateContainerConfigError: {missing}")
+            )
+        )
+    );
 
     job_status(&client, &ns, "tools-install-g1-p1", true).await;
     let s = until("Software Installed", || async {

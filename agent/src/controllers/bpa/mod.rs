@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
@@ -34,7 +34,7 @@ use super::common::{
     apply_account, delete_ignoring_missing, job_outcome, publish, set_conditions, Base, Error,
     JobOutcome, Owned,
 };
-use super::common::{child_name, set_condition};
+use super::common::{child_name, has_reason, set_condition, WAITING};
 use super::common::{every, run as run_controller, scoped_api, Reconciler};
 use super::settings::Settings;
 use crate::crd::bpa::{Provisioning, ProvisioningStatus, SecretRef};
@@ -53,6 +53,7 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
     let hosts: Api<BareMetalHost> = scoped_api(&client, &settings.namespace);
     let jobs: Api<Job> = scoped_api(&client, &settings.namespace);
     let maps: Api<ConfigMap> = scoped_api(&client, &settings.namespace);
+    let pods: Api<Pod> = scoped_api(&client, &settings.namespace);
     let ctx = Arc::new(Ctx {
         base: Base::new("bpa", client.clone(), settings.clone(), metrics),
     });
@@ -61,7 +62,9 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
     let owned = watcher::Config::default().labels(OWNER_LABEL);
     let controller = controller
         .owns(jobs, owned.clone())
-        .owns(maps, owned)
+        .owns(maps, owned.clone())
+        // An installer pod that starts or cannot start re-plans its Provisioning (the Job does not change).
+        .watches(pods, owned, jobs::pod_owner::<Provisioning>(OWNER_LABEL))
         // A host that appears or changes re-plans every Provisioning of its namespace.
         .watches(
             hosts,
@@ -212,25 +215,49 @@ impl Reconciler for Ctx {
                 match outcome {
                     JobOutcome::Running => {
                         status.phase = Some("Installing".into());
-                        set_conditions(
-                            &mut status.conditions,
-                            generation,
-                            &[
-                                (
-                                    "Installing",
-                                    true,
-                                    "JobRunning",
-                                    &format!("installer Job {job_name} is running"),
-                                ),
-                                (
-                                    "Ready",
-                                    false,
-                                    "Installing",
-                                    "the installer has not finished",
-                                ),
-                                ("Failed", false, "Installing", ""),
-                            ],
-                        );
+                        match jobs::waiting(client, ns, &job_name).await {
+                            Some(why) => {
+                                let msg = format!("installer Job {job_name} cannot start: {why}");
+                                if !has_reason(&status.conditions, "Installing", WAITING) {
+                                    publish(
+                                        &ctx.base.recorder,
+                                        p,
+                                        EventType::Warning,
+                                        WAITING,
+                                        &msg,
+                                    )
+                                    .await;
+                                }
+                                set_conditions(
+                                    &mut status.conditions,
+                                    generation,
+                                    &[
+                                        ("Installing", true, WAITING, &msg),
+                                        ("Ready", false, WAITING, &msg),
+                                        ("Failed", false, WAITING, ""),
+                                    ],
+                                );
+                            }
+                            None => set_conditions(
+                                &mut status.conditions,
+                                generation,
+                                &[
+                                    (
+                                        "Installing",
+                                        true,
+                                        "JobRunning",
+                                        &format!("installer Job {job_name} is running"),
+                                    ),
+                                    (
+                                        "Ready",
+                                        false,
+                                        "Installing",
+                                        "the installer has not finished",
+                                    ),
+                                    ("Failed", false, "Installing", ""),
+                                ],
+                            ),
+                        }
                         action = Action::await_change();
                     }
                     JobOutcome::Succeeded => {

@@ -58,6 +58,91 @@ pub async fn last_words(client: &kube::Client, ns: &str, job: &str) -> Option<St
     said.pop().map(|(_, m)| m)
 }
 
+/// The reason an owner's `Installing` and not-ready conditions give while its installer cannot start.
+pub const WAITING: &str = "InstallerWaiting";
+
+/// Reasons the kubelet gives a waiting container that more waiting will not start: its image cannot be had, or
+/// its configuration cannot be made. Only an operator ends them (pushes the image, fixes the registry or the
+/// inputs), so an owner still `Installing` says which it is. (A pull's first failure, `ErrImagePull`, turns
+/// into `ImagePullBackOff` while the kubelet retries.)
+const CANNOT_START: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "RegistryUnavailable",
+    "SignatureValidationFailed",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+];
+
+/// Why `pod`'s `installer` container cannot start, if it cannot: the kubelet's reason for keeping it waiting
+/// (one of [`CANNOT_START`]), or the scheduler's for a pod no node can take.
+pub fn why_waiting(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let waiting = status
+        .container_statuses
+        .iter()
+        .flatten()
+        .filter(|c| c.name == "installer")
+        .find_map(|c| c.state.as_ref()?.waiting.clone())
+        .filter(|w| {
+            w.reason
+                .as_deref()
+                .is_some_and(|r| CANNOT_START.contains(&r))
+        });
+    if let Some(w) = waiting {
+        let reason = w.reason.unwrap_or_default();
+        return Some(match w.message.filter(|m| !m.is_empty()) {
+            Some(m) => format!("pod {name}: {reason}: {m}"),
+            None => format!("pod {name}: {reason}"),
+        });
+    }
+    let unschedulable = status.conditions.iter().flatten().find(|c| {
+        c.type_ == "PodScheduled"
+            && c.status == "False"
+            && c.reason.as_deref() == Some("Unschedulable")
+    })?;
+    Some(format!(
+        "pod {name} cannot be scheduled: {}",
+        unschedulable.message.as_deref().unwrap_or("Unschedulable")
+    ))
+}
+
+/// Why Job `job`'s newest pod cannot start its installer ([`why_waiting`]), if it cannot. A Job whose pod waits
+/// for an image that is not there is neither running nor failed, and stays so until someone acts.
+pub async fn waiting(client: &kube::Client, ns: &str, job: &str) -> Option<String> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, ListParams};
+    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("job-name={job}")))
+        .await
+        .ok()?;
+    let newest = pods.items.iter().max_by(|a, b| {
+        a.metadata
+            .creation_timestamp
+            .cmp(&b.metadata.creation_timestamp)
+    })?;
+    why_waiting(newest)
+}
+
+/// The owner (a `K` named by the pod's `label`, in its namespace) of an installer pod: installer pods carry their
+/// owner's name under its owner label ([`Installer::pod_labels`]), so a pod that starts or cannot start
+/// re-plans its owner.
+pub fn pod_owner<K>(
+    label: &'static str,
+) -> impl Fn(k8s_openapi::api::core::v1::Pod) -> Option<kube::runtime::reflector::ObjectRef<K>>
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    use kube::ResourceExt;
+    move |pod| {
+        let ns = pod.namespace()?;
+        Some(kube::runtime::reflector::ObjectRef::new(pod.labels().get(label)?).within(&ns))
+    }
+}
+
 /// Why a Job failed: what its last attempt said ([`last_words`]), then the reason from its conditions (`why`).
 pub fn failure(why: &str, last_words: Option<&str>) -> String {
     match last_words {
@@ -213,6 +298,84 @@ pub fn installer_job(i: &Installer) -> Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pod(status: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p-install-g1-x7k2p"},
+            "spec": {"containers": [{"name": "installer"}]},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn waiting(container: &str, reason: &str, message: &str) -> k8s_openapi::api::core::v1::Pod {
+        pod(
+            serde_json::json!({"phase": "Pending", "containerStatuses": [{
+            "name": container, "ready": false, "restartCount": 0, "image": "installer:1", "imageID": "",
+            "state": {"waiting": {"reason": reason, "message": message}}}]}),
+        )
+    }
+
+    #[test]
+    fn an_installer_pod_maps_to_the_owner_its_label_names_in_its_namespace() {
+        let owner = pod_owner::<k8s_openapi::api::core::v1::ConfigMap>("example.org/owner");
+        let labelled: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p-install-g1-x7k2p", "namespace": "site",
+                         "labels": {"example.org/owner": "p", "job-name": "p-install-g1"}}
+        }))
+        .unwrap();
+        let to = owner(labelled.clone()).unwrap();
+        assert_eq!(
+            (to.name.as_str(), to.namespace.as_deref()),
+            ("p", Some("site"))
+        );
+        let mut unlabelled = labelled;
+        unlabelled.metadata.labels = None;
+        assert!(owner(unlabelled).is_none());
+    }
+
+    #[test]
+    fn an_installer_that_cannot_start_says_why_and_one_that_is_starting_does_not() {
+        assert_eq!(
+            why_waiting(&waiting(
+                "installer",
+                "ImagePullBackOff",
+                "Back-off pulling image \"installer:1\""
+            ))
+            .as_deref(),
+            Some(
+                "pod p-install-g1-x7k2p: ImagePullBackOff: Back-off pulling image \"installer:1\""
+            )
+        );
+        assert_eq!(
+            why_waiting(&waiting("installer", "CreateContainerConfigError", "")).as_deref(),
+            Some("pod p-install-g1-x7k2p: CreateContainerConfigError")
+        );
+        // Normal starting, another container, a running pod and no status at all say nothing.
+        assert_eq!(
+            why_waiting(&waiting("installer", "ContainerCreating", "")),
+            None
+        );
+        assert_eq!(
+            why_waiting(&waiting("sidecar", "ImagePullBackOff", "")),
+            None
+        );
+        assert_eq!(
+            why_waiting(&pod(serde_json::json!({"phase": "Running"}))),
+            None
+        );
+        assert_eq!(
+            why_waiting(&k8s_openapi::api::core::v1::Pod::default()),
+            None
+        );
+        let unschedulable = pod(serde_json::json!({"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/1 nodes are available: 1 node(s) had untolerated taint"}]}));
+        assert_eq!(
+            why_waiting(&unschedulable).as_deref(),
+            Some("pod p-install-g1-x7k2p cannot be scheduled: 0/1 nodes are available: 1 node(s) had untolerated taint")
+        );
+    }
 
     #[test]
     fn an_installer_job_carries_its_contract_and_an_account_only_when_given_one() {

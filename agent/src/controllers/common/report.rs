@@ -43,6 +43,14 @@ pub fn set_condition(
     }
 }
 
+/// Whether condition `type_` in `conditions` has `reason` now: a reconcile that is about to set it tells a
+/// change (worth an Event) from a repeat.
+pub fn has_reason(conditions: &[Condition], type_: &str, reason: &str) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.reason == reason)
+}
+
 /// Sets several conditions of one generation: `(type, status, reason, message)` each.
 pub fn set_conditions(
     conditions: &mut Vec<Condition>,

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, PostParams, ResourceExt};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
@@ -34,7 +34,9 @@ use super::bpa::{cluster_name, FINALIZER};
 use super::common::report::{report, Headline};
 use super::common::{child_name, jobs};
 use super::common::{every, run as run_controller, scoped_api, Reconciler};
-use super::common::{job_outcome, publish, set_conditions, Base, Error, JobOutcome, Owned};
+use super::common::{
+    has_reason, job_outcome, publish, set_conditions, Base, Error, JobOutcome, Owned, WAITING,
+};
 use super::settings::Settings;
 use crate::crd::bpa::{Provisioning, Software, SoftwareStatus};
 use crate::metrics::Metrics;
@@ -59,6 +61,7 @@ pub async fn run(
     let provs: Api<Provisioning> = scoped_api(&client, &settings.namespace);
     let jobs: Api<Job> = scoped_api(&client, &settings.namespace);
     let maps: Api<ConfigMap> = scoped_api(&client, &settings.namespace);
+    let pods: Api<Pod> = scoped_api(&client, &settings.namespace);
     let ctx = Arc::new(Ctx {
         base: Base::new("software", client.clone(), settings.clone(), metrics),
         store,
@@ -72,7 +75,9 @@ pub async fn run(
     let owned = watcher::Config::default().labels(OWNER_LABEL);
     let controller = controller
         .owns(jobs, owned.clone())
-        .owns(maps, owned)
+        .owns(maps, owned.clone())
+        // An installer pod that starts or cannot start re-plans its Software (the Job does not change).
+        .watches(pods, owned, jobs::pod_owner::<Software>(OWNER_LABEL))
         // A cluster that becomes ready (or is reinstalled) triggers its Softwares.
         .watches(provs, watcher::Config::default(), move |p: Provisioning| {
             let (ns, cluster) = (p.namespace(), cluster_name(&p));
@@ -330,21 +335,34 @@ async fn run_job(
         JobOutcome::Running => {
             status.phase = Some("Installing".into());
             action = Action::await_change();
-            [
-                (
-                    "Installing",
-                    true,
-                    "JobRunning",
-                    format!("package installer Job {job_name} is running"),
-                ),
-                (
-                    "Installed",
-                    false,
-                    "Installing",
-                    "the installer has not finished".into(),
-                ),
-                ("Failed", false, "Installing", String::new()),
-            ]
+            match jobs::waiting(&ctx.base.client, ns, job_name).await {
+                Some(why) => {
+                    let msg = format!("package installer Job {job_name} cannot start: {why}");
+                    if !has_reason(&status.conditions, "Installing", WAITING) {
+                        publish(&ctx.base.recorder, sw, EventType::Warning, WAITING, &msg).await;
+                    }
+                    [
+                        ("Installing", true, WAITING, msg.clone()),
+                        ("Installed", false, WAITING, msg),
+                        ("Failed", false, WAITING, String::new()),
+                    ]
+                }
+                None => [
+                    (
+                        "Installing",
+                        true,
+                        "JobRunning",
+                        format!("package installer Job {job_name} is running"),
+                    ),
+                    (
+                        "Installed",
+                        false,
+                        "Installing",
+                        "the installer has not finished".into(),
+                    ),
+                    ("Failed", false, "Installing", String::new()),
+                ],
+            }
         }
         JobOutcome::Succeeded => {
             status.phase = Some("Installed".into());
