@@ -34,7 +34,7 @@ use super::common::{
     apply_account, delete_ignoring_missing, job_outcome, publish, set_conditions, Base, Error,
     JobOutcome, Owned,
 };
-use super::common::{child_name, has_reason, set_condition, WAITING};
+use super::common::{child_name, set_condition, WAITING};
 use super::common::{every, run as run_controller, scoped_api, Reconciler};
 use super::settings::Settings;
 use crate::crd::bpa::{Provisioning, ProvisioningStatus, SecretRef};
@@ -218,16 +218,6 @@ impl Reconciler for Ctx {
                         match jobs::waiting(client, ns, &job_name).await {
                             Some(why) => {
                                 let msg = format!("installer Job {job_name} cannot start: {why}");
-                                if !has_reason(&status.conditions, "Installing", WAITING) {
-                                    publish(
-                                        &ctx.base.recorder,
-                                        p,
-                                        EventType::Warning,
-                                        WAITING,
-                                        &msg,
-                                    )
-                                    .await;
-                                }
                                 set_conditions(
                                     &mut status.conditions,
                                     generation,
@@ -330,7 +320,12 @@ impl Reconciler for Ctx {
         } else {
             "Ready"
         };
-        let headline = Headline::phase(old.phase.as_deref(), phase, &status.conditions, note_of);
+        let headline = Headline::phase(
+            (old.phase.as_deref(), &old.conditions),
+            phase,
+            &status.conditions,
+            note_of,
+        );
         report(&ctx.base, p, ns, headline, &status).await?;
         Ok(action)
     }

@@ -30,17 +30,25 @@ pub fn job_outcome(job: &Job) -> JobOutcome {
     JobOutcome::Running
 }
 
-/// What the last attempt of Job `job` said as it ended: its `installer` container's termination message (the
-/// installer writes its failure there: host, step and cause), from the Job's newest pod that has one.
-pub async fn last_words(client: &kube::Client, ns: &str, job: &str) -> Option<String> {
-    use k8s_openapi::api::core::v1::Pod;
+/// The pods of Job `job` (the Job controller labels them `job-name`); None when they cannot be listed.
+async fn pods_of(
+    client: &kube::Client,
+    ns: &str,
+    job: &str,
+) -> Option<Vec<k8s_openapi::api::core::v1::Pod>> {
     use kube::api::{Api, ListParams};
-    let pods = Api::<Pod>::namespaced(client.clone(), ns)
+    let pods = Api::namespaced(client.clone(), ns)
         .list(&ListParams::default().labels(&format!("job-name={job}")))
         .await
         .ok()?;
-    let mut said: Vec<_> = pods
-        .items
+    Some(pods.items)
+}
+
+/// What the last attempt of Job `job` said as it ended: its `installer` container's termination message (the
+/// installer writes its failure there: host, step and cause), from the Job's newest pod that has one.
+pub async fn last_words(client: &kube::Client, ns: &str, job: &str) -> Option<String> {
+    let mut said: Vec<_> = pods_of(client, ns, job)
+        .await?
         .iter()
         .filter_map(|p| {
             let status = p.status.as_ref()?;
@@ -113,13 +121,8 @@ pub fn why_waiting(pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
 /// Why Job `job`'s newest pod cannot start its installer ([`why_waiting`]), if it cannot. A Job whose pod waits
 /// for an image that is not there is neither running nor failed, and stays so until someone acts.
 pub async fn waiting(client: &kube::Client, ns: &str, job: &str) -> Option<String> {
-    use k8s_openapi::api::core::v1::Pod;
-    use kube::api::{Api, ListParams};
-    let pods = Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("job-name={job}")))
-        .await
-        .ok()?;
-    let newest = pods.items.iter().max_by(|a, b| {
+    let pods = pods_of(client, ns, job).await?;
+    let newest = pods.iter().max_by(|a, b| {
         a.metadata
             .creation_timestamp
             .cmp(&b.metadata.creation_timestamp)

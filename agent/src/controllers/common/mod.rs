@@ -23,4 +23,4 @@ pub use error::Error;
 pub use jobs::{job_outcome, JobOutcome, WAITING};
 pub use naming::child_name;
 pub use owned::{Owned, Ownership};
-pub use report::{has_reason, publish, set_condition, set_conditions};
+pub use report::{publish, set_condition, set_conditions};

@@ -10,6 +10,7 @@ use kube::Resource;
 use super::apply::apply_status;
 use super::base::Base;
 use super::error::Error;
+use super::jobs::WAITING;
 
 /// Sets condition `type_` in `conditions`, keeping its transition time when its status does not change.
 pub fn set_condition(
@@ -41,14 +42,6 @@ pub fn set_condition(
             last_transition_time: now,
         }),
     }
-}
-
-/// Whether condition `type_` in `conditions` has `reason` now: a reconcile that is about to set it tells a
-/// change (worth an Event) from a repeat.
-pub fn has_reason(conditions: &[Condition], type_: &str, reason: &str) -> bool {
-    conditions
-        .iter()
-        .any(|c| c.type_ == type_ && c.reason == reason)
 }
 
 /// Sets several conditions of one generation: `(type, status, reason, message)` each.
@@ -97,23 +90,37 @@ pub struct Headline<'a> {
 }
 
 impl<'a> Headline<'a> {
-    /// BPA's and Software's headline: the phase (a warning when `Failed`), noted with the message of condition
-    /// `note_of`.
+    /// BPA's and Software's headline: the phase, except [`WAITING`] while an installer cannot start (a warning,
+    /// as `Failed` is), noted with the message of condition `note_of`; `before` is the old status's phase and
+    /// conditions.
     pub fn phase(
-        before: Option<&'a str>,
+        before: (Option<&'a str>, &[Condition]),
         phase: &'a str,
         conditions: &'a [Condition],
         note_of: &str,
     ) -> Self {
+        let now = announced(phase, conditions);
         Headline {
-            before,
-            now: phase,
-            warning: phase == "Failed",
+            before: before.0.map(|b| announced(b, before.1)),
+            now,
+            warning: now == "Failed" || now == WAITING,
             note: conditions
                 .iter()
                 .find(|c| c.type_ == note_of)
                 .map_or("", |c| c.message.as_str()),
         }
+    }
+}
+
+/// A phase as its headline: `Installing` is [`WAITING`] while the `Installing` condition says so.
+fn announced<'a>(phase: &'a str, conditions: &[Condition]) -> &'a str {
+    let waiting = conditions
+        .iter()
+        .any(|c| c.type_ == "Installing" && c.reason == WAITING);
+    if phase == "Installing" && waiting {
+        WAITING
+    } else {
+        phase
     }
 }
 

@@ -35,7 +35,7 @@ use super::common::report::{report, Headline};
 use super::common::{child_name, jobs};
 use super::common::{every, run as run_controller, scoped_api, Reconciler};
 use super::common::{
-    has_reason, job_outcome, publish, set_conditions, Base, Error, JobOutcome, Owned, WAITING,
+    job_outcome, publish, set_conditions, Base, Error, JobOutcome, Owned, WAITING,
 };
 use super::settings::Settings;
 use crate::crd::bpa::{Provisioning, Software, SoftwareStatus};
@@ -206,8 +206,12 @@ impl Reconciler for Ctx {
                 .await?;
         }
         let phase = status.phase.as_deref().unwrap_or_default();
-        let headline =
-            Headline::phase(old.phase.as_deref(), phase, &status.conditions, "Installed");
+        let headline = Headline::phase(
+            (old.phase.as_deref(), &old.conditions),
+            phase,
+            &status.conditions,
+            "Installed",
+        );
         report(&ctx.base, sw, ns, headline, &status).await?;
         Ok(action)
     }
@@ -338,9 +342,6 @@ async fn run_job(
             match jobs::waiting(&ctx.base.client, ns, job_name).await {
                 Some(why) => {
                     let msg = format!("package installer Job {job_name} cannot start: {why}");
-                    if !has_reason(&status.conditions, "Installing", WAITING) {
-                        publish(&ctx.base.recorder, sw, EventType::Warning, WAITING, &msg).await;
-                    }
                     [
                         ("Installing", true, WAITING, msg.clone()),
                         ("Installed", false, WAITING, msg),
