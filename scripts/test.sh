@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need, then runs every test of the workspace.
+# The test command: installs what the tests need, builds the workspace once (the end-to-end tests run the
+# binaries of this very build: see tests/lib.rs, build_binaries), links the appliance's kube-apiserver and etcd
+# for the reconciler tests, then runs every test of the workspace. Arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-test-tools.sh
+. scripts/lib/common.sh
+on_error test
+# .ci/run installs the tools as a phase of its own.
+[ "${FOOTHOLD_TOOLS_READY:-}" = 1 ] || scripts/install-test-tools.sh
+go_need
 export FOOTHOLD_TOOLS="$(pwd)/target/tools/bin"
+phase build cargo build --workspace --all-targets
+phase kube-tools scripts/kube-test-tools.sh
 # Every test binary runs even after one fails: a CI run names all its failures, not only the first binary's.
-cargo test --workspace --all-targets --no-fail-fast "$@"
+phase test cargo test --workspace --all-targets --no-fail-fast "$@"

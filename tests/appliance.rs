@@ -20,18 +20,24 @@ mod bpa;
 #[path = "appliance_metal3.rs"]
 mod metal3;
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use foothold_e2e::deadline::tail_file;
 use foothold_e2e::{
     boot_options, build_binaries, busybox_layout, free_port, run, target, try_run, workspace,
+    Deadline,
 };
 use foothold_image_builder::qemu::{GuestForward, RunOptions, Vm};
 use serde_json::Value;
 
 /// How long a boot under TCG may take to a Ready node (the boot benchmark measures the real figure).
 const BOOT_LIMIT: Duration = Duration::from_secs(1200);
+/// The whole test, from the Go builds of an empty cache (about 15 minutes) to the last check: past it the
+/// diagnosis is printed and the test fails, before CI's own limit. Passing runs took 32 to 55 minutes.
+const OVERALL_LIMIT: Duration = Duration::from_secs(4200);
 
 /// Polls `f` every 2 s until it returns Ok, for at most `limit`; the panic names `what` and the last value.
 fn wait_for<T>(what: &str, limit: Duration, f: impl FnMut() -> Result<T, String>) -> T {
@@ -119,6 +125,49 @@ impl Appliance {
         a
     }
 
+    /// What the deadline prints of the appliance if the test fails: its load, busiest processes and failed
+    /// units, its agent's last warnings, and the site's objects and last events.
+    fn diagnose(&self, deadline: &Deadline) {
+        let (port, key) = (self.ssh_port, self.key.clone());
+        deadline.diagnose("the appliance: load, busiest processes, failed units, agent", move || {
+            try_run(&mut foothold_e2e::ssh_command(
+                port,
+                &key,
+                "uptime; top -b -n 1 -o %CPU -w 160 | sed -n '7,16p'; sudo systemctl --failed --no-pager; \
+                 sudo journalctl -u foothold-agent --since -20min --no-pager -o short-iso \
+                 | grep -E ' (WARN|ERROR) ' | tail -n 20 | cut -c1-300",
+            ))
+            .unwrap_or_else(|e| e)
+        });
+        let (kubectl, kubeconfig) = (self.kubectl.clone(), self.kubeconfig.clone());
+        deadline.diagnose("the site's objects and last events", move || {
+            let ask = |args: &[&str]| {
+                try_run(
+                    Command::new(&kubectl)
+                        .arg("--kubeconfig")
+                        .arg(&kubeconfig)
+                        .arg("--request-timeout=30s")
+                        .args(args),
+                )
+                .unwrap_or_else(|e| e)
+            };
+            let events = ask(&["get", "events", "-A", "--sort-by=.lastTimestamp"]);
+            let lines: Vec<&str> = events.lines().collect();
+            format!(
+                "{}\n{}\n{}",
+                ask(&["get", "nodes,pods", "-A", "-o", "wide"]),
+                ask(&[
+                    "get",
+                    "baremetalhosts,provisionings,softwares,sipclusters,jobs",
+                    "-A",
+                    "-o",
+                    "wide"
+                ]),
+                lines[lines.len().saturating_sub(30)..].join("\n")
+            )
+        });
+    }
+
     /// `ssh` to the appliance's user running `command`.
     fn ssh_command(&self, command: &str) -> Command {
         foothold_e2e::ssh_command(self.ssh_port, &self.key, command)
@@ -174,6 +223,8 @@ const POD: &str = r#"{"apiVersion": "v1", "kind": "Pod",
 
 #[test]
 fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_it() {
+    let deadline = Deadline::start("appliance", OVERALL_LIMIT);
+    deadline.phase("build the binaries");
     build_binaries();
     let ws = workspace();
     let tmp = tempfile::tempdir_in(target()).unwrap();
@@ -210,20 +261,24 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
     // Fetched here (the Go builds), then built from the bundle with no network and no Go toolchain, as on an
     // air-gapped machine.
     let bundle = dir.join("appliance.tar");
-    let started = Instant::now();
-    run(Command::new(target().join("debug/foothold-build"))
+    deadline.phase("fetch (Go builds) and bundle");
+    let events = run(Command::new(target().join("debug/foothold-build"))
         .arg("fetch")
+        .arg("--json")
         .arg(&spec)
         .arg("--bundle")
         .arg(&bundle)
         .arg("--agent")
         .arg(target().join("debug/foothold-agent")));
-    eprintln!(
-        "appliance fetched and bundled in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
+    // Every input built from source was built in this run, or on this machine before (its build record says so);
+    // a cache filled by hand fails here. Each input's origin is printed.
+    let built_here =
+        foothold_e2e::built_on_this_machine(&events, &loaded).unwrap_or_else(|e| panic!("{e}"));
+    for (field, origin, _) in &built_here {
+        let _ = writeln!(std::io::stderr(), "appliance: {field}: {origin}");
+    }
+    deadline.phase("build offline");
     let out = dir.join("out");
-    let started = Instant::now();
     run(Command::new("unshare")
         .arg("--net")
         .arg(target().join("debug/foothold-build"))
@@ -233,10 +288,6 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         .arg("--out")
         .arg(&out));
     std::fs::remove_file(&bundle).unwrap();
-    eprintln!(
-        "appliance built offline in {:.0} s",
-        started.elapsed().as_secs_f64()
-    );
     let manifest: Value = serde_json::from_slice(
         &std::fs::read(out.join("foothold-appliance.raw.manifest.json")).unwrap(),
     )
@@ -253,6 +304,15 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         kubelet.starts_with("k8s.io/kubernetes/cmd/kubelet@v1.35.4 built from k8s.io/kubernetes v1.35.4 (go version go1."),
         "{kubelet}"
     );
+    // What the manifest says of each input built from source is what that build on this machine made.
+    for (field, _, made) in &built_here {
+        let input = field.trim_start_matches("components.");
+        assert!(
+            from(input).ends_with(made.as_str()),
+            "{field}: the manifest says {:?}, the build said {made:?}",
+            from(input)
+        );
+    }
     let coredns = from("kubernetes.coredns.binary");
     assert!(
         coredns.contains("built from github.com/coredns/coredns v1.13.1"),
@@ -293,7 +353,7 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         "foothold.local/foothold/installer:appliance"
     );
     // The kubectl the build made, for this host.
-    let home_cache = PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/foothold");
+    let home_cache = foothold_e2e::builder_cache();
     let kubectl =
         foothold_image_builder::fetch::cached(&home_cache, k.kubectl.sha256.as_deref().unwrap());
     let version = run(Command::new(&kubectl).args(["version", "--client", "-o", "json"]));
@@ -329,6 +389,11 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
             host_port: site_ports.ssh[i],
         });
     }
+    deadline.phase("first boot to kubernetes=ready");
+    let console = dir.join("console-1.log");
+    deadline.diagnose("the appliance's console (its last 40 lines)", move || {
+        tail_file(&console, 40)
+    });
     let a = Appliance::boot(
         "first boot (raw, UEFI)",
         RunOptions {
@@ -340,6 +405,8 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         &kubectl,
         dir,
     );
+    a.diagnose(&deadline);
+    deadline.phase("Kubernetes, CoreDNS, a pod through the mirror");
     assert_eq!(a.kubectl(&["get", "--raw", "/readyz"]).unwrap(), "ok");
     let server: Value =
         serde_json::from_str(&a.kubectl(&["get", "--raw", "/version"]).unwrap()).unwrap();
@@ -429,7 +496,19 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         },
     );
     // Metal3: BMO and Ironic drive real BareMetalHosts; SIP claims them; the BPA makes two of them a cluster.
+    deadline.phase("Metal3: inspection-free registration, SIP, two live-ISO nodes provisioned");
+    deadline.diagnose(
+        "the compute nodes' consoles (the last 20 lines of each)",
+        || {
+            foothold_e2e::libvirt::consoles_of_this_process()
+                .iter()
+                .map(|c| format!("{}:\n{}\n", c.display(), tail_file(c, 20)))
+                .collect()
+        },
+    );
     let hosts = metal3::provision(&a, &ws, dir, &site_ports, &busybox);
+    deadline.phase("BPA: three failing generations, a cluster, a Software");
     bpa::check(&a, &hosts, &site_ports, dir, &manifest);
+    deadline.phase("deprovisioning");
     metal3::deprovision(&a, hosts);
 }

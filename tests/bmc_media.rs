@@ -59,6 +59,7 @@ fn serve(version: Arc<AtomicU64>, gets: Arc<AtomicUsize>) -> u16 {
 
 #[test]
 fn a_retried_insert_media_takes_the_image_the_first_fetched_and_a_changed_image_is_fetched_again() {
+    let deadline = foothold_e2e::Deadline::start("bmc_media", Duration::from_secs(300));
     let tmp = tempfile::tempdir().unwrap();
     let system = System {
         name: "bmc-media".into(),
@@ -66,6 +67,10 @@ fn a_retried_insert_media_takes_the_image_the_first_fetched_and_a_changed_image_
         mac: "02:00:00:00:00:01".into(),
     };
     let bmc = Sushy::fake(tmp.path(), free_port(), &[system], "admin", "pw");
+    let log = bmc.log.clone();
+    deadline.diagnose("sushy-tools' log (its last 40 lines)", move || {
+        foothold_e2e::deadline::tail_file(&log, 40)
+    });
     let (version, gets) = (Arc::new(AtomicU64::new(1)), Arc::new(AtomicUsize::new(0)));
     let image = format!(
         "http://127.0.0.1:{}/node.iso",
@@ -87,7 +92,17 @@ fn a_retried_insert_media_takes_the_image_the_first_fetched_and_a_changed_image_
 
     // The client gives up before the image is fetched (as Ironic does after 60 s); the BMC goes on fetching.
     assert_eq!(insert("0.5"), "000");
-    // The retry waits for that fetch, and another takes the kept image: one GET for three inserts.
+    // The retry comes while that fetch is under way (its GET has begun; the whole takes 1.6 s), waits for it,
+    // and another takes the kept image: one GET for three inserts. (Without this wait, a BMC slow to begin
+    // the first fetch would make the retry's the only GET, and the count would prove nothing of waiting.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while gets.load(Ordering::SeqCst) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the BMC did not begin fetching the image within 30 s of the first insert"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert_eq!(insert("30"), "204");
     assert_eq!(insert("30"), "204");
     assert_eq!(gets.load(Ordering::SeqCst), 1);

@@ -239,7 +239,10 @@ fn http_status(url: &str, accept: &str) -> String {
 
 #[test]
 fn images_are_pulled_by_digest_cached_and_served_from_the_built_image() {
+    let deadline = foothold_e2e::Deadline::start("container_images", Duration::from_secs(1800));
+    deadline.phase("build the binaries");
     build_binaries();
+    deadline.phase("fetch, build, serve, boot");
     let agent_bin = target().join("debug/foothold-agent");
     let build_bin = target().join("debug/foothold-build");
     let tmp = tempfile::tempdir_in(target()).unwrap();
@@ -299,7 +302,7 @@ outputs:
     // A fresh image cache that shares the machine's root file system and package caches.
     let cache = dir.join("cache");
     std::fs::create_dir_all(&cache).unwrap();
-    let home_cache = PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/foothold");
+    let home_cache = foothold_e2e::builder_cache();
     for sub in ["rootfs", "debs"] {
         std::fs::create_dir_all(home_cache.join(sub)).unwrap();
         std::os::unix::fs::symlink(home_cache.join(sub), cache.join(sub)).unwrap();

@@ -1,7 +1,9 @@
 //! `packages/lab.yaml` built by the real `foothold-build` (as root: mmdebstrap) twice, bit-identical, and once
-//! more from a bundle in a network namespace with no network (bit-identical too), then booted in qemu: the raw
-//! image from a virtio disk under UEFI and from a USB stick under BIOS, the qcow2 under UEFI, the ISO (both
-//! builds' ISOs bit-identical too) from a CD drive and from a USB stick under BIOS and under UEFI, and the spec
+//! more from a bundle in a network namespace with no network (bit-identical too), then booted in qemu: the qcow2
+//! (the raw's disk, `qemu-img compare` says) grown to 6 GiB from a virtio disk under UEFI with KVM failing
+//! first, the raw image from a USB stick under BIOS, the ISO (both
+//! builds' ISOs bit-identical too) from a CD drive under BIOS and from a USB stick under UEFI (and from a CD under
+//! UEFI and a stick under BIOS until the live kernel starts), and the spec
 //! built with systemd-boot and zstd compression from a USB stick under UEFI (the raw decompressed from its .zst).
 //! Each boot must print the ready marker on its serial console, naming the firmware;
 //! then, through a port forward, skopeo pulls the image that was baked into the data partition and gets the
@@ -13,7 +15,7 @@ use std::process::Command;
 
 use foothold_e2e::{
     boot_options, boot_until_ready, build_binaries, free_port, http_code, qemu_with_broken_kvm,
-    run, sha256_file, target, workspace,
+    run, sha256_file, target, workspace, Deadline,
 };
 use foothold_image_builder::qemu::{AccelChoice, Media, RunOptions};
 use sha2::{Digest, Sha256};
@@ -138,13 +140,17 @@ fn data_bytes(line: &str) -> u64 {
 #[test]
 fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     let ws = workspace();
+    let deadline = Deadline::start("lab_media", std::time::Duration::from_secs(2400));
+    deadline.phase("build the binaries");
     build_binaries();
+    deadline.phase("two builds");
     let layout = target().join("foothold-lab/layout");
     let manifest_digest = run(Command::new(ws.join("scripts/lab-image-layout.sh"))
         .current_dir(&ws)
         .arg(&layout));
     let manifest_digest = manifest_digest.trim().to_owned();
     let tmp = tempfile::tempdir_in(target()).unwrap();
+    deadline.diagnose_consoles_in(tmp.path());
     // Progress events (`--json`) on stdout.
     let build = |out: &Path, formats: &str| -> String {
         run(Command::new(target().join("debug/foothold-build"))
@@ -221,6 +227,7 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     std::fs::remove_dir_all(&b).unwrap();
 
     // A bundle builds the same image on a machine with no network (a network namespace of its own).
+    deadline.phase("bundle and offline build");
     let bundle = tmp.path().join("lab.tar");
     run(Command::new(target().join("debug/foothold-build"))
         .current_dir(&ws)
@@ -253,6 +260,11 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     std::fs::remove_file(&bundle).unwrap();
 
     let boot = |image: &Path, media: Media, bios: bool| {
+        deadline.phase(&format!(
+            "boot {} ({media:?}, {})",
+            image.file_name().unwrap().to_string_lossy(),
+            if bios { "BIOS" } else { "UEFI" }
+        ));
         let console = tmp.path().join(format!("console-{}.log", free_port()));
         let o = RunOptions {
             media,
@@ -261,15 +273,28 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         };
         boot_and_check(o, tmp.path(), &layout, &manifest_digest)
     };
-    // Where KVM half-works (its probe passes, then OVMF dies with "KVM internal error" and qemu stalls) the
-    // boot starts again under TCG: a qemu that fails KVM so stands in for the first boot.
+    // The qcow2 holds the raw image's disk, so its boot from a virtio disk under UEFI is the raw's too; a 6 GiB
+    // qcow2 over it is a bigger disk, where the data partition grows to the end at first boot. Where KVM
+    // half-works (its probe passes, then OVMF dies with "KVM internal error" and qemu stalls) the boot starts
+    // again under TCG: a qemu that fails KVM so stands in for this boot.
+    run(Command::new("qemu-img")
+        .args(["compare", "-q", "-f", "raw", "-F", "qcow2"])
+        .arg(&raw)
+        .arg(&qcow2));
+    let bigger = tmp.path().join("bigger.qcow2");
+    run(Command::new("qemu-img")
+        .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])
+        .arg(&qcow2)
+        .arg(&bigger)
+        .arg("6G"));
+    deadline.phase("boot bigger.qcow2 (Disk, UEFI, KVM failing first)");
     let broken = tmp.path().join("broken-kvm");
     let console = tmp.path().join("console-broken-kvm.log");
     let line = boot_and_check(
         RunOptions {
             qemu: qemu_with_broken_kvm(&broken),
             accel: AccelChoice::Auto,
-            ..boot_options(&raw, console)
+            ..boot_options(&bigger, console)
         },
         tmp.path(),
         &layout,
@@ -280,34 +305,58 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         "kvm probe\nkvm boot\ntcg boot\n",
         "the probe passed, the KVM boot failed, and TCG booted it"
     );
+    assert!(
+        data_bytes(&line) > 2 << 30,
+        "the data partition did not grow: {line}"
+    );
+    // The raw image is what is written to a USB stick: under BIOS it boots from one, whose size is the image's,
+    // so the data partition stays as built.
+    let line = boot(&raw, Media::Usb, true);
     let built = data_bytes(&line);
     assert!(
         built < 300 << 20,
         "the 256 MiB data partition of a 3 GiB image reports {built} bytes"
     );
-    // The raw image is what is written to a USB stick: under BIOS it boots from one.
-    boot(&raw, Media::Usb, true);
-    // On a bigger disk (a 6 GiB qcow2 over the built one) the data partition grows to the end at first boot.
-    let bigger = tmp.path().join("bigger.qcow2");
-    run(Command::new("qemu-img")
-        .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])
-        .arg(&qcow2)
-        .arg(&bigger)
-        .arg("6G"));
-    let line = boot(&bigger, Media::Disk, false);
-    assert!(
-        data_bytes(&line) > 2 << 30,
-        "the data partition did not grow: {line}"
-    );
     // The hybrid ISO from a CD drive and written to a USB stick, under both firmwares: the live system with the
-    // store in its squashfs.
-    for (media, bios) in [
-        (Media::Cdrom, true),
-        (Media::Cdrom, false),
-        (Media::Usb, true),
-        (Media::Usb, false),
-    ] {
-        boot(&a.join("foothold-lab.iso"), media, bios);
+    // store in its squashfs. Each firmware and each medium boots to the ready marker once (a CD under BIOS, a
+    // USB stick under UEFI): what differs past the kernel's start is the medium, where the initramfs must find
+    // the live root. The other two ways in (El Torito's EFI image from a CD, the hybrid MBR from a stick under
+    // BIOS) are each booted until GRUB has started the live kernel with its entry's command line.
+    let iso = a.join("foothold-lab.iso");
+    boot(&iso, Media::Cdrom, true);
+    boot(&iso, Media::Usb, false);
+    for (media, bios) in [(Media::Cdrom, false), (Media::Usb, true)] {
+        let firmware = if bios { "BIOS" } else { "UEFI" };
+        deadline.phase(&format!(
+            "boot foothold-lab.iso ({media:?}, {firmware}) to the kernel"
+        ));
+        let console = tmp.path().join(format!("console-{}.log", free_port()));
+        let mut vm = foothold_image_builder::qemu::Vm::start(RunOptions {
+            media,
+            bios,
+            ..boot_options(&iso, console.clone())
+        })
+        .unwrap();
+        let limit = std::time::Instant::now() + std::time::Duration::from_secs(600);
+        loop {
+            let status = vm.poll().unwrap();
+            let text =
+                String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
+            if text.contains("Linux version ")
+                && text
+                    .lines()
+                    .any(|l| l.contains("Command line: ") && l.contains("boot=live"))
+            {
+                break;
+            }
+            assert!(
+                status.is_none() && std::time::Instant::now() < limit,
+                "the ISO ({media:?}, {firmware}) did not start the live kernel within 600 s ({status:?}); \
+                 the console ends:\n{}",
+                foothold_e2e::deadline::tail_file(&console, 30)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
     }
     std::fs::remove_dir_all(&a).unwrap();
 
@@ -321,6 +370,7 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
             "outputs:\n",
             "outputs:\n  bootloader: systemd-boot\n  compression: zstd\n",
         );
+    deadline.phase("systemd-boot and zstd build");
     let sd_spec = tmp.path().join("lab-systemd-boot.yaml");
     std::fs::write(&sd_spec, spec).unwrap();
     let sd = tmp.path().join("systemd-boot");

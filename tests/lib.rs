@@ -6,8 +6,11 @@ use std::time::Duration;
 use foothold_image_builder::qemu::{AccelChoice, RunOptions, Vm};
 use sha2::{Digest, Sha256};
 
+pub mod deadline;
 pub mod libvirt;
 pub mod sushy;
+
+pub use deadline::Deadline;
 
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -102,16 +105,81 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Builds the debug foothold-agent and foothold-build the tests run (`target/debug/`).
+/// The debug foothold-agent and foothold-build the tests run (`target/debug/`), from the same build as the tests
+/// themselves: `cargo build --workspace --all-targets` selects what `cargo test --workspace --all-targets`
+/// does, so it unifies the same features (dev-dependencies' among them) and, after `scripts/test.sh`'s build,
+/// has nothing to do. (Building the two packages alone unified fewer features and compiled tokio and everything
+/// above it a second time.)
 pub fn build_binaries() {
     run(Command::new(env!("CARGO")).current_dir(workspace()).args([
         "build",
         "-q",
-        "-p",
-        "foothold-agent",
-        "-p",
-        "foothold-image-builder",
+        "--workspace",
+        "--all-targets",
     ]));
+}
+
+/// Where `scripts/install-test-tools.sh` links the test tools (`$FOOTHOLD_TOOLS`, else the clone's
+/// `target/tools/bin`); the sushy-tools venv is `../sushy` beside it.
+pub fn tools_dir() -> PathBuf {
+    std::env::var_os("FOOTHOLD_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/tools/bin"))
+}
+
+/// The builder's cache, as `foothold-build` picks it: `$FOOTHOLD_CACHE`, else `~/.cache/foothold`.
+pub fn builder_cache() -> PathBuf {
+    std::env::var_os("FOOTHOLD_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/foothold")
+        })
+}
+
+/// Of `foothold-build fetch --json`'s `events`, the `input` events of every input of `loaded` built from source:
+/// each must have been built in this run, or taken from the cache where an earlier build *on this machine* left
+/// its record. An input in the cache with no record (placed there by hand, or from another machine's cache or a
+/// bundle) is an error: the provenance the manifest then gives was never seen to happen here. (To build every
+/// input from source, point the builder at an empty cache: `FOOTHOLD_CACHE=$(mktemp -d)`.) Returns, for each,
+/// (field, what the builder said of it, what its build said it made).
+pub fn built_on_this_machine(
+    events: &str,
+    loaded: &foothold_image_builder::spec::Loaded,
+) -> Result<Vec<(String, String, String)>, String> {
+    let machine = foothold_image_builder::fetch::machine_id();
+    let events: Vec<serde_json::Value> = events
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|e: &serde_json::Value| e["event"] == "input")
+        .collect();
+    let mut out = Vec::new();
+    for (field, f) in loaded.spec.sources() {
+        if f.recipe().is_none() {
+            continue;
+        }
+        let e = events
+            .iter()
+            .find(|e| e["field"] == field.as_str())
+            .ok_or_else(|| format!("the fetch said nothing of {field}"))?;
+        let said = e["message"].as_str().unwrap_or_default().to_owned();
+        let record = &e["record"];
+        match (e["outcome"].as_str(), record["machine"].as_str()) {
+            (Some("built"), _) => {}
+            (Some("cached"), Some(m)) if m == machine => {}
+            _ => {
+                return Err(format!(
+                    "{field}: {said}: its build was not seen on this machine (build from source with an empty \
+                     cache: FOOTHOLD_CACHE=$(mktemp -d))"
+                ))
+            }
+        }
+        let made = record["made"].as_str().unwrap_or_default().to_owned();
+        out.push((field, said, made));
+    }
+    if out.is_empty() {
+        return Err("the spec has no input built from source".into());
+    }
+    Ok(out)
 }
 
 /// The options the boot tests start a VM with: 1.5 GiB and 2 CPUs, the console in `console`, writes discarded,
@@ -333,4 +401,60 @@ pub fn build_node_image(dir: &Path, ca: &Path, ssh_key: Option<&str>) -> PathBuf
         .arg("--out")
         .arg(&out));
     out.join("foothold-node.iso")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A spec with one input built from source, and the `input` event a fetch of it gave.
+    fn fetched(
+        outcome: &str,
+        record: serde_json::Value,
+    ) -> Result<Vec<(String, String, String)>, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "name: lab\nbase:\n  suite: trixie\nhostname: lab\noutputs:\n  formats: [raw]\n  diskSize: 4GiB\n\
+             components:\n  files:\n    - {{go: example.com/tool/cmd/tool@v1.0.0, sha256: {}, dest: /usr/local/bin/tool}}\n",
+            "ab".repeat(32)
+        );
+        let loaded = foothold_image_builder::spec::load_text(
+            &dir.path().join("lab.yaml"),
+            &text,
+            foothold_image_builder::spec::Pins::Required,
+        )
+        .unwrap();
+        let event = serde_json::json!({"event": "input", "field": "components.files[0]", "outcome": outcome,
+            "record": record, "message": format!("{outcome} (as the builder says)")});
+        built_on_this_machine(&format!("{{\"event\":\"phase\"}}\n{event}\n"), &loaded)
+    }
+
+    fn record(machine: &str) -> serde_json::Value {
+        serde_json::json!({"reference": "example.com/tool/cmd/tool@v1.0.0", "made": "built from example.com/tool \
+            v1.0.0 (go version go1.26.8 linux/amd64)", "machine": machine, "finished": "2026-11-27T01:00:00Z",
+            "seconds": 12})
+    }
+
+    #[test]
+    fn an_input_built_here_passes_and_a_cache_filled_by_hand_fails_the_provenance_check() {
+        let here = foothold_image_builder::fetch::machine_id();
+        let ok = fetched("built", record(&here)).unwrap();
+        assert_eq!(ok[0].0, "components.files[0]");
+        assert!(
+            ok[0].2.starts_with("built from example.com/tool v1.0.0"),
+            "{ok:?}"
+        );
+        fetched("cached", record(&here)).unwrap();
+        // Placed in the cache by hand: no record of a build. From another machine's cache: not built here.
+        for r in [
+            serde_json::Value::Null,
+            record("0123456789abcdef0123456789abcdef"),
+        ] {
+            let e = fetched("cached", r).unwrap_err();
+            assert!(
+                e.contains("components.files[0]") && e.contains("not seen on this machine"),
+                "{e}"
+            );
+        }
+    }
 }

@@ -95,6 +95,30 @@ fn remove_stale_sites() {
     }
 }
 
+/// Destroys the domains of this process's sites (their files and volumes go with the next [`Site::new`]): for a
+/// test that ends where no destructor runs.
+pub fn destroy_domains_of_this_process() {
+    let prefix = format!("foothold-{}-", std::process::id());
+    let domains = virsh(&["list", "--name"]).unwrap_or_default();
+    for d in domains.lines().filter(|d| d.starts_with(&prefix)) {
+        let _ = virsh(&["destroy", d]);
+    }
+}
+
+/// The console logs of this process's compute nodes.
+pub fn consoles_of_this_process() -> Vec<PathBuf> {
+    let dir = Path::new(IMAGES).join(format!("foothold-test-{}", std::process::id()));
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".console.log"))
+        .collect();
+    out.sort();
+    out
+}
+
 /// Deletes the volumes in the `default` pool whose names contain `part` (sushy-tools names the media it
 /// copies there after the domain's UUID).
 fn delete_volumes(part: &str) {

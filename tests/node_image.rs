@@ -60,7 +60,16 @@ fn apt_requests(port: u16, ca: &Path) -> u64 {
 #[ignore = "not in CI for its time: appliance.rs boots the same ISO through Metal3 and installs a Software \
             through a real Job; run it with `cargo test -p foothold-e2e --test node_image -- --ignored`"]
 fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
+    let deadline = foothold_e2e::Deadline::start("node_image", Duration::from_secs(2400));
+    deadline.phase("build the binaries");
     build_binaries();
+    deadline.phase("build, upload, boot, install");
+    deadline.diagnose("the compute node's console (its last 40 lines)", || {
+        foothold_e2e::libvirt::consoles_of_this_process()
+            .iter()
+            .map(|c| foothold_e2e::deadline::tail_file(c, 40))
+            .collect()
+    });
     let tmp = tempfile::tempdir_in(target()).unwrap();
     let dir = tmp.path();
 

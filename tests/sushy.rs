@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use foothold_image_builder::site::{self, Bmc};
 
-use crate::{run, target, workspace};
+use crate::{run, tools_dir, workspace};
 
 /// A fake system: its name, UUID (the Redfish id) and the MAC of its NIC (a BareMetalHost's bootMACAddress).
 pub struct System {
@@ -73,7 +73,7 @@ impl Sushy {
     fn start(dir: &Path, config: &Path, args: &[&str], port: u16, state: &Path) -> Sushy {
         let log = dir.join(format!("sushy-{port}.log"));
         // sushy-emulator, with virtual media kept for retries (`tests/sushy_media_cache.py` says why).
-        let child = Command::new(target().join("tools/sushy/bin/python3"))
+        let child = Command::new(tools_dir().join("../sushy/bin/python3"))
             .arg(workspace().join("tests/sushy_media_cache.py"))
             .arg("--config")
             .arg(config)

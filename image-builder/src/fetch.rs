@@ -24,8 +24,88 @@ pub enum Fetched {
     Cached,
     /// Downloaded, resuming after `resumed_from` bytes already on disk.
     Downloaded { bytes: u64, resumed_from: u64 },
-    /// Built here from source (what from, which toolchain).
-    Built(String),
+    /// Built here from source, in this run (what from, which toolchain).
+    Built(BuildRecord),
+    /// An input built from source, taken from the cache: how it got there, if a build of this cache's left a
+    /// record (none when it was placed by hand or unpacked from elsewhere).
+    CachedBuild(Option<BuildRecord>),
+}
+
+impl Fetched {
+    /// Says on `progress` what fetching `input` (the spec's `field`) did.
+    pub fn report(&self, progress: &Progress, field: &str, input: &str) {
+        let (outcome, record) = match self {
+            Fetched::Cached => ("cached", None),
+            Fetched::Downloaded { .. } => ("downloaded", None),
+            Fetched::Built(r) => ("built", Some(r)),
+            Fetched::CachedBuild(r) => ("cached", r.as_ref()),
+        };
+        let record = record.and_then(|r| serde_json::to_value(r).ok());
+        progress.input(field, input, outcome, record, &self.describe());
+    }
+
+    /// A line for the operator: what happened to the input, and for one built from source, where and when.
+    pub fn describe(&self) -> String {
+        match self {
+            Fetched::Cached => "in the cache".into(),
+            Fetched::Downloaded { bytes, resumed_from: 0 } => format!("downloaded {bytes} bytes"),
+            Fetched::Downloaded {
+                bytes,
+                resumed_from,
+            } => format!("downloaded {bytes} bytes, resumed after {resumed_from}"),
+            Fetched::Built(r) => format!("built in this run in {} s: {}", r.seconds, r.made),
+            Fetched::CachedBuild(Some(r)) => format!(
+                "taken from the cache, built {} on {} in {} s: {}",
+                r.finished,
+                if r.machine == machine_id() {
+                    "this machine".to_owned()
+                } else {
+                    format!("another machine ({})", r.machine)
+                },
+                r.seconds,
+                r.made
+            ),
+            Fetched::CachedBuild(None) => {
+                "taken from the cache with no record of its build (placed there by hand, or from another cache)"
+                    .into()
+            }
+        }
+    }
+}
+
+/// What a build from source that this cache holds was: kept beside the content as
+/// `files/built/<sha256>.json`, so a later run that takes it from the cache can say where and when it was built.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BuildRecord {
+    /// What was built (`k8s.io/kubernetes/cmd/kubelet@v1.35.4`).
+    pub reference: String,
+    /// From which module version, with which toolchain (the manifest's provenance).
+    pub made: String,
+    /// `/etc/machine-id` of the machine that built it (its hostname where it has none).
+    pub machine: String,
+    /// When the build finished (UTC, RFC 3339).
+    pub finished: String,
+    /// How long it took.
+    pub seconds: u64,
+}
+
+/// This machine, as build records name it: `/etc/machine-id`, else its hostname.
+pub fn machine_id() -> String {
+    ["/etc/machine-id", "/proc/sys/kernel/hostname"]
+        .iter()
+        .find_map(|p| {
+            fs::read_to_string(p)
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The record a build of content `hex` left in the cache, if any.
+pub fn build_record(cache: &Path, hex: &str) -> Option<BuildRecord> {
+    let text = fs::read(cache.join("files/built").join(format!("{hex}.json"))).ok()?;
+    serde_json::from_slice(&text).ok()
 }
 
 /// What the cache says of how content `hex` was built, when it was built here (see `build_source`).
@@ -44,9 +124,13 @@ pub fn build_source(
 ) -> Result<(String, Fetched)> {
     if let Some(hex) = pin {
         if cached(cache, hex).is_file() {
-            return Ok((hex.to_owned(), Fetched::Cached));
+            return Ok((
+                hex.to_owned(),
+                Fetched::CachedBuild(build_record(cache, hex)),
+            ));
         }
     }
+    let started = std::time::Instant::now();
     let dir = cache.join("files/sha256");
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let reference = recipe.reference();
@@ -85,10 +169,29 @@ pub fn build_source(
     let note = built.join(format!("{hex}.txt"));
     fs::write(note.with_extension("tmp"), format!("{reference} {made}\n"))?;
     crate::files::publish(&note.with_extension("tmp"), &note)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let record = BuildRecord {
+        reference: reference.clone(),
+        made,
+        machine: machine_id(),
+        finished: chrono::DateTime::from_timestamp(now.as_secs() as i64, 0)
+            .unwrap_or_default()
+            .format("%Y-%m-%dT%H:%M:%SZ")
+            .to_string(),
+        seconds: started.elapsed().as_secs(),
+    };
+    let json = built.join(format!("{hex}.json"));
+    fs::write(
+        json.with_extension("json.tmp"),
+        serde_json::to_vec(&record)?,
+    )?;
+    crate::files::publish(&json.with_extension("json.tmp"), &json)?;
     let done = cached(cache, &hex);
     crate::files::publish(&tmp, &done)?;
     tmp.keep()?;
-    Ok((hex, Fetched::Built(made)))
+    Ok((hex, Fetched::Built(record)))
 }
 
 /// Fetches `url` into the cache unless content `hex` is there already.
@@ -241,11 +344,40 @@ pub fn fetch_all(
     parallel: usize,
     progress: &Progress,
 ) -> Result<Vec<(String, Fetched)>> {
-    let mut done = download_all(loaded, cache, parallel, progress)?;
-    for (field, f) in loaded.spec.sources() {
+    fetch_only(loaded, cache, parallel, progress, &[])
+}
+
+/// [`fetch_all`] for the inputs named by field in `only` (all of them when it is empty; a name the spec does not
+/// have is an error listing the ones it has). Each input's outcome is an `input` event: for one built from source,
+/// whether it was built in this run or taken from the cache, and the record of that build.
+pub fn fetch_only(
+    loaded: &Loaded,
+    cache: &Path,
+    parallel: usize,
+    progress: &Progress,
+    only: &[String],
+) -> Result<Vec<(String, Fetched)>> {
+    let sources = loaded.spec.sources();
+    if let Some(unknown) = only.iter().find(|o| !sources.iter().any(|(f, _)| f == *o)) {
+        bail!(
+            "{}: no input {unknown:?}; the spec's inputs are {}",
+            loaded.path.display(),
+            sources
+                .iter()
+                .map(|(f, _)| f.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let wanted = |field: &str| only.is_empty() || only.iter().any(|o| o == field);
+    let mut done = download_all(loaded, cache, parallel, progress, &wanted)?;
+    for (field, f) in sources {
         let (Some(recipe), Some(hex)) = (f.recipe(), f.sha256.as_deref()) else {
             continue;
         };
+        if !wanted(&field) {
+            continue;
+        }
         let (key, what) = f.source_ref().expect("a recipe has a source");
         if !cached(cache, hex).is_file() {
             progress.step("fetch", &format!("building {what} ({field})"));
@@ -253,7 +385,7 @@ pub fn fetch_all(
         let recipe = recipe.located(&loaded.dir, |h| cached(cache, h));
         let (_, fetched) = build_source(cache, &recipe, Some(hex))
             .with_context(|| format!("{}: {field}.{key}", loaded.path.display()))?;
-        progress.step("fetch", &format!("{what}: {fetched:?}"));
+        fetched.report(progress, &field, &what);
         done.push((what, fetched));
     }
     Ok(done)
@@ -264,11 +396,13 @@ fn download_all(
     cache: &Path,
     parallel: usize,
     progress: &Progress,
+    wanted: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<(String, Fetched)>> {
     let jobs: Vec<(String, String, String)> = loaded
         .spec
         .sources()
         .into_iter()
+        .filter(|(field, _)| wanted(field))
         .filter_map(|(field, f)| Some((field, f.url?, f.sha256?)))
         .collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -283,7 +417,7 @@ fn download_all(
                 let r = fetch_with_progress(cache, url, hex, Some(progress))
                     .with_context(|| format!("{}: {field}.url", loaded.path.display()));
                 if let Ok(f) = &r {
-                    progress.step("fetch", &format!("{url}: {f:?}"));
+                    f.report(progress, field, url);
                 }
                 results
                     .lock()

@@ -36,7 +36,7 @@ enum Cmd {
         #[arg(long, default_value = "out")]
         out: PathBuf,
         /// Cache of root file systems and Debian packages (default ~/.cache/foothold).
-        #[arg(long)]
+        #[arg(long, env = "FOOTHOLD_CACHE")]
         cache: Option<PathBuf>,
         /// The foothold-agent binary to install, instead of the spec's components.agent.path.
         #[arg(long)]
@@ -59,7 +59,7 @@ enum Cmd {
     Fetch {
         spec: PathBuf,
         /// Cache directory (default ~/.cache/foothold).
-        #[arg(long)]
+        #[arg(long, env = "FOOTHOLD_CACHE")]
         cache: Option<PathBuf>,
         /// Also write a self-contained bundle (spec, root file system, inputs) for `build --bundle --offline`.
         /// Builds the root file system if it is not cached (needs root).
@@ -74,6 +74,10 @@ enum Cmd {
         /// Downloads at a time.
         #[arg(long, default_value_t = 4)]
         parallel: usize,
+        /// Only this input, by its field (`components.kubernetes.kubeApiserver`; repeatable): no images, no
+        /// bundle. Each is then printed as `<field> <path in the cache>`.
+        #[arg(long, conflicts_with = "bundle")]
+        only: Vec<String>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -88,7 +92,7 @@ enum Cmd {
         #[arg(long)]
         update: bool,
         /// Cache directory (default ~/.cache/foothold).
-        #[arg(long)]
+        #[arg(long, env = "FOOTHOLD_CACHE")]
         cache: Option<PathBuf>,
         #[arg(long)]
         json: bool,
@@ -130,6 +134,16 @@ enum Cmd {
         /// Write the console to this file and wait for the ready marker instead of attaching the terminal.
         #[arg(long)]
         serial_log: Option<PathBuf>,
+        /// With --serial-log: how long the boot may take to its ready marker (seconds) before qemu is stopped
+        /// and the run fails. An appliance's first boot under TCG on a slow 2-core host takes 10 minutes and
+        /// more (Kubernetes comes up in it).
+        #[arg(
+            long,
+            default_value_t = 1800,
+            value_name = "SECONDS",
+            requires = "serial_log"
+        )]
+        ready_timeout: u64,
         /// Keep the image unchanged (writes go to a temporary overlay).
         #[arg(long)]
         snapshot: bool,
@@ -180,7 +194,7 @@ enum Cmd {
         #[arg(long)]
         endpoint: String,
         /// Cache directory (default ~/.cache/foothold).
-        #[arg(long)]
+        #[arg(long, env = "FOOTHOLD_CACHE")]
         cache: Option<PathBuf>,
         #[arg(long, env = "SOURCE_DATE_EPOCH")]
         source_date_epoch: Option<u64>,
@@ -306,6 +320,7 @@ fn real_main() -> Result<ExitCode> {
             agent,
             source_date_epoch,
             parallel,
+            only,
             json,
             pull,
         } => {
@@ -313,8 +328,20 @@ fn real_main() -> Result<ExitCode> {
             let cache = cache_dir(cache)?;
             let _lock = cache_lock::lock(&cache)?;
             let progress = Progress::new(json);
-            let fetched =
-                foothold_image_builder::fetch::fetch_all(&loaded, &cache, parallel, &progress)?;
+            let fetched = foothold_image_builder::fetch::fetch_only(
+                &loaded, &cache, parallel, &progress, &only,
+            )?;
+            if !only.is_empty() {
+                for (field, f) in loaded.spec.sources() {
+                    if let (true, Some(hex)) = (only.contains(&field), f.sha256.as_deref()) {
+                        if !json {
+                            let path = foothold_image_builder::fetch::cached(&cache, hex);
+                            println!("{field} {}", path.display());
+                        }
+                    }
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let pull = pull.into();
             let images =
                 foothold_image_builder::images::fetch_all(&loaded, &cache, &pull, &progress)?;
@@ -437,6 +464,7 @@ fn real_main() -> Result<ExitCode> {
             memory,
             cpus,
             serial_log,
+            ready_timeout,
             snapshot,
             isolated,
             accel,
@@ -511,7 +539,7 @@ fn real_main() -> Result<ExitCode> {
             })?;
             eprintln!("foothold-build run: qemu under {}", vm.accel());
             if waits {
-                let line = vm.wait_ready(Duration::from_secs(600))?;
+                let line = vm.wait_ready(Duration::from_secs(ready_timeout))?;
                 eprintln!("{line} (under {})", vm.accel());
             }
             Ok(if vm.wait()?.success() {

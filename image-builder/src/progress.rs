@@ -70,6 +70,25 @@ impl Progress {
         }
     }
 
+    /// What fetching one input did: an `input` event (`field`, `input`, `outcome`, for an input built from source
+    /// its build `record`, and `message` for a reader), or a line with the message.
+    pub fn input(
+        &self,
+        field: &str,
+        input: &str,
+        outcome: &str,
+        record: Option<serde_json::Value>,
+        message: &str,
+    ) {
+        if self.json {
+            let elapsed = self.started.elapsed();
+            self.event(&serde_json::json!({"event": "input", "field": field, "input": input, "outcome": outcome,
+                "record": record, "message": message, "elapsedMs": elapsed.as_millis() as u64}));
+            return;
+        }
+        self.step("fetch", &format!("{input} ({field}): {message}"));
+    }
+
     pub fn step(&self, phase: &str, message: &str) {
         let elapsed = self.started.elapsed();
         if self.json {

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 
+mod child;
 mod console;
 mod relay;
 
@@ -530,7 +531,7 @@ impl Vm {
 
     /// Stops qemu and boots the image again from the start under `accel`.
     fn restart(&mut self, accel: Accel) -> Result<()> {
-        stop(&mut self.child);
+        child::stop(&mut self.child);
         self.child = spawn(
             &self.opts,
             accel,
@@ -557,11 +558,21 @@ impl Vm {
         self.stderr_shown = err.len();
     }
 
-    /// Waits for qemu to end (the console on the terminal), watching the boot.
+    /// Waits for qemu to end (the console on the terminal), watching the boot: until the ready marker, a guest
+    /// kernel panic under TCG boots it again once, as [`Vm::wait_ready`] does (a second fails the run).
     pub fn wait(&mut self) -> Result<ExitStatus> {
+        let mut ready = false;
         loop {
             if let Some(status) = self.poll()? {
                 return Ok(status);
+            }
+            if !ready {
+                let text = read_lossy(&self.console);
+                if text.contains(READY_MARKER) {
+                    ready = true;
+                } else if let Some(panic) = kernel_panic(&text) {
+                    self.after_kernel_panic(panic)?;
+                }
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -654,16 +665,7 @@ fn spawn(
         std::fs::File::create(stderr).with_context(|| format!("creating {}", stderr.display()))?;
     let mut c = command(o, accel, scratch)?;
     // A `run` or a test killed before it could stop its VM takes the VM with it.
-    // SAFETY: prctl(2) is async-signal-safe and touches only the child's own state.
-    unsafe {
-        use std::os::unix::process::CommandExt as _;
-        c.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    child::dies_with_parent(&mut c);
     if o.serial_log.is_some() {
         c.stdin(Stdio::null()).stdout(Stdio::null());
     }
@@ -672,26 +674,9 @@ fn spawn(
         .with_context(|| format!("starting {} (Debian qemu-system-x86)", o.qemu.display()))
 }
 
-/// Asks qemu to quit (SIGTERM: it restores the terminal it put in raw mode), then kills it after 5 s.
-fn stop(child: &mut Child) {
-    if let Ok(None) = child.try_wait() {
-        // SAFETY: kill(2) with a pid of a child not yet waited for, which cannot have been reused.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if !matches!(child.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
 impl Drop for Vm {
     fn drop(&mut self) {
-        stop(&mut self.child);
+        child::stop(&mut self.child);
     }
 }
 

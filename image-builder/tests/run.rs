@@ -119,6 +119,74 @@ fn the_accelerator_can_be_forced_by_flag_or_environment() {
     );
 }
 
+/// With the console on the terminal too, a guest kernel panic under TCG before the ready marker boots the image
+/// again once, saying so with the oops; a second panic ends the run, naming both.
+#[test]
+fn an_interactive_run_boots_again_after_a_guest_kernel_panic_once() {
+    let site = Site::new();
+    std::fs::write(
+        site.path("behaviour"),
+        "PROBE=pass\nBOOT=works\nTCG=panic-once\n",
+    )
+    .unwrap();
+    let out = site.run(&["--accel", "tcg"], None);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("the guest kernel panicked under TCG")
+            && err.contains("booting it again once")
+            && err.contains("enqueue_timer+0xa5"),
+        "{err}"
+    );
+    assert_eq!(site.calls(), "tcg boot\ntcg boot\n");
+    assert!(text(&out.stdout).contains("FOOTHOLD-READY host=fake accel=tcg"));
+
+    let site = Site::new();
+    std::fs::write(
+        site.path("behaviour"),
+        "PROBE=pass\nBOOT=works\nTCG=panic\n",
+    )
+    .unwrap();
+    let out = site.run(&["--accel", "tcg"], None);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("(boot 2)") && err.contains("in the boot before this one"),
+        "{err}"
+    );
+    assert_eq!(site.calls(), "tcg boot\ntcg boot\n");
+}
+
+/// `foothold-build run --ready-timeout`: a boot that never prints the ready marker fails after that long,
+/// saying so.
+#[test]
+fn a_boot_without_the_ready_marker_fails_after_the_ready_timeout() {
+    let site = Site::new();
+    std::fs::write(
+        site.path("behaviour"),
+        "PROBE=pass\nBOOT=silent\nTCG=marker\n",
+    )
+    .unwrap();
+    let log = site.path("console.log");
+    let out = site.run(
+        &[
+            "--serial-log",
+            log.to_str().unwrap(),
+            "--accel",
+            "kvm",
+            "--ready-timeout",
+            "2",
+        ],
+        None,
+    );
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("no FOOTHOLD-READY on the console within 2s"),
+        "{err}"
+    );
+}
+
 /// `foothold-build relay`, what qemu runs for each connection to a guest forward: the request goes through,
 /// the whole answer comes back (no newline at its end, so nothing may wait in a line buffer), and the server
 /// sees the end of the request.

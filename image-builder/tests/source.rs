@@ -87,3 +87,96 @@ fn no_go_toolchain_fails_naming_the_field_and_what_to_do() {
         assert!(err.contains(want), "{want:?} in {err}");
     }
 }
+
+/// `fetch --only` takes the named inputs alone and prints where each is. An input built from source that is in
+/// the cache with no record of its build (placed there by hand) is said to be so; one whose record names another
+/// machine is said to come from it. Nothing is built or asked for: a cache hit makes no request, and the module
+/// proxy is an empty directory. A field the spec does not have is refused, naming the ones it has.
+#[test]
+fn fetch_only_says_where_an_input_built_from_source_in_the_cache_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = appliance_at(dir.path(), "v1.35.4");
+    let text = std::fs::read_to_string(&spec).unwrap();
+    let pin = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("kubeApiserver:"))
+        .and_then(|l| l.split("sha256: ").nth(1))
+        .map(|s| s.trim_end_matches('}').trim().to_owned())
+        .unwrap();
+    let cache = dir.path().join("cache");
+    std::fs::create_dir_all(cache.join("files/sha256")).unwrap();
+    std::fs::write(cache.join("files/sha256").join(&pin), b"placed by hand").unwrap();
+    let proxy = dir.path().join("proxy");
+    std::fs::create_dir_all(&proxy).unwrap();
+    let only = |extra: &[&str]| {
+        Command::new(builder())
+            .arg("fetch")
+            .arg(&spec)
+            .arg("--cache")
+            .arg(&cache)
+            .args(["--only", "components.kubernetes.kubeApiserver"])
+            .args(extra)
+            .env("GOPROXY", format!("file://{}", proxy.display()))
+            .output()
+            .unwrap()
+    };
+    let out = only(&[]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stdout,
+        format!(
+            "components.kubernetes.kubeApiserver {}\n",
+            cache.join("files/sha256").join(&pin).display()
+        )
+    );
+    assert!(
+        stderr.contains("(components.kubernetes.kubeApiserver): taken from the cache with no record of its build"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("kubelet"), "{stderr}");
+
+    // A record another machine's build left.
+    std::fs::create_dir_all(cache.join("files/built")).unwrap();
+    std::fs::write(
+        cache.join(format!("files/built/{pin}.json")),
+        r#"{"reference": "k8s.io/kubernetes/cmd/kube-apiserver@v1.35.4", "made": "built from k8s.io/kubernetes v1.35.4 (go version go1.26.8 linux/amd64)", "machine": "elsewhere", "finished": "2026-11-20T10:00:00Z", "seconds": 301}"#,
+    )
+    .unwrap();
+    let out = only(&["--json"]);
+    assert!(out.status.success());
+    let event: serde_json::Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["event"] == "input")
+        .unwrap();
+    assert_eq!(event["field"], "components.kubernetes.kubeApiserver");
+    assert_eq!(event["outcome"], "cached");
+    assert_eq!(event["record"]["machine"], "elsewhere");
+    assert!(
+        event["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("taken from the cache, built 2026-11-20T10:00:00Z on another machine (elsewhere) in 301 s"),
+        "{event}"
+    );
+
+    let out = Command::new(builder())
+        .arg("fetch")
+        .arg(&spec)
+        .arg("--cache")
+        .arg(&cache)
+        .args(["--only", "components.kubernetes.kubeletz"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("no input \"components.kubernetes.kubeletz\"; the spec's inputs are ")
+            && err.contains("components.kubernetes.kubelet, "),
+        "{err}"
+    );
+}

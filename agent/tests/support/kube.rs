@@ -1,5 +1,5 @@
-//! A real Kubernetes control plane for reconciler tests: etcd and kube-apiserver (built by
-//! `scripts/install-test-tools.sh` from `scripts/kube-tools`) on 127.0.0.1, started once per test binary, like
+//! A real Kubernetes control plane for reconciler tests: etcd and kube-apiserver (the appliance's own, built from
+//! `packages/appliance.yaml`'s pins by `scripts/kube-test-tools.sh`) on 127.0.0.1, started once per test binary, like
 //! controller-runtime's envtest. There is no kubelet, scheduler or controller-manager: tests patch Job and
 //! DaemonSet statuses themselves, and nothing is garbage-collected.
 //!

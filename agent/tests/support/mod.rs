@@ -36,7 +36,8 @@ pub fn tool(name: &str) -> PathBuf {
         }
     }
     panic!(
-        "test tool {name:?} not found in {} or PATH: run scripts/install-test-tools.sh",
+        "test tool {name:?} not found in {} or PATH: run scripts/install-test-tools.sh (kube-apiserver and \
+         etcd: scripts/kube-test-tools.sh, after cargo build)",
         tools_dir().display()
     );
 }

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""CI glue for .ci/run (not part of the product).
+
+  ci-summary.py PHASES TEST_LOG TOTAL_SECONDS   the table of where a run's minutes went: each phase of .ci/run
+                                                and scripts/test.sh, each test binary (from cargo test's own
+                                                lines), and the phases each end-to-end test prints
+                                                (`phase: <test>: <phase>: <seconds> s`)
+  ci-summary.py --prune TARGET_DIR STAMP        removes from a kept CARGO_TARGET_DIR what earlier clones built of
+                                                the workspace's own crates (older than STAMP; dependencies stay)
+                                                and the temporary directories tests left in it
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+RUNNING = re.compile(r"^\s+Running (.+?) \((.+)\)\s*$")
+RESULT = re.compile(
+    r"^test result: (ok|FAILED)\. (\d+) passed; (\d+) failed; (\d+) ignored;.*finished in ([\d.]+)s"
+)
+E2E_PHASE = re.compile(r"^phase: (.+?): (.+): (\d+) s$")
+
+
+def binaries(log_path):
+    """[(name, seconds or None, passed, failed, ignored, [(phase, seconds)])] in the order they ran."""
+    out = []
+    try:
+        lines = open(log_path, errors="replace").read().splitlines()
+    except FileNotFoundError:
+        return out
+    for line in lines:
+        m = RUNNING.match(line)
+        if m:
+            what, path = m.groups()
+            crate = re.sub(r"-[0-9a-f]{16}$", "", os.path.basename(path))
+            name = what if what.startswith("tests/") else f"{crate} ({what})"
+            out.append([name, None, 0, 0, 0, []])
+            continue
+        m = RESULT.match(line)
+        if m and out and out[-1][1] is None:
+            _, passed, failed, ignored, secs = m.groups()
+            out[-1][1:5] = [float(secs), int(passed), int(failed), int(ignored)]
+            continue
+        m = E2E_PHASE.match(line)
+        if m and out:
+            test, phase, secs = m.groups()
+            out[-1][5].append((f"{test}: {phase}", int(secs)))
+    return out
+
+
+def summary(phases_path, log_path, total):
+    rows = []
+    for line in open(phases_path).read().splitlines():
+        name, secs, rc = line.split("\t")
+        rows.append((name, int(secs), "ok" if rc == "0" else f"FAILED (exit {rc})"))
+    bins = binaries(log_path)
+    width = max([len(r[0]) for r in rows] + [len(b[0]) + 2 for b in bins] +
+                [len(p) + 4 for b in bins for p, _ in b[5]] + [5])
+    print(f"{'phase':<{width}} {'seconds':>8}  result")
+    for name, secs, result in rows:
+        print(f"{name:<{width}} {secs:>8}  {result}")
+        if name != "test":
+            continue
+        for b in bins:
+            secs = "-" if b[1] is None else f"{b[1]:.0f}"
+            result = "no result (the binary did not finish)" if b[1] is None else \
+                f"{b[2]} passed, {b[3]} failed" + (f", {b[4]} ignored" if b[4] else "")
+            print(f"  {b[0]:<{width - 2}} {secs:>8}  {result}")
+            for phase, s in b[5]:
+                print(f"    {phase:<{width - 4}} {s:>8}")
+    print(f"{'total':<{width}} {total:>8}")
+    if bins:
+        print(f"ci: {sum(b[2] for b in bins)} passed, {sum(b[3] for b in bins)} failed")
+
+
+def prune(target, stamp):
+    """The units of the workspace's own packages that this run did not build: their fingerprint directories
+    (`.fingerprint/<package>-<hash>`, which no registry crate shares a name with) older than STAMP, and every
+    file of deps/ and build/ with such a hash. Registry crates are never touched."""
+    since = os.stat(stamp).st_mtime
+    meta = json.loads(subprocess.run(
+        ["cargo", "metadata", "--no-deps", "--format-version", "1"],
+        check=True, capture_output=True, text=True).stdout)
+    packages = {p["name"] for p in meta["packages"]}
+    removed = 0
+
+    def remove(path):
+        nonlocal removed
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+        removed += 1
+
+    for profile in ("debug", "release"):
+        base = os.path.join(target, profile)
+        fingerprints = os.path.join(base, ".fingerprint")
+        if not os.path.isdir(fingerprints):
+            continue
+        stale = set()
+        for entry in os.listdir(fingerprints):
+            name, _, unit = entry.rpartition("-")
+            path = os.path.join(fingerprints, entry)
+            newest = max([os.lstat(os.path.join(path, f)).st_mtime for f in os.listdir(path)] +
+                         [os.lstat(path).st_mtime])
+            if name in packages and newest < since:
+                stale.add(unit)
+                remove(path)
+        for sub in ("deps", "build"):
+            d = os.path.join(base, sub)
+            for entry in os.listdir(d) if os.path.isdir(d) else []:
+                unit = entry.split(".", 1)[0].rpartition("-")[2]
+                if unit in stale:
+                    remove(os.path.join(d, entry))
+    for entry in os.listdir(target):
+        if entry.startswith(".tmp"):
+            remove(os.path.join(target, entry))
+    print(f"ci: removed {removed} stale workspace artefacts and test directories from {target}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--prune":
+        prune(sys.argv[2], sys.argv[3])
+    else:
+        summary(sys.argv[1], sys.argv[2], int(sys.argv[3]))

@@ -1,0 +1,227 @@
+//! An end-to-end test's clock: its phases with their seconds, and an overall deadline. Phase lines go to the
+//! process's standard error directly (the harness captures only `print!`/`eprint!`), so a passing CI run's log
+//! shows where the test's minutes went. Past the deadline the test's registered diagnoses are printed, its
+//! libvirt domains are destroyed, every process it started is killed and the binary exits failing: a stuck
+//! run says why instead of being killed by CI's own limit with nothing said. A test that fails before it
+//! prints the same diagnoses.
+
+use std::io::Write as _;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long one diagnosis may take before the report moves on without it.
+const DIAGNOSIS_LIMIT: Duration = Duration::from_secs(120);
+
+type Probe = Box<dyn Fn() -> String + Send + Sync>;
+
+struct Inner {
+    test: &'static str,
+    limit: Duration,
+    started: Instant,
+    /// The phase under way and when it began.
+    current: Mutex<Option<(String, Instant)>>,
+    done: Mutex<bool>,
+    wake: Condvar,
+    diagnoses: Mutex<Vec<(String, Arc<Probe>)>>,
+}
+
+/// The clock of one end-to-end test; dropping it ends the last phase and stops the watch.
+pub struct Deadline(Arc<Inner>);
+
+/// Writes a line to the real standard error, past the test harness's capture.
+fn say(line: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
+    let _ = err.flush();
+}
+
+impl Deadline {
+    /// Starts the clock of `test` with `limit` overall (`$FOOTHOLD_E2E_DEADLINE` seconds instead, if set).
+    pub fn start(test: &'static str, limit: Duration) -> Deadline {
+        let limit = std::env::var("FOOTHOLD_E2E_DEADLINE")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map(Duration::from_secs)
+            .unwrap_or(limit);
+        let inner = Arc::new(Inner {
+            test,
+            limit,
+            started: Instant::now(),
+            current: Mutex::new(None),
+            done: Mutex::new(false),
+            wake: Condvar::new(),
+            diagnoses: Mutex::new(Vec::new()),
+        });
+        let watch = inner.clone();
+        std::thread::spawn(move || {
+            let done = watch.done.lock().unwrap();
+            let (done, _) = watch
+                .wake
+                .wait_timeout_while(done, watch.limit, |d| !*d)
+                .unwrap();
+            if !*done {
+                drop(done);
+                watch.expire();
+            }
+        });
+        Deadline(inner)
+    }
+
+    /// Ends the phase under way (printing its seconds) and begins `name`.
+    pub fn phase(&self, name: &str) {
+        self.0.end_phase();
+        *self.0.current.lock().unwrap() = Some((name.to_owned(), Instant::now()));
+    }
+
+    /// A diagnosis of the newest `console*.log` in `dir` (the boot under way): its last 40 lines.
+    pub fn diagnose_consoles_in(&self, dir: &std::path::Path) {
+        let dir = dir.to_owned();
+        self.diagnose("the newest console (its last 40 lines)", move || {
+            let newest = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("console"))
+                .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok());
+            match newest {
+                Some(e) => format!("{}:\n{}", e.path().display(), tail_file(&e.path(), 40)),
+                None => format!("no console log in {}", dir.display()),
+            }
+        });
+    }
+
+    /// What to print if the test fails or runs out of time: `probe`'s answer under `what`. Probes run in the
+    /// order registered, each for at most two minutes.
+    pub fn diagnose(&self, what: &str, probe: impl Fn() -> String + Send + Sync + 'static) {
+        self.0
+            .diagnoses
+            .lock()
+            .unwrap()
+            .push((what.to_owned(), Arc::new(Box::new(probe))));
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        self.0.end_phase();
+        *self.0.done.lock().unwrap() = true;
+        self.0.wake.notify_all();
+        if std::thread::panicking() {
+            say(&format!(
+                "{}: failed after {:.0} s; diagnosis:",
+                self.0.test,
+                self.0.started.elapsed().as_secs_f64()
+            ));
+            self.0.diagnosis();
+        }
+    }
+}
+
+impl Inner {
+    fn end_phase(&self) {
+        if let Some((name, began)) = self.current.lock().unwrap().take() {
+            say(&format!(
+                "phase: {}: {name}: {} s",
+                self.test,
+                began.elapsed().as_secs()
+            ));
+        }
+    }
+
+    /// Each diagnosis under its heading, bounded in time.
+    fn diagnosis(&self) {
+        let probes = self.diagnoses.lock().unwrap().clone();
+        for (what, probe) in probes {
+            say(&format!("--- {what}"));
+            say(&bounded(probe));
+        }
+    }
+
+    fn expire(&self) {
+        let phase = self
+            .current
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|(name, began)| format!("{name}, {} s into it", began.elapsed().as_secs()))
+            .unwrap_or_else(|| "no phase".into());
+        say(&format!(
+            "{}: the test's overall deadline of {} s passed ({phase}); diagnosis:",
+            self.test,
+            self.limit.as_secs()
+        ));
+        self.diagnosis();
+        // The compute nodes' qemu are libvirtd's children, not ours: their domains go by name.
+        crate::libvirt::destroy_domains_of_this_process();
+        kill_descendants();
+        say(&format!(
+            "{}: FAILED: overall deadline of {} s passed",
+            self.test,
+            self.limit.as_secs()
+        ));
+        std::process::exit(101);
+    }
+}
+
+/// `probe`'s answer, or a note that it did not answer within [`DIAGNOSIS_LIMIT`].
+fn bounded(probe: Arc<Probe>) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(probe());
+    });
+    rx.recv_timeout(DIAGNOSIS_LIMIT)
+        .unwrap_or_else(|_| format!("(no answer within {} s)", DIAGNOSIS_LIMIT.as_secs()))
+}
+
+/// SIGKILLs every process below this one (qemu, sushy-tools, relays): exiting does not run their owners'
+/// destructors.
+fn kill_descendants() {
+    let me = std::process::id();
+    let mut parent_of = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // The command's name is in parentheses and may hold spaces: the fields after the last ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut below = vec![me];
+    let mut i = 0;
+    while i < below.len() {
+        let p = below[i];
+        below.extend(
+            parent_of
+                .iter()
+                .filter(|(_, pp)| *pp == p)
+                .map(|(pid, _)| *pid),
+        );
+        i += 1;
+    }
+    let pids: Vec<String> = below[1..].iter().map(u32::to_string).collect();
+    if !pids.is_empty() {
+        let _ = std::process::Command::new("kill")
+            .arg("-KILL")
+            .args(&pids)
+            .status();
+    }
+}
+
+/// The last `n` lines of the file at `path` (a console log: not always UTF-8), or why there are none.
+pub fn tail_file(path: &std::path::Path, n: usize) -> String {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        }
+        Err(e) => format!("{}: {e}", path.display()),
+    }
+}
