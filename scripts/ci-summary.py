@@ -21,6 +21,7 @@ RESULT = re.compile(
     r"^test result: (ok|FAILED)\. (\d+) passed; (\d+) failed; (\d+) ignored;.*finished in ([\d.]+)s"
 )
 E2E_PHASE = re.compile(r"^phase: (.+?): (.+): (\d+) s$")
+BUDGET = re.compile(r"^budget: (.+?): (NOT RUN.*)$")
 
 
 def binaries(log_path):
@@ -43,6 +44,10 @@ def binaries(log_path):
             _, passed, failed, ignored, secs = m.groups()
             out[-1][1:5] = [float(secs), int(passed), int(failed), int(ignored)]
             continue
+        m = BUDGET.match(line)
+        if m and out:
+            out[-1][5].append((f"{m.group(1)}: {m.group(2)}", None))
+            continue
         m = E2E_PHASE.match(line)
         if m and out:
             test, phase, secs = m.groups()
@@ -57,7 +62,7 @@ def summary(phases_path, log_path, total):
         rows.append((name, int(secs), "ok" if rc == "0" else f"FAILED (exit {rc})"))
     bins = binaries(log_path)
     width = max([len(r[0]) for r in rows] + [len(b[0]) + 2 for b in bins] +
-                [len(p) + 4 for b in bins for p, _ in b[5]] + [5])
+                [len(p) + 4 for b in bins for p, s in b[5] if s is not None] + [5])
     print(f"{'phase':<{width}} {'seconds':>8}  result")
     for name, secs, result in rows:
         print(f"{name:<{width}} {secs:>8}  {result}")
@@ -69,8 +74,14 @@ def summary(phases_path, log_path, total):
                 f"{b[2]} passed, {b[3]} failed" + (f", {b[4]} ignored" if b[4] else "")
             print(f"  {b[0]:<{width - 2}} {secs:>8}  {result}")
             for phase, s in b[5]:
-                print(f"    {phase:<{width - 4}} {s:>8}")
+                if s is None:
+                    print(f"    {phase}")
+                else:
+                    print(f"    {phase:<{width - 4}} {s:>8}")
     print(f"{'total':<{width}} {total:>8}")
+    skipped = [p for b in bins for p, s in b[5] if s is None]
+    for p in skipped:
+        print(f"ci: {p}")
     if bins:
         print(f"ci: {sum(b[2] for b in bins)} passed, {sum(b[3] for b in bins)} failed")
 

@@ -223,6 +223,9 @@ const POD: &str = r#"{"apiVersion": "v1", "kind": "Pod",
 
 #[test]
 fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_it() {
+    if !foothold_e2e::deadline::budget_allows("appliance", std::time::Duration::from_secs(3600)) {
+        return;
+    }
     let deadline = Deadline::start("appliance", OVERALL_LIMIT);
     deadline.phase("build the binaries");
     build_binaries();

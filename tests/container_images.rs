@@ -239,6 +239,12 @@ fn http_status(url: &str, accept: &str) -> String {
 
 #[test]
 fn images_are_pulled_by_digest_cached_and_served_from_the_built_image() {
+    if !foothold_e2e::deadline::budget_allows(
+        "container_images",
+        std::time::Duration::from_secs(900),
+    ) {
+        return;
+    }
     let deadline = foothold_e2e::Deadline::start("container_images", Duration::from_secs(1800));
     deadline.phase("build the binaries");
     build_binaries();

@@ -35,14 +35,75 @@ fn say(line: &str) {
     let _ = err.flush();
 }
 
+/// Seconds since the epoch.
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
+
+/// When CI's budget for the end-to-end tests runs out (`$FOOTHOLD_CI_DEADLINE`, seconds since the epoch, set by
+/// `.ci/run`), if it has one.
+fn ci_deadline() -> Option<u64> {
+    std::env::var("FOOTHOLD_CI_DEADLINE").ok()?.parse().ok()
+}
+
+/// Where the last run of `test` on this machine left its seconds: a pass's, or the limit one ran out at.
+fn duration_file(test: &str) -> Option<std::path::PathBuf> {
+    let home = std::env::var_os("HOME")?;
+    Some(std::path::Path::new(&home).join(format!(".cache/foothold/e2e-durations/{test}")))
+}
+
+/// Keeps `seconds` as what `test` takes on this machine.
+fn record_duration(test: &str, seconds: u64) {
+    if let Some(f) = duration_file(test) {
+        let _ = std::fs::create_dir_all(f.parent().unwrap());
+        let _ = std::fs::write(&f, seconds.to_string());
+    }
+}
+
+/// Whether `test` fits what is left of CI's budget (always, outside CI): its last pass on this machine, or the
+/// limit its last run ran out at (`~/.cache/foothold/e2e-durations/`), and a sixth more; `first` for a machine
+/// that has not run it yet. A
+/// test that does not fit says so (`budget: <test>: NOT RUN …`, which CI's table shows) and is not run: CI's
+/// limit is the same on a machine whose emulated CPUs are two or three times slower, and a run killed at the
+/// limit lands nothing.
+pub fn budget_allows(test: &str, first: Duration) -> bool {
+    let Some(deadline) = ci_deadline() else {
+        return true;
+    };
+    let last = duration_file(test)
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    let need = last.map_or(first.as_secs(), |s| s + s / 6);
+    let left = deadline.saturating_sub(now());
+    if need <= left {
+        return true;
+    }
+    say(&format!(
+        "budget: {test}: NOT RUN: needs about {need} s ({}), {left} s are left of CI's budget",
+        match last {
+            Some(s) => format!("its last run here took {s} s"),
+            None => "not run on this machine before".into(),
+        }
+    ));
+    false
+}
+
 impl Deadline {
-    /// Starts the clock of `test` with `limit` overall (`$FOOTHOLD_E2E_DEADLINE` seconds instead, if set).
+    /// Starts the clock of `test` with `limit` overall (`$FOOTHOLD_E2E_DEADLINE` seconds instead, if set), or
+    /// less: what is left of CI's budget.
     pub fn start(test: &'static str, limit: Duration) -> Deadline {
         let limit = std::env::var("FOOTHOLD_E2E_DEADLINE")
             .ok()
             .and_then(|s| s.parse().ok())
             .map(Duration::from_secs)
             .unwrap_or(limit);
+        let limit = match ci_deadline() {
+            Some(d) => limit.min(Duration::from_secs(d.saturating_sub(now()))),
+            None => limit,
+        };
         let inner = Arc::new(Inner {
             test,
             limit,
@@ -106,14 +167,17 @@ impl Drop for Deadline {
         self.0.end_phase();
         *self.0.done.lock().unwrap() = true;
         self.0.wake.notify_all();
-        if std::thread::panicking() {
-            say(&format!(
-                "{}: failed after {:.0} s; diagnosis:",
-                self.0.test,
-                self.0.started.elapsed().as_secs_f64()
-            ));
-            self.0.diagnosis();
+        if !std::thread::panicking() {
+            // This machine's figure for CI's budget.
+            record_duration(self.0.test, self.0.started.elapsed().as_secs());
+            return;
         }
+        say(&format!(
+            "{}: failed after {:.0} s; diagnosis:",
+            self.0.test,
+            self.0.started.elapsed().as_secs_f64()
+        ));
+        self.0.diagnosis();
     }
 }
 
@@ -151,6 +215,8 @@ impl Inner {
             self.limit.as_secs()
         ));
         self.diagnosis();
+        // At least this long on this machine: CI's budget will not start it again where that does not fit.
+        record_duration(self.test, self.limit.as_secs());
         // The compute nodes' qemu are libvirtd's children, not ours: their domains go by name.
         crate::libvirt::destroy_domains_of_this_process();
         kill_descendants();

@@ -140,6 +140,9 @@ fn data_bytes(line: &str) -> u64 {
 #[test]
 fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     let ws = workspace();
+    if !foothold_e2e::deadline::budget_allows("lab_media", std::time::Duration::from_secs(1800)) {
+        return;
+    }
     let deadline = Deadline::start("lab_media", std::time::Duration::from_secs(2400));
     deadline.phase("build the binaries");
     build_binaries();

@@ -1,4 +1,5 @@
 //! Helpers shared by the end-to-end tests (`lab_media.rs`, `container_images.rs`, `appliance.rs`).
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -109,14 +110,47 @@ pub fn free_port() -> u16 {
 /// themselves: `cargo build --workspace --all-targets` selects what `cargo test --workspace --all-targets`
 /// does, so it unifies the same features (dev-dependencies' among them) and, after `scripts/test.sh`'s build,
 /// has nothing to do. (Building the two packages alone unified fewer features and compiled tokio and everything
-/// above it a second time.)
+/// above it a second time.) Cargo runs this test with its package's variables set (`CARGO_PKG_NAME`,
+/// `CARGO_MANIFEST_DIR`, …), and build scripts that watch them (ring's) would run again, and everything above
+/// them be compiled again, for a cargo that inherited them: they are removed. Says how many units it compiled.
 pub fn build_binaries() {
-    run(Command::new(env!("CARGO")).current_dir(workspace()).args([
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.current_dir(workspace()).args([
         "build",
-        "-q",
         "--workspace",
         "--all-targets",
-    ]));
+        "--message-format=json-render-diagnostics",
+    ]);
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        let set_by_cargo_test = ["CARGO_PKG_", "CARGO_BIN_", "CARGO_CFG_"]
+            .iter()
+            .any(|p| key.starts_with(p))
+            || [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_MANIFEST_LINKS",
+                "CARGO_CRATE_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "OUT_DIR",
+            ]
+            .contains(&key.as_ref());
+        if set_by_cargo_test {
+            cargo.env_remove(key.as_ref());
+        }
+    }
+    let messages = run(&mut cargo);
+    let compiled = messages
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["fresh"] == false)
+        .count();
+    let _ = writeln!(
+        std::io::stderr(),
+        "build_binaries: {compiled} units compiled (none after scripts/test.sh's build)"
+    );
 }
 
 /// Where `scripts/install-test-tools.sh` links the test tools (`$FOOTHOLD_TOOLS`, else the clone's
