@@ -143,7 +143,7 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     if !foothold_e2e::deadline::budget_allows("lab_media", std::time::Duration::from_secs(1800)) {
         return;
     }
-    let deadline = Deadline::start("lab_media", std::time::Duration::from_secs(2400));
+    let deadline = Deadline::start("lab_media", std::time::Duration::from_secs(3000));
     deadline.phase("build the binaries");
     build_binaries();
     deadline.phase("two builds");
