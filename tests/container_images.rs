@@ -245,7 +245,7 @@ fn images_are_pulled_by_digest_cached_and_served_from_the_built_image() {
     ) {
         return;
     }
-    let deadline = foothold_e2e::Deadline::start("container_images", Duration::from_secs(1800));
+    let deadline = foothold_e2e::Deadline::start("container_images", Duration::from_secs(2400));
     deadline.phase("build the binaries");
     build_binaries();
     deadline.phase("fetch, build, serve, boot");
