@@ -147,7 +147,9 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     deadline.phase("build the binaries");
     build_binaries();
     deadline.phase("two builds");
-    let layout = target().join("foothold-lab/layout");
+    // Where packages/lab.yaml names its layout and file: the clone's target/, which is not cargo's when
+    // CARGO_TARGET_DIR is set (CI keeps compiled crates elsewhere).
+    let layout = ws.join("target/foothold-lab/layout");
     let manifest_digest = run(Command::new(ws.join("scripts/lab-image-layout.sh"))
         .current_dir(&ws)
         .arg(&layout));
@@ -368,7 +370,7 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     // the one decompressed from the .zst.
     let spec = std::fs::read_to_string(ws.join("packages/lab.yaml"))
         .unwrap()
-        .replace("../target/", &format!("{}/", target().display()))
+        .replace("../target/", &format!("{}/", ws.join("target").display()))
         .replace(
             "outputs:\n",
             "outputs:\n  bootloader: systemd-boot\n  compression: zstd\n",
