@@ -113,10 +113,12 @@ def prune(target, stamp):
         stale = set()
         for entry in os.listdir(fingerprints):
             name, _, unit = entry.rpartition("-")
+            if name not in packages:
+                continue
             path = os.path.join(fingerprints, entry)
             newest = max([os.lstat(os.path.join(path, f)).st_mtime for f in os.listdir(path)] +
                          [os.lstat(path).st_mtime])
-            if name in packages and newest < since:
+            if newest < since:
                 stale.add(unit)
                 remove(path)
         for sub in ("deps", "build"):
