@@ -3,10 +3,13 @@
 //! shows where the test's minutes went. Past the deadline the test's registered diagnoses are printed, its
 //! libvirt domains are destroyed, every process it started is killed and the binary exits failing: a stuck
 //! run says why instead of being killed by CI's own limit with nothing said. A test that fails before it
-//! prints the same diagnoses.
+//! prints the same diagnoses, from a panic hook: at the panic, before unwinding drops the test's VMs and
+//! temporary directories, so the consoles, the SSH keys and the VMs themselves are still there to ask.
 
 use std::io::Write as _;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Once, Weak};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 /// How long one diagnosis may take before the report moves on without it.
@@ -23,6 +26,37 @@ struct Inner {
     done: Mutex<bool>,
     wake: Condvar,
     diagnoses: Mutex<Vec<(String, Arc<Probe>)>>,
+    /// The failure's diagnosis has been printed (by the panic hook, or at drop).
+    diagnosed: AtomicBool,
+}
+
+/// The deadlines under way, by the thread that runs their test: a panic on that thread prints its diagnosis.
+static WATCHED: Mutex<Vec<(ThreadId, Weak<Inner>)>> = Mutex::new(Vec::new());
+static HOOK: Once = Once::new();
+
+/// Chains a panic hook (once per process) that prints the diagnosis of the panicking thread's deadline before
+/// the panic unwinds, then hands over to the hook that was there.
+fn watch_panics() {
+    HOOK.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let me = std::thread::current().id();
+            let inner = WATCHED
+                .lock()
+                .map(|w| {
+                    w.iter()
+                        .find(|(t, _)| *t == me)
+                        .and_then(|(_, d)| d.upgrade())
+                })
+                .ok()
+                .flatten();
+            if let Some(inner) = inner {
+                say(&format!("{}: {info}", inner.test));
+                inner.failed();
+            }
+            before(info);
+        }));
+    });
 }
 
 /// The clock of one end-to-end test; dropping it ends the last phase and stops the watch.
@@ -112,7 +146,13 @@ impl Deadline {
             done: Mutex::new(false),
             wake: Condvar::new(),
             diagnoses: Mutex::new(Vec::new()),
+            diagnosed: AtomicBool::new(false),
         });
+        watch_panics();
+        WATCHED
+            .lock()
+            .unwrap()
+            .push((std::thread::current().id(), Arc::downgrade(&inner)));
         let watch = inner.clone();
         std::thread::spawn(move || {
             let done = watch.done.lock().unwrap();
@@ -167,21 +207,33 @@ impl Drop for Deadline {
         self.0.end_phase();
         *self.0.done.lock().unwrap() = true;
         self.0.wake.notify_all();
+        if let Ok(mut w) = WATCHED.lock() {
+            w.retain(|(_, d)| !std::ptr::eq(d.as_ptr(), Arc::as_ptr(&self.0)));
+        }
         if !std::thread::panicking() {
             // This machine's figure for CI's budget.
             record_duration(self.0.test, self.0.started.elapsed().as_secs());
             return;
         }
-        say(&format!(
-            "{}: failed after {:.0} s; diagnosis:",
-            self.0.test,
-            self.0.started.elapsed().as_secs_f64()
-        ));
-        self.0.diagnosis();
+        // A panic on another thread than the test's reaches here with nothing printed yet.
+        self.0.failed();
     }
 }
 
 impl Inner {
+    /// The test failed: its diagnosis, once.
+    fn failed(&self) {
+        if self.diagnosed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        say(&format!(
+            "{}: failed after {:.0} s; diagnosis:",
+            self.test,
+            self.started.elapsed().as_secs_f64()
+        ));
+        self.diagnosis();
+    }
+
     fn end_phase(&self) {
         if let Some((name, began)) = self.current.lock().unwrap().take() {
             say(&format!(
@@ -289,5 +341,39 @@ pub fn tail_file(path: &std::path::Path, n: usize) -> String {
             lines[lines.len().saturating_sub(n)..].join("\n")
         }
         Err(e) => format!("{}: {e}", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The diagnosis runs at the panic, while what the test made after its deadline (a temporary directory, a
+    /// VM) still exists: run at the deadline's drop, after unwinding, it found the directory gone (seen in an
+    /// appliance run: the console, SSH key and kubeconfig all "No such file or directory").
+    #[test]
+    fn a_failing_test_is_diagnosed_before_unwinding_drops_what_it_made() {
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let seen_in_test = seen.clone();
+        let joined = std::thread::spawn(move || {
+            let deadline = Deadline::start("deadline-unit-test", Duration::from_secs(600));
+            let tmp = tempfile::tempdir().unwrap();
+            let file = tmp.path().join("console-1.log");
+            std::fs::write(&file, "the last line before the failure\n").unwrap();
+            let seen = seen_in_test.clone();
+            deadline.diagnose("the console", move || {
+                let text = tail_file(&file, 1);
+                seen.lock().unwrap().push(text.clone());
+                text
+            });
+            panic!("the test's own assertion failed");
+        })
+        .join();
+        assert!(joined.is_err(), "the test thread panicked");
+        assert_eq!(
+            *seen.lock().unwrap(),
+            ["the last line before the failure"],
+            "diagnosed once, with the file still there"
+        );
     }
 }

@@ -144,6 +144,10 @@ enum Cmd {
             requires = "serial_log"
         )]
         ready_timeout: u64,
+        /// With --serial-log: stop the VM once the ready marker is on its console and exit 0, a boot check
+        /// (scripts/boot-reliability.sh counts boots and guest panics with it).
+        #[arg(long, requires = "serial_log")]
+        stop_when_ready: bool,
         /// Keep the image unchanged (writes go to a temporary overlay).
         #[arg(long)]
         snapshot: bool,
@@ -465,6 +469,7 @@ fn real_main() -> Result<ExitCode> {
             cpus,
             serial_log,
             ready_timeout,
+            stop_when_ready,
             snapshot,
             isolated,
             accel,
@@ -541,6 +546,11 @@ fn real_main() -> Result<ExitCode> {
             if waits {
                 let line = vm.wait_ready(Duration::from_secs(ready_timeout))?;
                 eprintln!("{line} (under {})", vm.accel());
+                if stop_when_ready {
+                    // Dropping the VM stops qemu.
+                    drop(vm);
+                    return Ok(ExitCode::SUCCESS);
+                }
             }
             Ok(if vm.wait()?.success() {
                 ExitCode::SUCCESS

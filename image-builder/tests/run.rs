@@ -187,6 +187,41 @@ fn a_boot_without_the_ready_marker_fails_after_the_ready_timeout() {
     );
 }
 
+/// `foothold-build run --stop-when-ready`: the VM is stopped at the ready marker and `run` succeeds, though the
+/// guest would have gone on running (and qemu failed a minute later, which `run` without the flag reports).
+#[test]
+fn stop_when_ready_stops_the_vm_at_the_marker_and_succeeds() {
+    let site = Site::new();
+    std::fs::write(
+        site.path("behaviour"),
+        "PROBE=pass\nBOOT=silent\nTCG=marker-then-fail\n",
+    )
+    .unwrap();
+    let log = site.path("console.log");
+    let out = site.run(
+        &[
+            "--serial-log",
+            log.to_str().unwrap(),
+            "--accel",
+            "tcg",
+            "--stop-when-ready",
+        ],
+        None,
+    );
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("FOOTHOLD-READY host=fake accel=tcg (under TCG)"),
+        "{err}"
+    );
+    assert_eq!(site.calls(), "tcg boot\n");
+
+    // Without --serial-log there is no marker to wait for: clap refuses the flag.
+    let out = site.run(&["--stop-when-ready"], None);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("--serial-log"), "{}", text(&out.stderr));
+}
+
 /// `foothold-build relay`, what qemu runs for each connection to a guest forward: the request goes through,
 /// the whole answer comes back (no newline at its end, so nothing may wait in a line buffer), and the server
 /// sees the end of the request.

@@ -53,13 +53,47 @@ debian_mirror() {
     awk '$1 == "deb" {print $2}' /etc/apt/sources.list 2>/dev/null; } | grep -v security | head -1
 }
 
+# backports_enable <what>: bookworm-backports in apt's sources (once) and apt's lists updated, for <what>.
+backports_enable() {
+  local mirror
+  if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    mirror=$(debian_mirror)
+    [ -n "$mirror" ] || die "no Debian mirror in /etc/apt/sources.list*: install $1 by hand"
+    echo "deb $mirror bookworm-backports main" >/etc/apt/sources.list.d/foothold-backports.list
+  fi
+  apt-get update -qq || die "apt-get update failed (bookworm-backports, for $1)"
+  _apt_updated=1
+}
+
+# qemu for boots under TCG: 10.0 or later. Measured here (docs/results.md, 2026-11-27), bookworm's qemu 7.2
+# booted the same image to its ready marker 30 % slower than 10.0, and its multi-threaded TCG has panicked trixie
+# kernels early in their boot (int3 in sched_clock_cpu); trixie ships 10.0 and bookworm-backports has it.
+QEMU_MIN_MAJOR=10
+qemu_need() {
+  local have
+  have=$(qemu-system-x86_64 --version 2>/dev/null | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p')
+  [ -n "$have" ] && [ "$have" -ge "$QEMU_MIN_MAJOR" ] && command -v qemu-img >/dev/null && return 0
+  if [ "$(. /etc/os-release && echo "${VERSION_CODENAME:-}")" = bookworm ]; then
+    echo "$_script: qemu ${have:-(none)} is older than $QEMU_MIN_MAJOR; installing qemu from bookworm-backports"
+    backports_enable "qemu $QEMU_MIN_MAJOR"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -t bookworm-backports \
+      qemu-system-x86 qemu-utils >/dev/null || die "installing qemu from bookworm-backports failed"
+  else
+    apt_install qemu-system-x86 qemu-utils
+  fi
+  hash -r
+  have=$(qemu-system-x86_64 --version 2>/dev/null | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p')
+  [ -n "$have" ] && [ "$have" -ge "$QEMU_MIN_MAJOR" ] ||
+    die "qemu-system-x86_64 is ${have:-missing}, the boots need $QEMU_MIN_MAJOR or later: install it by hand"
+}
+
 # The Go toolchain the appliance's pins were built with (scripts/go-version): another version builds other
 # bytes. Where `go` is missing or too old to switch toolchains (before 1.21), Debian's golang from
 # bookworm-backports bootstraps it, and `GOTOOLCHAIN=go<version>` fetches the pinned toolchain from the Go
 # module proxy. That toolchain's bin/ goes first on PATH with GOTOOLCHAIN=local, so every `go` after this
 # (the builder's too, which asks for the local one) is the pinned version.
 go_need() {
-  local want goroot mirror
+  local want goroot
   want=go$(cat "$(dirname "${BASH_SOURCE[0]}")/../go-version")
   if [ "$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null)" = "$want" ]; then
     export GOTOOLCHAIN=local
@@ -68,12 +102,7 @@ go_need() {
   # No go at all, or one before 1.21, which ignores GOTOOLCHAIN.
   if [ "$(GOTOOLCHAIN=$want go env GOVERSION 2>/dev/null)" != "$want" ]; then
     echo "$_script: no Go that can switch to $want; installing Debian's golang-go from bookworm-backports"
-    if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-      mirror=$(debian_mirror)
-      [ -n "$mirror" ] || die "no Debian mirror in /etc/apt/sources.list*: install Go $want by hand"
-      echo "deb $mirror bookworm-backports main" >/etc/apt/sources.list.d/foothold-backports.list
-    fi
-    apt-get update -qq || die "apt-get update failed (bookworm-backports, for Go)"
+    backports_enable "Go $want"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -t bookworm-backports golang-go >/dev/null ||
       die "installing golang-go from bookworm-backports failed: install Go $want by hand"
     hash -r
