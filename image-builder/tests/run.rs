@@ -219,7 +219,11 @@ fn stop_when_ready_stops_the_vm_at_the_marker_and_succeeds() {
     // Without --serial-log there is no marker to wait for: clap refuses the flag.
     let out = site.run(&["--stop-when-ready"], None);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("--serial-log"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--serial-log"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// `foothold-build relay`, what qemu runs for each connection to a guest forward: the request goes through,
