@@ -26,6 +26,21 @@ impl Site {
         Site { dir }
     }
 
+    /// A stand-in that behaves as `behaviour` says (the PROBE, BOOT and TCG lines of fake-qemu.sh).
+    fn with(behaviour: &str) -> Site {
+        let site = Site::new();
+        std::fs::write(site.path("behaviour"), behaviour).unwrap();
+        site
+    }
+
+    /// `run` with the console in `console.log` (waiting for the ready marker) and ARGS after it.
+    fn run_logged(&self, args: &[&str]) -> Output {
+        let log = self.path("console.log");
+        let mut all = vec!["--serial-log", log.to_str().unwrap()];
+        all.extend_from_slice(args);
+        self.run(&all, None)
+    }
+
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
@@ -123,12 +138,7 @@ fn the_accelerator_can_be_forced_by_flag_or_environment() {
 /// again once, saying so with the oops; a second panic ends the run, naming both.
 #[test]
 fn an_interactive_run_boots_again_after_a_guest_kernel_panic_once() {
-    let site = Site::new();
-    std::fs::write(
-        site.path("behaviour"),
-        "PROBE=pass\nBOOT=works\nTCG=panic-once\n",
-    )
-    .unwrap();
+    let site = Site::with("PROBE=pass\nBOOT=works\nTCG=panic-once\n");
     let out = site.run(&["--accel", "tcg"], None);
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
@@ -141,12 +151,7 @@ fn an_interactive_run_boots_again_after_a_guest_kernel_panic_once() {
     assert_eq!(site.calls(), "tcg boot\ntcg boot\n");
     assert!(text(&out.stdout).contains("FOOTHOLD-READY host=fake accel=tcg"));
 
-    let site = Site::new();
-    std::fs::write(
-        site.path("behaviour"),
-        "PROBE=pass\nBOOT=works\nTCG=panic\n",
-    )
-    .unwrap();
+    let site = Site::with("PROBE=pass\nBOOT=works\nTCG=panic\n");
     let out = site.run(&["--accel", "tcg"], None);
     let err = text(&out.stderr);
     assert!(!out.status.success(), "{err}");
@@ -161,24 +166,8 @@ fn an_interactive_run_boots_again_after_a_guest_kernel_panic_once() {
 /// saying so.
 #[test]
 fn a_boot_without_the_ready_marker_fails_after_the_ready_timeout() {
-    let site = Site::new();
-    std::fs::write(
-        site.path("behaviour"),
-        "PROBE=pass\nBOOT=silent\nTCG=marker\n",
-    )
-    .unwrap();
-    let log = site.path("console.log");
-    let out = site.run(
-        &[
-            "--serial-log",
-            log.to_str().unwrap(),
-            "--accel",
-            "kvm",
-            "--ready-timeout",
-            "2",
-        ],
-        None,
-    );
+    let site = Site::with("PROBE=pass\nBOOT=silent\nTCG=marker\n");
+    let out = site.run_logged(&["--accel", "kvm", "--ready-timeout", "2"]);
     let err = text(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(
@@ -191,23 +180,8 @@ fn a_boot_without_the_ready_marker_fails_after_the_ready_timeout() {
 /// guest would have gone on running (and qemu failed a minute later, which `run` without the flag reports).
 #[test]
 fn stop_when_ready_stops_the_vm_at_the_marker_and_succeeds() {
-    let site = Site::new();
-    std::fs::write(
-        site.path("behaviour"),
-        "PROBE=pass\nBOOT=silent\nTCG=marker-then-fail\n",
-    )
-    .unwrap();
-    let log = site.path("console.log");
-    let out = site.run(
-        &[
-            "--serial-log",
-            log.to_str().unwrap(),
-            "--accel",
-            "tcg",
-            "--stop-when-ready",
-        ],
-        None,
-    );
+    let site = Site::with("PROBE=pass\nBOOT=silent\nTCG=marker-then-fail\n");
+    let out = site.run_logged(&["--accel", "tcg", "--stop-when-ready"]);
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(
