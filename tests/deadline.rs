@@ -41,8 +41,9 @@ fn watch_panics() {
         let before = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             let me = std::thread::current().id();
+            // try_lock: a panic while this thread holds the list must not wait on itself.
             let inner = WATCHED
-                .lock()
+                .try_lock()
                 .map(|w| {
                     w.iter()
                         .find(|(t, _)| *t == me)
