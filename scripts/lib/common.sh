@@ -65,13 +65,15 @@ backports_enable() {
   _apt_updated=1
 }
 
-# qemu for boots under TCG: 10.0 or later. Measured here (docs/results.md, 2026-11-27), bookworm's qemu 7.2
-# booted the same image to its ready marker 30 % slower than 10.0, and its multi-threaded TCG has panicked trixie
-# kernels early in their boot (int3 in sched_clock_cpu); trixie ships 10.0 and bookworm-backports has it.
+# qemu for boots under TCG: 10.0 or later. bookworm's 7.2 boots slower under TCG (docs/results.md) and its
+# multi-threaded TCG has panicked trixie kernels early in their boot; trixie ships 10.0, bookworm-backports has it.
 QEMU_MIN_MAJOR=10
+qemu_major() {
+  qemu-system-x86_64 --version 2>/dev/null | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p'
+}
 qemu_need() {
   local have
-  have=$(qemu-system-x86_64 --version 2>/dev/null | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p')
+  have=$(qemu_major)
   [ -n "$have" ] && [ "$have" -ge "$QEMU_MIN_MAJOR" ] && command -v qemu-img >/dev/null && return 0
   if [ "$(. /etc/os-release && echo "${VERSION_CODENAME:-}")" = bookworm ]; then
     echo "$_script: qemu ${have:-(none)} is older than $QEMU_MIN_MAJOR; installing qemu from bookworm-backports"
@@ -82,7 +84,7 @@ qemu_need() {
     apt_install qemu-system-x86 qemu-utils
   fi
   hash -r
-  have=$(qemu-system-x86_64 --version 2>/dev/null | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p')
+  have=$(qemu_major)
   [ -n "$have" ] && [ "$have" -ge "$QEMU_MIN_MAJOR" ] ||
     die "qemu-system-x86_64 is ${have:-missing}, the boots need $QEMU_MIN_MAJOR or later: install it by hand"
 }
