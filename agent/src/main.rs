@@ -398,7 +398,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
                 resync: std::time::Duration::from_secs(a.resync_seconds),
             };
-            tokio::runtime::Runtime::new()?.block_on(vino_builder::run(settings))?;
+            vino_builder::run_blocking(settings)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::InstallSoftware(a) => installer::cli::install_software(a),
@@ -461,7 +461,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 upload_ttl: std::time::Duration::from_secs(limits.upload_ttl.max(1)),
                 client_limits: limits.into(),
             };
-            tokio::runtime::Runtime::new()?.block_on(http::serve(cfg))?;
+            http::serve_blocking(cfg)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Import {

@@ -24,5 +24,5 @@ pub mod state;
 mod tus;
 
 pub use router::router;
-pub use serve::{serve, ServeConfig};
+pub use serve::{serve, serve_blocking, ServeConfig};
 pub use state::{AppState, DEFAULT_MAX_IMAGE_LENGTH};

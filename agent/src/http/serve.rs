@@ -32,6 +32,14 @@ pub struct ServeConfig {
     pub upload_ttl: std::time::Duration,
 }
 
+/// [`serve`] on a runtime of its own, until it ends. The binary calls this rather than polling `serve()`
+/// itself: a future is compiled where it is polled, so a `block_on(serve(..))` in the binary compiled the
+/// whole server's state machines (every handler's, every reconciler's) again in that crate, which release
+/// builds do not share with the library (2 of the agent's 6 minutes of release build; see docs/results.md).
+pub fn serve_blocking(cfg: ServeConfig) -> anyhow::Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(serve(cfg))
+}
+
 pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let auth = match &cfg.token_file {
         Some(f) => Auth::from_file(f)?,

@@ -338,6 +338,12 @@ async fn read_plan(
     Ok((plan, hex::encode(Sha256::digest(text.as_bytes())), vnc))
 }
 
+/// [`run`] on a runtime of its own: for the binary, which then compiles none of its futures again (see
+/// `http::serve_blocking`).
+pub fn run_blocking(settings: Settings) -> anyhow::Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(run(settings))
+}
+
 /// Runs until the process is stopped: watch the plan, apply it, report.
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let client = loop {
