@@ -98,6 +98,31 @@ venv "$sushy" 'sushy-tools==2.2.0'
 ln -sfn "$sushy" "$root/target/tools/sushy"
 ln -sfn "$sushy/bin/sushy-emulator" "$tools/sushy-emulator"
 
+# The provisioning network's test: Debian's dnsmasq (dnsmasq-base: the binary, no service of its own), and
+# iPXE's builds that the appliance serves over TFTP, unpacked from Debian's ipxe package rather than installed
+# (the package adds a GRUB menu entry to the host). target/tools/ipxe holds them.
+apt_need /usr/sbin/dnsmasq:dnsmasq-base
+ipxe_candidate() { apt-cache policy ipxe | awk '/Candidate:/ && $2 != "(none)" {print $2}' | tr ':' '_'; }
+ipxe_version=$(ipxe_candidate)
+if [ -z "$ipxe_version" ]; then
+  apt-get update -qq || die "apt-get update failed: Debian's mirror is needed for the ipxe package"
+  ipxe_version=$(ipxe_candidate)
+fi
+[ -n "$ipxe_version" ] || die "Debian's ipxe package is not in apt's lists"
+ipxe="$cache/ipxe-$ipxe_version"
+if [ ! -s "$ipxe/snponly.efi" ]; then
+  tmp=$(mktemp -d)
+  chmod 755 "$tmp" # apt's download user writes there
+  (cd "$tmp" && apt-get download -qq ipxe) || die "apt-get download ipxe failed"
+  dpkg-deb -x "$tmp"/ipxe_*.deb "$tmp/x"
+  mkdir -p "$tmp/out"
+  cp "$tmp/x/usr/lib/ipxe/undionly.kpxe" "$tmp/x/usr/lib/ipxe/snponly.efi" "$tmp/out/"
+  rm -rf "$ipxe"
+  mv "$tmp/out" "$ipxe"
+  rm -rf "$tmp"
+fi
+ln -sfn "$ipxe" "$root/target/tools/ipxe"
+
 # Metal3's source archives, which packages/appliance.yaml names (the appliance test builds it).
 scripts/third-party.sh || die "Metal3's source archives are missing (see above): set FOOTHOLD_THIRD_PARTY"
 

@@ -308,7 +308,7 @@ pub fn provision(
     // While Metal3 registers the hosts: the node's image, with the appliance's CA, uploaded to its agent.
     let building = Instant::now();
     let public = std::fs::read_to_string(a.key.with_extension("pub")).unwrap();
-    let iso = build_node_image(dir, &ca, Some(&public));
+    let iso = build_node_image(dir, &ca, Some(&public), "iso");
     eprintln!(
         "metal3: the node image built in {:.0} s",
         building.elapsed().as_secs_f64()

@@ -409,8 +409,8 @@ pub fn wait_for_marker(console: &Path, limit: Duration) -> String {
 
 /// `packages/node.yaml` as committed (its mirror `https://172.22.0.1:5000`), with the site CA `ca`, the tests'
 /// agent binary, busybox to prefetch and, if given, an SSH public key for its user `foothold`, built by the real
-/// `foothold-build` into `dir`; the ISO.
-pub fn build_node_image(dir: &Path, ca: &Path, ssh_key: Option<&str>) -> PathBuf {
+/// `foothold-build` into `dir` as `format` (`iso`, the live ISO, or `raw`, the disk image); that output.
+pub fn build_node_image(dir: &Path, ca: &Path, ssh_key: Option<&str>, format: &str) -> PathBuf {
     let ws = workspace();
     let keys = match ssh_key {
         Some(k) => format!("authorizedKeys: [\"{}\"]", k.trim()),
@@ -432,9 +432,10 @@ pub fn build_node_image(dir: &Path, ca: &Path, ssh_key: Option<&str>) -> PathBuf
     run(Command::new(target().join("debug/foothold-build"))
         .arg("build")
         .arg(&spec)
+        .args(["--formats", format])
         .arg("--out")
         .arg(&out));
-    out.join("foothold-node.iso")
+    out.join(format!("foothold-node.{format}"))
 }
 
 #[cfg(test)]

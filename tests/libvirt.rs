@@ -162,6 +162,7 @@ impl Site {
             mac: format!("02:00:00:00:2{}:{:02x}", index / 256, index % 256),
             memory_mib,
             vcpus: 1,
+            disk: None,
         }
     }
 

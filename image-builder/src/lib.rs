@@ -8,6 +8,7 @@ pub mod built_images;
 pub mod bundle;
 pub mod cache_lock;
 pub mod cmd;
+pub mod dhcp;
 pub mod ext4;
 pub mod fetch;
 pub mod files;

@@ -8,7 +8,8 @@ use crate::spec::{Node, SITE_CA};
 
 /// Debian packages a node needs beyond the boot essentials: containerd, and what kubelet, kube-proxy and the
 /// pod network need on the host when the BPA's installer makes the node part of a workload cluster (kubeadm's
-/// preflight requires conntrack; the bridge CNI plugin is Debian's).
+/// preflight requires conntrack; the bridge CNI plugin is Debian's); cloud-init, which applies Metal3's config
+/// drive to a node installed on disk.
 pub const PACKAGES: &[&str] = &[
     "containerd",
     "runc",
@@ -16,7 +17,32 @@ pub const PACKAGES: &[&str] = &[
     "iptables",
     "conntrack",
     "containernetworking-plugins",
+    "cloud-init",
 ];
+
+/// cloud-init's settings on a node. A node written to disk by Ironic (the raw image and Metal3's `direct` deploy)
+/// finds a config drive there: a partition labelled `config-2` holding the BareMetalHost's `metaData` (host
+/// name, SSH keys), `networkData` and `userData`. Only that datasource is looked for, so nothing probes a
+/// metadata service on a network the site does not have; with no config drive (the live ISO) ds-identify finds
+/// no datasource and cloud-init does not run at all. The rest keeps the image's own choices: apt's sources (the
+/// appliance's agent alone), the SSH host keys made once per machine (foothold-ssh-host-keys.service),
+/// systemd-networkd for the network. Keys from the config drive go to `login`, the user the BPA's installer
+/// logs in as. The host name is the config drive's, and `/etc/hosts` names it (127.0.1.1): sudo looks its own
+/// host up, and with the image's name there it waited out DNS on every call (seen: 27 s on a site network
+/// whose DNS does not answer).
+fn cloud_config(login: Option<&str>) -> String {
+    let user = login.map_or(String::new(), |name| {
+        format!("  default_user:\n    name: {name}\n    lock_passwd: true\n    shell: /bin/bash\n")
+    });
+    format!(
+        "# Written by foothold-build: cloud-init applies Metal3's config drive on a node installed on disk.\n\
+         datasource_list: [ConfigDrive, None]\n\
+         apt:\n  preserve_sources_list: true\n\
+         ssh_deletekeys: false\nssh_genkeytypes: []\n\
+         manage_etc_hosts: localhost\n\
+         system_info:\n{user}  network:\n    renderers: [networkd]\n    activators: [networkd]\n"
+    )
+}
 
 /// The units a node enables instead of the agent's.
 pub const UNITS: &[&str] = &[
@@ -40,8 +66,8 @@ fn ca_option(mirror: &str) -> String {
     )
 }
 
-/// Every file, as (absolute path, text, mode).
-pub fn render(n: &Node) -> Vec<(String, String, u32)> {
+/// Every file, as (absolute path, text, mode). `login`: the image's user that a config drive's SSH keys are for.
+pub fn render(n: &Node, login: Option<&str>) -> Vec<(String, String, u32)> {
     let ca = if n.ca.is_some() { SITE_CA } else { "" };
     let mut files = vec![
         (
@@ -67,10 +93,12 @@ pub fn render(n: &Node) -> Vec<(String, String, u32)> {
     ];
     // The live system's root is live-boot's overlay, and overlayfs cannot be the upper layer of another: the
     // containers' snapshots (overlayfs too) need a file system of their own. Memory, as the rest of the node.
+    // Installed on disk, the node keeps its images on its root file system, across reboots.
     files.push((
         "/etc/systemd/system/var-lib-containerd.mount".into(),
         "[Unit]\nDescription=containerd's store in memory (the live root is an overlay, which containers' overlays cannot stack on)\n\
-         Before=containerd.service\n\n[Mount]\nWhat=tmpfs\nWhere=/var/lib/containerd\nType=tmpfs\nOptions=mode=0711\n\n\
+         ConditionKernelCommandLine=boot=live\nBefore=containerd.service\n\n\
+         [Mount]\nWhat=tmpfs\nWhere=/var/lib/containerd\nType=tmpfs\nOptions=mode=0711\n\n\
          [Install]\nWantedBy=local-fs.target\n"
             .into(),
         0o644,
@@ -86,6 +114,11 @@ pub fn render(n: &Node) -> Vec<(String, String, u32)> {
         "# A compute node at an offline site: its packages come from the appliance's agent alone\n\
          # (sources.list.d/foothold.sources, fetched at boot by foothold-apt-source.service).\n"
             .into(),
+        0o644,
+    ));
+    files.push((
+        "/etc/cloud/cloud.cfg.d/90-foothold.cfg".into(),
+        cloud_config(login),
         0o644,
     ));
     if n.mirror.starts_with("https://") && n.ca.is_some() {
@@ -111,7 +144,7 @@ mod tests {
             "mirror: https://172.22.0.1:5000\nca: {path: site-ca.pem}\nregistries: [quay.io]\nprefetch: [docker.io/library/busybox:1.35]\n",
         )
         .unwrap();
-        let files = render(&n);
+        let files = render(&n, Some("foothold"));
         let env = &files[0].1;
         for want in [
             "FOOTHOLD_MIRROR_ENDPOINT=https://172.22.0.1:5000\n",
@@ -145,9 +178,57 @@ mod tests {
     }
 
     #[test]
+    fn cloud_init_reads_only_the_config_drive_and_keeps_the_images_choices() {
+        let n: Node = serde_saphyr::from_str("mirror: https://172.22.0.1:5000\n").unwrap();
+        let files = render(&n, Some("foothold"));
+        let text = &files
+            .iter()
+            .find(|f| f.0 == "/etc/cloud/cloud.cfg.d/90-foothold.cfg")
+            .expect("cloud-init's settings")
+            .1;
+        let cfg: serde_json::Value = serde_saphyr::from_str(text).unwrap();
+        // ConfigDrive and the None fallback: ds-identify then turns cloud-init off where no config drive is.
+        assert_eq!(
+            cfg["datasource_list"],
+            serde_json::json!(["ConfigDrive", "None"])
+        );
+        assert_eq!(cfg["apt"]["preserve_sources_list"], true);
+        assert_eq!(cfg["ssh_deletekeys"], false);
+        assert_eq!(cfg["ssh_genkeytypes"], serde_json::json!([]));
+        assert_eq!(cfg["manage_etc_hosts"], "localhost");
+        let system = &cfg["system_info"];
+        assert_eq!(system["default_user"]["name"], "foothold");
+        assert_eq!(system["default_user"]["lock_passwd"], true);
+        assert_eq!(
+            system["network"]["renderers"],
+            serde_json::json!(["networkd"])
+        );
+        // No user in the spec: cloud-init's own default user stays.
+        let files = render(&n, None);
+        let text = &files
+            .iter()
+            .find(|f| f.0.starts_with("/etc/cloud/"))
+            .unwrap()
+            .1;
+        let cfg: serde_json::Value = serde_saphyr::from_str(text).unwrap();
+        assert!(cfg["system_info"].get("default_user").is_none(), "{text}");
+        assert!(PACKAGES.contains(&"cloud-init"));
+        // containerd's store is in memory on the live ISO only.
+        let mount = &files
+            .iter()
+            .find(|f| f.0 == "/etc/systemd/system/var-lib-containerd.mount")
+            .unwrap()
+            .1;
+        assert!(
+            mount.contains("\nConditionKernelCommandLine=boot=live\n"),
+            "{mount}"
+        );
+    }
+
+    #[test]
     fn a_plain_http_mirror_needs_no_ca_for_apt() {
         let n: Node = serde_saphyr::from_str("mirror: http://10.0.0.1:5000\n").unwrap();
-        let files = render(&n);
+        let files = render(&n, Some("foothold"));
         assert!(files.iter().any(|f| f.0 == "/etc/apt/sources.list"));
         assert!(!files
             .iter()

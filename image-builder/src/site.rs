@@ -24,6 +24,9 @@ pub struct ComputeNode {
     pub mac: String,
     pub memory_mib: u32,
     pub vcpus: u32,
+    /// Its disk (a raw or qcow2 file, by extension), which Ironic deploys an image to and the node then boots
+    /// from; None for a node that only ever boots live media.
+    pub disk: Option<PathBuf>,
 }
 
 /// How a compute node reaches the site: its qemu user network and what it may reach there.
@@ -68,7 +71,9 @@ fn xml_escape(s: &str) -> String {
 ///   the bare `qemu64` leaves a node's TLS and checksums to software AES and SHA (not measured here); its
 ///   CPUs on one socket, which libvirt would otherwise make one socket each: Linux keeps the TSC as its clock
 ///   only with one socket (see `qemu::smp`);
-/// - an empty SATA CD: sushy-tools' virtual media fills it on InsertMedia and empties it on EjectMedia.
+/// - an empty SATA CD: sushy-tools' virtual media fills it on InsertMedia and empties it on EjectMedia;
+/// - the node's disk, if it has one, on virtio, booted after the CD: what a server with an OS on its disk does
+///   once its virtual media is ejected.
 /// - the serial console to `console`, where the node's ready marker appears.
 /// - the NIC on qemu's command line: libvirt's own `<interface type='user'>` cannot restrict the network or
 ///   forward from the guest; it sits at `pcie.0` slot 0x10, clear of the root ports libvirt adds.
@@ -95,6 +100,20 @@ pub fn domain_xml(node: &ComputeNode, net: &NodeNetwork, console: &Path) -> Stri
             mac = xml_escape(&l.mac)
         )
     });
+    let (disk, boot_disk) = node.disk.as_ref().map_or((String::new(), ""), |path| {
+        let format = match path.extension() {
+            Some(e) if e == "qcow2" => "qcow2",
+            _ => "raw",
+        };
+        (
+            format!(
+                "    <disk type='file' device='disk'>\n      <driver name='qemu' type='{format}'/>\n      \
+                 <source file='{}'/>\n      <target dev='vda' bus='virtio'/>\n    </disk>\n",
+                xml_escape(&path.display().to_string())
+            ),
+            "\n    <boot dev='hd'/>",
+        )
+    });
     let mut x = String::new();
     let _ = write!(
         x,
@@ -109,7 +128,7 @@ pub fn domain_xml(node: &ComputeNode, net: &NodeNetwork, console: &Path) -> Stri
       <feature enabled='no' name='secure-boot'/>
       <feature enabled='no' name='enrolled-keys'/>
     </firmware>
-    <boot dev='cdrom'/>
+    <boot dev='cdrom'/>{boot_disk}
   </os>
   <features><acpi/><apic/></features>
   <cpu mode='maximum' check='none'><topology sockets='1' dies='1' cores='{vcpus}' threads='1'/></cpu>
@@ -120,7 +139,7 @@ pub fn domain_xml(node: &ComputeNode, net: &NodeNetwork, console: &Path) -> Stri
       <target dev='sda' bus='sata'/>
       <readonly/>
     </disk>
-    <serial type='file'><source path='{console}'/><target port='0'/></serial>
+{disk}    <serial type='file'><source path='{console}'/><target port='0'/></serial>
     <console type='file'><source path='{console}'/><target type='serial' port='0'/></console>
   </devices>
   <qemu:commandline>
@@ -313,6 +332,7 @@ pub fn write(dir: &Path, o: &SiteOptions) -> Result<Vec<ComputeNode>> {
             mac: format!("52:54:00:22:{:02x}:{:02x}", i >> 8, i & 0xff),
             memory_mib: o.memory_mib,
             vcpus: 1,
+            disk: None,
         })
         .collect();
     let mut hosts = Vec::new();
@@ -365,6 +385,7 @@ mod tests {
             mac: "02:00:00:00:20:00".into(),
             memory_mib: 1536,
             vcpus: 1,
+            disk: None,
         }
     }
 
@@ -421,6 +442,35 @@ mod tests {
         assert!(x.contains("  <vcpu>2</vcpu>\n"), "{x}");
         assert!(
             x.contains("<topology sockets='1' dies='1' cores='2' threads='1'/>"),
+            "{x}"
+        );
+    }
+
+    #[test]
+    fn a_node_with_a_disk_boots_it_after_the_cd() {
+        let net = bare_network();
+        for (file, format) in [("node-0.qcow2", "qcow2"), ("node-0.raw", "raw")] {
+            let n = ComputeNode {
+                disk: Some(PathBuf::from("/var/lib/libvirt/images/site").join(file)),
+                ..node()
+            };
+            let x = domain_xml(&n, &net, Path::new("/c.log"));
+            assert!(
+                x.contains(&format!(
+                    "<disk type='file' device='disk'>\n      <driver name='qemu' type='{format}'/>\n      \
+                     <source file='/var/lib/libvirt/images/site/{file}'/>\n      <target dev='vda' bus='virtio'/>\n"
+                )),
+                "{x}"
+            );
+            assert!(
+                x.contains("<boot dev='cdrom'/>\n    <boot dev='hd'/>\n  </os>"),
+                "{x}"
+            );
+        }
+        // Without one, the CD alone.
+        let x = domain_xml(&node(), &net, Path::new("/c.log"));
+        assert!(
+            !x.contains("device='disk'") && !x.contains("<boot dev='hd'/>"),
             "{x}"
         );
     }

@@ -145,6 +145,12 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
         c.units
             .extend(crate::metal3::UNITS.iter().map(|u| u.to_string()));
     }
+    if let Some((p, d)) = provisioning_dhcp(spec) {
+        for (path, text, mode) in crate::dhcp::render(p, d) {
+            c.add(path, text, mode);
+        }
+        c.units.push(crate::dhcp::UNIT.into());
+    }
     for u in &spec.users {
         // Users log in with keys only (their password is locked): sudo must not ask for one.
         if u.sudo {
@@ -171,7 +177,14 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
         // A compute node: the agent is a tool (mirror-config), not a service; containerd and the node's ready
         // report instead of the agent's units.
         Some(n) => {
-            for (path, text, mode) in crate::node::render(n) {
+            // The user the BPA's installer logs in as: the first with sudo, else the first.
+            let login = spec
+                .users
+                .iter()
+                .find(|u| u.sudo)
+                .or(spec.users.first())
+                .map(|u| u.name.as_str());
+            for (path, text, mode) in crate::node::render(n, login) {
                 c.add(path, text, mode);
             }
             c.units.extend(
@@ -223,6 +236,14 @@ fn network(spec: &Spec, c: &mut Configuration) {
         format!("[Match]\n{external}\n\n[Network]\nDHCP=yes\n"),
         0o644,
     );
+}
+
+/// The provisioning network and its DHCP, if the appliance serves one.
+pub fn provisioning_dhcp(
+    spec: &Spec,
+) -> Option<(&crate::spec::StaticInterface, &crate::spec::Dhcp)> {
+    let p = spec.network.provisioning.as_ref()?;
+    Some((p, p.dhcp.as_ref()?))
 }
 
 /// Whether the image's agent can have the BPA install workload clusters: a Kubernetes with etcd for their

@@ -129,8 +129,30 @@ pub fn manifests(
         let tmp = PathBuf::from(format!("{}.manifest.json.tmp", out.display()));
         fs::write(&tmp, serde_json::to_string_pretty(&m)? + "\n")?;
         publish(&tmp, &path)?;
+        write_checksum_file(out, sha256)?;
     }
     Ok(())
+}
+
+/// `<output>.sha256sum`: the output's digest as `sha256sum` writes it (`<hex>  <file name>`), which `sha256sum
+/// -c` checks and Ironic takes by URL as a BareMetalHost's `image.checksum` (it picks the line naming the image's
+/// file). Written whole, then renamed.
+pub fn write_checksum_file(out: &Path, sha256: &str) -> Result<PathBuf> {
+    let name = out
+        .file_name()
+        .context("an output has no file name")?
+        .to_string_lossy();
+    let path = out.with_file_name(format!("{name}.sha256sum"));
+    let tmp = out.with_file_name(format!(".{name}.sha256sum.tmp"));
+    fs::write(&tmp, checksum_line(sha256, &name))
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    publish(&tmp, &path)?;
+    Ok(path)
+}
+
+/// One line of `sha256sum`'s output (text mode: two spaces).
+fn checksum_line(sha256: &str, name: &str) -> String {
+    format!("{sha256}  {name}\n")
 }
 
 /// The command and file extension of a compression, with its Debian package; `None` for none.
@@ -224,5 +246,32 @@ mod tests {
             );
         }
         assert_eq!(compressor(Compression::None), None);
+    }
+
+    #[test]
+    fn the_checksum_file_is_what_sha256sum_checks_and_names_the_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("foothold-node.raw");
+        std::fs::write(&out, b"a disk").unwrap();
+        let digest = crate::sparse::sha256(&out).unwrap();
+        let file = write_checksum_file(&out, &digest).unwrap();
+        assert_eq!(file, dir.path().join("foothold-node.raw.sha256sum"));
+        assert!(!dir.path().join(".foothold-node.raw.sha256sum.tmp").exists());
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            format!("{digest}  foothold-node.raw\n")
+        );
+        let check = |dir: &Path| {
+            Command::new("sha256sum")
+                .args(["--check", "--strict", "foothold-node.raw.sha256sum"])
+                .current_dir(dir)
+                .output()
+                .unwrap()
+        };
+        let ok = check(dir.path());
+        assert!(ok.status.success(), "{ok:?}");
+        // Other bytes under that name fail the check.
+        std::fs::write(&out, b"another disk").unwrap();
+        assert!(!check(dir.path()).status.success());
     }
 }

@@ -53,6 +53,9 @@ pub fn rootfs(
     if loaded.spec.components.metal3.is_some() {
         packages.extend(crate::metal3::PACKAGES.iter().map(|s| s.to_string()));
     }
+    if super::configure::provisioning_dhcp(&loaded.spec).is_some() {
+        packages.extend(crate::dhcp::PACKAGES.iter().map(|s| s.to_string()));
+    }
     packages.extend(base.packages.iter().cloned());
     packages.sort();
     packages.dedup();

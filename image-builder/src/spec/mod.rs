@@ -83,6 +83,19 @@ pub struct StaticInterface {
     pub interface: String,
     /// Address with prefix length, e.g. `172.22.0.1/24` or `fd00:22::1/64`.
     pub address: String,
+    /// DHCP and PXE/iPXE boot for the compute nodes on this network, served by the appliance (dnsmasq).
+    #[serde(default)]
+    pub dhcp: Option<Dhcp>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Dhcp {
+    /// The addresses leased, `first-last` (IPv4), inside the interface's subnet, without the appliance's own.
+    pub range: String,
+    /// How long a lease lasts, in dnsmasq's terms: seconds, or a number with `m` or `h`. Default `1h`.
+    #[serde(default)]
+    pub lease_time: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

@@ -398,3 +398,34 @@ fn a_node_image_places_the_site_ca_and_names_its_errors() {
         "{e}"
     );
 }
+
+#[test]
+fn the_provisioning_networks_dhcp_is_checked_with_the_spec() {
+    let spec = |dhcp: &str| {
+        parse(&format!(
+            "{GOOD}network:\n  provisioning:\n    interface: ens4\n    address: 172.22.0.1/24\n    dhcp: {dhcp}\n"
+        ))
+    };
+    let ok = spec("{range: 172.22.0.10-172.22.0.100, leaseTime: 2h}").unwrap();
+    ok.validate().unwrap();
+    assert_eq!(
+        ok.network
+            .provisioning
+            .unwrap()
+            .dhcp
+            .unwrap()
+            .lease_time
+            .as_deref(),
+        Some("2h")
+    );
+    let e = spec("{range: 172.22.0.1-172.22.0.100}")
+        .unwrap()
+        .validate()
+        .unwrap_err();
+    assert_eq!(
+        e,
+        "network.provisioning.dhcp.range: 172.22.0.1-172.22.0.100 includes the appliance's own address 172.22.0.1"
+    );
+    let e = spec("{range: 172.22.0.10-172.22.0.100, lease: 2h}").unwrap_err();
+    assert!(e.contains("lease"), "{e}");
+}

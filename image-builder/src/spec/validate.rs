@@ -90,6 +90,9 @@ impl Spec {
                     "network.provisioning.address: prefix length {len:?} is not 0..={max}"
                 ));
             }
+            if let Some(d) = &p.dhcp {
+                crate::dhcp::plan(p, d)?;
+            }
         }
         if self.components.kubernetes.is_none() && !self.components.manifests.is_empty() {
             return Err(
