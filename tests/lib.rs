@@ -376,13 +376,19 @@ pub fn build_deb(dir: &Path, name: &str, version: &str) -> PathBuf {
 /// Waits up to `limit` for the ready marker on the console log `console` (a file a VM's serial port writes);
 /// returns its line.
 pub fn wait_for_marker(console: &Path, limit: Duration) -> String {
+    wait_for_nth_marker(console, 1, limit)
+}
+
+/// The `n`th ready marker line on `console` (1 for the first boot's, 2 after a reboot, …), waited for up to
+/// `limit`.
+pub fn wait_for_nth_marker(console: &Path, n: usize, limit: Duration) -> String {
+    let marker = format!("{} ", foothold_image_builder::qemu::READY_MARKER);
     let deadline = std::time::Instant::now() + limit;
     loop {
         // Firmware and terminal queries put bytes on a console that are not UTF-8.
         let text =
             String::from_utf8_lossy(&std::fs::read(console).unwrap_or_default()).into_owned();
-        let marker = foothold_image_builder::qemu::READY_MARKER;
-        if let Some(at) = text.find(&format!("{marker} ")) {
+        if let Some((at, _)) = text.match_indices(&marker).nth(n.saturating_sub(1)) {
             return text[at..]
                 .lines()
                 .next()
@@ -392,7 +398,7 @@ pub fn wait_for_marker(console: &Path, limit: Duration) -> String {
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "no ready marker on {} within {limit:?}; the console ends:\n{}",
+            "no ready marker number {n} on {} within {limit:?}; the console ends:\n{}",
             console.display(),
             text.lines()
                 .rev()

@@ -18,7 +18,7 @@ use foothold_e2e::libvirt::Site;
 use foothold_e2e::sushy::Sushy;
 use foothold_e2e::{
     build_binaries, build_deb, build_node_image, busybox_layout, free_port, run, sha256_file,
-    ssh_command, target, upload_os_image, upload_record, wait_for_marker,
+    ssh_command, target, upload_os_image, upload_record, wait_for_marker, wait_for_nth_marker,
 };
 use foothold_image_builder::site::{site_network, Bmc, MIRROR};
 use serde_json::json;
@@ -563,31 +563,6 @@ fn the_node_disk_image_boots_from_disk_and_takes_its_identity_from_the_config_dr
 
 /// The BareMetalHost's UID as Metal3 puts it in the config drive's metadata: cloud-init's instance id.
 const NODE_UUID: &str = "7e0d0000-0000-4000-8000-000000000007";
-
-/// The `n`th ready marker on `console` (1 for the first boot's), waited for up to `limit`.
-fn wait_for_nth_marker(console: &Path, n: usize, limit: Duration) -> String {
-    let marker = format!("{} ", foothold_image_builder::qemu::READY_MARKER);
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        let text =
-            String::from_utf8_lossy(&std::fs::read(console).unwrap_or_default()).into_owned();
-        if let Some((at, _)) = text.match_indices(&marker).nth(n - 1) {
-            return text[at..]
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .trim_end()
-                .to_owned();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no ready marker number {n} on {} within {limit:?}; the console ends:\n{}",
-            console.display(),
-            foothold_e2e::deadline::tail_file(console, 30)
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
-}
 
 /// The config drive Ironic builds for a BareMetalHost named `node-7` (BMO's metadata keys), with a static
 /// address for the NIC `mac` on the site network (qemu's user network: gateway .2, DNS .3) and user data that

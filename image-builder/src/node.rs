@@ -22,9 +22,11 @@ pub const PACKAGES: &[&str] = &[
 
 /// cloud-init's settings on a node. A node written to disk by Ironic (the raw image and Metal3's `direct` deploy)
 /// finds a config drive there: a partition labelled `config-2` holding the BareMetalHost's `metaData` (host
-/// name, SSH keys), `networkData` and `userData`. Only that datasource is looked for, so nothing probes a
-/// metadata service on a network the site does not have; with no config drive (the live ISO) ds-identify finds
-/// no datasource and cloud-init does not run at all. The rest keeps the image's own choices: apt's sources (the
+/// name, SSH keys), `networkData` and `userData`. Only local datasources are looked for (that one, and NoCloud's
+/// `cidata` drive for a lab), so nothing probes a metadata service on a network the site does not have. With
+/// neither (the live ISO) ds-identify finds no datasource and cloud-init does not run at all: it searches only
+/// when the list names two or more (one, with or without None, is taken as found; seen on the live ISO, where
+/// every stage then ran with the fallback datasource). The rest keeps the image's own choices: apt's sources (the
 /// appliance's agent alone), the SSH host keys made once per machine (foothold-ssh-host-keys.service),
 /// systemd-networkd for the network. Keys from the config drive go to `login`, the user the BPA's installer
 /// logs in as. The host name is the config drive's, and `/etc/hosts` names it (127.0.1.1): sudo looks its own
@@ -36,7 +38,7 @@ fn cloud_config(login: Option<&str>) -> String {
     });
     format!(
         "# Written by foothold-build: cloud-init applies Metal3's config drive on a node installed on disk.\n\
-         datasource_list: [ConfigDrive, None]\n\
+         datasource_list: [ConfigDrive, NoCloud, None]\n\
          apt:\n  preserve_sources_list: true\n\
          ssh_deletekeys: false\nssh_genkeytypes: []\n\
          manage_etc_hosts: localhost\n\
@@ -187,10 +189,11 @@ mod tests {
             .expect("cloud-init's settings")
             .1;
         let cfg: serde_json::Value = serde_saphyr::from_str(text).unwrap();
-        // ConfigDrive and the None fallback: ds-identify then turns cloud-init off where no config drive is.
+        // Two local datasources and the fallback: ds-identify searches them, and turns cloud-init off where
+        // neither is (with one, it would take that one as found).
         assert_eq!(
             cfg["datasource_list"],
-            serde_json::json!(["ConfigDrive", "None"])
+            serde_json::json!(["ConfigDrive", "NoCloud", "None"])
         );
         assert_eq!(cfg["apt"]["preserve_sources_list"], true);
         assert_eq!(cfg["ssh_deletekeys"], false);
