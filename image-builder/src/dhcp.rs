@@ -100,6 +100,8 @@ pub fn render(p: &StaticInterface, d: &Dhcp) -> Vec<(String, String, u32)> {
         "# Written by foothold-build: DHCP and PXE/iPXE boot for the compute nodes on the provisioning network\n\
          # (network.provisioning.dhcp). The appliance's address alone; no DNS, no router handed out.\n\
          port=0\nlisten-address={ip}\nbind-dynamic\nuser=dnsmasq\ngroup=nogroup\n\
+         # systemd keeps track of the process: no pid file (/run is read-only to the unit).\n\
+         pid-file=\n\
          # The one DHCP server of this network: a node's request for the address it had is answered at once.\n\
          dhcp-authoritative\n\
          dhcp-range={first},{last},{mask},{lease}\ndhcp-leasefile={LEASES}\n\
@@ -158,6 +160,7 @@ mod tests {
         let lines: Vec<&str> = conf.lines().filter(|l| !l.starts_with('#')).collect();
         for want in [
             "port=0",
+            "pid-file=",
             "listen-address=172.22.0.1",
             "bind-dynamic",
             "dhcp-range=172.22.0.10,172.22.0.100,255.255.255.0,1h",
