@@ -84,6 +84,15 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
         ),
         0o644,
     );
+    // mmdebstrap leaves the build host's resolv.conf in the tree: the image would carry the build machine's
+    // resolver (unreachable at the site, so every lookup waited it out) and differ from one build host to the
+    // next. No resolver instead: lookups fail at once, and the image is the same wherever it is built.
+    c.add(
+        "/etc/resolv.conf",
+        "# Written by foothold-build: no resolver. The site is offline; names the machine needs are in\n\
+         # /etc/hosts, and Kubernetes' names are CoreDNS's.\n",
+        0o644,
+    );
     c.add(
         "/etc/fstab",
         format!(
@@ -310,6 +319,22 @@ fn agent(spec: &Spec, c: &mut Configuration) {
 
 /// Applies `c` to the staged `root`: adds the users (a locked password, a home), writes the files, gives the
 /// users their `.ssh`, enables the units, and removes the SSH host keys Debian's package made.
+/// Each file into the tree `root`. A link in the tree where a file goes (a resolv.conf pointing into /run, say)
+/// would be followed out of it, onto the build host: the file replaces the link.
+fn write_files(root: &Path, files: &[File]) -> Result<()> {
+    for f in files {
+        let path = root.join(f.path.trim_start_matches('/'));
+        if path
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            fs::remove_file(&path)?;
+        }
+        write_file(&path, &f.text, f.mode)?;
+    }
+    Ok(())
+}
+
 pub fn apply(root: &Path, c: &Configuration) -> Result<()> {
     let chroot = || {
         let mut cmd = Command::new("chroot");
@@ -326,9 +351,7 @@ pub fn apply(root: &Path, c: &Configuration) -> Result<()> {
             .run()
             .with_context(|| format!("adding user {}", u.name))?;
     }
-    for f in &c.files {
-        write_file(&root.join(f.path.trim_start_matches('/')), &f.text, f.mode)?;
-    }
+    write_files(root, &c.files)?;
     for u in c.users.iter().filter(|u| u.has_keys) {
         chroot()
             .args(["chown", "-R"])
@@ -374,9 +397,34 @@ mod tests {
     }
 
     #[test]
+    fn a_file_replaces_a_link_in_the_tree_and_leaves_its_target_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, outside) = (dir.path().join("root"), dir.path().join("host-resolv.conf"));
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::write(&outside, "nameserver 10.0.0.1\n").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("etc/resolv.conf")).unwrap();
+        let files = [File {
+            path: "/etc/resolv.conf".into(),
+            text: "# none\n".into(),
+            mode: 0o644,
+        }];
+        write_files(&root, &files).unwrap();
+        let written = root.join("etc/resolv.conf");
+        assert!(!written.symlink_metadata().unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(&written).unwrap(), "# none\n");
+        assert_eq!(
+            std::fs::read_to_string(&outside).unwrap(),
+            "nameserver 10.0.0.1\n"
+        );
+    }
+
+    #[test]
     fn a_minimal_spec_names_the_host_mounts_by_uuid_and_enables_foothold_units() {
         let c = render(&spec(""), &ids());
         assert_eq!(c.file("/etc/hostname").unwrap().text, "edge-1\n");
+        // Not the build host's resolver: no nameserver at all.
+        let resolv = &c.file("/etc/resolv.conf").unwrap().text;
+        assert!(resolv.lines().all(|l| l.starts_with('#')), "{resolv}");
         assert!(c
             .file("/etc/hosts")
             .unwrap()
