@@ -16,6 +16,7 @@ pub mod go_archive;
 pub mod gpt;
 pub mod images;
 pub mod io;
+pub mod ipa;
 pub mod kube;
 pub mod metal3;
 pub mod node;

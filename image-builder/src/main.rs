@@ -22,7 +22,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Build the spec's outputs into --out: <name>.raw always, and as the spec asks .raw.zst or .raw.xz, .qcow2
-    /// and .iso, each with a .manifest.json. Needs root (mmdebstrap).
+    /// and .iso; or for a ramdisk .kernel and .initramfs only. Each with a .manifest.json and a .sha256sum.
+    /// Needs root (mmdebstrap).
     Build {
         /// The appliance spec (or --bundle).
         #[arg(required_unless_present = "bundle", conflicts_with = "bundle")]

@@ -19,7 +19,10 @@ fn every_spec_in_packages_validates_pins_aside() {
         }
     }
     seen.sort();
-    assert_eq!(seen, ["appliance.yaml", "lab.yaml", "node.yaml"]);
+    assert_eq!(
+        seen,
+        ["appliance.yaml", "ipa.yaml", "lab.yaml", "node.yaml"]
+    );
 }
 
 #[test]

@@ -93,12 +93,17 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
          # /etc/hosts, and Kubernetes' names are CoreDNS's.\n",
         0o644,
     );
+    let ramdisk = spec.outputs.formats.contains(&crate::spec::Format::Ramdisk);
     c.add(
         "/etc/fstab",
-        format!(
-            "UUID={} / ext4 defaults,noatime 0 1\nUUID={} /var/lib/foothold ext4 defaults,noatime,x-systemd.growfs 0 2\n",
-            ids.root, ids.data
-        ),
+        if ramdisk {
+            "# The root is the initramfs, in memory; nothing else is mounted.\n".into()
+        } else {
+            format!(
+                "UUID={} / ext4 defaults,noatime 0 1\nUUID={} /var/lib/foothold ext4 defaults,noatime,x-systemd.growfs 0 2\n",
+                ids.root, ids.data
+            )
+        },
         0o644,
     );
     c.add(
@@ -111,8 +116,9 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
         0o644,
     );
     network(spec, &mut c);
-    // A compute node runs no agent service: its environment and TLS names would be read by nothing.
-    if spec.components.node.is_none() {
+    // A compute node or a deploy ramdisk runs no agent service: its environment and TLS names would be read by
+    // nothing.
+    if spec.components.node.is_none() && spec.components.ipa.is_none() {
         agent(spec, &mut c);
     }
     if let Some(k) = &spec.components.kubernetes {
@@ -182,7 +188,16 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
             has_keys: !u.authorized_keys.is_empty(),
         });
     }
+    if spec.components.ipa.is_some() {
+        for (path, text, mode) in crate::ipa::render() {
+            c.add(path, text, mode);
+        }
+        c.units
+            .extend(crate::ipa::UNITS.iter().map(|u| u.to_string()));
+    }
     match &spec.components.node {
+        // A deploy ramdisk runs the agent of Ironic, not Foothold's.
+        _ if spec.components.ipa.is_some() => {}
         // A compute node: the agent is a tool (mirror-config), not a service; containerd and the node's ready
         // report instead of the agent's units.
         Some(n) => {

@@ -9,6 +9,7 @@
 //! - [`boot`]: the ESP, the boot code and the raw disk, written without loop devices or mounts;
 //! - [`iso`]: the hybrid ISO;
 //! - [`outputs`]: the compressed raw, the qcow2 and every output's manifest;
+//! - [`ramdisk`]: instead of all the disk's phases, the kernel and an initramfs holding the root;
 //! - [`workload`]: what the appliance gives the workload clusters its BPA installs (images, release file).
 //!
 //! This module only orders them and hands each what the ones before it made.
@@ -34,6 +35,7 @@ mod installer;
 mod iso;
 pub mod layout;
 mod outputs;
+mod ramdisk;
 mod root;
 mod rootfs;
 pub mod workload;
@@ -65,6 +67,20 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         crate::images::fetch_all(loaded, &settings.cache, &settings.pull, progress)?;
     }
     let files = inputs::resolve(loaded, settings)?;
+    if wanted(Format::Ramdisk) {
+        let b = Build {
+            loaded,
+            settings,
+            progress,
+            layout: layout::Layout::new(loaded)?,
+            work,
+        };
+        let made = ramdisk::write(&b, &files, &mut record)?;
+        outputs::file_manifests(&b, &made, record)?;
+        progress.step("clean", "the staging directory");
+        fs::remove_dir_all(&b.work)?;
+        return Ok(made);
+    }
     let agent = agent_path(loaded, settings)?;
     record.inputs.insert(
         "agent".into(),

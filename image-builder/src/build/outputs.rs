@@ -134,6 +134,45 @@ pub fn manifests(
     Ok(())
 }
 
+/// The manifest and checksum file of each output that is not a disk (a ramdisk's kernel and initramfs): the same
+/// fields as a disk's but its partitions and file systems.
+pub fn file_manifests(b: &Build, outputs: &[PathBuf], mut record: Record) -> Result<()> {
+    let Build {
+        loaded,
+        settings,
+        progress,
+        ..
+    } = b;
+    progress.step("manifest", "inputs, tools, output digests");
+    record
+        .tools
+        .insert("foothold-build", crate::VERSION.to_owned());
+    record
+        .tools
+        .insert("mmdebstrap", tool_version("mmdebstrap", "--version"));
+    for out in outputs {
+        let sha256 = crate::sparse::sha256(out)?;
+        let m = json!({
+            "name": loaded.spec.name,
+            "spec": {"path": loaded.path, "sha256": loaded.sha256},
+            "sourceDateEpoch": settings.source_date_epoch,
+            "inputs": record.inputs,
+            "tools": record.tools,
+            "output": {
+                "file": out.file_name().map(|n| n.to_string_lossy().into_owned()),
+                "sha256": sha256,
+                "size": fs::metadata(out)?.len(),
+            },
+        });
+        let path = PathBuf::from(format!("{}.manifest.json", out.display()));
+        let tmp = PathBuf::from(format!("{}.manifest.json.tmp", out.display()));
+        fs::write(&tmp, serde_json::to_string_pretty(&m)? + "\n")?;
+        publish(&tmp, &path)?;
+        write_checksum_file(out, &sha256)?;
+    }
+    Ok(())
+}
+
 /// `<output>.sha256sum`: the output's digest as `sha256sum` writes it (`<hex>  <file name>`), which `sha256sum
 /// -c` checks and Ironic takes by URL as a BareMetalHost's `image.checksum` (it picks the line naming the image's
 /// file). Written whole, then renamed.

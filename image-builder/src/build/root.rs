@@ -101,7 +101,7 @@ pub fn partition(
 
 /// Lays the root's tree out in `root`: the base, Foothold's overlay, the spec's, the placed files, then the
 /// generated configuration.
-fn stage(
+pub(super) fn stage(
     loaded: &Loaded,
     base: &Path,
     files: &[FileInput],
@@ -128,6 +128,9 @@ fn stage(
             .map(|m| u32::from_str_radix(m, 8).expect("validated"))
             .unwrap_or(0o644);
         fs::set_permissions(&dest, fs::Permissions::from_mode(mode))?;
+    }
+    if let Some(f) = files.iter().find(|f| f.field == crate::spec::Ipa::FIELD) {
+        crate::ipa::unpack(&f.src, root)?;
     }
     place_bmo_crds(loaded, files, root)?;
     fs::create_dir_all(root.join(AGENT_DIR.trim_start_matches('/')))?;

@@ -50,6 +50,9 @@ pub fn rootfs(
     if loaded.spec.components.node.is_some() {
         packages.extend(crate::node::PACKAGES.iter().map(|s| s.to_string()));
     }
+    if loaded.spec.components.ipa.is_some() {
+        packages.extend(crate::ipa::PACKAGES.iter().map(|s| s.to_string()));
+    }
     if loaded.spec.components.metal3.is_some() {
         packages.extend(crate::metal3::PACKAGES.iter().map(|s| s.to_string()));
     }

@@ -2,11 +2,13 @@
 //! `load` reports problems with the file, line and field; `schema` is the JSON Schema of the format.
 
 mod inputs;
+mod ipa;
 mod metal3;
 mod node;
 mod validate;
 
 pub use inputs::{FileComponent, Input, Serve, ServeKind};
+pub use ipa::Ipa;
 pub use node::{Node, SITE_CA};
 
 pub use metal3::{
@@ -144,6 +146,9 @@ pub struct Components {
     /// a service.
     #[serde(default)]
     pub node: Option<Node>,
+    /// Ironic's deploy ramdisk (ironic-python-agent), made as `outputs.formats: [ramdisk]`.
+    #[serde(default)]
+    pub ipa: Option<Ipa>,
 }
 
 /// Kubernetes: the node and control-plane binaries of one release, and the images the cluster itself runs. Each
@@ -262,6 +267,9 @@ pub enum Format {
     Raw,
     Qcow2,
     Iso,
+    /// `<name>.kernel` and `<name>.initramfs`, the whole root in the initramfs (booted by PXE, runs in memory);
+    /// made alone, with no disk.
+    Ramdisk,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -414,6 +422,7 @@ impl Spec {
     /// Every input to fetch (placed files, image binaries and source archives), named by field.
     pub fn sources(&self) -> Vec<(String, FileComponent)> {
         let mut out = self.file_inputs();
+        out.extend(self.components.ipa.as_ref().map(Ipa::files));
         if let Some(m) = &self.components.metal3 {
             out.extend(m.baremetal_operator.archives());
         }

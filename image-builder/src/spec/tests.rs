@@ -429,3 +429,42 @@ fn the_provisioning_networks_dhcp_is_checked_with_the_spec() {
     let e = spec("{range: 172.22.0.10-172.22.0.100, lease: 2h}").unwrap_err();
     assert!(e.contains("lease"), "{e}");
 }
+
+#[test]
+fn a_deploy_ramdisk_is_made_alone_and_names_its_errors() {
+    let deb = format!(
+        "  ipa:\n    package: {{url: https://deb.debian.org/debian/pool/main/i/ironic-python-agent/ironic-python-agent_10.2.0-3_all.deb, sha256: {}}}\n",
+        "a".repeat(64)
+    );
+    let spec = |formats: &str, components: &str| {
+        let s = parse(&format!(
+            "{}components:\n{components}",
+            GOOD.replace("[raw]", formats)
+        ))?;
+        s.validate().map(|()| s)
+    };
+    let s = spec("[ramdisk]", &deb).unwrap();
+    // Fetched and checked like any input, unpacked rather than placed.
+    let (field, f) = s.sources().pop().unwrap();
+    assert_eq!(field, "components.ipa.package");
+    assert_eq!(f.dest, None);
+    assert!(s.file_inputs().is_empty());
+    assert_eq!(
+        spec("[raw, ramdisk]", "  files: []\n").unwrap_err(),
+        "outputs.formats: ramdisk is made alone (it has no disk to share with raw, qcow2 or iso)"
+    );
+    assert!(spec("[raw]", &deb)
+        .unwrap_err()
+        .starts_with("outputs.formats: a deploy ramdisk (components.ipa) is made as [ramdisk]"));
+    let e = spec("[ramdisk]", &format!("{deb}  agent: {{path: a}}\n")).unwrap_err();
+    assert!(
+        e.starts_with(
+            "components.ipa: a deploy ramdisk runs ironic-python-agent and nothing of the site"
+        ),
+        "{e}"
+    );
+    let e = spec("[ramdisk]", &deb.replace("_all.deb", "_all.tar")).unwrap_err();
+    assert!(e.ends_with("is not a Debian package (.deb)"), "{e}");
+    let e = spec("[ramdisk]", &deb.replace(&"a".repeat(64), "abc")).unwrap_err();
+    assert!(e.starts_with("components.ipa.package.sha256: "), "{e}");
+}

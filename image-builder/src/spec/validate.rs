@@ -134,7 +134,16 @@ impl Spec {
             validate_image(im, pins).map_err(|e| format!("components.images[{i}].{e}"))?;
         }
         if self.outputs.formats.is_empty() {
-            return Err("outputs.formats: name at least one of raw, qcow2, iso".into());
+            return Err("outputs.formats: name at least one of raw, qcow2, iso, ramdisk".into());
+        }
+        if self.outputs.formats.contains(&super::Format::Ramdisk) && self.outputs.formats.len() > 1
+        {
+            return Err("outputs.formats: ramdisk is made alone (it has no disk to share with raw, qcow2 or iso)".into());
+        }
+        if let Some(i) = &self.components.ipa {
+            i.validate(self)?;
+            let (field, f) = i.files();
+            validate_source(&field, &f, pins)?;
         }
         let disk =
             parse_size(&self.outputs.disk_size).map_err(|e| format!("outputs.diskSize: {e}"))?;
