@@ -5,18 +5,28 @@
 //! the overlay (`rootfs/`).
 //!
 //! Ironic is one process (API and conductor, `rpc_transport = none`, SQLite), with no Keystone: HTTP basic
-//! auth against a password made at first boot (`foothold-metal3-auth`), which BMO reads from its auth files. It
-//! drives BMCs over Redfish with virtual media and deploys live ISOs with the ramdisk interface; the BMC fetches
-//! the ISO from the URL the BareMetalHost names (the agent's `/files/...`), so Ironic stores no image.
+//! auth against a password made at first boot (`foothold-metal3-auth`), which BMO reads from its auth files.
+//! It drives BMCs over Redfish (with virtual media) or IPMI. Live ISOs are deployed with the ramdisk interface:
+//! the BMC fetches the ISO from the URL the BareMetalHost names (the agent's `/files/...`). With a deploy
+//! ramdisk (`components.metal3.deployRamdisk`) and the provisioning network served (`network.provisioning.dhcp`),
+//! Ironic also inspects hosts, cleans their disks' metadata and writes images to them (`direct`), booting its
+//! agent by iPXE from its HTTP root or by virtual media; the agent reaches its API on the provisioning address.
 
-use crate::spec::{Spec, BMO_PLUGIN_DIR};
+use crate::spec::{Spec, BMO_PLUGIN_DIR, DEPLOY_RAMDISK_DIR};
 
-/// Ironic's API, on the appliance only: BMO is its one client, and no IPA ramdisk calls back (live ISOs).
+/// Ironic's API port.
+const IRONIC_PORT: u16 = 6385;
+/// Ironic's API on an appliance that serves no provisioning network: BMO is its one client.
 pub const IRONIC_API: &str = "127.0.0.1:6385";
 /// BMO's health endpoint (`/healthz`, `/readyz`).
 pub const BMO_HEALTH: &str = "127.0.0.1:9440";
 /// Where BMO finds `ironic/{username,password}` (`METAL3_AUTH_ROOT_DIR`).
 pub const AUTH_DIR: &str = "/etc/metal3/auth";
+/// Ironic's HTTP root: iPXE's scripts, the deploy kernel and ramdisk it boots nodes with, the ISOs it builds
+/// for virtual media. Served on the provisioning address by `ironic-httpboot.service`.
+pub const HTTP_ROOT: &str = "/var/lib/ironic/httpboot";
+/// The unit serving [`HTTP_ROOT`].
+pub const HTTPBOOT_UNIT: &str = "ironic-httpboot.service";
 
 /// Seconds between Ironic's syncs of every node's power state (Ironic's default: 60).
 const SYNC_POWER_STATE_SECONDS: u32 = 300;
@@ -31,43 +41,84 @@ pub const UNITS: &[&str] = &[
 ];
 
 /// Debian packages: Ironic (the library; the one-process launcher is Foothold's, so none of the packaged
-/// daemons, their database prompts or their PXE/TFTP servers come with it).
-pub const PACKAGES: &[&str] = &["python3-ironic"];
+/// daemons, their database prompts or their PXE/TFTP servers come with it), and ipmitool, which Ironic's `ipmi`
+/// hardware type runs.
+pub const PACKAGES: &[&str] = &["python3-ironic", "ipmitool"];
 
-/// The interfaces Ironic enables: what BMO sets on a node with a `redfish-virtualmedia` BMC (boot
-/// `redfish-virtual-media`, firmware and RAID `redfish`, inspect `agent` even with inspection disabled), the
-/// ramdisk deploy of live ISOs, and the no-op rest.
+/// The interfaces Ironic enables: what BMO sets on a node by the scheme of its BMC address
+/// (`redfish-virtualmedia://` boots by `redfish-virtual-media`, `redfish://` and `ipmi://` by `ipxe`;
+/// firmware and RAID `redfish`, inspect `agent` even with inspection disabled), the ramdisk deploy of live
+/// ISOs and the `direct` deploy of disk images, and the no-op rest.
 const INTERFACES: &[(&str, &str)] = &[
-    ("enabled_hardware_types", "redfish"),
+    ("enabled_hardware_types", "redfish,ipmi"),
     ("enabled_bios_interfaces", "redfish,no-bios"),
-    ("enabled_boot_interfaces", "redfish-virtual-media"),
+    ("enabled_boot_interfaces", "redfish-virtual-media,ipxe"),
     ("enabled_console_interfaces", "no-console"),
     ("enabled_deploy_interfaces", "ramdisk,direct"),
     // What a node gets when BMO names none (any image but a live ISO): it needs an IPA ramdisk, and says so.
     ("default_deploy_interface", "direct"),
     ("enabled_firmware_interfaces", "redfish,no-firmware"),
     ("enabled_inspect_interfaces", "agent,no-inspect"),
-    ("enabled_management_interfaces", "redfish"),
+    ("enabled_management_interfaces", "redfish,ipmitool"),
     ("enabled_network_interfaces", "noop"),
-    ("enabled_power_interfaces", "redfish"),
-    ("enabled_raid_interfaces", "redfish,no-raid"),
+    ("enabled_power_interfaces", "redfish,ipmitool"),
+    ("enabled_raid_interfaces", "redfish,agent,no-raid"),
     ("enabled_rescue_interfaces", "no-rescue"),
     ("enabled_storage_interfaces", "noop"),
-    ("enabled_vendor_interfaces", "redfish,no-vendor"),
+    ("enabled_vendor_interfaces", "redfish,ipmitool,no-vendor"),
 ];
 
+/// Where Ironic is reached and what it boots nodes with, from the spec.
+struct Plan {
+    /// `host:port` of Ironic's API: the provisioning address when the appliance serves that network (the
+    /// deploy ramdisk on the nodes calls it), else [`IRONIC_API`].
+    api: String,
+    /// The provisioning address, when the appliance serves that network: where iPXE and the BMCs fetch from
+    /// Ironic's HTTP root.
+    provisioning: Option<String>,
+    /// Ironic has a deploy ramdisk to boot.
+    ramdisk: bool,
+}
+
+fn plan(spec: &Spec) -> Plan {
+    let provisioning = crate::build::configure::provisioning_dhcp(spec)
+        .map(|(p, _)| p.address.split('/').next().unwrap_or_default().to_owned());
+    Plan {
+        api: provisioning
+            .as_ref()
+            .map_or_else(|| IRONIC_API.to_owned(), |a| format!("{a}:{IRONIC_PORT}")),
+        provisioning,
+        ramdisk: spec
+            .components
+            .metal3
+            .as_ref()
+            .is_some_and(|m| m.deploy_ramdisk.is_some()),
+    }
+}
+
 /// The agent's arguments that make its `/readyz` report Ironic and BMO.
-pub fn ready_checks() -> [String; 4] {
+pub fn ready_checks(spec: &Spec) -> [String; 4] {
     [
         "--ready-check".into(),
-        format!("ironic=http://{IRONIC_API}/"),
+        format!("ironic=http://{}/", plan(spec).api),
         "--ready-check".into(),
         format!("baremetal-operator=http://{BMO_HEALTH}/readyz"),
     ]
 }
 
+/// The units this spec's Metal3 enables beyond [`UNITS`].
+pub fn extra_units(spec: &Spec) -> Vec<&'static str> {
+    let p = plan(spec);
+    if p.provisioning.is_some() {
+        vec![HTTPBOOT_UNIT]
+    } else {
+        vec![]
+    }
+}
+
 /// Every file, as (absolute path, text, mode).
 pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
+    let p = plan(spec);
     let mut defaults = format!(
         "[DEFAULT]\nhost = {host}\nauth_strategy = http_basic\n\
          # LoadCredential= in ironic.service: the file foothold-metal3-auth makes, readable by the service.\n\
@@ -78,40 +129,116 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
     for (k, v) in INTERFACES {
         defaults.push_str(&format!("{k} = {v}\n"));
     }
-    let (host, port) = IRONIC_API.split_once(':').expect("host:port");
+    let (host, port) = p.api.split_once(':').expect("host:port");
+    let (clean, cleaning) = if p.ramdisk {
+        (
+            "true",
+            "# Cleaning in Metal3's metadata mode: the partition tables and file system signatures of every disk\n\
+             # are erased (minutes); the whole-disk shred Ironic would otherwise run first takes hours.\n\
+             erase_devices_priority = 0\nerase_devices_metadata_priority = 10\n",
+        )
+    } else {
+        ("false", "")
+    };
+    let mut deploy = format!(
+        "[deploy]\n# The BMC fetches a live ISO from the URL the BareMetalHost gives (the agent's /files/...).\n\
+         ramdisk_image_download_source = http\ndefault_boot_mode = uefi\n{cleaning}"
+    );
+    let mut sections = String::new();
+    match &p.provisioning {
+        Some(addr) => {
+            deploy.push_str(&format!(
+                "# One boot of the deploy ramdisk serves inspection, cleaning and deploy: it stays up between them.\n\
+                 fast_track = true\n\
+                 http_root = {HTTP_ROOT}\nhttp_url = http://{addr}:{port}\n",
+                port = crate::dhcp::BOOT_SCRIPT_PORT
+            ));
+            sections.push_str(&format!(
+                "[service_catalog]\n# The address the deploy ramdisk calls back (ipa-api-url on its command line).\n\
+                 endpoint_override = http://{api}\n\n\
+                 [pxe]\n# The deploy ramdisk's log on the serial console too.\n\
+                 kernel_append_params = nofb nomodeset vga=normal console=tty0 console=ttyS0,115200n8\n\
+                 tftp_root = /var/lib/ironic/tftpboot\ntftp_master_path = /var/lib/ironic/tftpboot/master_images\n\
+                 images_path = /var/lib/ironic/images\ninstance_master_path = /var/lib/ironic/master_images\n\n\
+                 [agent]\n# The deploy ramdisk's logs, kept when a deploy or cleaning fails.\n\
+                 deploy_logs_local_path = /var/lib/ironic/deploy-logs\n\n",
+                api = p.api
+            ));
+        }
+        None => deploy.push_str("fast_track = false\n"),
+    }
+    let allowed = if p.ramdisk {
+        format!("# file:// URLs Ironic reads: its state and the deploy ramdisk placed in the image.\nfile_url_allowed_paths = /var/lib/ironic,{DEPLOY_RAMDISK_DIR}\n")
+    } else {
+        String::new()
+    };
     let conf = format!(
         "# Written by foothold-build. Ironic as Metal3 needs it on an offline appliance: one process, SQLite, no\n\
-         # message bus, no Keystone, Redfish BMCs with virtual media, live ISOs by the ramdisk deploy.\n\
+         # message bus, no Keystone, Redfish and IPMI BMCs, live ISOs by the ramdisk deploy, disk images by the\n\
+         # direct deploy when there is a deploy ramdisk.\n\
          {defaults}\n\
          [api]\nhost_ip = {host}\nport = {port}\n\n\
-         [conductor]\n# No IPA ramdisk to clean with: BareMetalHosts say automatedCleaningMode: disabled too.\n\
-         automated_clean = false\n\
+         [conductor]\n# Cleaning needs the deploy ramdisk; without one BareMetalHosts say automatedCleaningMode: disabled.\n\
+         automated_clean = {clean}\n{allowed}\
          # One conductor syncs every node's power state (three Redfish calls a node) each interval: at 60 s\n\
          # and 1,000 hosts, 50 calls a second, the most of any caller (seen with the scale benchmark). A host\n\
          # powered from outside is seen (and, by force_power_state_during_sync, put back) within the interval.\n\
          sync_power_state_interval = {SYNC_POWER_STATE_SECONDS}\n\n\
          [database]\nconnection = sqlite:////var/lib/ironic/ironic.sqlite\n\n\
-         [deploy]\n# The BMC fetches a live ISO from the URL the BareMetalHost gives (the agent's /files/...).\n\
-         ramdisk_image_download_source = http\ndefault_boot_mode = uefi\nfast_track = false\n\n\
-         [dhcp]\ndhcp_provider = none\n\n\
+         {deploy}\n\
+         [dhcp]\n# The provisioning network's DHCP is the appliance's dnsmasq, configured from the spec.\n\
+         dhcp_provider = none\n\n\
          [nova]\n# No Nova to tell of power changes (each try failed with a warning).\n\
          send_power_notifications = false\n\n\
          [oslo_concurrency]\nlock_path = /run/ironic\n\n\
          [redfish]\nuse_swift = false\n\n\
+         {sections}\
          [json_rpc]\nauth_strategy = noauth\n"
     );
+    let ramdisk_env = if p.ramdisk {
+        format!(
+            "# The deploy ramdisk BMO names on every node (Ironic reads file:// URLs on the appliance).\n\
+             DEPLOY_KERNEL_URL=file://{DEPLOY_RAMDISK_DIR}/kernel\n\
+             DEPLOY_RAMDISK_URL=file://{DEPLOY_RAMDISK_DIR}/initramfs\n"
+        )
+    } else {
+        String::new()
+    };
     let bmo = format!(
         "# Read by baremetal-operator.service; written by foothold-build.\n\
-         IRONIC_ENDPOINT=http://{IRONIC_API}/v1/\nPROVISIONER_PLUGIN_DIR={BMO_PLUGIN_DIR}\n\
+         IRONIC_ENDPOINT=http://{api}/v1/\nPROVISIONER_PLUGIN_DIR={BMO_PLUGIN_DIR}\n\
          METAL3_AUTH_ROOT_DIR={AUTH_DIR}\nBMO_HEALTH_ADDR={BMO_HEALTH}\n\
          # Reconciles wait on Ironic and the API server, not on this CPU: more than BMO's default (the cores).\n\
          # With 1,000 hosts 8 was faster than 2 and than 16 (scripts/bench-metal3-scale.sh).\n\
-         BMO_CONCURRENCY={BMO_CONCURRENCY}\n"
+         BMO_CONCURRENCY={BMO_CONCURRENCY}\n{ramdisk_env}",
+        api = p.api
     );
-    vec![
+    let mut files = vec![
         ("/etc/ironic/ironic.conf".into(), conf, 0o644),
         ("/etc/foothold/metal3.env".into(), bmo, 0o644),
-    ]
+    ];
+    if let Some(addr) = &p.provisioning {
+        files.push((
+            format!("/etc/systemd/system/{HTTPBOOT_UNIT}"),
+            format!(
+                "# Written by foothold-build. Ironic's HTTP root on the provisioning network: iPXE's scripts, the\n\
+                 # deploy kernel and ramdisk, the ISOs Ironic builds for virtual media. Python's own server (Ironic\n\
+                 # brings Python), as Ironic's user, read-only.\n\
+                 [Unit]\nDescription=Ironic's HTTP root for network boot and virtual media\n\
+                 Wants=ironic.service\nAfter=ironic.service\n\n\
+                 [Service]\n\
+                 ExecStart=/usr/bin/python3 -m http.server --bind {addr} --directory {HTTP_ROOT} {port}\n\
+                 DynamicUser=yes\nUser=ironic\nStateDirectory=ironic\n\
+                 ProtectSystem=strict\nProtectHome=yes\nPrivateTmp=yes\nNoNewPrivileges=yes\n\
+                 # Until the provisioning address is up the bind fails; systemd starts it again.\n\
+                 Restart=always\nRestartSec=3\n\n\
+                 [Install]\nWantedBy=multi-user.target\n",
+                port = crate::dhcp::BOOT_SCRIPT_PORT
+            ),
+            0o644,
+        ));
+    }
+    files
 }
 
 #[cfg(test)]
@@ -173,6 +300,107 @@ mod tests {
             let (k, v) = line.split_once(" = ")?;
             (current == section && k == key).then_some(v)
         })
+    }
+
+    /// The appliance serving its provisioning network, with a deploy ramdisk: what IPA-based provisioning needs.
+    fn provisioning_spec() -> Spec {
+        crate::spec::tests::metal3_spec(|t| {
+            t.replace(
+                "  manifests:",
+                "    deployRamdisk: {kernel: {path: ipa.kernel}, initramfs: {path: ipa.initramfs}}\n  manifests:",
+            )
+            .replace(
+                "address: 172.22.0.1/24}",
+                "address: 172.22.0.1/24, dhcp: {range: 172.22.0.10-172.22.0.100}}",
+            )
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn with_a_deploy_ramdisk_and_the_provisioning_network_ironic_inspects_cleans_and_boots_by_ipxe()
+    {
+        let spec = provisioning_spec();
+        let files = render(&spec);
+        let file = |path: &str| &files.iter().find(|f| f.0 == path).unwrap().1;
+        let conf = file("/etc/ironic/ironic.conf");
+        let get = |section: &str, key: &str| {
+            ini_value(conf, section, key).unwrap_or_else(|| panic!("[{section}] {key} in\n{conf}"))
+        };
+        // The deploy ramdisk calls the API on the provisioning address; iPXE and BMCs fetch from the HTTP root
+        // there, on the port dnsmasq's iPXE clients are sent to.
+        assert_eq!(get("api", "host_ip"), "172.22.0.1");
+        assert_eq!(
+            get("service_catalog", "endpoint_override"),
+            "http://172.22.0.1:6385"
+        );
+        assert_eq!(get("deploy", "http_url"), "http://172.22.0.1:6180");
+        assert_eq!(get("deploy", "http_root"), HTTP_ROOT);
+        assert_eq!(get("deploy", "fast_track"), "true");
+        // Cleaning in metadata mode only.
+        assert_eq!(get("conductor", "automated_clean"), "true");
+        assert_eq!(get("deploy", "erase_devices_priority"), "0");
+        assert_eq!(get("deploy", "erase_devices_metadata_priority"), "10");
+        assert!(get("conductor", "file_url_allowed_paths")
+            .split(',')
+            .any(|p| p == DEPLOY_RAMDISK_DIR));
+        for (key, wanted) in [
+            ("enabled_hardware_types", "ipmi"),
+            ("enabled_power_interfaces", "ipmitool"),
+            ("enabled_management_interfaces", "ipmitool"),
+            ("enabled_boot_interfaces", "ipxe"),
+            ("enabled_deploy_interfaces", "direct"),
+        ] {
+            assert!(get("DEFAULT", key).split(',').any(|v| v == wanted), "{key}");
+        }
+        assert!(get("pxe", "kernel_append_params").contains("console=ttyS0"));
+        // BMO names the deploy ramdisk on every node, from where the image holds it.
+        let env = file("/etc/foothold/metal3.env");
+        for line in [
+            "IRONIC_ENDPOINT=http://172.22.0.1:6385/v1/",
+            "DEPLOY_KERNEL_URL=file:///usr/share/foothold/ironic-deploy/kernel",
+            "DEPLOY_RAMDISK_URL=file:///usr/share/foothold/ironic-deploy/initramfs",
+        ] {
+            assert!(env.lines().any(|l| l == line), "{line} not in {env}");
+        }
+        let placed: Vec<_> = spec
+            .file_inputs()
+            .into_iter()
+            .filter_map(|(field, f)| field.contains("deployRamdisk").then_some(f.dest.unwrap()))
+            .collect();
+        assert_eq!(
+            placed,
+            [
+                format!("{DEPLOY_RAMDISK_DIR}/kernel"),
+                format!("{DEPLOY_RAMDISK_DIR}/initramfs")
+            ]
+        );
+        // The HTTP root is served on the provisioning address, as Ironic's user, and its unit is enabled.
+        let unit = file(&format!("/etc/systemd/system/{HTTPBOOT_UNIT}"));
+        assert!(
+            unit.contains("--bind 172.22.0.1 --directory /var/lib/ironic/httpboot 6180"),
+            "{unit}"
+        );
+        assert!(unit.contains("\nUser=ironic\n"), "{unit}");
+        assert_eq!(extra_units(&spec), [HTTPBOOT_UNIT]);
+        assert_eq!(ready_checks(&spec)[1], "ironic=http://172.22.0.1:6385/");
+    }
+
+    #[test]
+    fn without_a_provisioning_network_ironic_stays_on_loopback_and_cleans_nothing() {
+        let spec = crate::spec::tests::metal3_spec(|t| t).unwrap();
+        let files = render(&spec);
+        let conf = &files[0].1;
+        assert_eq!(ini_value(conf, "api", "host_ip"), Some("127.0.0.1"));
+        assert_eq!(
+            ini_value(conf, "conductor", "automated_clean"),
+            Some("false")
+        );
+        assert_eq!(ini_value(conf, "deploy", "fast_track"), Some("false"));
+        assert_eq!(ini_value(conf, "deploy", "http_url"), None);
+        assert!(extra_units(&spec).is_empty());
+        assert!(!files[1].1.contains("DEPLOY_"));
+        assert_eq!(files.len(), 2);
     }
 
     #[test]

@@ -159,6 +159,11 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
         }
         c.units
             .extend(crate::metal3::UNITS.iter().map(|u| u.to_string()));
+        c.units.extend(
+            crate::metal3::extra_units(spec)
+                .iter()
+                .map(|u| u.to_string()),
+        );
     }
     if let Some((p, d)) = provisioning_dhcp(spec) {
         for (path, text, mode) in crate::dhcp::render(p, d) {
@@ -299,7 +304,7 @@ fn agent(spec: &Spec, c: &mut Configuration) {
         );
     }
     if spec.components.metal3.is_some() {
-        args.extend(crate::metal3::ready_checks());
+        args.extend(crate::metal3::ready_checks(spec));
     }
     // Software's package URLs name the agent where the compute nodes reach it.
     if let Some(p) = &spec.network.provisioning {

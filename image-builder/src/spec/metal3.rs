@@ -23,6 +23,45 @@ pub const BMO_CRDS: &str = "config/base/crds/bases";
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Metal3 {
     pub baremetal_operator: BaremetalOperator,
+    /// Ironic's deploy ramdisk (`foothold-build build packages/ipa.yaml`): the agent Ironic boots on a node to
+    /// inspect it, clean its disks and write an image to them. Without it, only live ISOs are deployed, with
+    /// inspection and cleaning disabled on every BareMetalHost.
+    #[serde(default)]
+    pub deploy_ramdisk: Option<DeployRamdisk>,
+}
+
+/// Where the deploy ramdisk is placed in the image: Ironic reads it by `file://` URL from there.
+pub const DEPLOY_RAMDISK_DIR: &str = "/usr/share/foothold/ironic-deploy";
+
+/// The two files of a ramdisk made with `outputs.formats: [ramdisk]`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeployRamdisk {
+    /// `<name>.kernel`.
+    pub kernel: Input,
+    /// `<name>.initramfs`.
+    pub initramfs: Input,
+}
+
+impl DeployRamdisk {
+    /// The kernel and the initramfs as placed file inputs, by spec field.
+    pub fn files(&self) -> [(String, FileComponent); 2] {
+        let f = "components.metal3.deployRamdisk";
+        [
+            (
+                format!("{f}.kernel"),
+                self.kernel
+                    .to_file(Some(format!("{DEPLOY_RAMDISK_DIR}/kernel")), Some("0644")),
+            ),
+            (
+                format!("{f}.initramfs"),
+                self.initramfs.to_file(
+                    Some(format!("{DEPLOY_RAMDISK_DIR}/initramfs")),
+                    Some("0644"),
+                ),
+            ),
+        ]
+    }
 }
 
 /// baremetal-operator: its manager and its Ironic provisioner plugin, built with cgo by one toolchain from one

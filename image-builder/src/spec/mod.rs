@@ -12,7 +12,8 @@ pub use ipa::Ipa;
 pub use node::{Node, SITE_CA};
 
 pub use metal3::{
-    BaremetalOperator, Built, Metal3, Replacement, BMO_BIN, BMO_CRDS, BMO_PLUGIN, BMO_PLUGIN_DIR,
+    BaremetalOperator, Built, DeployRamdisk, Metal3, Replacement, BMO_BIN, BMO_CRDS, BMO_PLUGIN,
+    BMO_PLUGIN_DIR, DEPLOY_RAMDISK_DIR,
 };
 
 use std::path::{Path, PathBuf};
@@ -387,6 +388,7 @@ impl Spec {
         }
         if let Some(m) = &c.metal3 {
             out.extend(m.baremetal_operator.binaries());
+            out.extend(m.deploy_ramdisk.iter().flat_map(DeployRamdisk::files));
         }
         out.extend(c.node.as_ref().and_then(Node::files));
         for (i, m) in c.manifests.iter().enumerate() {
