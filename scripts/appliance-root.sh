@@ -98,3 +98,21 @@ root_once() {
   root_unit "$dir" "$unit"
   wait "$UNIT_PID" || { echo "appliance-root: $unit failed:" >&2; tail -20 "$(dirname "$dir")/$unit.log" >&2; return 1; }
 }
+
+# root_metal3 DIR : the appliance's units Metal3 needs, in their boot order (no kubelet, containerd or CoreDNS,
+# which Metal3 does not use): its first-boot scripts, the control plane, the add-ons (BMO's CRDs; systemd would
+# restart BMO until they were made), the agent, Ironic and BMO. UNIT_PIDS holds the long-running ones.
+root_metal3() {
+  local dir=$1 u
+  UNIT_PIDS=()
+  for u in foothold-firstboot foothold-kube-pki foothold-metal3-auth; do root_once "$dir" "$u"; done
+  for u in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+    root_unit "$dir" "$u"
+    UNIT_PIDS+=("$UNIT_PID")
+  done
+  root_once "$dir" foothold-kube-addons
+  for u in foothold-agent ironic baremetal-operator; do
+    root_unit "$dir" "$u"
+    UNIT_PIDS+=("$UNIT_PID")
+  done
+}

@@ -145,20 +145,10 @@ if [ "$mode" = vm ]; then
   as_root=sudo
   where="the appliance booted in qemu ($(nproc) cores; $(grep -oE 'qemu under (TCG|KVM)' "$bench/run.log" 2>/dev/null | head -1 | cut -d' ' -f3 || echo 'TCG or KVM'))"
 else
-  # The appliance's units in their boot order (the ones Metal3 needs: no kubelet, containerd or CoreDNS).
+  # The appliance's units in their boot order (the ones Metal3 needs).
   agent_port=5000
-  unit_pids=()
-  # systemd restarts BMO until the add-ons have made its CRDs; here they are made first.
-  for u in foothold-firstboot foothold-kube-pki foothold-metal3-auth; do root_once "$root" "$u"; done
-  for u in etcd kube-apiserver kube-controller-manager kube-scheduler; do
-    root_unit "$root" "$u"
-    unit_pids+=("$UNIT_PID")
-  done
-  root_once "$root" foothold-kube-addons
-  for u in foothold-agent ironic baremetal-operator; do
-    root_unit "$root" "$u"
-    unit_pids+=("$UNIT_PID")
-  done
+  root_metal3 "$root"
+  unit_pids=("${UNIT_PIDS[@]}")
   on() { chroot "$root" /bin/sh -c "export KUBECONFIG=/etc/kubernetes/admin.conf; $*"; }
   # The appliance processes' resident memory (MiB; the units' processes and their children) and their CPU
   # time against the time of the host's CPUs (jiffies), in /proc/stat's shape.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs every tool the test suite needs on a Debian machine that has only Rust (as root): registry clients,
 # libvirt and the builder's tools from Debian; the Go toolchain the pins need (scripts/go-version); oras,
-# tuspy and schemathesis in a venv, sushy-tools in another; crane, the OCI conformance suite and gotmpl-oracle
-# built with Go; Metal3's source archives linked from ../shared/third_party. kube-apiserver and etcd come
+# tuspy and schemathesis in a venv, sushy-tools in another, virtualbmc in a third; crane, the OCI conformance
+# suite and gotmpl-oracle built with Go; Metal3's source archives linked from ../shared/third_party. kube-apiserver and etcd come
 # from scripts/kube-test-tools.sh, which needs the builder (scripts/test.sh runs both).
 #
 # What is built or installed lands once per machine under ~/.cache/foothold/tools/<tool>-<version>-<go or
@@ -97,6 +97,15 @@ venv "$sushy" 'sushy-tools==2.2.0'
 "$sushy/bin/python" -c 'import sushy_tools, libvirt' || die "$sushy cannot import sushy_tools and libvirt"
 ln -sfn "$sushy" "$root/target/tools/sushy"
 ln -sfn "$sushy/bin/sushy-emulator" "$tools/sushy-emulator"
+# virtualbmc, the IPMI BMC of the provisioning test's libvirt domains (vbmcd serves one IPMI endpoint a
+# domain), pinned, in a venv on Debian's Python and its python3-libvirt as sushy-tools'.
+vbmc="$cache/virtualbmc-3.3.0-$py"
+venv "$vbmc" 'virtualbmc==3.3.0'
+"$vbmc/bin/python" -c 'import virtualbmc, libvirt, pyghmi' || die "$vbmc cannot import virtualbmc, libvirt and pyghmi"
+ln -sfn "$vbmc/bin/vbmc" "$tools/vbmc"
+ln -sfn "$vbmc/bin/vbmcd" "$tools/vbmcd"
+# ipmitool, to check the IPMI BMC as Ironic's ipmi driver talks to it.
+apt_need ipmitool:ipmitool
 
 # The provisioning network's test: Debian's dnsmasq (dnsmasq-base: the binary, no service of its own), and
 # iPXE's builds that the appliance serves over TFTP, unpacked from Debian's ipxe package rather than installed

@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 
 pub mod deadline;
 pub mod libvirt;
+pub mod netns;
 pub mod sushy;
 
 pub use deadline::Deadline;
@@ -415,8 +416,19 @@ pub fn wait_for_nth_marker(console: &Path, n: usize, limit: Duration) -> String 
 
 /// `packages/node.yaml` as committed (its mirror `https://172.22.0.1:5000`), with the site CA `ca`, the tests'
 /// agent binary, busybox to prefetch and, if given, an SSH public key for its user `foothold`, built by the real
-/// `foothold-build` into `dir` as `format` (`iso`, the live ISO, or `raw`, the disk image); that output.
+/// `foothold-build` into `dir` as `format` (`iso`, the live ISO, or `qcow2`, the disk image); that output.
 pub fn build_node_image(dir: &Path, ca: &Path, ssh_key: Option<&str>, format: &str) -> PathBuf {
+    build_node_image_prefetching(dir, ca, ssh_key, format, "[docker.io/library/busybox:1.35]")
+}
+
+/// [`build_node_image`] with `prefetch` (a YAML list) the images the node pulls before it reports ready.
+pub fn build_node_image_prefetching(
+    dir: &Path,
+    ca: &Path,
+    ssh_key: Option<&str>,
+    format: &str,
+    prefetch: &str,
+) -> PathBuf {
     let ws = workspace();
     let keys = match ssh_key {
         Some(k) => format!("authorizedKeys: [\"{}\"]", k.trim()),
@@ -431,7 +443,7 @@ pub fn build_node_image(dir: &Path, ca: &Path, ssh_key: Option<&str>, format: &s
         )
         .replace("path: ../", &format!("path: {}/", ws.display()))
         .replace("path: site-ca.pem", &format!("path: {}", ca.display()))
-        .replace("prefetch: []", "prefetch: [docker.io/library/busybox:1.35]");
+        .replace("prefetch: []", &format!("prefetch: {prefetch}"));
     let spec = dir.join("node.yaml");
     std::fs::write(&spec, text).unwrap();
     let out = dir.join("node-out");

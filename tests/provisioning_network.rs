@@ -9,71 +9,15 @@
 //! lease file then names the VM's MAC with an address from the range. Nothing leaves the namespace.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use foothold_e2e::netns::{Namespace, Running};
 use foothold_e2e::{run, tools_dir, Deadline};
 use foothold_image_builder::dhcp;
 use foothold_image_builder::spec::{Dhcp, StaticInterface};
 
 const APPLIANCE: &str = "172.22.0.1";
-
-/// A network namespace with a bridge and a tap for the VM on it; deleted on drop.
-struct Namespace(String);
-
-impl Namespace {
-    fn new() -> Namespace {
-        let name = format!("foothold-pxe-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        run(Command::new("ip").args(["netns", "add", &name]));
-        let ns = Namespace(name);
-        for args in [
-            vec!["link", "set", "lo", "up"],
-            vec!["link", "add", "br0", "type", "bridge"],
-            vec!["link", "set", "br0", "up"],
-            vec!["tuntap", "add", "dev", "tap0", "mode", "tap"],
-            vec!["link", "set", "tap0", "master", "br0"],
-            vec!["link", "set", "tap0", "up"],
-        ] {
-            run(Command::new("ip").arg("-n").arg(&ns.0).args(args));
-        }
-        ns
-    }
-
-    /// The appliance's address on the bridge: its provisioning NIC configured.
-    fn add_appliance_address(&self) {
-        run(Command::new("ip").arg("-n").arg(&self.0).args([
-            "addr",
-            "add",
-            &format!("{APPLIANCE}/24"),
-            "dev",
-            "br0",
-        ]));
-    }
-
-    /// `program` run inside the namespace.
-    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.0]).arg(program);
-        c
-    }
-}
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
-    }
-}
-
-/// A process killed and reaped on drop.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The appliance's dnsmasq configuration as the builder renders it for `network.provisioning`, with its lease
 /// file and TFTP root moved to `dir` and `ipxe`.
@@ -164,7 +108,8 @@ fn compute_nodes_get_a_lease_and_ipxe_under_bios_and_uefi_from_the_appliances_dn
         });
     }
     let conf = configuration(&dir, &ipxe);
-    let ns = Namespace::new();
+    let ns = Namespace::new("pxe", "br0");
+    ns.add_tap("tap0");
     // The unit's check, then the unit's command.
     run(Command::new("dnsmasq")
         .arg("--test")
@@ -190,7 +135,7 @@ fn compute_nodes_get_a_lease_and_ipxe_under_bios_and_uefi_from_the_appliances_dn
         Duration::from_secs(30),
         &mut dnsmasq,
     );
-    ns.add_appliance_address();
+    ns.add_address(&format!("{APPLIANCE}/24"));
     // Ironic's HTTP root as far as iPXE goes: boot.ipxe, which fetches a file named by the VM's MAC.
     let www = dir.join("www");
     std::fs::create_dir_all(www.join("node")).unwrap();
