@@ -81,7 +81,14 @@ pub fn http_code(args: &[&str]) -> String {
 /// `foothold` with `key`: batch mode, the VM's fresh host key taken without a known_hosts file.
 pub fn ssh_command(port: u16, key: &Path, command: &str) -> Command {
     let mut c = Command::new("ssh");
-    c.args([
+    c.args(ssh_args("127.0.0.1", port, key, command));
+    c
+}
+
+/// The arguments of [`ssh_command`] for the machine at `host`:`port` (for an ssh run elsewhere, e.g. inside a
+/// network namespace).
+pub fn ssh_args(host: &str, port: u16, key: &Path, command: &str) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = [
         "-o",
         "StrictHostKeyChecking=no",
         "-o",
@@ -93,10 +100,20 @@ pub fn ssh_command(port: u16, key: &Path, command: &str) -> Command {
         "-o",
         "LogLevel=ERROR",
         "-i",
-    ])
-    .arg(key)
-    .args(["-p", &port.to_string(), "foothold@127.0.0.1", command]);
-    c
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    args.push(key.into());
+    for a in [
+        "-p",
+        &port.to_string(),
+        &format!("foothold@{host}"),
+        command,
+    ] {
+        args.push(a.into());
+    }
+    args
 }
 
 pub fn free_port() -> u16 {

@@ -1,19 +1,22 @@
-//! Metal3 provisioning a compute node to disk, with real parts on a provisioning network the appliance serves:
+//! Metal3 provisioning compute nodes to disk, with real parts on a provisioning network the appliance serves:
 //!
 //! - the appliance is its own root file system, taken out of the raw image `foothold-build` makes of
 //!   `packages/appliance.yaml` (its provisioning network's DHCP on, the deploy ramdisk of `packages/ipa.yaml` in
 //!   it), its units run on this host's CPU (`tests/fixtures/native-site.sh`): the control plane, the agent,
 //!   Ironic, BMO, Ironic's HTTP root and dnsmasq, as the image configures them;
 //! - on one bridge inside a network namespace this test makes, named as the spec names the appliance's
-//!   provisioning NIC, with its address: a libvirt domain (UEFI, TCG) whose NIC is on that bridge, its IPMI BMC
-//!   (virtualbmc, on an address of its own there), and an HTTP server with the node's disk image;
-//! - a BareMetalHost with the BMC's `ipmi://` address, its boot MAC, and no hardware of Foothold's making.
+//!   provisioning NIC, with its address: two libvirt domains (UEFI, TCG) whose NICs are on that bridge, their
+//!   BMCs on an address of their own there (virtualbmc's IPMI for one, sushy-tools' Redfish with virtual media
+//!   for the other), and an HTTP server with the node's disk image;
+//! - a BareMetalHost for each, with its BMC's address, its boot MAC, and no hardware of Foothold's making.
 //!
-//! The host is inspected (the VM boots the deploy ramdisk by PXE and iPXE from the appliance), its disks'
-//! metadata cleaned and it becomes available with what inspection found; given the node image and its checksum
-//! file it is provisioned: the ramdisk writes the image and Metal3's config drive to the disk, and the node
-//! boots from it, named as the BareMetalHost (the config drive applied), with an address from the appliance's
-//! DHCP, and reports ready. Nothing leaves the namespace.
+//! Each host is inspected (one boots the deploy ramdisk by PXE and iPXE from the appliance, the other from the
+//! ISO Ironic makes of it, by virtual media), its disks' metadata cleaned, and it becomes available with what
+//! inspection found. Given the node image with a wrong checksum, a deploy fails naming the checksum; with the
+//! right one each is provisioned: the ramdisk writes the image and Metal3's config drive to the disk, and the node
+//! boots from it, named as its BareMetalHost, with an address from the appliance's DHCP, and reports ready. A
+//! reboot through the BareMetalHost brings a node back from its disk, the same; deprovisioning cleans its disk
+//! (checked on the VM's disk file) and makes it available again. Nothing leaves the namespace.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,13 +30,62 @@ use foothold_e2e::{
 };
 
 const APPLIANCE: &str = "172.22.0.1";
+/// The BMCs' address on the provisioning network: virtualbmc's IPMI port and sushy-tools' Redfish one.
 const BMC: &str = "172.22.0.2";
-const BMC_PORT: u16 = 6230;
-const NODE: &str = "node-ipmi";
-const MAC: &str = "52:54:00:22:10:01";
+const IPMI_PORT: u16 = 6230;
+const REDFISH_PORT: u16 = 8000;
 const MEMORY_MIB: u64 = 3072;
-const VCPUS: u64 = 2;
 const DISK_GIB: u64 = 10;
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Bmc {
+    /// virtualbmc: Ironic's `ipmi` hardware type, the ramdisk booted by PXE and iPXE.
+    Ipmi,
+    /// sushy-tools: `redfish`, the ramdisk booted from the ISO Ironic makes, by virtual media.
+    Redfish,
+}
+
+/// A compute node: its BareMetalHost's name, its domain and what Ironic finds in it.
+struct Node {
+    name: &'static str,
+    bmc: Bmc,
+    mac: &'static str,
+    tap: &'static str,
+    vcpus: u64,
+    uuid: String,
+    domain: String,
+    disk: PathBuf,
+    console: PathBuf,
+}
+
+impl Node {
+    fn new(name: &'static str, bmc: Bmc, index: u8, vcpus: u64, vm_dir: &Path) -> Node {
+        let pid = std::process::id();
+        Node {
+            name,
+            bmc,
+            mac: ["52:54:00:22:10:01", "52:54:00:22:10:02"][index as usize],
+            tap: ["m3tap0", "m3tap1"][index as usize],
+            vcpus,
+            uuid: format!("5e7e0003-0000-4000-8000-{pid:08x}{index:04x}"),
+            domain: format!("{name}-{pid}"),
+            disk: vm_dir.join(format!("{name}.qcow2")),
+            console: vm_dir.join(format!("{name}.console.log")),
+        }
+    }
+
+    /// The BMC's address, as a BareMetalHost names it.
+    fn bmc_address(&self) -> String {
+        match self.bmc {
+            Bmc::Ipmi => format!("ipmi://{BMC}:{IPMI_PORT}"),
+            Bmc::Redfish => format!(
+                "redfish-virtualmedia+http://{BMC}:{REDFISH_PORT}/redfish/v1/Systems/{}",
+                self.uuid
+            ),
+        }
+    }
+}
+
 /// The port the node image is served on, beside the appliance's address.
 const IMAGES_PORT: u16 = 8080;
 
@@ -89,10 +141,10 @@ impl Site {
         )
     }
 
-    /// The BareMetalHost as JSON.
-    fn host(&self) -> serde_json::Value {
+    /// The BareMetalHost `name` as JSON.
+    fn host(&self, name: &str) -> serde_json::Value {
         let out = self
-            .kubectl(&["get", "baremetalhost", NODE, "-o", "json"])
+            .kubectl(&["get", "baremetalhost", name, "-o", "json"])
             .unwrap_or_else(|e| panic!("{e}"));
         serde_json::from_str(&out).unwrap()
     }
@@ -117,9 +169,10 @@ fn appliance_spec(dir: &Path, ipa: &Path) -> PathBuf {
         .replace(
             "  metal3:\n",
             &format!(
-                "  metal3:\n    deployRamdisk:\n      kernel: {{path: {k}}}\n      initramfs: {{path: {i}}}\n",
+                "  metal3:\n    deployRamdisk:\n      kernel: {{path: {k}}}\n      initramfs: {{path: {i}}}\n      esp: {{path: {e}}}\n",
                 k = ipa.join("foothold-ipa.kernel").display(),
-                i = ipa.join("foothold-ipa.initramfs").display()
+                i = ipa.join("foothold-ipa.initramfs").display(),
+                e = ipa.join("foothold-ipa.esp").display()
             ),
         );
     assert!(text.contains("dhcp: {range") && text.contains("deployRamdisk"));
@@ -137,26 +190,42 @@ fn build(spec: &Path, out: &Path) {
         .arg(out));
 }
 
-/// The node's domain: UEFI without Secure Boot (OVMF named, not chosen by libvirt's firmware autoselection:
-/// virtualbmc sets the boot device by redefining the domain from its XML, which libvirt refuses for an
-/// autoselected firmware), TCG, its disk, its NIC on the namespace's tap, its console
-/// appended to a file across boots (the ramdisk's, then the installed system's).
-fn domain_xml(disk: &Path, tap: &str, console: &Path) -> String {
+/// The node's domain: UEFI without Secure Boot, TCG, its disk, its NIC on the namespace's tap, its console
+/// appended to a file across boots (the ramdisk's, then the installed system's). virtualbmc sets the boot
+/// device by redefining the domain from its XML, which libvirt refuses for a firmware it chose itself: the IPMI
+/// node names OVMF. sushy-tools rewrites a named loader when Ironic sets the boot mode (to a Secure Boot build
+/// that needs SMM): the Redfish node lets libvirt choose (notes: ../shared/metal3-notes.md).
+fn domain_xml(node: &Node) -> String {
+    let firmware = match node.bmc {
+        Bmc::Ipmi => format!(
+            "<os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n\
+             <loader readonly='yes' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader>\n\
+             <nvram template='/usr/share/OVMF/OVMF_VARS_4M.fd'>/var/lib/libvirt/qemu/nvram/{}_VARS.fd</nvram>\n\
+             <boot dev='hd'/>\n  </os>",
+            node.domain
+        ),
+        Bmc::Redfish => "<os firmware='efi'>\n    <type arch='x86_64' machine='q35'>hvm</type>\n    <firmware>\n\
+             <feature enabled='no' name='secure-boot'/>\n      <feature enabled='no' name='enrolled-keys'/>\n\
+             </firmware>\n    <boot dev='hd'/>\n  </os>"
+            .to_owned(),
+    };
     format!(
-        "<domain type='qemu'>\n  <name>{NODE}-{pid}</name>\n  <memory unit='MiB'>{MEMORY_MIB}</memory>\n  <vcpu>{VCPUS}</vcpu>\n\
-         <os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n\
-         <loader readonly='yes' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader>\n\
-         <nvram template='/usr/share/OVMF/OVMF_VARS_4M.fd'>/var/lib/libvirt/qemu/nvram/{NODE}-{pid}_VARS.fd</nvram>\n\
-         <boot dev='hd'/>\n  </os>\n  <features><acpi/></features>\n  <devices>\n\
+        "<domain type='qemu'>\n  <name>{domain}</name>\n  <uuid>{uuid}</uuid>\n\
+         <memory unit='MiB'>{MEMORY_MIB}</memory>\n  <vcpu>{vcpus}</vcpu>\n  {firmware}\n\
+         <features><acpi/></features>\n  <devices>\n\
          <disk type='file' device='disk'>\n      <driver name='qemu' type='qcow2'/>\n      <source file='{disk}'/>\n\
          <target dev='vda' bus='virtio'/>\n    </disk>\n\
-         <interface type='ethernet'>\n      <mac address='{MAC}'/>\n      <target dev='{tap}' managed='no'/>\n\
+         <interface type='ethernet'>\n      <mac address='{mac}'/>\n      <target dev='{tap}' managed='no'/>\n\
          <model type='virtio'/>\n    </interface>\n\
          <serial type='file'>\n      <source path='{console}' append='on'/>\n      <target port='0'/>\n    </serial>\n\
          </devices>\n</domain>\n",
-        pid = std::process::id(),
-        disk = disk.display(),
-        console = console.display(),
+        domain = node.domain,
+        uuid = node.uuid,
+        vcpus = node.vcpus,
+        disk = node.disk.display(),
+        mac = node.mac,
+        tap = node.tap,
+        console = node.console.display(),
     )
 }
 
@@ -183,6 +252,82 @@ fn wait_for<T>(what: &str, limit: Duration, mut state: impl FnMut() -> (String, 
         );
         std::thread::sleep(Duration::from_secs(5));
     }
+}
+
+/// Waits until every host named is in its provisioning state (their JSON then), failing at once if one goes
+/// into error.
+fn wait_for_hosts(site: &Site, wanted: &[(&str, &str)], limit: Duration) -> Vec<serde_json::Value> {
+    wait_for("the hosts", limit, || {
+        let hosts: Vec<serde_json::Value> =
+            wanted.iter().map(|(name, _)| site.host(name)).collect();
+        for (h, (name, _)) in hosts.iter().zip(wanted) {
+            assert_ne!(
+                h["status"]["operationalStatus"],
+                "error",
+                "{name} failed: {}",
+                host_state(h)
+            );
+        }
+        let line = hosts
+            .iter()
+            .zip(wanted)
+            .map(|(h, (name, _))| format!("{name}: {}", host_state(h)))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let done = hosts
+            .iter()
+            .zip(wanted)
+            .all(|(h, (_, state))| h["status"]["provisioning"]["state"] == *state);
+        (line, done.then_some(hosts))
+    })
+}
+
+/// `kubectl patch` of the host's spec, merged.
+fn patch_host(site: &Site, name: &str, spec: serde_json::Value) {
+    site.kubectl(&[
+        "patch",
+        "baremetalhost",
+        name,
+        "--type=merge",
+        "-p",
+        &serde_json::json!({ "spec": spec }).to_string(),
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The address the appliance's dnsmasq leased to `mac`.
+fn lease(root: &Path, mac: &str) -> String {
+    let leases =
+        std::fs::read_to_string(root.join("var/lib/foothold-dnsmasq/leases")).unwrap_or_default();
+    leases
+        .lines()
+        .find(|l| l.split(' ').nth(1) == Some(mac))
+        .and_then(|l| l.split(' ').nth(2))
+        .unwrap_or_else(|| panic!("no lease for {mac}:\n{leases}"))
+        .to_owned()
+}
+
+/// `command` run on the node at `address` over SSH with `key`, from inside the namespace; its output.
+fn ssh(ns: &Namespace, key: &Path, address: &str, command: &str) -> String {
+    run(ns
+        .command("ssh")
+        .args(foothold_e2e::ssh_args(address, 22, key, command)))
+}
+
+/// The first MiB of the node's disk (read while the VM runs: a shared read).
+fn disk_head(disk: &Path, dir: &Path) -> Vec<u8> {
+    let out = dir.join("disk-head.raw");
+    let _ = std::fs::remove_file(&out);
+    run(Command::new("qemu-img")
+        .args(["dd", "-U", "-f", "qcow2", "-O", "raw", "bs=1M", "count=1"])
+        .arg(format!("if={}", disk.display()))
+        .arg(format!("of={}", out.display())));
+    std::fs::read(&out).unwrap()
+}
+
+/// Whether a disk's first MiB holds a partition table: the protective MBR's signature, or GPT's header.
+fn has_partition_table(head: &[u8]) -> bool {
+    head[510..512] == [0x55, 0xaa] || &head[512..520] == b"EFI PART"
 }
 
 /// The host's provisioning state, operational status and error, in one line.
@@ -241,11 +386,18 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         }
     }
     let _vm_dir_removed = RemoveDir(vm_dir.clone());
-    let console = vm_dir.join("console.log");
+    let nodes = [
+        Node::new("node-ipmi", Bmc::Ipmi, 0, 2, &vm_dir),
+        Node::new("node-redfish", Bmc::Redfish, 1, 1, &vm_dir),
+    ];
+    // sushy-tools copies inserted media into a libvirt pool, where libvirt's QEMU user reads them.
+    let pool = vm_dir.join("pool");
+    std::fs::create_dir_all(&pool).unwrap();
     {
-        let (site_dir, console) = (site_dir.clone(), console.clone());
+        let site_dir = site_dir.clone();
+        let consoles: Vec<PathBuf> = nodes.iter().map(|n| n.console.clone()).collect();
         deadline.diagnose(
-            "the site's logs (Ironic, BMO, dnsmasq, the HTTP root, vbmcd) and the node's console",
+            "the site's logs (Ironic, BMO, dnsmasq, the HTTP root, the BMCs) and the nodes' consoles",
             move || {
                 let mut out = String::new();
                 for f in [
@@ -254,22 +406,54 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
                     "baremetal-operator.log",
                     "foothold-dnsmasq.log",
                     "ironic-httpboot.log",
-                    "vbmc/vbmcd.log",
+                    "bmc/vbmcd.log",
+                    "bmc/sushy.log",
                 ] {
                     out.push_str(&format!("{f}:\n{}\n", tail_file(&site_dir.join(f), 40)));
                 }
-                out.push_str(&format!("console:\n{}\n", tail_file(&console, 60)));
+                for c in &consoles {
+                    out.push_str(&format!("{}:\n{}\n", c.display(), tail_file(c, 60)));
+                }
                 out
             },
         );
     }
 
-    deadline.phase("the site: the namespace, the appliance's units, libvirtd, virtualbmc");
+    deadline.phase("the site: the namespace, the appliance's units, libvirtd, the BMCs");
     let ns = Namespace::new("m3", "ens4");
     ns.add_address(&format!("{APPLIANCE}/24"));
     ns.add_address(&format!("{BMC}/24"));
-    let tap = "m3tap0";
-    ns.add_tap(tap);
+    for n in &nodes {
+        ns.add_tap(n.tap);
+    }
+    let bmc_dir = site_dir.join("bmc");
+    std::fs::create_dir_all(&bmc_dir).unwrap();
+    let password = format!("{:x}", rand::random::<u64>());
+    let sushy = foothold_image_builder::site::Bmc {
+        port: REDFISH_PORT,
+        auth_file: bmc_dir.join("sushy.htpasswd"),
+        nodes: nodes
+            .iter()
+            .filter(|n| n.bmc == Bmc::Redfish)
+            .map(|n| n.uuid.clone())
+            .collect(),
+        pool: "default".into(),
+        media_ca: None,
+        state_dir: bmc_dir.join("sushy-state"),
+    };
+    std::fs::write(
+        &sushy.auth_file,
+        foothold_image_builder::site::htpasswd_line("admin", &password).unwrap(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(&sushy.state_dir).unwrap();
+    let sushy_conf = bmc_dir.join("sushy.conf");
+    let conf = foothold_image_builder::site::sushy_config(&sushy).replace(
+        "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'",
+        &format!("SUSHY_EMULATOR_LISTEN_IP = '{BMC}'"),
+    );
+    assert!(conf.contains(BMC), "{conf}");
+    std::fs::write(&sushy_conf, conf).unwrap();
     let log = std::fs::File::create(site_dir.join("native-site.log")).unwrap();
     let mut script = ns.command("unshare");
     script
@@ -278,7 +462,9 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         .arg(workspace().join("tests/fixtures/native-site.sh"))
         .arg(&root)
         .arg(tools_dir())
-        .arg(site_dir.join("vbmc"))
+        .arg(&bmc_dir)
+        .arg(&pool)
+        .arg(&sushy_conf)
         .stdout(log.try_clone().unwrap())
         .stderr(log);
     let mut script = Running(script.spawn().unwrap());
@@ -349,31 +535,31 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
             .unwrap(),
     );
 
-    deadline.phase("the node's domain and its IPMI BMC");
-    let disk = vm_dir.join("disk.qcow2");
-    run(Command::new("qemu-img")
-        .args(["create", "-q", "-f", "qcow2"])
-        .arg(&disk)
-        .arg(format!("{DISK_GIB}G")));
-    let xml = vm_dir.join("domain.xml");
-    std::fs::write(&xml, domain_xml(&disk, tap, &console)).unwrap();
-    let domain = format!("{NODE}-{}", std::process::id());
-    site.virsh(&["define", xml.to_str().unwrap()])
-        .unwrap_or_else(|e| panic!("{e}"));
-    let password = format!("{:x}", rand::random::<u64>());
+    deadline.phase("the nodes' domains and their BMCs");
+    for n in &nodes {
+        run(Command::new("qemu-img")
+            .args(["create", "-q", "-f", "qcow2"])
+            .arg(&n.disk)
+            .arg(format!("{DISK_GIB}G")));
+        let xml = vm_dir.join(format!("{}.xml", n.name));
+        std::fs::write(&xml, domain_xml(n)).unwrap();
+        site.virsh(&["define", xml.to_str().unwrap()])
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let ipmi = &nodes[0];
     let vbmc = |args: &[&str]| {
         try_run(
             site.command("env")
-                .arg(format!("HOME={}", site_dir.join("vbmc").display()))
+                .arg(format!("HOME={}", bmc_dir.display()))
                 .arg(tools_dir().join("vbmc"))
                 .args(args),
         )
         .unwrap_or_else(|e| panic!("vbmc {args:?}: {e}"))
     };
-    let port = BMC_PORT.to_string();
+    let port = IPMI_PORT.to_string();
     vbmc(&[
         "add",
-        &domain,
+        &ipmi.domain,
         "--address",
         BMC,
         "--port",
@@ -385,143 +571,222 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         "--libvirt-uri",
         "qemu:///system",
     ]);
-    vbmc(&["start", &domain]);
-    // The BMC answers as Ironic's ipmitool driver asks it.
-    wait_for("the IPMI BMC", Duration::from_secs(60), || {
+    vbmc(&["start", &ipmi.domain]);
+    // Each BMC answers as Ironic's drivers ask it: ipmitool's power status, Redfish's system.
+    wait_for("the BMCs", Duration::from_secs(60), || {
         let power = try_run(site.command("ipmitool").args([
             "-I", "lanplus", "-H", BMC, "-p", &port, "-U", "admin", "-P", &password, "power",
             "status",
         ]));
+        let system = try_run(site.command("curl").args([
+            "-sf",
+            "-u",
+            &format!("admin:{password}"),
+            &format!(
+                "http://{BMC}:{REDFISH_PORT}/redfish/v1/Systems/{}",
+                nodes[1].uuid
+            ),
+        ]));
         let done = power
             .as_ref()
-            .is_ok_and(|p| p.contains("Chassis Power is off"));
-        (format!("{power:?}"), done.then_some(()))
+            .is_ok_and(|p| p.contains("Chassis Power is off"))
+            && system
+                .as_ref()
+                .is_ok_and(|s| s.contains("\"PowerState\": \"Off\""));
+        (
+            format!("IPMI {power:?}, Redfish {}", system.is_ok()),
+            done.then_some(()),
+        )
     });
 
-    deadline.phase("the BareMetalHost: registered, inspected, cleaned, available");
+    deadline.phase("the BareMetalHosts: registered, inspected, cleaned, available");
     let started = Instant::now();
-    site.kubectl_apply(&format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {NODE}-bmc, namespace: default}}\n\
+    let mut yaml = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: bmc, namespace: default}}\n\
          stringData: {{username: admin, password: \"{password}\"}}\n---\n\
-         apiVersion: v1\nkind: Secret\nmetadata: {{name: {NODE}-user-data, namespace: default}}\n\
-         stringData:\n  userData: |\n    #cloud-config\n    ssh_authorized_keys: [\"{key}\"]\n---\n\
-         apiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata: {{name: {NODE}, namespace: default}}\n\
-         spec:\n  online: true\n  bootMode: UEFI\n  bootMACAddress: \"{MAC}\"\n  \
-         rootDeviceHints: {{deviceName: /dev/vda}}\n  \
-         bmc: {{address: \"ipmi://{BMC}:{port}\", credentialsName: {NODE}-bmc}}\n",
+         apiVersion: v1\nkind: Secret\nmetadata: {{name: user-data, namespace: default}}\n\
+         stringData:\n  userData: |\n    #cloud-config\n    ssh_authorized_keys: [\"{key}\"]\n",
         key = public.trim()
-    ));
-    let host = wait_for("the host", Duration::from_secs(1500), || {
-        let h = site.host();
-        let done = h["status"]["provisioning"]["state"] == "available";
-        assert_ne!(
-            h["status"]["operationalStatus"],
-            "error",
-            "the host failed: {}",
-            host_state(&h)
-        );
-        (host_state(&h), done.then_some(h))
-    });
+    );
+    for n in &nodes {
+        yaml.push_str(&format!(
+            "---\napiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec:\n  online: true\n  bootMode: UEFI\n  bootMACAddress: \"{mac}\"\n  \
+             rootDeviceHints: {{deviceName: /dev/vda}}\n  \
+             bmc: {{address: \"{bmc}\", credentialsName: bmc}}\n",
+            name = n.name,
+            mac = n.mac,
+            bmc = n.bmc_address(),
+        ));
+    }
+    site.kubectl_apply(&yaml);
+    let hosts = wait_for_hosts(
+        &site,
+        &[(nodes[0].name, "available"), (nodes[1].name, "available")],
+        Duration::from_secs(1500),
+    );
     eprintln!(
         "metal3_provisioning: registered to available (inspected, cleaned) in {} s",
         started.elapsed().as_secs()
     );
-    // What inspection found is the VM's: its CPUs, memory, NIC and disk.
-    let hw = &host["status"]["hardware"];
-    assert_eq!(hw["cpu"]["count"], VCPUS, "{hw:#}");
-    let ram = hw["ramMebibytes"].as_u64().unwrap_or_default();
-    assert!(
-        ram > MEMORY_MIB * 9 / 10 && ram <= MEMORY_MIB,
-        "ramMebibytes {ram} for a {MEMORY_MIB} MiB VM: {hw:#}"
-    );
-    let nics = hw["nics"].as_array().cloned().unwrap_or_default();
-    let nic = nics
-        .iter()
-        .find(|n| n["mac"] == MAC)
-        .unwrap_or_else(|| panic!("no NIC with {MAC}: {hw:#}"));
-    assert!(
-        nic["ip"]
-            .as_str()
-            .is_some_and(|ip| ip.starts_with("172.22.0.")),
-        "the NIC's address is not the appliance's DHCP's: {nic}"
-    );
-    let disks = hw["storage"].as_array().cloned().unwrap_or_default();
-    assert!(
-        disks
+    // What inspection found is each VM's: its CPUs, memory, NIC (with the appliance's lease) and disk.
+    for (n, host) in nodes.iter().zip(&hosts) {
+        let hw = &host["status"]["hardware"];
+        assert_eq!(hw["cpu"]["count"], n.vcpus, "{}: {hw:#}", n.name);
+        let ram = hw["ramMebibytes"].as_u64().unwrap_or_default();
+        assert!(
+            ram > MEMORY_MIB * 9 / 10 && ram <= MEMORY_MIB,
+            "{}: ramMebibytes {ram} for a {MEMORY_MIB} MiB VM: {hw:#}",
+            n.name
+        );
+        let nics = hw["nics"].as_array().cloned().unwrap_or_default();
+        let nic = nics
             .iter()
-            .any(|d| d["sizeBytes"].as_u64() == Some(DISK_GIB << 30)),
-        "no {DISK_GIB} GiB disk: {hw:#}"
+            .find(|nic| nic["mac"] == n.mac)
+            .unwrap_or_else(|| panic!("{}: no NIC with {}: {hw:#}", n.name, n.mac));
+        assert!(
+            nic["ip"]
+                .as_str()
+                .is_some_and(|ip| ip.starts_with("172.22.0.")),
+            "{}: the NIC's address is not the appliance's DHCP's: {nic}",
+            n.name
+        );
+        let disks = hw["storage"].as_array().cloned().unwrap_or_default();
+        assert!(
+            disks
+                .iter()
+                .any(|d| d["sizeBytes"].as_u64() == Some(DISK_GIB << 30)),
+            "{}: no {DISK_GIB} GiB disk: {hw:#}",
+            n.name
+        );
+    }
+
+    deadline.phase("provisioning: a wrong checksum fails naming it, the right one installs");
+    let url = format!("http://{APPLIANCE}:{IMAGES_PORT}/foothold-node.qcow2");
+    let wrong = "0".repeat(64);
+    std::fs::write(
+        images.join("wrong.sha256sum"),
+        format!("{wrong}  foothold-node.qcow2\n"),
+    )
+    .unwrap();
+    let image_spec = |checksum: &str| serde_json::json!({"url": url, "checksum": checksum, "checksumType": "sha256", "format": "qcow2"});
+    let user_data = serde_json::json!({"name": "user-data", "namespace": "default"});
+    let started = Instant::now();
+    patch_host(
+        &site,
+        nodes[0].name,
+        serde_json::json!({"image": image_spec(&format!("{url}.sha256sum")), "userData": user_data}),
+    );
+    patch_host(
+        &site,
+        nodes[1].name,
+        serde_json::json!({
+            "image": image_spec(&format!("http://{APPLIANCE}:{IMAGES_PORT}/wrong.sha256sum")),
+            "userData": user_data,
+        }),
+    );
+    let failed = wait_for(
+        "the host with the wrong checksum",
+        Duration::from_secs(1200),
+        || {
+            let h = site.host(nodes[1].name);
+            let done = h["status"]["operationalStatus"] == "error";
+            (host_state(&h), done.then_some(h))
+        },
+    );
+    let error = failed["status"]["errorMessage"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        error.contains(&wrong) || error.to_lowercase().contains("checksum"),
+        "the error does not name the checksum: {}",
+        host_state(&failed)
+    );
+    assert_eq!(failed["status"]["errorType"], "provisioning error");
+    patch_host(
+        &site,
+        nodes[1].name,
+        serde_json::json!({"image": image_spec(&format!("{url}.sha256sum"))}),
+    );
+    wait_for_hosts(
+        &site,
+        &[
+            (nodes[0].name, "provisioned"),
+            (nodes[1].name, "provisioned"),
+        ],
+        Duration::from_secs(1800),
+    );
+    eprintln!(
+        "metal3_provisioning: both provisioned {} s after their images were set",
+        started.elapsed().as_secs()
+    );
+    let mut addresses = Vec::new();
+    for n in &nodes {
+        // The installed system: named by the config drive, ready.
+        let marker = foothold_e2e::wait_for_marker(&n.console, Duration::from_secs(900));
+        assert!(
+            marker.contains(&format!("host={} ", n.name)),
+            "{} is not named as its BareMetalHost (the config drive): {marker}",
+            n.name
+        );
+        eprintln!(
+            "metal3_provisioning: {} booted from disk and ready {} s after the images were set: {marker}",
+            n.name,
+            started.elapsed().as_secs()
+        );
+        // Its address is the appliance's DHCP's, and the key of the config drive's user data logs in.
+        let address = lease(&root, n.mac);
+        let out = ssh(&ns, &key, &address, "hostname; findmnt -no SOURCE /");
+        assert!(out.starts_with(&format!("{}\n", n.name)), "{out}");
+        assert!(
+            out.contains("/dev/vda"),
+            "{}'s root is not on its disk: {out}",
+            n.name
+        );
+        addresses.push(address);
+    }
+
+    let node = &nodes[0];
+    deadline.phase("a reboot through the BareMetalHost: back from disk, the same node");
+    let started = Instant::now();
+    site.kubectl(&["annotate", "baremetalhost", node.name, "reboot.metal3.io="])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let again = foothold_e2e::wait_for_nth_marker(&node.console, 2, Duration::from_secs(900));
+    assert!(again.contains(&format!("host={} ", node.name)), "{again}");
+    let host = &wait_for_hosts(
+        &site,
+        &[(node.name, "provisioned")],
+        Duration::from_secs(60),
+    )[0];
+    assert_eq!(host["status"]["poweredOn"], true);
+    assert_eq!(
+        lease(&root, node.mac),
+        addresses[0],
+        "the node's address changed"
+    );
+    eprintln!(
+        "metal3_provisioning: rebooted and ready again in {} s",
+        started.elapsed().as_secs()
     );
 
-    deadline.phase("provisioned with the node image: written to disk, booted from it");
+    deadline.phase("deprovisioned: the disk's metadata cleaned, available again");
+    assert!(
+        has_partition_table(&disk_head(&node.disk, &dir)),
+        "the installed disk has no partition table"
+    );
     let started = Instant::now();
-    let url = format!("http://{APPLIANCE}:{IMAGES_PORT}/foothold-node.qcow2");
-    site.kubectl(&[
-        "patch",
-        "baremetalhost",
-        NODE,
-        "--type=merge",
-        "-p",
-        &serde_json::json!({"spec": {
-            "image": {"url": url, "checksum": format!("{url}.sha256sum"), "checksumType": "sha256", "format": "qcow2"},
-            "userData": {"name": format!("{NODE}-user-data"), "namespace": "default"},
-        }})
-        .to_string(),
-    ])
-    .unwrap_or_else(|e| panic!("{e}"));
-    wait_for("the host", Duration::from_secs(1500), || {
-        let h = site.host();
-        let done = h["status"]["provisioning"]["state"] == "provisioned";
-        assert_ne!(
-            h["status"]["operationalStatus"],
-            "error",
-            "the host failed: {}",
-            host_state(&h)
-        );
-        (host_state(&h), done.then_some(()))
-    });
-    eprintln!(
-        "metal3_provisioning: available to provisioned in {} s",
-        started.elapsed().as_secs()
+    patch_host(&site, node.name, serde_json::json!({"image": null}));
+    wait_for_hosts(
+        &site,
+        &[(node.name, "available")],
+        Duration::from_secs(1200),
     );
-    // The installed system: named by the config drive, ready.
-    let marker = foothold_e2e::wait_for_marker(&console, Duration::from_secs(900));
     assert!(
-        marker.contains(&format!("host={NODE} ")),
-        "the node is not named as its BareMetalHost (the config drive): {marker}"
+        !has_partition_table(&disk_head(&node.disk, &dir)),
+        "the disk still has a partition table after cleaning"
     );
     eprintln!(
-        "metal3_provisioning: booted from disk and ready {} s after the image was set: {marker}",
+        "metal3_provisioning: deprovisioned and cleaned in {} s",
         started.elapsed().as_secs()
-    );
-    // Its address is the appliance's DHCP's, and the key of the config drive's user data logs in.
-    let leases =
-        std::fs::read_to_string(root.join("var/lib/foothold-dnsmasq/leases")).unwrap_or_default();
-    let address = leases
-        .lines()
-        .find(|l| l.split(' ').nth(1) == Some(MAC))
-        .and_then(|l| l.split(' ').nth(2))
-        .unwrap_or_else(|| panic!("no lease for {MAC}:\n{leases}"))
-        .to_owned();
-    let hostname = run(ns
-        .command("ssh")
-        .args([
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "ConnectTimeout=30",
-            "-i",
-        ])
-        .arg(&key)
-        .arg(format!("foothold@{address}"))
-        .args(["hostname; findmnt -no SOURCE /"]));
-    assert!(hostname.starts_with(&format!("{NODE}\n")), "{hostname}");
-    assert!(
-        hostname.contains("/dev/vda"),
-        "the root is not on the disk: {hostname}"
     );
 }

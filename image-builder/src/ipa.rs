@@ -85,7 +85,10 @@ pub fn render() -> Vec<(String, String, u32)> {
             "/etc/ironic-python-agent.d/foothold.conf".into(),
             "# Written by foothold-build. Ironic's address and the inspection callback come on the kernel command\n\
              # line; the log goes to standard error (the journal and the console).\n\
-             [DEFAULT]\nuse_stderr = true\n"
+             [DEFAULT]\nuse_stderr = true\n\
+             # An image that fails its checksum is fetched again this many times (the default, 9, is for flaky\n\
+             # links: on a site's provisioning network a wrong checksum took 10 minutes to be reported).\n\
+             image_download_connection_retries = 2\n"
                 .into(),
             0o644,
         ),

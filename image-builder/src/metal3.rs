@@ -41,9 +41,9 @@ pub const UNITS: &[&str] = &[
 ];
 
 /// Debian packages: Ironic (the library; the one-process launcher is Foothold's, so none of the packaged
-/// daemons, their database prompts or their PXE/TFTP servers come with it), and ipmitool, which Ironic's `ipmi`
-/// hardware type runs.
-pub const PACKAGES: &[&str] = &["python3-ironic", "ipmitool"];
+/// daemons, their database prompts or their PXE/TFTP servers come with it), ipmitool, which Ironic's `ipmi`
+/// hardware type runs, and genisoimage, whose mkisofs makes the virtual-media ISOs of the deploy ramdisk.
+pub const PACKAGES: &[&str] = &["python3-ironic", "ipmitool", "genisoimage"];
 
 /// The interfaces Ironic enables: what BMO sets on a node by the scheme of its BMC address
 /// (`redfish-virtualmedia://` boots by `redfish-virtual-media`, `redfish://` and `ipmi://` by `ipxe`;
@@ -78,21 +78,28 @@ struct Plan {
     provisioning: Option<String>,
     /// Ironic has a deploy ramdisk to boot.
     ramdisk: bool,
+    /// ... and the EFI system partition of the virtual-media ISOs it makes of it.
+    esp: bool,
 }
 
 fn plan(spec: &Spec) -> Plan {
+    let deploy_ramdisk = spec
+        .components
+        .metal3
+        .as_ref()
+        .and_then(|m| m.deploy_ramdisk.as_ref());
+    // A spec with a deploy ramdisk serves the provisioning network (validated); without one, Ironic boots
+    // nothing from it and stays on loopback.
     let provisioning = crate::build::configure::provisioning_dhcp(spec)
+        .filter(|_| deploy_ramdisk.is_some())
         .map(|(p, _)| p.address.split('/').next().unwrap_or_default().to_owned());
     Plan {
         api: provisioning
             .as_ref()
             .map_or_else(|| IRONIC_API.to_owned(), |a| format!("{a}:{IRONIC_PORT}")),
         provisioning,
-        ramdisk: spec
-            .components
-            .metal3
-            .as_ref()
-            .is_some_and(|m| m.deploy_ramdisk.is_some()),
+        ramdisk: deploy_ramdisk.is_some(),
+        esp: deploy_ramdisk.is_some_and(|d| d.esp.is_some()),
     }
 }
 
@@ -128,6 +135,12 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
     );
     for (k, v) in INTERFACES {
         defaults.push_str(&format!("{k} = {v}\n"));
+    }
+    if p.esp {
+        defaults.push_str(&format!(
+            "# The EFI system partition of the virtual-media ISOs Ironic makes of the deploy ramdisk (mkisofs).\n\
+             esp_image = {DEPLOY_RAMDISK_DIR}/esp\n"
+        ));
     }
     let (host, port) = p.api.split_once(':').expect("host:port");
     let (clean, cleaning) = if p.ramdisk {
@@ -180,6 +193,9 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
          [api]\nhost_ip = {host}\nport = {port}\n\n\
          [conductor]\n# Cleaning needs the deploy ramdisk; without one BareMetalHosts say automatedCleaningMode: disabled.\n\
          automated_clean = {clean}\n{allowed}\
+         # The deploy ramdisk is zstd-compressed on purpose (the kernel unpacks it; PXE fetches a third of it):\n\
+         # Ironic would decompress any zstd file it fetches.\n\
+         disable_zstandard_decompression = true\n\
          # One conductor syncs every node's power state (three Redfish calls a node) each interval: at 60 s\n\
          # and 1,000 hosts, 50 calls a second, the most of any caller (seen with the scale benchmark). A host\n\
          # powered from outside is seen (and, by force_power_state_during_sync, put back) within the interval.\n\
@@ -307,7 +323,7 @@ mod tests {
         crate::spec::tests::metal3_spec(|t| {
             t.replace(
                 "  manifests:",
-                "    deployRamdisk: {kernel: {path: ipa.kernel}, initramfs: {path: ipa.initramfs}}\n  manifests:",
+                "    deployRamdisk: {kernel: {path: ipa.kernel}, initramfs: {path: ipa.initramfs}, esp: {path: ipa.esp}}\n  manifests:",
             )
             .replace(
                 "address: 172.22.0.1/24}",
@@ -354,6 +370,11 @@ mod tests {
             assert!(get("DEFAULT", key).split(',').any(|v| v == wanted), "{key}");
         }
         assert!(get("pxe", "kernel_append_params").contains("console=ttyS0"));
+        assert_eq!(
+            get("DEFAULT", "esp_image"),
+            format!("{DEPLOY_RAMDISK_DIR}/esp")
+        );
+        assert!(PACKAGES.contains(&"genisoimage"));
         // BMO names the deploy ramdisk on every node, from where the image holds it.
         let env = file("/etc/foothold/metal3.env");
         for line in [
@@ -372,7 +393,8 @@ mod tests {
             placed,
             [
                 format!("{DEPLOY_RAMDISK_DIR}/kernel"),
-                format!("{DEPLOY_RAMDISK_DIR}/initramfs")
+                format!("{DEPLOY_RAMDISK_DIR}/initramfs"),
+                format!("{DEPLOY_RAMDISK_DIR}/esp")
             ]
         );
         // The HTTP root is served on the provisioning address, as Ironic's user, and its unit is enabled.
@@ -387,7 +409,19 @@ mod tests {
     }
 
     #[test]
-    fn without_a_provisioning_network_ironic_stays_on_loopback_and_cleans_nothing() {
+    fn without_a_deploy_ramdisk_ironic_stays_on_loopback_and_cleans_nothing() {
+        // With the provisioning network's DHCP or without it.
+        let dhcp = crate::spec::tests::metal3_spec(|t| {
+            t.replace(
+                "address: 172.22.0.1/24}",
+                "address: 172.22.0.1/24, dhcp: {range: 172.22.0.10-172.22.0.100}}",
+            )
+        })
+        .unwrap();
+        assert_eq!(
+            ini_value(&render(&dhcp)[0].1, "api", "host_ip"),
+            Some("127.0.0.1")
+        );
         let spec = crate::spec::tests::metal3_spec(|t| t).unwrap();
         let files = render(&spec);
         let conf = &files[0].1;

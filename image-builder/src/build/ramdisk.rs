@@ -1,6 +1,8 @@
 //! `outputs.formats: [ramdisk]`: the kernel and an initramfs holding the whole root, which the kernel unpacks into
 //! memory and runs (`/init` is systemd): what Ironic boots as a deploy ramdisk, by PXE or from the ISO it makes of
-//! the two. No disk, no agent, no cache of its own (the Debian tree under it is cached).
+//! the two; and the EFI system partition Ironic puts in such an ISO for UEFI (`<name>.esp`: GRUB, which finds the
+//! ISO by the configuration Ironic writes into it, `/EFI/BOOT/grub.cfg`). No disk, no agent, no cache of its own
+//! (the Debian tree under it is cached).
 //!
 //! The archive is reproducible: the tree's times are the epoch, its entries sorted, cpio's inode and device
 //! numbers its own (`--reproducible`), and zstd's output the same for any number of threads.
@@ -28,7 +30,10 @@ const PRUNED: &[&str] = &[
     "var/cache/debconf",
 ];
 
-/// Writes `<out>/<name>.kernel` and `<out>/<name>.initramfs`; returns them.
+/// Ironic's `[DEFAULT] grub_config_path` (its default): where the GRUB of [`esp`] looks for its menu on the ISO.
+pub const ISO_GRUB_CFG: &str = "EFI/BOOT/grub.cfg";
+
+/// Writes `<out>/<name>.kernel`, `<out>/<name>.initramfs` and `<out>/<name>.esp`; returns them.
 pub fn write(b: &Build, files: &[FileInput], record: &mut Record) -> Result<Vec<PathBuf>> {
     let Build {
         loaded,
@@ -78,12 +83,50 @@ pub fn write(b: &Build, files: &[FileInput], record: &mut Record) -> Result<Vec<
     let tmp = settings.out.join(format!(".{}.kernel.tmp", spec.name));
     fs::rename(&kernel, &tmp).or_else(|_| fs::copy(&kernel, &tmp).map(drop))?;
     publish(&tmp, &out("kernel"))?;
-    for (tool, arg) in [("cpio", "--version"), ("zstd", "--version")] {
+    let tmp = settings.out.join(format!(".{}.esp.tmp", spec.name));
+    esp(b, &tmp)?;
+    publish(&tmp, &out("esp"))?;
+    for (tool, arg) in [
+        ("cpio", "--version"),
+        ("zstd", "--version"),
+        ("grub-mkimage", "--version"),
+    ] {
         record
             .tools
             .insert(tool, crate::cmd::tool_version(tool, arg));
     }
-    Ok(vec![out("kernel"), initramfs])
+    Ok(vec![out("kernel"), initramfs, out("esp")])
+}
+
+/// The EFI system partition of a virtual-media ISO Ironic makes of the kernel and the initramfs: GRUB as the
+/// removable-media loader, which finds the ISO by [`ISO_GRUB_CFG`] and reads that menu, Ironic's, there.
+fn esp(b: &Build, out: &Path) -> Result<()> {
+    use super::boot::{fat_image, grub_image, Fat, GrubImage, GRUB_ISO_MODULES};
+    let early = b.work.join("esp-early.cfg");
+    fs::write(
+        &early,
+        format!(
+            "search --no-floppy --file --set=root /{ISO_GRUB_CFG}\nset prefix=($root)/EFI/BOOT\n"
+        ),
+    )?;
+    let tree = b.work.join("esp");
+    fs::create_dir_all(tree.join("EFI/BOOT"))?;
+    let bootx64 = tree.join("EFI/BOOT/BOOTX64.EFI");
+    grub_image(GrubImage::Efi, &early, GRUB_ISO_MODULES, &bootx64)?;
+    fat_image(
+        out,
+        &Fat {
+            size: (fs::metadata(&bootx64)?.len() + super::layout::MIB)
+                .next_multiple_of(super::layout::MIB),
+            fat32: false,
+            label: "ESP",
+            id: super::layout::derived_uuid(&b.loaded.sha256, "esp"),
+            epoch: b.settings.source_date_epoch,
+        },
+        &tree,
+    )?;
+    File::open(out)?.sync_all()?;
+    Ok(())
 }
 
 /// `dir` as a zstd-compressed newc cpio archive at `out`: entries in byte order of their paths, owners and modes

@@ -41,26 +41,29 @@ pub struct DeployRamdisk {
     pub kernel: Input,
     /// `<name>.initramfs`.
     pub initramfs: Input,
+    /// `<name>.esp`, the EFI system partition of the virtual-media ISOs Ironic makes of the two. Without it,
+    /// UEFI hosts with a `redfish-virtualmedia` BMC cannot boot the ramdisk (iPXE ones can).
+    #[serde(default)]
+    pub esp: Option<Input>,
 }
 
 impl DeployRamdisk {
-    /// The kernel and the initramfs as placed file inputs, by spec field.
-    pub fn files(&self) -> [(String, FileComponent); 2] {
+    /// The kernel, the initramfs and the ESP as placed file inputs, by spec field.
+    pub fn files(&self) -> Vec<(String, FileComponent)> {
         let f = "components.metal3.deployRamdisk";
         [
-            (
-                format!("{f}.kernel"),
-                self.kernel
-                    .to_file(Some(format!("{DEPLOY_RAMDISK_DIR}/kernel")), Some("0644")),
-            ),
-            (
-                format!("{f}.initramfs"),
-                self.initramfs.to_file(
-                    Some(format!("{DEPLOY_RAMDISK_DIR}/initramfs")),
-                    Some("0644"),
-                ),
-            ),
+            ("kernel", Some(&self.kernel)),
+            ("initramfs", Some(&self.initramfs)),
+            ("esp", self.esp.as_ref()),
         ]
+        .into_iter()
+        .filter_map(|(name, input)| {
+            Some((
+                format!("{f}.{name}"),
+                input?.to_file(Some(format!("{DEPLOY_RAMDISK_DIR}/{name}")), Some("0644")),
+            ))
+        })
+        .collect()
     }
 }
 

@@ -268,8 +268,8 @@ pub enum Format {
     Raw,
     Qcow2,
     Iso,
-    /// `<name>.kernel` and `<name>.initramfs`, the whole root in the initramfs (booted by PXE, runs in memory);
-    /// made alone, with no disk.
+    /// `<name>.kernel` and `<name>.initramfs`, the whole root in the initramfs (booted by PXE, runs in memory),
+    /// and `<name>.esp`, the EFI system partition for a virtual-media ISO of the two; made alone, with no disk.
     Ramdisk,
 }
 

@@ -468,3 +468,18 @@ fn a_deploy_ramdisk_is_made_alone_and_names_its_errors() {
     let e = spec("[ramdisk]", &deb.replace(&"a".repeat(64), "abc")).unwrap_err();
     assert!(e.starts_with("components.ipa.package.sha256: "), "{e}");
 }
+
+#[test]
+fn a_deploy_ramdisk_needs_the_provisioning_network_served() {
+    let e = metal3_spec(|t| {
+        t.replace(
+            "  manifests:",
+            "    deployRamdisk: {kernel: {path: k}, initramfs: {path: i}}\n  manifests:",
+        )
+    })
+    .unwrap_err();
+    assert!(
+        e.starts_with("components.metal3.deployRamdisk: needs network.provisioning.dhcp"),
+        "{e}"
+    );
+}

@@ -120,6 +120,13 @@ impl Spec {
                 ));
             }
             m.baremetal_operator.validate()?;
+            if m.deploy_ramdisk.is_some()
+                && crate::build::configure::provisioning_dhcp(self).is_none()
+            {
+                return Err("components.metal3.deployRamdisk: needs network.provisioning.dhcp (the ramdisk \
+                            boots from the provisioning network and calls Ironic back on it)"
+                    .into());
+            }
             for (field, f) in m.baremetal_operator.archives() {
                 validate_source(&field, &f, pins)?;
             }
