@@ -9,7 +9,9 @@ use crate::spec::{Node, SITE_CA};
 /// Debian packages a node needs beyond the boot essentials: containerd, and what kubelet, kube-proxy and the
 /// pod network need on the host when the BPA's installer makes the node part of a workload cluster (kubeadm's
 /// preflight requires conntrack; the bridge CNI plugin is Debian's); cloud-init, which applies Metal3's config
-/// drive to a node installed on disk.
+/// drive to a node installed on disk; D-Bus, without which systemd-logind does not run and the power button
+/// does nothing: a BMC's soft power off (Metal3's reboot and power off, by ACPI) then waited out Ironic's three
+/// minutes and failed.
 pub const PACKAGES: &[&str] = &[
     "containerd",
     "runc",
@@ -18,6 +20,7 @@ pub const PACKAGES: &[&str] = &[
     "conntrack",
     "containernetworking-plugins",
     "cloud-init",
+    "dbus",
 ];
 
 /// cloud-init's settings on a node. A node written to disk by Ironic (the raw image and Metal3's `direct` deploy)
