@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 
 pub mod deadline;
 pub mod libvirt;
+pub mod native_site;
 pub mod netns;
 pub mod sushy;
 

@@ -23,13 +23,15 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use foothold_e2e::deadline::tail_file;
+use foothold_e2e::native_site::{
+    appliance_spec, build, extract_root, host_state, lease, patch_host, wait_for, wait_for_hosts,
+    Site, APPLIANCE,
+};
 use foothold_e2e::netns::{Namespace, Running};
 use foothold_e2e::{
-    build_binaries, build_node_image_prefetching, run, target, tools_dir, try_run, workspace,
-    Deadline,
+    build_binaries, build_node_image_prefetching, run, tools_dir, try_run, workspace, Deadline,
 };
 
-const APPLIANCE: &str = "172.22.0.1";
 /// The BMCs' address on the provisioning network: virtualbmc's IPMI port and sushy-tools' Redfish one.
 const BMC: &str = "172.22.0.2";
 const IPMI_PORT: u16 = 6230;
@@ -89,107 +91,6 @@ impl Node {
 /// The port the node image is served on, beside the appliance's address.
 const IMAGES_PORT: u16 = 8080;
 
-/// The appliance's root, running in the namespace: commands enter its mount and network namespaces.
-struct Site {
-    root: PathBuf,
-    /// The site script, PID 1 of its PID namespace; killing it ends everything it started.
-    _script: Running,
-    /// The script's PID as this host sees it, for nsenter.
-    pid: u32,
-}
-
-impl Site {
-    /// `program` in the site's mount, network and PID namespaces (its libvirtd, which looks its clients up in
-    /// the namespace's /proc; the appliance's mounts).
-    fn command(&self, program: &str) -> Command {
-        let mut c = Command::new("nsenter");
-        c.arg("-t")
-            .arg(self.pid.to_string())
-            .args(["-m", "-n", "-p", "--"])
-            .arg(program);
-        c
-    }
-
-    /// The appliance's kubectl on its admin kubeconfig.
-    fn kubectl(&self, args: &[&str]) -> Result<String, String> {
-        try_run(
-            self.command("chroot")
-                .arg(&self.root)
-                .args([
-                    "kubectl",
-                    "--kubeconfig",
-                    "/etc/kubernetes/admin.conf",
-                    "--request-timeout=60s",
-                ])
-                .args(args),
-        )
-    }
-
-    fn kubectl_apply(&self, yaml: &str) {
-        // Not /tmp: the site mounts its own there.
-        let file = self.root.join("root/apply.yaml");
-        std::fs::write(&file, yaml).unwrap();
-        self.kubectl(&["apply", "-f", "/root/apply.yaml"])
-            .unwrap_or_else(|e| panic!("kubectl apply: {e}\n{yaml}"));
-    }
-
-    fn virsh(&self, args: &[&str]) -> Result<String, String> {
-        try_run(
-            self.command("timeout")
-                .args(["60", "virsh", "-c", "qemu:///system"])
-                .args(args),
-        )
-    }
-
-    /// The BareMetalHost `name` as JSON.
-    fn host(&self, name: &str) -> serde_json::Value {
-        let out = self
-            .kubectl(&["get", "baremetalhost", name, "-o", "json"])
-            .unwrap_or_else(|e| panic!("{e}"));
-        serde_json::from_str(&out).unwrap()
-    }
-}
-
-/// `packages/appliance.yaml` as this test builds it: its local inputs absolute, the tests' agent, the raw image
-/// only, the provisioning network's DHCP on, and the deploy ramdisk `ipa` made.
-fn appliance_spec(dir: &Path, ipa: &Path) -> PathBuf {
-    let ws = workspace();
-    let text = std::fs::read_to_string(ws.join("packages/appliance.yaml")).unwrap();
-    let text = text
-        .replace(
-            "path: ../target/release/foothold-agent",
-            &format!("path: {}", target().join("debug/foothold-agent").display()),
-        )
-        .replace("path: ../", &format!("path: {}/", ws.display()))
-        .replace("formats: [raw, qcow2, iso]", "formats: [raw]")
-        .replace(
-            "    address: 172.22.0.1/24\n",
-            "    address: 172.22.0.1/24\n    dhcp: {range: 172.22.0.10-172.22.0.100}\n",
-        )
-        .replace(
-            "  metal3:\n",
-            &format!(
-                "  metal3:\n    deployRamdisk:\n      kernel: {{path: {k}}}\n      initramfs: {{path: {i}}}\n      esp: {{path: {e}}}\n",
-                k = ipa.join("foothold-ipa.kernel").display(),
-                i = ipa.join("foothold-ipa.initramfs").display(),
-                e = ipa.join("foothold-ipa.esp").display()
-            ),
-        );
-    assert!(text.contains("dhcp: {range") && text.contains("deployRamdisk"));
-    let spec = dir.join("appliance.yaml");
-    std::fs::write(&spec, text).unwrap();
-    spec
-}
-
-/// `foothold-build build spec --out out` with the tests' builder.
-fn build(spec: &Path, out: &Path) {
-    run(Command::new(target().join("debug/foothold-build"))
-        .arg("build")
-        .arg(spec)
-        .arg("--out")
-        .arg(out));
-}
-
 /// The node's domain: UEFI without Secure Boot, TCG, its disk, its NIC on the namespace's tap, its console
 /// appended to a file across boots (the ramdisk's, then the installed system's). virtualbmc sets the boot
 /// device by redefining the domain from its XML, which libvirt refuses for a firmware it chose itself: the IPMI
@@ -229,84 +130,6 @@ fn domain_xml(node: &Node) -> String {
     )
 }
 
-/// Waits until `ready` says yes (its value), polling every 5 s, printing each new state `state` names; fails
-/// naming the last state after `limit`.
-fn wait_for<T>(what: &str, limit: Duration, mut state: impl FnMut() -> (String, Option<T>)) -> T {
-    let started = Instant::now();
-    let mut last = String::new();
-    loop {
-        let (now, done) = state();
-        if now != last {
-            eprintln!(
-                "metal3_provisioning: {:>4} s  {what}: {now}",
-                started.elapsed().as_secs()
-            );
-            last = now;
-        }
-        if let Some(v) = done {
-            return v;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "{what}: not within {limit:?}; the last state: {last}"
-        );
-        std::thread::sleep(Duration::from_secs(5));
-    }
-}
-
-/// Waits until every host named is in its provisioning state (their JSON then), failing at once if one goes
-/// into error.
-fn wait_for_hosts(site: &Site, wanted: &[(&str, &str)], limit: Duration) -> Vec<serde_json::Value> {
-    wait_for("the hosts", limit, || {
-        let hosts: Vec<serde_json::Value> =
-            wanted.iter().map(|(name, _)| site.host(name)).collect();
-        for (h, (name, _)) in hosts.iter().zip(wanted) {
-            assert_ne!(
-                h["status"]["operationalStatus"],
-                "error",
-                "{name} failed: {}",
-                host_state(h)
-            );
-        }
-        let line = hosts
-            .iter()
-            .zip(wanted)
-            .map(|(h, (name, _))| format!("{name}: {}", host_state(h)))
-            .collect::<Vec<_>>()
-            .join("; ");
-        let done = hosts
-            .iter()
-            .zip(wanted)
-            .all(|(h, (_, state))| h["status"]["provisioning"]["state"] == *state);
-        (line, done.then_some(hosts))
-    })
-}
-
-/// `kubectl patch` of the host's spec, merged.
-fn patch_host(site: &Site, name: &str, spec: serde_json::Value) {
-    site.kubectl(&[
-        "patch",
-        "baremetalhost",
-        name,
-        "--type=merge",
-        "-p",
-        &serde_json::json!({ "spec": spec }).to_string(),
-    ])
-    .unwrap_or_else(|e| panic!("{e}"));
-}
-
-/// The address the appliance's dnsmasq leased to `mac`.
-fn lease(root: &Path, mac: &str) -> String {
-    let leases =
-        std::fs::read_to_string(root.join("var/lib/foothold-dnsmasq/leases")).unwrap_or_default();
-    leases
-        .lines()
-        .find(|l| l.split(' ').nth(1) == Some(mac))
-        .and_then(|l| l.split(' ').nth(2))
-        .unwrap_or_else(|| panic!("no lease for {mac}:\n{leases}"))
-        .to_owned()
-}
-
 /// `command` run on the node at `address` over SSH with `key`, from inside the namespace; its output.
 fn ssh(ns: &Namespace, key: &Path, address: &str, command: &str) -> String {
     run(ns
@@ -328,17 +151,6 @@ fn disk_head(disk: &Path, dir: &Path) -> Vec<u8> {
 /// Whether a disk's first MiB holds a partition table: the protective MBR's signature, or GPT's header.
 fn has_partition_table(head: &[u8]) -> bool {
     head[510..512] == [0x55, 0xaa] || &head[512..520] == b"EFI PART"
-}
-
-/// The host's provisioning state, operational status and error, in one line.
-fn host_state(h: &serde_json::Value) -> String {
-    let s = &h["status"];
-    format!(
-        "{} / {} {}",
-        s["provisioning"]["state"].as_str().unwrap_or("-"),
-        s["operationalStatus"].as_str().unwrap_or("-"),
-        s["errorMessage"].as_str().unwrap_or("")
-    )
 }
 
 #[test]
@@ -363,13 +175,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     let site_dir = dir.join("site");
     std::fs::create_dir_all(&site_dir).unwrap();
     let root = site_dir.join("root");
-    run(Command::new("bash")
-        .current_dir(workspace())
-        .arg("-c")
-        .arg(". scripts/appliance-root.sh && root_extract \"$1\" \"$2\"")
-        .arg("root-extract")
-        .arg(appliance.join("foothold-appliance.raw"))
-        .arg(&root));
+    extract_root(&appliance.join("foothold-appliance.raw"), &root);
 
     // The node's files where libvirt's QEMU user reaches them.
     let vm_dir = PathBuf::from(format!(
@@ -454,45 +260,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     );
     assert!(conf.contains(BMC), "{conf}");
     std::fs::write(&sushy_conf, conf).unwrap();
-    let log = std::fs::File::create(site_dir.join("native-site.log")).unwrap();
-    let mut script = ns.command("unshare");
-    script
-        .current_dir(workspace())
-        .args(["--mount", "--pid", "--fork", "--kill-child", "bash"])
-        .arg(workspace().join("tests/fixtures/native-site.sh"))
-        .arg(&root)
-        .arg(tools_dir())
-        .arg(&bmc_dir)
-        .arg(&pool)
-        .arg(&sushy_conf)
-        .stdout(log.try_clone().unwrap())
-        .stderr(log);
-    let mut script = Running(script.spawn().unwrap());
-    let started = Instant::now();
-    loop {
-        let text = std::fs::read_to_string(site_dir.join("native-site.log")).unwrap_or_default();
-        if text.contains("SITE-UP") {
-            break;
-        }
-        if let Some(status) = script.0.try_wait().unwrap() {
-            panic!("the site script exited ({status}) before it was up:\n{text}");
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "the site was not up within 600 s:\n{text}"
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    // unshare's child: the script, PID 1 of its namespace.
-    let pid = run(Command::new("pgrep").args(["-P", &script.0.id().to_string()]))
-        .trim()
-        .parse()
-        .unwrap();
-    let site = Site {
-        root: root.clone(),
-        _script: script,
-        pid,
-    };
+    let site = Site::start(&ns, &root, &site_dir, &[&bmc_dir, &pool, &sushy_conf]);
 
     deadline.phase("Ironic and BMO answer");
     wait_for(
@@ -753,6 +521,15 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         .unwrap_or_else(|e| panic!("{e}"));
     let again = foothold_e2e::wait_for_nth_marker(&node.console, 2, Duration::from_secs(900));
     assert!(again.contains(&format!("host={} ", node.name)), "{again}");
+    // The reboot was the soft one Metal3 asks for first: the system shut down (the BMC's ACPI power button,
+    // handled by logind) before it was powered on again, not cut off after Ironic's wait.
+    let console = std::fs::read_to_string(&node.console).unwrap_or_default();
+    let first_ready = console.find("FOOTHOLD-READY").expect("the first marker");
+    assert!(
+        console[first_ready..].contains("reboot: Power down"),
+        "{} was not shut down by its power button before it came back",
+        node.name
+    );
     let host = &wait_for_hosts(
         &site,
         &[(node.name, "provisioned")],

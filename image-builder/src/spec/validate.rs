@@ -148,7 +148,7 @@ impl Spec {
             return Err("outputs.formats: ramdisk is made alone (it has no disk to share with raw, qcow2 or iso)".into());
         }
         if let Some(i) = &self.components.ipa {
-            i.validate(self)?;
+            validate_ipa(i, self)?;
             let (field, f) = i.files();
             validate_source(&field, &f, pins)?;
         }
@@ -394,5 +394,30 @@ fn validate_file(field: &str, f: &FileComponent, pins: Pins) -> Result<(), Strin
         }
     }
 
+    Ok(())
+}
+
+/// What a deploy ramdisk's spec may hold: ironic-python-agent's package, made as `[ramdisk]` alone.
+fn validate_ipa(i: &super::Ipa, spec: &Spec) -> Result<(), String> {
+    let c = &spec.components;
+    if c.kubernetes.is_some() || c.node.is_some() || c.metal3.is_some() || c.agent.is_some() {
+        return Err(
+            "components.ipa: a deploy ramdisk runs ironic-python-agent and nothing of the \
+                    site (no agent, kubernetes, metal3 or node); put those in other specs"
+                .into(),
+        );
+    }
+    if spec.outputs.formats != [super::Format::Ramdisk] {
+        return Err("outputs.formats: a deploy ramdisk (components.ipa) is made as [ramdisk]: \
+                    Ironic boots its kernel and initramfs by PXE, and makes the virtual-media ISO itself"
+            .into());
+    }
+    if !i.package.file_name().ends_with(".deb") {
+        return Err(format!(
+            "{}: {:?} is not a Debian package (.deb)",
+            super::Ipa::FIELD,
+            i.package.file_name()
+        ));
+    }
     Ok(())
 }
