@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use foothold_e2e::deadline::tail_file;
 use foothold_e2e::native_site::{
     appliance_spec, build, extract_root, host_state, lease, patch_host, wait_for, wait_for_hosts,
-    Site, APPLIANCE,
+    wait_for_hosts_past, Site, APPLIANCE,
 };
 use foothold_e2e::netns::{Namespace, Running};
 use foothold_e2e::{
@@ -476,12 +476,13 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         nodes[1].name,
         serde_json::json!({"image": image_spec(&format!("{url}.sha256sum"))}),
     );
-    wait_for_hosts(
+    wait_for_hosts_past(
         &site,
         &[
             (nodes[0].name, "provisioned"),
             (nodes[1].name, "provisioned"),
         ],
+        Some(error),
         Duration::from_secs(1800),
     );
     eprintln!(
