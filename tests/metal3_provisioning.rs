@@ -524,7 +524,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     assert!(again.contains(&format!("host={} ", node.name)), "{again}");
     // The reboot was the soft one Metal3 asks for first: the system shut down (the BMC's ACPI power button,
     // handled by logind) before it was powered on again, not cut off after Ironic's wait.
-    let console = std::fs::read_to_string(&node.console).unwrap_or_default();
+    let console = String::from_utf8_lossy(&std::fs::read(&node.console).unwrap()).into_owned();
     let first_ready = console.find("FOOTHOLD-READY").expect("the first marker");
     assert!(
         console[first_ready..].contains("reboot: Power down"),
