@@ -279,6 +279,7 @@ pub fn provision(
     let site_bmc = Sushy::libvirt(
         dir,
         &Bmc {
+            listen: "127.0.0.1".into(),
             port: ports.site,
             auth_file: dir.join("site-bmc.htpasswd"),
             nodes: vec![node.uuid.clone(), worker.uuid.clone()],

@@ -236,6 +236,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     std::fs::create_dir_all(&bmc_dir).unwrap();
     let password = format!("{:x}", rand::random::<u64>());
     let sushy = foothold_image_builder::site::Bmc {
+        listen: BMC.into(),
         port: REDFISH_PORT,
         auth_file: bmc_dir.join("sushy.htpasswd"),
         nodes: nodes
@@ -254,12 +255,11 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     .unwrap();
     std::fs::create_dir_all(&sushy.state_dir).unwrap();
     let sushy_conf = bmc_dir.join("sushy.conf");
-    let conf = foothold_image_builder::site::sushy_config(&sushy).replace(
-        "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'",
-        &format!("SUSHY_EMULATOR_LISTEN_IP = '{BMC}'"),
-    );
-    assert!(conf.contains(BMC), "{conf}");
-    std::fs::write(&sushy_conf, conf).unwrap();
+    std::fs::write(
+        &sushy_conf,
+        foothold_image_builder::site::sushy_config(&sushy),
+    )
+    .unwrap();
     let site = Site::start(&ns, &root, &site_dir, &[&bmc_dir, &pool, &sushy_conf]);
 
     deadline.phase("Ironic and BMO answer");

@@ -213,6 +213,7 @@ fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
     let bmc = Sushy::libvirt(
         dir,
         &Bmc {
+            listen: "127.0.0.1".into(),
             port: free_port(),
             auth_file: dir.join("bmc.htpasswd"),
             nodes: vec![node.uuid.clone()],

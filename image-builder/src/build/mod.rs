@@ -67,14 +67,14 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         crate::images::fetch_all(loaded, &settings.cache, &settings.pull, progress)?;
     }
     let files = inputs::resolve(loaded, settings)?;
+    let b = Build {
+        loaded,
+        settings,
+        progress,
+        layout: layout::Layout::new(loaded)?,
+        work,
+    };
     if wanted(Format::Ramdisk) {
-        let b = Build {
-            loaded,
-            settings,
-            progress,
-            layout: layout::Layout::new(loaded)?,
-            work,
-        };
         let made = ramdisk::write(&b, &files, &mut record)?;
         outputs::file_manifests(&b, &made, record)?;
         progress.step("clean", "the staging directory");
@@ -86,13 +86,6 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         "agent".into(),
         json!({"path": agent, "sha256": crate::sparse::sha256(&agent)?}),
     );
-    let b = Build {
-        loaded,
-        settings,
-        progress,
-        layout: layout::Layout::new(loaded)?,
-        work,
-    };
 
     let (root, base) = root::partition(&b, &files, wanted(Format::Iso), &mut record)?;
     let stripped = b.work.join("foothold-agent");

@@ -53,13 +53,8 @@ pub fn write(b: &Build, files: &[FileInput], record: &mut Record) -> Result<Vec<
     fs::create_dir_all(&root)?;
     super::root::stage(loaded, &base, files, layout, &root)?;
     let kernel = work.join("kernel");
-    let vmlinuz = fs::read_link(root.join("vmlinuz"))
-        .context("/vmlinuz in the root file system (linux-image-amd64)")?;
-    fs::copy(
-        root.join(vmlinuz.strip_prefix("/").unwrap_or(&vmlinuz)),
-        &kernel,
-    )
-    .context("copying the kernel")?;
+    fs::copy(super::root::resolve_in_root(&root, "vmlinuz")?, &kernel)
+        .context("copying the kernel")?;
     for p in PRUNED {
         let dir = root.join(p);
         if dir.is_dir() {

@@ -238,7 +238,7 @@ pub fn mksquashfs(dir: &Path, out: &Path, epoch: u64, extra: &[&str]) -> Result<
 }
 
 /// The file a symlink in the root file system points at (`vmlinuz` → `boot/vmlinuz-6.1.0-…`), inside `root`.
-fn resolve_in_root(root: &Path, link: &str) -> Result<PathBuf> {
+pub(super) fn resolve_in_root(root: &Path, link: &str) -> Result<PathBuf> {
     let target = fs::read_link(root.join(link))
         .with_context(|| format!("/{link} in the root file system (linux-image-amd64)"))?;
     let rel = target.strip_prefix("/").unwrap_or(&target);
