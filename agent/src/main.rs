@@ -208,9 +208,12 @@ enum Command {
         #[arg(long, value_enum, default_value_t = http::sendfile::SendfileMode::Remote, value_name = "WHEN")]
         sendfile: http::sendfile::SendfileMode,
         /// A service beside the agent that /readyz probes and reports, as name=http://host:port/path (2xx is
-        /// ready), e.g. ironic=http://127.0.0.1:6385/. Repeatable.
+        /// ready), e.g. ironic=http://127.0.0.1:6385/, or https://. Repeatable.
         #[arg(long = "ready-check", value_parser = foothold_agent::neighbors::parse)]
         ready_checks: Vec<foothold_agent::neighbors::Check>,
+        /// PEM certificates that https:// ready checks are verified against (and no others).
+        #[arg(long, value_name = "FILE")]
+        ready_check_ca: Option<PathBuf>,
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
@@ -445,9 +448,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             files_require_token,
             sendfile,
             ready_checks,
+            ready_check_ca,
             limits,
             kube,
         } => {
+            let ready_checks =
+                foothold_agent::neighbors::Neighbors::new(ready_checks, ready_check_ca.as_deref())?;
             let cfg = http::ServeConfig {
                 listen,
                 max_image_length: max_image_size,

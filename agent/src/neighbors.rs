@@ -1,15 +1,23 @@
 //! The services the appliance runs beside the agent (Ironic, baremetal-operator), probed when `/readyz` is
 //! asked, so "is my site up" is one request: `--ready-check ironic=http://127.0.0.1:6385/` makes `/readyz`
 //! carry `"services": {"ironic": {"state": "ok", "status": 200}}`, or `{"state": "down", "error": …}` with the
-//! reason. Plain HTTP on the appliance; each probe is bounded by [`TIMEOUT`].
+//! reason. Each probe is bounded by [`TIMEOUT`]. A service on HTTPS (Ironic on the provisioning network) is
+//! verified against the CA certificates of `--ready-check-ca` and no others: the appliance's services have
+//! certificates of its own making.
 
 use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::Empty;
 use hyper::body::Bytes;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 
 /// How long one probe may take.
 pub const TIMEOUT: Duration = Duration::from_secs(3);
@@ -21,7 +29,7 @@ pub struct Check {
     pub url: hyper::Uri,
 }
 
-/// Parses `name=http://host:port/path`; the error says what is wrong.
+/// Parses `name=http://host:port/path` (or `https://`); the error says what is wrong.
 pub fn parse(s: &str) -> Result<Check, String> {
     let (name, url) = s
         .split_once('=')
@@ -32,9 +40,9 @@ pub fn parse(s: &str) -> Result<Check, String> {
         ));
     }
     let url: hyper::Uri = url.parse().map_err(|e| format!("{url:?}: {e}"))?;
-    if url.scheme_str() != Some("http") || url.host().is_none() {
+    if !matches!(url.scheme_str(), Some("http" | "https")) || url.host().is_none() {
         return Err(format!(
-            "{url}: a check is a plain http:// URL with a host (the services beside the agent)"
+            "{url}: a check is an http:// or https:// URL with a host (the services beside the agent)"
         ));
     }
     Ok(Check {
@@ -43,9 +51,78 @@ pub fn parse(s: &str) -> Result<Check, String> {
     })
 }
 
-/// Every check's state, by name, probed concurrently.
-pub async fn probe_all(checks: &[Check]) -> BTreeMap<String, serde_json::Value> {
-    let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+/// The checks and the client that probes them.
+#[derive(Clone)]
+pub struct Neighbors {
+    checks: Vec<Check>,
+    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+}
+
+impl Neighbors {
+    /// `checks`, those on HTTPS verified against the PEM certificates in `ca`: an HTTPS check without `ca`,
+    /// or a `ca` that holds no certificate, is an error naming the flag.
+    pub fn new(checks: Vec<Check>, ca: Option<&Path>) -> anyhow::Result<Self> {
+        let mut roots = rustls::RootCertStore::empty();
+        if let Some(ca) = ca {
+            let certs = CertificateDer::pem_file_iter(ca)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| anyhow::anyhow!("--ready-check-ca {}: {e}", ca.display()))?;
+            if certs.is_empty() {
+                anyhow::bail!(
+                    "--ready-check-ca {}: no PEM certificate in it",
+                    ca.display()
+                );
+            }
+            for cert in certs {
+                roots
+                    .add(cert)
+                    .map_err(|e| anyhow::anyhow!("--ready-check-ca {}: {e}", ca.display()))?;
+            }
+        } else if let Some(c) = checks.iter().find(|c| c.url.scheme_str() == Some("https")) {
+            anyhow::bail!(
+                "--ready-check {}={}: an https:// check needs --ready-check-ca (the PEM certificate its \
+                 service's is verified against)",
+                c.name,
+                c.url
+            );
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        Ok(Self {
+            checks,
+            client: Client::builder(TokioExecutor::new()).build(connector),
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.checks.is_empty()
+    }
+
+    /// Every check's state, by name, probed concurrently.
+    pub async fn probe_all(&self) -> BTreeMap<String, serde_json::Value> {
+        probe_all(&self.client, &self.checks).await
+    }
+}
+
+impl Default for Neighbors {
+    fn default() -> Self {
+        Self::new(Vec::new(), None).expect("no checks, no CA")
+    }
+}
+
+async fn probe_all(
+    client: &Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    checks: &[Check],
+) -> BTreeMap<String, serde_json::Value> {
     let probes = checks.iter().map(|c| {
         let client = client.clone();
         async move {
@@ -82,7 +159,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_check_is_a_name_and_a_plain_http_url() {
+    fn a_check_is_a_name_and_an_http_url() {
         let c = parse("baremetal-operator=http://127.0.0.1:9440/readyz").unwrap();
         assert_eq!(c.name, "baremetal-operator");
         assert_eq!(c.url.path(), "/readyz");
@@ -90,8 +167,8 @@ mod tests {
             ("ironic", "give name=url"),
             ("=http://127.0.0.1:1/", "a check's name"),
             ("a b=http://127.0.0.1:1/", "a check's name"),
-            ("ironic=https://127.0.0.1:6385/", "plain http://"),
-            ("ironic=/v1", "plain http://"),
+            ("ironic=ftp://127.0.0.1:6385/", "http:// or https://"),
+            ("ironic=/v1", "http:// or https://"),
         ] {
             let e = parse(bad).unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");
@@ -119,7 +196,10 @@ mod tests {
             parse(&format!("bmo=http://{up}/readyz")).unwrap(),
             parse(&format!("gone=http://{closed}/")).unwrap(),
         ];
-        let got = probe_all(&checks).await;
+        let got = Neighbors::new(checks.into(), None)
+            .unwrap()
+            .probe_all()
+            .await;
         assert_eq!(
             got["ironic"],
             serde_json::json!({"state": "ok", "status": 200})
@@ -131,5 +211,28 @@ mod tests {
         assert_eq!(got["gone"]["state"], "down");
         let error = got["gone"]["error"].as_str().unwrap();
         assert!(error.contains("onnect"), "{error}");
+    }
+
+    #[test]
+    fn an_https_check_needs_a_ca_that_holds_a_certificate() {
+        let https = vec![parse("ironic=https://127.0.0.1:6385/").unwrap()];
+        let e = Neighbors::new(https.clone(), None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("needs --ready-check-ca"), "{e}");
+        let tmp = tempfile::tempdir().unwrap();
+        let empty = tmp.path().join("ca.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let e = Neighbors::new(https.clone(), Some(&empty))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("ca.pem: no PEM certificate"), "{e}");
+        let e = Neighbors::new(https, Some(&tmp.path().join("missing.pem")))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("missing.pem"), "{e}");
     }
 }

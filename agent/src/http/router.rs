@@ -183,7 +183,7 @@ async fn readyz(State(state): State<AppState>, headers: axum::http::HeaderMap) -
         "controllers": controllers,
     });
     if !state.neighbors.is_empty() {
-        body["services"] = serde_json::json!(crate::neighbors::probe_all(&state.neighbors).await);
+        body["services"] = serde_json::json!(state.neighbors.probe_all().await);
     }
     axum::Json(body).into_response()
 }

@@ -25,7 +25,7 @@ pub struct ServeConfig {
     /// The Kubernetes controllers to run, if any.
     pub controllers: Option<crate::controllers::Settings>,
     /// The services beside the agent that `/readyz` probes.
-    pub ready_checks: Vec<crate::neighbors::Check>,
+    pub ready_checks: crate::neighbors::Neighbors,
     /// Timeouts and the connection cap for clients.
     pub client_limits: ClientLimits,
     /// How long an upload may go without a byte before it is freed.

@@ -23,7 +23,7 @@ pub struct AppState {
     /// The Kubernetes controllers' state, for `/readyz` and the BPA status endpoint.
     pub controllers: crate::controllers::Shared,
     /// The services beside the agent that `/readyz` probes.
-    pub neighbors: Arc<Vec<crate::neighbors::Check>>,
+    pub neighbors: Arc<crate::neighbors::Neighbors>,
     /// The apt repository `/apt` serves (`serve` always has one).
     pub apt: Option<Arc<crate::apt::Repo>>,
 }
@@ -84,8 +84,8 @@ impl AppState {
     }
 
     /// The services beside the agent that `/readyz` probes.
-    pub fn neighbors(mut self, checks: Vec<crate::neighbors::Check>) -> Self {
-        self.neighbors = Arc::new(checks);
+    pub fn neighbors(mut self, neighbors: crate::neighbors::Neighbors) -> Self {
+        self.neighbors = Arc::new(neighbors);
         self
     }
 

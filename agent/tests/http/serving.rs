@@ -3,14 +3,18 @@
 
 use crate::support;
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use crate::support::{agent_bin, layout, run, stdout, tool, Agent};
 
-#[test]
-fn serves_https_with_the_given_certificate() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (cert, key) = (tmp.path().join("cert.pem"), tmp.path().join("key.pem"));
+/// A P-256 key and a self-signed certificate for 127.0.0.1, as `prefix`cert.pem and `prefix`key.pem in `dir`:
+/// a server's certificate (not a CA's, which WebPKI verifiers refuse to see as a server's), as Ironic's is.
+fn self_signed(dir: &std::path::Path, prefix: &str) -> (PathBuf, PathBuf) {
+    let (cert, key) = (
+        dir.join(format!("{prefix}cert.pem")),
+        dir.join(format!("{prefix}key.pem")),
+    );
     run(Command::new(tool("openssl"))
         .args([
             "req",
@@ -25,19 +29,31 @@ fn serves_https_with_the_given_certificate() {
             "-subj",
             "/CN=127.0.0.1",
         ])
-        .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE", "-keyout"])
         .arg(&key)
         .arg("-out")
         .arg(&cert));
-    let data = tmp.path().join("data");
+    (cert, key)
+}
+
+/// An agent serving HTTPS with `cert` and `key`, its data in `data`.
+fn https_agent(data: &std::path::Path, cert: &std::path::Path, key: &std::path::Path) -> Agent {
     let mut cmd = Command::new(agent_bin());
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(&data)
+        .arg(data)
         .arg("--tls-cert")
-        .arg(&cert)
+        .arg(cert)
         .arg("--tls-key")
-        .arg(&key);
-    let agent = Agent::spawn(cmd, &data, None);
+        .arg(key);
+    Agent::spawn(cmd, data, None)
+}
+
+#[test]
+fn serves_https_with_the_given_certificate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(tmp.path(), "");
+    let agent = https_agent(&tmp.path().join("data"), &cert, &key);
     // Verified against the certificate: TLS is really on, with the key we gave it.
     let body = stdout(
         Command::new(tool("curl"))
@@ -110,6 +126,37 @@ fn serves_https_with_the_given_certificate() {
         .output()
         .unwrap();
     assert!(!plain.status.success());
+}
+
+/// `/readyz` probes a service on HTTPS (here another agent) verified against `--ready-check-ca`: ok with the
+/// certificate that service has, down with the verifier's reason with another one.
+#[test]
+fn an_https_ready_check_is_verified_against_the_ca_it_is_given() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(tmp.path(), "service-");
+    let (other, _) = self_signed(tmp.path(), "other-");
+    let service = https_agent(&tmp.path().join("service"), &cert, &key);
+    let readyz = |ca: &std::path::Path, name: &str| {
+        let data = tmp.path().join(name);
+        let mut cmd = Command::new(agent_bin());
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(&data)
+            .arg("--ready-check")
+            .arg(format!("service=https://{}/v2/", service.host()))
+            .arg("--ready-check-ca")
+            .arg(ca);
+        let agent = Agent::spawn(cmd, &data, None);
+        let body = stdout(Command::new(tool("curl")).args(["-sSf", &agent.url("/readyz")]));
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["services"]["service"].clone()
+    };
+    assert_eq!(
+        readyz(&cert, "trusting"),
+        serde_json::json!({"state": "ok", "status": 200})
+    );
+    let down = readyz(&other, "distrusting");
+    assert_eq!(down["state"], "down", "{down}");
+    let error = down["error"].as_str().unwrap();
+    assert!(error.contains("certificate"), "{error}");
 }
 
 #[test]
