@@ -36,7 +36,8 @@ root_enter() {
 # root_unit DIR UNIT : the unit's command lines (ExecStartPre, then ExecStart), each run to its end but the last,
 # which is started in the background with its output in DIR/../UNIT.log; UNIT_PID is its PID. Its
 # EnvironmentFile and Environment lines are its environment; LoadCredential files are put where systemd puts
-# them; RuntimeDirectory and StateDirectory are made.
+# them; RuntimeDirectory and StateDirectory are made. Its drop-ins (/etc/systemd/system/UNIT.service.d/*.conf,
+# in name order) come after it, as systemd reads them: an empty ExecStart= or ExecStartPre= clears the list.
 root_unit() {
   local dir=$1 unit=$2 file log
   file="$dir/etc/systemd/system/$unit.service"
@@ -45,7 +46,12 @@ root_unit() {
   python3 - "$dir" "$file" "$unit" > "$(dirname "$dir")/$unit.sh" <<'PY'
 import os, shlex, sys
 root, path, unit = sys.argv[1], sys.argv[2], sys.argv[3]
-text = open(path).read().replace("\\\n", " ").replace("%p", unit).replace("%n", unit + ".service")
+dropins = f"{root}/etc/systemd/system/{unit}.service.d"
+paths = [path] + sorted(
+    os.path.join(dropins, f) for f in (os.listdir(dropins) if os.path.isdir(dropins) else []) if f.endswith(".conf")
+)
+text = "\n".join(open(p).read() for p in paths)
+text = text.replace("\\\n", " ").replace("%p", unit).replace("%n", unit + ".service")
 
 def assignment(line):
     """KEY=VALUE as systemd reads it (the rest of the line, one pair of quotes removed): a shell export."""
@@ -70,9 +76,12 @@ for line in text.splitlines():
             if l.strip() and not l.lstrip().startswith(("#", ";")):
                 files.append(assignment(l))
     elif key == "ExecStartPre":
-        pre.append(value.lstrip("-+!@:"))
+        if value:
+            pre.append(value.lstrip("-+!@:"))
+        else:
+            pre = []
     elif key == "ExecStart":
-        start = value.lstrip("-+!@:")
+        start = value.lstrip("-+!@:") or None
     elif key == "LoadCredential":
         name, src = value.split(":", 1)
         env.append(f"mkdir -p /run/credentials/{unit}.service && cp {src} /run/credentials/{unit}.service/{name}")

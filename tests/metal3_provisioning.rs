@@ -263,23 +263,47 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     let site = Site::start(&ns, &root, &site_dir, &[&bmc_dir, &pool, &sushy_conf]);
 
     deadline.phase("Ironic and BMO answer");
+    let ironic_cert = root.join("etc/ironic/tls/cert.pem");
     wait_for(
         "Ironic's API and BMO's CRDs",
         Duration::from_secs(600),
         || {
-            let ironic = try_run(site.command("curl").args([
-                "-sf",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                &format!("http://{APPLIANCE}:6385/"),
-            ]));
+            // HTTPS, verified with the certificate the appliance made for Ironic at its first boot.
+            let ironic = try_run(
+                site.command("curl")
+                    .args(["-sf", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+                    .arg(&ironic_cert)
+                    .arg(format!("https://{APPLIANCE}:6385/")),
+            );
             let crd = site.kubectl(&["get", "crd", "baremetalhosts.metal3.io", "-o", "name"]);
             let state = format!("ironic {ironic:?}, BMO's CRD {crd:?}");
             (state, (ironic.is_ok() && crd.is_ok()).then_some(()))
         },
     );
+    // Only HTTPS: a plain request is not answered.
+    assert!(try_run(site.command("curl").args([
+        "-sf",
+        "--max-time",
+        "10",
+        &format!("http://{APPLIANCE}:6385/")
+    ]))
+    .is_err());
+    // The agent's /readyz verifies Ironic the same way (the agent's own certificate is the node image's CA).
+    let readyz = wait_for("the agent's /readyz", Duration::from_secs(120), || {
+        let body = try_run(
+            site.command("curl")
+                .args(["-sf", "--cacert"])
+                .arg(root.join("etc/foothold/tls/cert.pem"))
+                .arg(format!("https://{APPLIANCE}:5000/readyz")),
+        );
+        let done = body
+            .as_ref()
+            .ok()
+            .and_then(|b| serde_json::from_str::<serde_json::Value>(b).ok())
+            .filter(|v| v["services"]["ironic"]["state"] == "ok");
+        (format!("{body:?}"), done)
+    });
+    assert_eq!(readyz["services"]["ironic"]["status"], 200, "{readyz}");
 
     deadline
         .phase("the node image, trusting the appliance's CA, served on the provisioning network");

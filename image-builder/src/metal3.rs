@@ -11,6 +11,10 @@
 //! ramdisk (`components.metal3.deployRamdisk`) and the provisioning network served (`network.provisioning.dhcp`),
 //! Ironic also inspects hosts, cleans their disks' metadata and writes images to them (`direct`), booting its
 //! agent by iPXE from its HTTP root or by virtual media; the agent reaches its API on the provisioning address.
+//! On an appliance that serves TLS (`components.agentTls`) that API is HTTPS, with a key and self-signed
+//! certificate made at first boot (`foothold-metal3-auth`), which BMO, the agent's `/readyz` and the deploy
+//! ramdisk verify it against: Ironic puts the certificate into the virtual-media ISOs it makes, and iPXE loads it
+//! as a second initrd (a template of Ironic's own, [`stage`]).
 
 use crate::spec::{Spec, BMO_PLUGIN_DIR, DEPLOY_RAMDISK_DIR};
 
@@ -27,6 +31,20 @@ pub const AUTH_DIR: &str = "/etc/metal3/auth";
 pub const HTTP_ROOT: &str = "/var/lib/ironic/httpboot";
 /// The unit serving [`HTTP_ROOT`].
 pub const HTTPBOOT_UNIT: &str = "ironic-httpboot.service";
+/// Ironic's TLS certificate, made at first boot for the names in [`TLS_NAMES`]; the key beside it is root's,
+/// handed to Ironic as a credential.
+pub const TLS_CERT: &str = "/etc/ironic/tls/cert.pem";
+/// The names, beyond loopback's, Ironic's certificate is for (`IP:` the provisioning address).
+const TLS_NAMES: &str = "/etc/ironic/tls-names";
+/// The iPXE template Ironic renders each node's deploy boot script from (Ironic's own, plus the certificate's
+/// initrd).
+const IPXE_TEMPLATE: &str = "/etc/ironic/ipxe_config.template";
+/// Ironic's packaged iPXE template, in the staged root.
+const PACKAGED_IPXE_TEMPLATE: &str =
+    "usr/lib/python3/dist-packages/ironic/drivers/modules/ipxe_config.template";
+/// The initrd holding the certificate and IPA's configuration naming it, in [`HTTP_ROOT`] (made at each start
+/// of Ironic from [`TLS_CERT`] by `ironic-ca-initrd`); its name is iPXE's and the EFI stub's for it.
+const CA_INITRD: &str = "foothold-ironic-ca";
 
 /// Seconds between Ironic's syncs of every node's power state (Ironic's default: 60).
 const SYNC_POWER_STATE_SECONDS: u32 = 300;
@@ -80,6 +98,16 @@ struct Plan {
     ramdisk: bool,
     /// ... and the EFI system partition of the virtual-media ISOs it makes of it.
     esp: bool,
+    /// Ironic's API is HTTPS: it is on the provisioning network of an appliance that serves TLS.
+    tls: bool,
+}
+
+impl Plan {
+    /// Ironic's API as its clients name it.
+    fn api_url(&self) -> String {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.api)
+    }
 }
 
 fn plan(spec: &Spec) -> Plan {
@@ -97,6 +125,7 @@ fn plan(spec: &Spec) -> Plan {
         api: provisioning
             .as_ref()
             .map_or_else(|| IRONIC_API.to_owned(), |a| format!("{a}:{IRONIC_PORT}")),
+        tls: provisioning.is_some() && spec.components.agent_tls,
         provisioning,
         ramdisk: deploy_ramdisk.is_some(),
         esp: deploy_ramdisk.is_some_and(|d| d.esp.is_some()),
@@ -104,13 +133,18 @@ fn plan(spec: &Spec) -> Plan {
 }
 
 /// The agent's arguments that make its `/readyz` report Ironic and BMO.
-pub fn ready_checks(spec: &Spec) -> [String; 4] {
-    [
+pub fn ready_checks(spec: &Spec) -> Vec<String> {
+    let p = plan(spec);
+    let mut args = vec![
         "--ready-check".into(),
-        format!("ironic=http://{}/", plan(spec).api),
+        format!("ironic={}/", p.api_url()),
         "--ready-check".into(),
         format!("baremetal-operator=http://{BMO_HEALTH}/readyz"),
-    ]
+    ];
+    if p.tls {
+        args.extend(["--ready-check-ca".into(), TLS_CERT.into()]);
+    }
+    args
 }
 
 /// The units this spec's Metal3 enables beyond [`UNITS`].
@@ -168,18 +202,36 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
             ));
             sections.push_str(&format!(
                 "[service_catalog]\n# The address the deploy ramdisk calls back (ipa-api-url on its command line).\n\
-                 endpoint_override = http://{api}\n\n\
+                 endpoint_override = {api}\n\n\
                  [pxe]\n# The deploy ramdisk's log on the serial console too.\n\
                  kernel_append_params = nofb nomodeset vga=normal console=tty0 console=ttyS0,115200n8\n\
                  tftp_root = /var/lib/ironic/tftpboot\ntftp_master_path = /var/lib/ironic/tftpboot/master_images\n\
                  images_path = /var/lib/ironic/images\ninstance_master_path = /var/lib/ironic/master_images\n\n\
+                 {ipxe_template}\
                  [agent]\n# The deploy ramdisk's logs, kept when a deploy or cleaning fails.\n\
-                 deploy_logs_local_path = /var/lib/ironic/deploy-logs\n\n",
-                api = p.api
+                 deploy_logs_local_path = /var/lib/ironic/deploy-logs\n{api_ca}\n",
+                api = p.api_url(),
+                ipxe_template = if p.tls {
+                    format!("# Ironic's own, plus the initrd with its certificate (foothold-build).\nipxe_config_template = {IPXE_TEMPLATE}\n")
+                } else {
+                    String::new()
+                },
+                api_ca = if p.tls {
+                    format!("# Put into the virtual-media ISOs, for the deploy ramdisk to verify the API with.\napi_ca_file = {TLS_CERT}\n")
+                } else {
+                    String::new()
+                },
             ));
+            if p.tls {
+                sections.push_str(&format!(
+                    "[ssl]\n# Made at first boot (foothold-metal3-auth); the key is a credential of ironic.service.\n\
+                     cert_file = {TLS_CERT}\nkey_file = /run/credentials/ironic.service/tls-key\n\n"
+                ));
+            }
         }
         None => deploy.push_str("fast_track = false\n"),
     }
+    let ssl_api = if p.tls { "enable_ssl_api = true\n" } else { "" };
     let allowed = if p.ramdisk {
         format!("# file:// URLs Ironic reads: its state and the deploy ramdisk placed in the image.\nfile_url_allowed_paths = /var/lib/ironic,{DEPLOY_RAMDISK_DIR}\n")
     } else {
@@ -190,7 +242,7 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
          # message bus, no Keystone, Redfish and IPMI BMCs, live ISOs by the ramdisk deploy, disk images by the\n\
          # direct deploy when there is a deploy ramdisk.\n\
          {defaults}\n\
-         [api]\nhost_ip = {host}\nport = {port}\n\n\
+         [api]\nhost_ip = {host}\nport = {port}\n{ssl_api}\n\
          [conductor]\n# Cleaning needs the deploy ramdisk; without one BareMetalHosts say automatedCleaningMode: disabled.\n\
          automated_clean = {clean}\n{allowed}\
          # The deploy ramdisk is zstd-compressed on purpose (the kernel unpacks it; PXE fetches a third of it):\n\
@@ -222,12 +274,17 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
     };
     let bmo = format!(
         "# Read by baremetal-operator.service; written by foothold-build.\n\
-         IRONIC_ENDPOINT=http://{api}/v1/\nPROVISIONER_PLUGIN_DIR={BMO_PLUGIN_DIR}\n\
-         METAL3_AUTH_ROOT_DIR={AUTH_DIR}\nBMO_HEALTH_ADDR={BMO_HEALTH}\n\
+         IRONIC_ENDPOINT={api}/v1/\nPROVISIONER_PLUGIN_DIR={BMO_PLUGIN_DIR}\n\
+         METAL3_AUTH_ROOT_DIR={AUTH_DIR}\nBMO_HEALTH_ADDR={BMO_HEALTH}\n{ca}\
          # Reconciles wait on Ironic and the API server, not on this CPU: more than BMO's default (the cores).\n\
          # With 1,000 hosts 8 was faster than 2 and than 16 (scripts/bench-metal3-scale.sh).\n\
          BMO_CONCURRENCY={BMO_CONCURRENCY}\n{ramdisk_env}",
-        api = p.api
+        api = p.api_url(),
+        ca = if p.tls {
+            format!("IRONIC_CACERT_FILE={TLS_CERT}\n")
+        } else {
+            String::new()
+        }
     );
     let mut files = vec![
         ("/etc/ironic/ironic.conf".into(), conf, 0o644),
@@ -253,8 +310,78 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
             ),
             0o644,
         ));
+        if p.tls {
+            files.push((TLS_NAMES.into(), format!("IP:{addr}\n"), 0o644));
+            files.push((
+                "/etc/systemd/system/ironic.service.d/foothold-tls.conf".into(),
+                format!(
+                    "# Written by foothold-build: Ironic's API on HTTPS (the appliance serves TLS).\n[Service]\n\
+                     LoadCredential=tls-key:/etc/ironic/tls/key.pem\n\
+                     # The deploy ramdisk's initrd holding the certificate, for iPXE (its template names it).\n\
+                     ExecStartPre=/usr/local/lib/foothold/ironic-ca-initrd {TLS_CERT} {HTTP_ROOT}/{CA_INITRD}.cpio\n"
+                ),
+                0o644,
+            ));
+        }
     }
     files
+}
+
+/// What Ironic's configuration needs from the staged `root`: with TLS, its iPXE template made from the
+/// packaged one ([`ipxe_template`]).
+pub fn stage(spec: &Spec, root: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let p = plan(spec);
+    let Some(addr) = p.provisioning.as_deref().filter(|_| p.tls) else {
+        return Ok(());
+    };
+    let packaged = root.join(PACKAGED_IPXE_TEMPLATE);
+    let text = std::fs::read_to_string(&packaged)
+        .with_context(|| format!("Ironic's iPXE template {}", packaged.display()))?;
+    let ours = ipxe_template(&text, addr)
+        .with_context(|| format!("Ironic's iPXE template {}", packaged.display()))?;
+    std::fs::write(root.join(IPXE_TEMPLATE.trim_start_matches('/')), ours)?;
+    Ok(())
+}
+
+/// Ironic's iPXE template with the certificate's initrd loaded after the deploy ramdisk, from the HTTP root on
+/// `addr`: an `initrd` line after the ramdisk's, and its name on the kernel's command line (where the EFI stub
+/// looks for initrds when iPXE does not hand them over itself). An error if the template's deploy lines are
+/// not where Ironic 29 has them.
+fn ipxe_template(packaged: &str, addr: &str) -> anyhow::Result<String> {
+    const RAMDISK_NAME: &str =
+        "initrd={{ pxe_options.initrd_filename|default(\"deploy_ramdisk\", true) }}";
+    let mut out = String::new();
+    let (mut kernel, mut initrd) = (false, false);
+    for line in packaged.lines() {
+        if !kernel && line.starts_with("kernel ") && line.contains(RAMDISK_NAME) {
+            out.push_str(&line.replacen(
+                RAMDISK_NAME,
+                &format!("{RAMDISK_NAME} initrd={CA_INITRD}"),
+                1,
+            ));
+            out.push('\n');
+            kernel = true;
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+        if kernel && !initrd && line.starts_with("initrd ") && line.contains("deployment_ari_path")
+        {
+            out.push_str(&format!(
+                "initrd --name {CA_INITRD} http://{addr}:{port}/{CA_INITRD}.cpio || goto retry\n",
+                port = crate::dhcp::BOOT_SCRIPT_PORT
+            ));
+            initrd = true;
+        }
+    }
+    if !(kernel && initrd) {
+        anyhow::bail!(
+            "no deploy kernel line naming {RAMDISK_NAME:?} followed by the deploy ramdisk's initrd line: \
+             the certificate's initrd cannot be added"
+        );
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -406,6 +533,98 @@ mod tests {
         assert!(unit.contains("\nUser=ironic\n"), "{unit}");
         assert_eq!(extra_units(&spec), [HTTPBOOT_UNIT]);
         assert_eq!(ready_checks(&spec)[1], "ironic=http://172.22.0.1:6385/");
+    }
+
+    /// The deploy section of Ironic 29's `ipxe_config.template` (python3-ironic 29.0 in trixie), as packaged.
+    const IRONIC_29_IPXE: &str = "#!ipxe\n\nset attempts:int32 10\nset i:int32 0\n\ngoto deploy\n\n:deploy\nimgfree\n\
+        kernel {% if pxe_options.ipxe_timeout > 0 %}--timeout {{ pxe_options.ipxe_timeout }} {% endif %}{{ pxe_options.deployment_aki_path }} selinux=0 troubleshoot=0 text {{ pxe_options.pxe_append_params|default(\"\", true) }} BOOTIF=${mac} initrd={{ pxe_options.initrd_filename|default(\"deploy_ramdisk\", true) }} || goto retry\n\n\
+        initrd {% if pxe_options.ipxe_timeout > 0 %}--timeout {{ pxe_options.ipxe_timeout }} {% endif %}{{ pxe_options.deployment_ari_path }} || goto retry\nboot\n\n\
+        :retry\niseq ${i} ${attempts} && goto fail ||\ninc i\n";
+
+    #[test]
+    fn on_an_appliance_serving_tls_ironic_and_its_clients_speak_https_verified_by_its_certificate()
+    {
+        let mut spec = provisioning_spec();
+        spec.components.agent_tls = true;
+        let files = render(&spec);
+        let file = |path: &str| &files.iter().find(|f| f.0 == path).unwrap().1;
+        let conf = file("/etc/ironic/ironic.conf");
+        let get = |section: &str, key: &str| {
+            ini_value(conf, section, key).unwrap_or_else(|| panic!("[{section}] {key} in\n{conf}"))
+        };
+        assert_eq!(get("api", "enable_ssl_api"), "true");
+        assert_eq!(get("ssl", "cert_file"), TLS_CERT);
+        assert_eq!(
+            get("ssl", "key_file"),
+            "/run/credentials/ironic.service/tls-key"
+        );
+        // The deploy ramdisk calls back on HTTPS, with the certificate in its virtual-media ISO or its
+        // second initrd.
+        assert_eq!(
+            get("service_catalog", "endpoint_override"),
+            "https://172.22.0.1:6385"
+        );
+        assert_eq!(get("agent", "api_ca_file"), TLS_CERT);
+        assert_eq!(get("pxe", "ipxe_config_template"), IPXE_TEMPLATE);
+        let env = file("/etc/foothold/metal3.env");
+        for line in [
+            "IRONIC_ENDPOINT=https://172.22.0.1:6385/v1/".to_owned(),
+            format!("IRONIC_CACERT_FILE={TLS_CERT}"),
+        ] {
+            assert!(env.lines().any(|l| l == line), "{line} not in {env}");
+        }
+        assert_eq!(file(TLS_NAMES), "IP:172.22.0.1\n");
+        let dropin = file("/etc/systemd/system/ironic.service.d/foothold-tls.conf");
+        assert!(dropin.contains("\nLoadCredential=tls-key:/etc/ironic/tls/key.pem\n"));
+        assert!(dropin.contains(&format!(
+            "ironic-ca-initrd {TLS_CERT} {HTTP_ROOT}/{CA_INITRD}.cpio\n"
+        )));
+        assert_eq!(
+            ready_checks(&spec)[1..],
+            [
+                "ironic=https://172.22.0.1:6385/",
+                "--ready-check",
+                "baremetal-operator=http://127.0.0.1:9440/readyz",
+                "--ready-check-ca",
+                TLS_CERT
+            ]
+        );
+        // The overlay's scripts the drop-in and foothold-metal3-auth run are there.
+        let auth = include_str!("../../rootfs/usr/local/lib/foothold/metal3-auth");
+        assert!(auth.contains(TLS_NAMES) && auth.contains(TLS_CERT));
+        assert!(
+            include_str!("../../rootfs/usr/local/lib/foothold/ironic-ca-initrd")
+                .starts_with("#!/usr/bin/python3\n")
+        );
+    }
+
+    #[test]
+    fn the_certificates_initrd_is_loaded_after_the_deploy_ramdisk() {
+        let ours = ipxe_template(IRONIC_29_IPXE, "172.22.0.1").unwrap();
+        let lines: Vec<&str> = ours.lines().collect();
+        let kernel = lines.iter().position(|l| l.starts_with("kernel ")).unwrap();
+        assert!(
+            lines[kernel].ends_with(
+                "initrd={{ pxe_options.initrd_filename|default(\"deploy_ramdisk\", true) }} initrd=foothold-ironic-ca || goto retry"
+            ),
+            "{}",
+            lines[kernel]
+        );
+        let ramdisk = lines
+            .iter()
+            .position(|l| l.contains("deployment_ari_path"))
+            .unwrap();
+        assert_eq!(
+            lines[ramdisk + 1],
+            "initrd --name foothold-ironic-ca http://172.22.0.1:6180/foothold-ironic-ca.cpio || goto retry"
+        );
+        assert_eq!(lines[ramdisk + 2], "boot");
+        // Everything else is Ironic's, unchanged.
+        assert_eq!(lines.len(), IRONIC_29_IPXE.lines().count() + 1);
+        // A template whose deploy lines moved is an error, not a boot script without the certificate.
+        let moved = IRONIC_29_IPXE.replace("deployment_ari_path", "ramdisk_path");
+        let e = ipxe_template(&moved, "172.22.0.1").unwrap_err().to_string();
+        assert!(e.contains("cannot be added"), "{e}");
     }
 
     #[test]

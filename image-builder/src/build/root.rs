@@ -134,7 +134,8 @@ pub(super) fn stage(
     }
     place_bmo_crds(loaded, files, root)?;
     fs::create_dir_all(root.join(AGENT_DIR.trim_start_matches('/')))?;
-    configure::apply(root, &configure::render(&loaded.spec, &layout.ids))
+    configure::apply(root, &configure::render(&loaded.spec, &layout.ids))?;
+    crate::metal3::stage(&loaded.spec, root)
 }
 
 /// baremetal-operator's CRDs, read from its checked source archive, where the bring-up applies manifests (before
