@@ -111,6 +111,8 @@ apt_need ipmitool:ipmitool
 # iPXE's builds that the appliance serves over TFTP, unpacked from Debian's ipxe package rather than installed
 # (the package adds a GRUB menu entry to the host). target/tools/ipxe holds them.
 apt_need /usr/sbin/dnsmasq:dnsmasq-base
+# busybox's udhcpc: DHCP clients with the client ids the test chooses.
+apt_need busybox:busybox
 ipxe_candidate() { apt-cache policy ipxe | awk '/Candidate:/ && $2 != "(none)" {print $2}' | tr ':' '_'; }
 ipxe_version=$(ipxe_candidate)
 if [ -z "$ipxe_version" ]; then

@@ -237,4 +237,59 @@ fn compute_nodes_get_a_lease_and_ipxe_under_bios_and_uefi_from_the_appliances_dn
             std::net::Ipv4Addr::new(172, 22, 0, 10)..=std::net::Ipv4Addr::new(172, 22, 0, 100);
         assert!(range.contains(&address), "{lease}");
     }
+
+    deadline.phase("one MAC, two client ids: one address");
+    // A host is its NIC's MAC: the deploy ramdisk and the OS installed after it each send a DHCP client id of
+    // their own (networkd's, from their machine ids), and must get the address inspection recorded. Two
+    // clients (busybox's udhcpc) on one MAC, each with another client id, in a namespace of their own on the
+    // bridge.
+    let node = Namespace::new("pxenode", "unused");
+    ns.ip(&[
+        "link", "add", "vb0", "type", "veth", "peer", "name", "vn0", "netns", &node.name,
+    ]);
+    ns.ip(&["link", "set", "vb0", "master", "br0", "up"]);
+    node.ip(&["link", "set", "vn0", "address", "52:54:00:fd:00:01", "up"]);
+    let leased = |client_id: &str| -> String {
+        let out = node
+            .command("busybox")
+            .args([
+                "udhcpc",
+                "-i",
+                "vn0",
+                "-n",
+                "-q",
+                "-f",
+                "-t",
+                "5",
+                "-T",
+                "2",
+                "-s",
+                "/bin/true",
+            ])
+            .args(["-C", "-x", &format!("0x3d:{client_id}")])
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stderr).into_owned()
+            + &String::from_utf8_lossy(&out.stdout);
+        log.lines()
+            .find_map(|l| l.split("lease of ").nth(1))
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap_or_else(|| panic!("udhcpc got no lease:\n{log}"))
+            .to_owned()
+    };
+    let ramdisk = leased("ff00000001000102030405");
+    let installed = leased("ff00000002000102030405");
+    assert_eq!(
+        ramdisk, installed,
+        "a second client id on the same MAC got another address"
+    );
+    let leases = std::fs::read_to_string(dir.join("leases")).unwrap_or_default();
+    assert_eq!(
+        leases
+            .lines()
+            .filter(|l| l.contains(" 52:54:00:fd:00:01 "))
+            .count(),
+        1,
+        "{leases}"
+    );
 }

@@ -104,6 +104,9 @@ pub fn render(p: &StaticInterface, d: &Dhcp) -> Vec<(String, String, u32)> {
          pid-file=\n\
          # The one DHCP server of this network: a node's request for the address it had is answered at once.\n\
          dhcp-authoritative\n\
+         # A host is its NIC's MAC: the deploy ramdisk and the OS installed after it (each with a machine id,\n\
+         # so a DHCP client id, of its own) get one address, the one inspection recorded, where the BPA reaches it.\n\
+         dhcp-ignore-clid\n\
          dhcp-range={first},{last},{mask},{lease}\ndhcp-leasefile={LEASES}\n\
          dhcp-option=option:router\ndhcp-option=option:dns-server\n\
          enable-tftp\ntftp-root={TFTP_ROOT}\n\
@@ -165,6 +168,7 @@ mod tests {
             "bind-dynamic",
             "dhcp-range=172.22.0.10,172.22.0.100,255.255.255.0,1h",
             "dhcp-leasefile=/var/lib/foothold-dnsmasq/leases",
+            "dhcp-ignore-clid",
             "enable-tftp",
             "tftp-root=/usr/lib/ipxe",
             "dhcp-boot=tag:ipxe,http://172.22.0.1:6180/boot.ipxe",
