@@ -422,6 +422,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         started.elapsed().as_secs()
     );
     // What inspection found is each VM's: its CPUs, memory, NIC (with the appliance's lease) and disk.
+    let mut inspected = Vec::new();
     for (n, host) in nodes.iter().zip(&hosts) {
         let hw = &host["status"]["hardware"];
         assert_eq!(hw["cpu"]["count"], n.vcpus, "{}: {hw:#}", n.name);
@@ -443,6 +444,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
             "{}: the NIC's address is not the appliance's DHCP's: {nic}",
             n.name
         );
+        inspected.push(nic["ip"].as_str().unwrap().to_owned());
         let disks = hw["storage"].as_array().cloned().unwrap_or_default();
         assert!(
             disks
@@ -514,7 +516,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         started.elapsed().as_secs()
     );
     let mut addresses = Vec::new();
-    for n in &nodes {
+    for (i, n) in nodes.iter().enumerate() {
         // The installed system: named by the config drive, ready.
         let marker = foothold_e2e::wait_for_marker(&n.console, Duration::from_secs(900));
         assert!(
@@ -527,8 +529,14 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
             n.name,
             started.elapsed().as_secs()
         );
-        // Its address is the appliance's DHCP's, and the key of the config drive's user data logs in.
+        // Its address is the appliance's DHCP's, the one inspection recorded (where the BPA reaches it), and
+        // the key of the config drive's user data logs in.
         let address = lease(&root, n.mac);
+        assert_eq!(
+            address, inspected[i],
+            "{}: the installed OS's address is not the one in status.hardware",
+            n.name
+        );
         let out = ssh(&ns, &key, &address, "hostname; findmnt -no SOURCE /");
         assert!(out.starts_with(&format!("{}\n", n.name)), "{out}");
         assert!(

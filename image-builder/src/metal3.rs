@@ -318,7 +318,7 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
                     "# Written by foothold-build: Ironic's API on HTTPS (the appliance serves TLS).\n[Service]\n\
                      LoadCredential=tls-key:/etc/ironic/tls/key.pem\n\
                      # The deploy ramdisk's initrd holding the certificate, for iPXE (its template names it).\n\
-                     ExecStartPre=/usr/local/lib/foothold/ironic-ca-initrd {TLS_CERT} {HTTP_ROOT}/{CA_INITRD}.cpio\n"
+                     ExecStartPre=/usr/local/lib/foothold/ironic-ca-initrd {TLS_CERT} {HTTP_ROOT}/{CA_INITRD}.cpio.gz\n"
                 ),
                 0o644,
             ));
@@ -369,7 +369,7 @@ fn ipxe_template(packaged: &str, addr: &str) -> anyhow::Result<String> {
         if kernel && !initrd && line.starts_with("initrd ") && line.contains("deployment_ari_path")
         {
             out.push_str(&format!(
-                "initrd --name {CA_INITRD} http://{addr}:{port}/{CA_INITRD}.cpio || goto retry\n",
+                "initrd --name {CA_INITRD} http://{addr}:{port}/{CA_INITRD}.cpio.gz || goto retry\n",
                 port = crate::dhcp::BOOT_SCRIPT_PORT
             ));
             initrd = true;
@@ -577,7 +577,7 @@ mod tests {
         let dropin = file("/etc/systemd/system/ironic.service.d/foothold-tls.conf");
         assert!(dropin.contains("\nLoadCredential=tls-key:/etc/ironic/tls/key.pem\n"));
         assert!(dropin.contains(&format!(
-            "ironic-ca-initrd {TLS_CERT} {HTTP_ROOT}/{CA_INITRD}.cpio\n"
+            "ironic-ca-initrd {TLS_CERT} {HTTP_ROOT}/{CA_INITRD}.cpio.gz\n"
         )));
         assert_eq!(
             ready_checks(&spec)[1..],
@@ -616,7 +616,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             lines[ramdisk + 1],
-            "initrd --name foothold-ironic-ca http://172.22.0.1:6180/foothold-ironic-ca.cpio || goto retry"
+            "initrd --name foothold-ironic-ca http://172.22.0.1:6180/foothold-ironic-ca.cpio.gz || goto retry"
         );
         assert_eq!(lines[ramdisk + 2], "boot");
         // Everything else is Ironic's, unchanged.
