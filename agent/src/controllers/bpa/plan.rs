@@ -376,12 +376,23 @@ pub(super) fn host_has_mac(h: &Host, mac: &str) -> bool {
             .any(|(m, _)| normalize_mac(m).as_deref() == Some(mac))
 }
 
-/// The IP of the NIC with `mac` (for a boot MAC the inspection did not list, none).
+/// The address the installer reaches the NIC with `mac` at (for a boot MAC the inspection did not list,
+/// none). BMO lists a NIC once per address inspection found on it, IPv4 first, then IPv6: an IPv4 address is
+/// taken, else a routable IPv6 one; a link-local IPv6 address (`fe80::/10`) names no host without its
+/// interface, and one that does not parse is no address either.
 pub(super) fn host_ip(h: &Host, mac: &str) -> Option<String> {
-    h.nics
+    let addresses = h
+        .nics
         .iter()
-        .find(|(m, ip)| normalize_mac(m).as_deref() == Some(mac) && ip.is_some())
-        .and_then(|(_, ip)| ip.clone())
+        .filter(|(m, _)| normalize_mac(m).as_deref() == Some(mac))
+        .filter_map(|(_, ip)| ip.as_deref()?.parse::<std::net::IpAddr>().ok());
+    let usable = |a: &std::net::IpAddr| match a {
+        std::net::IpAddr::V4(v4) => !v4.is_unspecified(),
+        std::net::IpAddr::V6(v6) => !v6.is_unspecified() && (v6.segments()[0] & 0xffc0) != 0xfe80,
+    };
+    let mut usable: Vec<std::net::IpAddr> = addresses.filter(usable).collect();
+    usable.sort_by_key(|a| !a.is_ipv4());
+    usable.first().map(ToString::to_string)
 }
 
 /// Why `host` does not meet `w`, if it does not.

@@ -352,3 +352,35 @@ proptest! {
         prop_assert_eq!(quantity_bytes(&format!("{n}{suffix}")), Some(u128::from(n) * mul));
     }
 }
+
+#[test]
+fn a_host_is_reached_at_its_ipv4_address_else_a_routable_ipv6_one_never_a_link_local_one() {
+    let mac = "52:54:00:22:10:01";
+    let nics = |ips: &[Option<&str>]| Host {
+        nics: ips
+            .iter()
+            .map(|ip| (mac.to_uppercase(), ip.map(str::to_owned)))
+            .chain([("52:54:00:99:99:99".to_owned(), Some("10.9.9.9".to_owned()))])
+            .collect(),
+        ..Host::default()
+    };
+    // BMO's order for one NIC with both: IPv4 first, then IPv6; either order gives the IPv4 address.
+    for ips in [
+        [Some("172.22.0.16"), Some("fe80::5054:ff:fe22:1001")],
+        [Some("fe80::5054:ff:fe22:1001"), Some("172.22.0.16")],
+    ] {
+        assert_eq!(host_ip(&nics(&ips), mac).as_deref(), Some("172.22.0.16"));
+    }
+    assert_eq!(
+        host_ip(&nics(&[Some("fe80::1"), Some("2001:db8::16")]), mac).as_deref(),
+        Some("2001:db8::16")
+    );
+    // Only a link-local address, none, or something that is no address: nothing to install through.
+    for ips in [
+        &[Some("fe80::5054:ff:fe22:1001")][..],
+        &[None],
+        &[Some("not-an-address"), Some("0.0.0.0")],
+    ] {
+        assert_eq!(host_ip(&nics(ips), mac), None, "{ips:?}");
+    }
+}
