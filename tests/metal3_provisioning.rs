@@ -134,11 +134,21 @@ fn domain_xml(node: &Node) -> String {
     )
 }
 
-/// `command` run on the node at `address` over SSH with `key`, from inside the namespace; its output.
+/// `command` run on the node at `address` over SSH with `key`, from inside the namespace; its output. The ready
+/// marker can come before sshd takes connections (seen: "Connection refused" right after it, once in four
+/// runs), so a refused or failed login is tried again for up to two minutes, naming the last error.
 fn ssh(ns: &Namespace, key: &Path, address: &str, command: &str) -> String {
-    run(ns
-        .command("ssh")
-        .args(foothold_e2e::ssh_args(address, 22, key, command)))
+    wait_for(
+        &format!("SSH to {address}"),
+        Duration::from_secs(120),
+        || {
+            let out = try_run(
+                ns.command("ssh")
+                    .args(foothold_e2e::ssh_args(address, 22, key, command)),
+            );
+            (format!("{out:?}"), out.ok())
+        },
+    )
 }
 
 /// The first MiB of the node's disk (read while the VM runs: a shared read).
