@@ -445,6 +445,11 @@ mod tests {
         })
     }
 
+    /// [`ini_value`], which must be set.
+    fn setting<'a>(conf: &'a str, section: &str, key: &str) -> &'a str {
+        ini_value(conf, section, key).unwrap_or_else(|| panic!("[{section}] {key} in\n{conf}"))
+    }
+
     /// The appliance serving its provisioning network, with a deploy ramdisk: what IPA-based provisioning needs.
     fn provisioning_spec() -> Spec {
         crate::spec::tests::metal3_spec(|t| {
@@ -467,9 +472,7 @@ mod tests {
         let files = render(&spec);
         let file = |path: &str| &files.iter().find(|f| f.0 == path).unwrap().1;
         let conf = file("/etc/ironic/ironic.conf");
-        let get = |section: &str, key: &str| {
-            ini_value(conf, section, key).unwrap_or_else(|| panic!("[{section}] {key} in\n{conf}"))
-        };
+        let get = |section: &str, key: &str| setting(conf, section, key);
         // The deploy ramdisk calls the API on the provisioning address; iPXE and BMCs fetch from the HTTP root
         // there, on the port dnsmasq's iPXE clients are sent to.
         assert_eq!(get("api", "host_ip"), "172.22.0.1");
@@ -549,9 +552,7 @@ mod tests {
         let files = render(&spec);
         let file = |path: &str| &files.iter().find(|f| f.0 == path).unwrap().1;
         let conf = file("/etc/ironic/ironic.conf");
-        let get = |section: &str, key: &str| {
-            ini_value(conf, section, key).unwrap_or_else(|| panic!("[{section}] {key} in\n{conf}"))
-        };
+        let get = |section: &str, key: &str| setting(conf, section, key);
         assert_eq!(get("api", "enable_ssl_api"), "true");
         assert_eq!(get("ssl", "cert_file"), TLS_CERT);
         assert_eq!(
