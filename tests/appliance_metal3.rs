@@ -258,7 +258,7 @@ pub fn provision(
     // The virtual site: one compute node reaching the appliance's agent at the provisioning address the node
     // image is built for, and its BMC, which fetches media from the agent as the appliance's CA vouches.
     let ca = dir.join("site-ca.pem");
-    std::fs::write(&ca, a.ssh("cat /etc/foothold/tls/cert.pem")).unwrap();
+    std::fs::write(&ca, a.ssh("cat /etc/foothold/tls/ca.pem")).unwrap();
     // node-00 becomes the workload cluster's control plane: kubeadm wants two CPUs and 1.7 GB there, and the
     // live system keeps the pulled images in memory.
     let mut site = Site::new(&target().join("debug/foothold-build"));

@@ -619,12 +619,52 @@ outputs:
     .unwrap();
     assert_eq!(ready["http"], "ok", "{ready}");
     let pem = run(Command::new("sh").arg("-c").arg(format!(
-        "openssl s_client -connect 127.0.0.1:{port} -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -ext subjectAltName"
+        "openssl s_client -connect 127.0.0.1:{port} -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -ext subjectAltName,basicConstraints"
     )));
-    for name in ["DNS:images-test", "DNS:localhost", "IP Address:127.0.0.1"] {
+    for name in [
+        "DNS:images-test",
+        "DNS:localhost",
+        "IP Address:127.0.0.1",
+        "CA:FALSE",
+    ] {
         assert!(
             pem.contains(name),
             "{name} in the first boot's certificate: {pem}"
+        );
+    }
+    // The chain it serves ends in the site CA (foothold-pki.service), which alone verifies it.
+    let chain = run(Command::new("sh").arg("-c").arg(format!(
+        "openssl s_client -connect 127.0.0.1:{port} -showcerts </dev/null 2>/dev/null"
+    )));
+    let ca = chain
+        .rfind("-----BEGIN CERTIFICATE-----")
+        .and_then(|start| {
+            let end = chain[start..].find("-----END CERTIFICATE-----")?;
+            Some(format!(
+                "{}-----END CERTIFICATE-----\n",
+                &chain[start..start + end]
+            ))
+        })
+        .unwrap_or_else(|| panic!("no certificate served: {chain}"));
+    let ca_file = dir.join("site-ca.pem");
+    std::fs::write(&ca_file, &ca).unwrap();
+    let ca_text = run(Command::new("openssl")
+        .args(["x509", "-noout", "-ext", "basicConstraints,keyUsage", "-in"])
+        .arg(&ca_file));
+    assert!(
+        ca_text.contains("CA:TRUE, pathlen:0") && ca_text.contains("Certificate Sign"),
+        "{ca_text}"
+    );
+    let metrics = run(Command::new("curl")
+        .args(["-fsS", "--max-time", "30", "--cacert"])
+        .arg(&ca_file)
+        .arg(format!("https://127.0.0.1:{port}/metrics")));
+    for name in ["agent", "site-ca"] {
+        assert!(
+            metrics.contains(&format!(
+                "foothold_certificate_expiry_seconds{{name=\"{name}\"}} "
+            )),
+            "{name}'s expiry in /metrics:\n{metrics}"
         );
     }
     drop(vm);

@@ -302,12 +302,12 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         &format!("http://{APPLIANCE}:6385/")
     ]))
     .is_err());
-    // The agent's /readyz verifies Ironic the same way (the agent's own certificate is the node image's CA).
+    // The agent's /readyz verifies Ironic the same way; the agent is verified with the site CA.
     let readyz = wait_for("the agent's /readyz", Duration::from_secs(120), || {
         let body = try_run(
             site.command("curl")
                 .args(["-sf", "--cacert"])
-                .arg(root.join("etc/foothold/tls/cert.pem"))
+                .arg(root.join("etc/foothold/tls/ca.pem"))
                 .arg(format!("https://{APPLIANCE}:5000/readyz")),
         );
         let done = body
@@ -326,7 +326,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         .args(["-q", "-t", "ed25519", "-N", "", "-f"])
         .arg(&key));
     let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
-    let ca = root.join("etc/foothold/tls/cert.pem");
+    let ca = root.join("etc/foothold/tls/ca.pem");
     let image = build_node_image_prefetching(&dir, &ca, None, "qcow2", "[]");
     let images = image.parent().unwrap().to_owned();
     let _images_server = Running(

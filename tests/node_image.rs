@@ -36,7 +36,7 @@ impl Drop for Agent {
 /// The appliance's agent as a node meets it: serving on this host with a certificate for the mirror address the
 /// node image is built for (`MIRROR`, which the node's guest forward brings here), busybox imported.
 struct Mirror {
-    /// The site CA: a self-signed certificate for that address.
+    /// The site CA, which signs the agent's certificate for that address.
     cert: std::path::PathBuf,
     /// busybox's manifest digest.
     digest: String,
@@ -47,27 +47,20 @@ struct Mirror {
 
 impl Mirror {
     fn start(dir: &Path) -> Mirror {
-        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-        run(Command::new("openssl")
-            .args([
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-            ])
-            .args(["-days", "2", "-subj", "/CN=foothold", "-addext"])
-            .arg(format!("subjectAltName=IP:{},IP:127.0.0.1", MIRROR.0))
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert));
+        // The site's certificates as the appliance makes them (foothold-agent pki): the node trusts the CA only.
+        let agent_bin = target().join("debug/foothold-agent");
+        let tls = dir.join("tls");
+        run(Command::new(&agent_bin)
+            .args(["pki", "--name", MIRROR.0, "--name", "127.0.0.1", "--dir"])
+            .arg(&tls));
+        let (cert, chain, key) = (
+            tls.join("ca.pem"),
+            tls.join("cert.pem"),
+            tls.join("key.pem"),
+        );
         let layout = dir.join("busybox");
         let digest = busybox_layout(&layout);
         let data = dir.join("data");
-        let agent_bin = target().join("debug/foothold-agent");
         run(Command::new(&agent_bin)
             .arg("import")
             .arg(&layout)
@@ -88,7 +81,7 @@ impl Mirror {
                 .arg("--token-file")
                 .arg(dir.join("token"))
                 .arg("--tls-cert")
-                .arg(&cert)
+                .arg(&chain)
                 .arg("--tls-key")
                 .arg(&key)
                 .stdout(Stdio::null())

@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod mirror_config;
 pub mod names;
 pub mod neighbors;
+pub mod pki;
 pub mod store;
 pub mod uploads;
 pub mod vino_builder;

@@ -192,9 +192,15 @@ enum Command {
         /// PEM certificate chain for HTTPS.
         #[arg(long, requires = "tls_key")]
         tls_cert: Option<PathBuf>,
-        /// PEM private key for HTTPS.
+        /// PEM private key for HTTPS. The pair is loaded again when either file changes (foothold-agent pki
+        /// renews them), without a restart.
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<PathBuf>,
+        /// A certificate whose end of validity /metrics reports as
+        /// foothold_certificate_expiry_seconds{name="NAME"} (the served one is "agent"), e.g.
+        /// site-ca=/etc/foothold/tls/ca.pem. Repeatable.
+        #[arg(long = "certificate", value_name = "NAME=FILE", value_parser = http::certs::parse_watched)]
+        certificates: Vec<(String, PathBuf)>,
         /// Largest image accepted by the BPA upload API, in bytes.
         #[arg(long, default_value_t = http::DEFAULT_MAX_IMAGE_LENGTH)]
         max_image_size: u64,
@@ -294,6 +300,25 @@ enum Command {
         /// Write the entry to this file instead of printing it.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// Make the site CA if there is none, and issue the agent's serving certificate from it when it is due:
+    /// missing, not the CA's, for other names, or past two-thirds of its life. Files in --dir: ca.pem,
+    /// ca-key.pem, cert.pem (the certificate, then the CA), key.pem. A serving agent reloads the new pair by
+    /// itself. Run at first boot and daily (foothold-pki-renew.timer).
+    Pki {
+        /// The directory of the four files.
+        #[arg(long, default_value = "/etc/foothold/tls")]
+        dir: PathBuf,
+        /// A DNS name or IP address the certificate names; the first is its common name. Repeatable.
+        #[arg(long = "name", required = true)]
+        names: Vec<String>,
+        /// More names, as an OpenSSL subjectAltName list (DNS:a,IP:10.0.0.1), e.g. /etc/foothold/tls-names.
+        /// A missing file adds none.
+        #[arg(long)]
+        names_file: Option<PathBuf>,
+        /// How long a new certificate is valid: <n>d, h, m or s, at most 397d.
+        #[arg(long, default_value = "397d", value_parser = foothold_agent::pki::parse_lifetime)]
+        lifetime: std::time::Duration,
     },
     /// The node side of ViNO (the `vino-builder` container of a Vino's DaemonSet): keep libvirt's networks,
     /// volumes and domains equal to this node's VM plan.
@@ -434,6 +459,55 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Pki {
+            dir,
+            mut names,
+            names_file,
+            lifetime,
+        } => {
+            if let Some(file) = names_file {
+                match std::fs::read_to_string(&file) {
+                    Ok(text) => names.extend(
+                        foothold_agent::pki::parse_san_list(&text)
+                            .with_context(|| format!("{}", file.display()))?,
+                    ),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(anyhow::anyhow!("{}: {e}", file.display())),
+                }
+            }
+            let mut seen = std::collections::HashSet::new();
+            names.retain(|n| seen.insert(n.clone()));
+            std::fs::create_dir_all(&dir).with_context(|| format!("making {}", dir.display()))?;
+            let paths = foothold_agent::pki::Paths::new(&dir);
+            let report = foothold_agent::pki::ensure(
+                &paths,
+                &names,
+                lifetime,
+                std::time::SystemTime::now(),
+            )?;
+            let when = |t: std::time::SystemTime| httpdate::fmt_http_date(t);
+            println!(
+                "site CA {}: {}, expires {}",
+                paths.ca.display(),
+                if report.ca_made { "made" } else { "kept" },
+                when(report.ca_expires)
+            );
+            match report.issued {
+                Some(reason) => println!(
+                    "serving certificate {}: issued ({reason}), expires {}, renewed after {}",
+                    paths.cert.display(),
+                    when(report.expires),
+                    when(report.renew_after)
+                ),
+                None => println!(
+                    "serving certificate {}: kept, expires {}, renewed after {}",
+                    paths.cert.display(),
+                    when(report.expires),
+                    when(report.renew_after)
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Crds => {
             print!("{}", foothold_agent::crd::yaml());
             Ok(ExitCode::SUCCESS)
@@ -444,6 +518,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             token_file,
             tls_cert,
             tls_key,
+            certificates,
             max_image_size,
             files_require_token,
             sendfile,
@@ -463,6 +538,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 token_file,
                 controllers: kube.settings(listen, tls_cert.is_some()),
                 tls: tls_cert.zip(tls_key),
+                certificates,
                 ready_checks,
                 upload_ttl: std::time::Duration::from_secs(limits.upload_ttl.max(1)),
                 client_limits: limits.into(),

@@ -60,6 +60,8 @@ pub struct Metrics {
     /// Times a limit on what clients may cost was reached, by limit.
     limits: Mutex<BTreeMap<&'static str, u64>>,
     uploads: Mutex<UploadStats>,
+    /// Each certificate's end of validity, as Unix time, by the name the operator gave it.
+    certificates: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Metrics {
@@ -133,6 +135,22 @@ impl Metrics {
         *l.entry(limit).or_default() += 1;
     }
 
+    /// A certificate's end of validity, or `None` when its file cannot be read (the series goes away).
+    pub fn set_certificate_expiry(&self, name: &str, not_after: Option<std::time::SystemTime>) {
+        let mut c = self.certificates.lock().unwrap_or_else(|p| p.into_inner());
+        match not_after {
+            Some(t) => {
+                let secs = t
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                c.insert(name.to_string(), secs);
+            }
+            None => {
+                c.remove(name);
+            }
+        }
+    }
+
     pub fn set_leader(&self, leading: bool) {
         self.leader.store(u64::from(leading), Ordering::Relaxed);
     }
@@ -198,6 +216,19 @@ impl Metrics {
         out.push_str("# HELP foothold_upload_sessions_open Registry upload sessions not yet finished or cancelled.\n");
         out.push_str("# TYPE foothold_upload_sessions_open gauge\n");
         let _ = writeln!(out, "foothold_upload_sessions_open {uploads_open}");
+        out.push_str("# HELP foothold_certificate_expiry_seconds When a certificate stops being valid (Unix time), by name: agent is the one served.\n");
+        out.push_str("# TYPE foothold_certificate_expiry_seconds gauge\n");
+        for (name, t) in self
+            .certificates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "foothold_certificate_expiry_seconds{{name=\"{name}\"}} {t}"
+            );
+        }
         out.push_str("# HELP foothold_controller_leader Whether this agent holds the controllers' leader lease.\n");
         out.push_str("# TYPE foothold_controller_leader gauge\n");
         let _ = writeln!(

@@ -142,7 +142,12 @@ pub fn ready_checks(spec: &Spec) -> Vec<String> {
         format!("baremetal-operator=http://{BMO_HEALTH}/readyz"),
     ];
     if p.tls {
-        args.extend(["--ready-check-ca".into(), TLS_CERT.into()]);
+        args.extend([
+            "--ready-check-ca".into(),
+            TLS_CERT.into(),
+            "--certificate".into(),
+            format!("ironic={TLS_CERT}"),
+        ]);
     }
     args
 }
@@ -587,7 +592,9 @@ mod tests {
                 "--ready-check",
                 "baremetal-operator=http://127.0.0.1:9440/readyz",
                 "--ready-check-ca",
-                TLS_CERT
+                TLS_CERT,
+                "--certificate",
+                &format!("ironic={TLS_CERT}"),
             ]
         );
         // The overlay's scripts the drop-in and foothold-metal3-auth run are there.

@@ -9,7 +9,7 @@
 //! `Packages` by hash, for clients that read it a moment before the swap.
 
 pub mod deb;
-mod durable;
+pub(crate) mod durable;
 pub mod index;
 pub mod key;
 

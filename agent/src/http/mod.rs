@@ -7,6 +7,7 @@
 
 pub mod access;
 mod apt;
+pub mod certs;
 pub mod error;
 mod files;
 pub mod fuzz;

@@ -21,7 +21,10 @@ pub struct ServeConfig {
     pub sendfile: super::sendfile::SendfileMode,
     pub data: PathBuf,
     pub token_file: Option<PathBuf>,
+    /// The certificate chain and key served, reloaded when their files change (`certs`).
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// More certificates whose expiry `/metrics` reports, by name.
+    pub certificates: Vec<(String, PathBuf)>,
     /// The Kubernetes controllers to run, if any.
     pub controllers: Option<crate::controllers::Settings>,
     /// The services beside the agent that `/readyz` probes.
@@ -129,6 +132,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let service = app.into_make_service();
     match cfg.tls {
         None => {
+            tokio::spawn(super::certs::watch(None, cfg.certificates, metrics.clone()));
             let acceptor =
                 super::sendfile::ZeroCopyAcceptor::new(connections, metrics, cfg.sendfile);
             let mut server = axum_server::bind(cfg.listen)
@@ -149,6 +153,15 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
                         key.display()
                     )
                 })?;
+            tokio::spawn(super::certs::watch(
+                Some(super::certs::Served {
+                    config: config.clone(),
+                    cert,
+                    key,
+                }),
+                cfg.certificates,
+                metrics,
+            ));
             let mut server = axum_server::bind(cfg.listen)
                 .acceptor(
                     axum_server::tls_rustls::RustlsAcceptor::new(config).acceptor(connections),

@@ -5,8 +5,9 @@ use crate::support;
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::{Duration, SystemTime};
 
-use crate::support::{agent_bin, layout, run, stdout, tool, Agent};
+use crate::support::{agent_bin, layout, run, stdout, tool, wait_for, Agent};
 
 /// A P-256 key and a self-signed certificate for 127.0.0.1, as `prefix`cert.pem and `prefix`key.pem in `dir`:
 /// a server's certificate (not a CA's, which WebPKI verifiers refuse to see as a server's), as Ironic's is.
@@ -157,6 +158,212 @@ fn an_https_ready_check_is_verified_against_the_ca_it_is_given() {
     assert_eq!(down["state"], "down", "{down}");
     let error = down["error"].as_str().unwrap();
     assert!(error.contains("certificate"), "{error}");
+}
+
+/// `foothold-agent pki` on `dir`, its output.
+fn pki(dir: &std::path::Path, lifetime: &str) -> String {
+    stdout(
+        Command::new(agent_bin())
+            .args([
+                "pki",
+                "--name",
+                "127.0.0.1",
+                "--name",
+                "localhost",
+                "--lifetime",
+                lifetime,
+                "--dir",
+            ])
+            .arg(dir),
+    )
+}
+
+/// `GET path` over TLS by a rustls client that trusts only `ca`: the status line and the leaf it was served.
+fn rustls_get(
+    addr: std::net::SocketAddr,
+    ca: &std::path::Path,
+    path: &str,
+) -> Result<(String, Vec<u8>), String> {
+    use std::io::{Read as _, Write as _};
+    let mut roots = rustls::RootCertStore::empty();
+    for der in foothold_agent::pki::pem_certs(&std::fs::read_to_string(ca).unwrap()).unwrap() {
+        roots.add(der.into()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+    let tcp = std::net::TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    write!(
+        tls,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    // A server that closes without close_notify is an error to rustls; the response is read by then.
+    let _ = tls.read_to_string(&mut response);
+    let leaf = tls.conn.peer_certificates().ok_or("no certificate")?[0].to_vec();
+    Ok((
+        response.lines().next().unwrap_or_default().to_string(),
+        leaf,
+    ))
+}
+
+#[test]
+fn the_agent_serves_a_certificate_of_the_site_ca_and_a_renewed_one_without_a_restart() {
+    use x509_parser::prelude::{FromDer as _, X509Certificate};
+    let tmp = tempfile::tempdir().unwrap();
+    let tls = tmp.path().join("tls");
+    std::fs::create_dir(&tls).unwrap();
+    // 30 s, so that two-thirds of it come during the test: renewed after 20 s.
+    let made = pki(&tls, "30s");
+    assert!(
+        made.contains("site CA") && made.contains(": made,"),
+        "{made}"
+    );
+    assert!(made.contains("issued (the site CA is new)"), "{made}");
+    assert!(
+        pki(&tls, "30s").contains(": kept, expires"),
+        "not due at once"
+    );
+
+    let data = tmp.path().join("data");
+    let mut cmd = Command::new(agent_bin());
+    cmd.args([
+        "serve",
+        "--no-controllers",
+        "--listen",
+        "127.0.0.1:0",
+        "--data",
+    ])
+    .arg(&data)
+    .arg("--tls-cert")
+    .arg(tls.join("cert.pem"))
+    .arg("--tls-key")
+    .arg(tls.join("key.pem"))
+    .arg("--certificate")
+    .arg(format!("site-ca={}", tls.join("ca.pem").display()));
+    let agent = Agent::spawn(cmd, &data, None);
+    let ca = tls.join("ca.pem");
+
+    // A rustls client trusting only the site CA: the leaf it is served is not a CA (webpki refused the old
+    // self-signed one as CaUsedAsEndEntity); curl (OpenSSL) with the same CA agrees.
+    let (status, first) = rustls_get(agent.addr, &ca, "/v2/").unwrap();
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let (_, leaf) = X509Certificate::from_der(&first).unwrap();
+    assert!(!leaf.basic_constraints().unwrap().unwrap().value.ca);
+    let body = stdout(
+        Command::new(tool("curl"))
+            .args(["-sSf", "--cacert"])
+            .arg(&ca)
+            .arg(format!("https://{}/v2/", agent.host())),
+    );
+    assert_eq!(body, "{}");
+    // Trusting another CA, it is refused.
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    pki(&other, "1d");
+    let refused = rustls_get(agent.addr, &other.join("ca.pem"), "/v2/").unwrap_err();
+    assert!(refused.contains("UnknownIssuer"), "{refused}");
+
+    let expiry = |metrics: &str, name: &str| -> u64 {
+        let prefix = format!("foothold_certificate_expiry_seconds{{name=\"{name}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{metrics}"))
+            .parse()
+            .unwrap()
+    };
+    let metrics = stdout(
+        Command::new(tool("curl"))
+            .args(["-sSf", "--cacert"])
+            .arg(&ca)
+            .arg(format!("https://{}/metrics", agent.host())),
+    );
+    let first_expiry = expiry(&metrics, "agent");
+    let info = foothold_agent::pki::read_cert(&tls.join("cert.pem")).unwrap();
+    assert_eq!(
+        first_expiry,
+        info.not_after
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    );
+    let ca_expiry = expiry(&metrics, "site-ca");
+    assert!(ca_expiry > first_expiry + 9 * 365 * 86_400, "{metrics}");
+
+    // Files that do not load (a key, its certificate not yet written) leave the served pair as it was.
+    let key = std::fs::read(tls.join("key.pem")).unwrap();
+    std::fs::write(
+        tls.join("key.pem"),
+        rcgen::KeyPair::generate().unwrap().serialize_pem(),
+    )
+    .unwrap();
+    let log = data.with_extension("log");
+    wait_for(
+        "the agent to refuse the mismatched pair",
+        Duration::from_secs(30),
+        || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("do not load; still serving the one before")
+                .then_some(())
+        },
+    );
+    assert_eq!(rustls_get(agent.addr, &ca, "/v2/").unwrap().1, first);
+    std::fs::write(tls.join("key.pem"), key).unwrap();
+
+    // Renewal, as the daily timer runs it: kept until two-thirds of its life, then issued again by the same
+    // CA, and served by the running agent.
+    let due = info.renew_after();
+    let chain = std::fs::read(tls.join("cert.pem")).unwrap();
+    if let Ok(left) = due.duration_since(SystemTime::now() + Duration::from_secs(1)) {
+        let kept = pki(&tls, "30s");
+        assert!(
+            kept.contains("serving certificate") && kept.contains(": kept, expires"),
+            "{kept}"
+        );
+        assert_eq!(std::fs::read(tls.join("cert.pem")).unwrap(), chain);
+        // The wall clock is what renewal waits for.
+        std::thread::sleep(left + Duration::from_secs(2));
+    }
+    let renewed = pki(&tls, "30s");
+    assert!(
+        renewed.contains("issued (it is past two-thirds of its life)"),
+        "{renewed}"
+    );
+    assert!(
+        renewed.contains(": kept, expires"),
+        "the CA stays: {renewed}"
+    );
+    let second = wait_for(
+        "the agent to serve the renewed certificate",
+        Duration::from_secs(30),
+        || {
+            let (_, leaf) = rustls_get(agent.addr, &ca, "/v2/").ok()?;
+            (leaf != first).then_some(leaf)
+        },
+    );
+    assert_eq!(
+        second,
+        foothold_agent::pki::pem_certs(&std::fs::read_to_string(tls.join("cert.pem")).unwrap())
+            .unwrap()[0]
+    );
+    let metrics = stdout(
+        Command::new(tool("curl"))
+            .args(["-sSf", "--cacert"])
+            .arg(&ca)
+            .arg(format!("https://{}/metrics", agent.host())),
+    );
+    assert!(expiry(&metrics, "agent") > first_expiry, "{metrics}");
+    assert_eq!(expiry(&metrics, "site-ca"), ca_expiry);
 }
 
 #[test]

@@ -21,6 +21,8 @@ const UNITS: &[&str] = &[
     "foothold-ready.service",
     "foothold-ssh-host-keys.service",
     "foothold-firstboot.service",
+    "foothold-pki.service",
+    "foothold-pki.timer",
     "foothold-grow-data.service",
 ];
 
@@ -29,6 +31,8 @@ const AGENT_UNITS: &[&str] = &[
     "foothold-agent.service",
     "foothold-ready.service",
     "foothold-firstboot.service",
+    "foothold-pki.service",
+    "foothold-pki.timer",
 ];
 
 /// A file to write into the root: its absolute path there, its content and mode.
@@ -288,8 +292,9 @@ pub fn installs_workload_clusters(spec: &Spec) -> bool {
             .is_some_and(|k| k.etcd.is_some())
 }
 
-/// The agent: writes need the token made at first boot; HTTPS with the first boot's certificate if asked,
-/// valid for the provisioning address.
+/// The agent: writes need the token made at first boot; HTTPS if asked, with the certificate the site CA
+/// issues for the provisioning address too (foothold-pki.service; reloaded when renewed). `/metrics` reports
+/// the expiry of that certificate, of the site CA and of those Kubernetes and Ironic serve with.
 fn agent(spec: &Spec, c: &mut Configuration) {
     let mut args = vec!["--token-file".to_owned(), "/etc/foothold/token".to_owned()];
     if spec.components.agent_tls {
@@ -299,6 +304,19 @@ fn agent(spec: &Spec, c: &mut Configuration) {
                 "/etc/foothold/tls/cert.pem",
                 "--tls-key",
                 "/etc/foothold/tls/key.pem",
+                "--certificate",
+                "site-ca=/etc/foothold/tls/ca.pem",
+            ]
+            .map(String::from),
+        );
+    }
+    if spec.components.kubernetes.is_some() {
+        args.extend(
+            [
+                "--certificate",
+                "kubernetes-ca=/etc/kubernetes/pki/ca.crt",
+                "--certificate",
+                "kube-apiserver=/etc/kubernetes/pki/apiserver.crt",
             ]
             .map(String::from),
         );
@@ -516,8 +534,8 @@ mod tests {
         assert_eq!(
             c.file("/etc/foothold/agent.env").unwrap().text,
             "FOOTHOLD_LISTEN=0.0.0.0:5000\nFOOTHOLD_AGENT_ARGS=--token-file /etc/foothold/token --tls-cert \
-             /etc/foothold/tls/cert.pem --tls-key /etc/foothold/tls/key.pem --advertise-url \
-             https://172.22.0.1:5000 --no-controllers\n"
+             /etc/foothold/tls/cert.pem --tls-key /etc/foothold/tls/key.pem --certificate \
+             site-ca=/etc/foothold/tls/ca.pem --advertise-url https://172.22.0.1:5000 --no-controllers\n"
         );
         assert_eq!(
             c.file("/etc/foothold/tls-names").unwrap().text,
@@ -592,7 +610,11 @@ mod tests {
         assert!(c.file("/etc/foothold/agent.env").is_none());
         spec.components.node = None;
         let c = render(&spec, &ids());
-        assert!(c.units.iter().any(|u| u == "foothold-agent.service"));
+        // The appliance: the agent, and the site's certificates renewed at boot and daily.
+        for unit in AGENT_UNITS {
+            assert!(c.units.iter().any(|u| u == unit), "{unit}: {:?}", c.units);
+        }
+        assert!(c.units.iter().any(|u| u == "foothold-pki.timer"));
         assert!(c.file("/etc/foothold/mirror.env").is_none());
     }
 }

@@ -16,7 +16,7 @@ pub struct Node {
     /// The appliance's agent, which containerd pulls every registry's images through:
     /// `https://172.22.0.1:5000` (its address on the provisioning network).
     pub mirror: String,
-    /// The site CA, which signs (or is) the agent's certificate: the appliance's `/etc/foothold/tls/cert.pem`.
+    /// The site CA, which signs the agent's certificate: the appliance's `/etc/foothold/tls/ca.pem`.
     /// Required when the mirror is https.
     #[serde(default)]
     pub ca: Option<Input>,
@@ -59,7 +59,7 @@ impl Node {
         }
         if self.mirror.starts_with("https://") && self.ca.is_none() {
             return Err(format!(
-                "{f}.ca: required for an https mirror (the appliance's /etc/foothold/tls/cert.pem)"
+                "{f}.ca: required for an https mirror (the appliance's /etc/foothold/tls/ca.pem)"
             ));
         }
         for (i, r) in self.prefetch.iter().enumerate() {

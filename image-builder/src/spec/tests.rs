@@ -374,7 +374,7 @@ fn a_node_image_places_the_site_ca_and_names_its_errors() {
     assert_eq!(files[0].1.dest.as_deref(), Some(SITE_CA));
     assert_eq!(
         node("    mirror: https://172.22.0.1:5000\n").unwrap_err(),
-        "components.node.ca: required for an https mirror (the appliance's /etc/foothold/tls/cert.pem)"
+        "components.node.ca: required for an https mirror (the appliance's /etc/foothold/tls/ca.pem)"
     );
     assert!(node("    mirror: 172.22.0.1:5000\n")
         .unwrap_err()
