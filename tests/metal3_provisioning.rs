@@ -277,16 +277,16 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     let site = Site::start(&ns, &root, &site_dir, &[&bmc_dir, &pool, &sushy_conf]);
 
     deadline.phase("Ironic and BMO answer");
-    let ironic_cert = root.join("etc/ironic/tls/cert.pem");
+    let site_ca = root.join("etc/foothold/tls/ca.pem");
     wait_for(
         "Ironic's API and BMO's CRDs",
         Duration::from_secs(600),
         || {
-            // HTTPS, verified with the certificate the appliance made for Ironic at its first boot.
+            // HTTPS, with a certificate of the site CA the appliance made at its first boot, verified with it.
             let ironic = try_run(
                 site.command("curl")
                     .args(["-sf", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
-                    .arg(&ironic_cert)
+                    .arg(&site_ca)
                     .arg(format!("https://{APPLIANCE}:6385/")),
             );
             let crd = site.kubectl(&["get", "crd", "baremetalhosts.metal3.io", "-o", "name"]);
@@ -307,7 +307,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         let body = try_run(
             site.command("curl")
                 .args(["-sf", "--cacert"])
-                .arg(root.join("etc/foothold/tls/ca.pem"))
+                .arg(&site_ca)
                 .arg(format!("https://{APPLIANCE}:5000/readyz")),
         );
         let done = body
@@ -318,6 +318,20 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         (format!("{body:?}"), done)
     });
     assert_eq!(readyz["services"]["ironic"]["status"], 200, "{readyz}");
+    // Both certificates' ends are in the agent's metrics, for whoever watches them.
+    let metrics = run(site
+        .command("curl")
+        .args(["-sf", "--cacert"])
+        .arg(&site_ca)
+        .arg(format!("https://{APPLIANCE}:5000/metrics")));
+    for name in ["agent", "site-ca", "ironic"] {
+        assert!(
+            metrics.contains(&format!(
+                "foothold_certificate_expiry_seconds{{name=\"{name}\"}} "
+            )),
+            "{name}'s expiry in the agent's /metrics:\n{metrics}"
+        );
+    }
 
     deadline
         .phase("the node image, trusting the appliance's CA, served on the provisioning network");
@@ -326,7 +340,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         .args(["-q", "-t", "ed25519", "-N", "", "-f"])
         .arg(&key));
     let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
-    let ca = root.join("etc/foothold/tls/ca.pem");
+    let ca = site_ca.clone();
     let image = build_node_image_prefetching(&dir, &ca, None, "qcow2", "[]");
     let images = image.parent().unwrap().to_owned();
     let _images_server = Running(

@@ -309,6 +309,13 @@ enum Command {
         /// The directory of the four files.
         #[arg(long, default_value = "/etc/foothold/tls")]
         dir: PathBuf,
+        /// Where the serving certificate (then the CA) goes instead of DIR/cert.pem: another service's, such as
+        /// Ironic's, issued by the same CA.
+        #[arg(long, requires = "key")]
+        cert: Option<PathBuf>,
+        /// Where its key goes instead of DIR/key.pem.
+        #[arg(long, requires = "cert")]
+        key: Option<PathBuf>,
         /// A DNS name or IP address the certificate names; the first is its common name. Repeatable.
         #[arg(long = "name", required = true)]
         names: Vec<String>,
@@ -461,6 +468,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Pki {
             dir,
+            cert,
+            key,
             mut names,
             names_file,
             lifetime,
@@ -477,8 +486,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let mut seen = std::collections::HashSet::new();
             names.retain(|n| seen.insert(n.clone()));
-            std::fs::create_dir_all(&dir).with_context(|| format!("making {}", dir.display()))?;
-            let paths = foothold_agent::pki::Paths::new(&dir);
+            let mut paths = foothold_agent::pki::Paths::new(&dir);
+            if let Some((cert, key)) = cert.zip(key) {
+                (paths.cert, paths.key) = (cert, key);
+            }
+            for d in [Some(dir.as_path()), paths.cert.parent(), paths.key.parent()]
+                .into_iter()
+                .flatten()
+                .filter(|d| !d.as_os_str().is_empty())
+            {
+                std::fs::create_dir_all(d).with_context(|| format!("making {}", d.display()))?;
+            }
             let report = foothold_agent::pki::ensure(
                 &paths,
                 &names,

@@ -31,9 +31,12 @@ pub const AUTH_DIR: &str = "/etc/metal3/auth";
 pub const HTTP_ROOT: &str = "/var/lib/ironic/httpboot";
 /// The unit serving [`HTTP_ROOT`].
 pub const HTTPBOOT_UNIT: &str = "ironic-httpboot.service";
-/// Ironic's TLS certificate, made at first boot for the names in [`TLS_NAMES`]; the key beside it is root's,
-/// handed to Ironic as a credential.
+/// Ironic's TLS certificate (then the site CA), issued by the site CA for the names in [`TLS_NAMES`] at every
+/// boot and daily when due (`foothold-pki.service`); the key beside it is root's, handed to Ironic as a
+/// credential.
 pub const TLS_CERT: &str = "/etc/ironic/tls/cert.pem";
+/// The site CA, which Ironic's clients (BMO, the agent's /readyz, the deploy ramdisk) verify it with.
+pub const SITE_CA: &str = "/etc/foothold/tls/ca.pem";
 /// The names, beyond loopback's, Ironic's certificate is for (`IP:` the provisioning address).
 const TLS_NAMES: &str = "/etc/ironic/tls-names";
 /// The iPXE template Ironic renders each node's deploy boot script from (Ironic's own, plus the certificate's
@@ -42,8 +45,8 @@ const IPXE_TEMPLATE: &str = "/etc/ironic/ipxe_config.template";
 /// Ironic's packaged iPXE template, in the staged root.
 const PACKAGED_IPXE_TEMPLATE: &str =
     "usr/lib/python3/dist-packages/ironic/drivers/modules/ipxe_config.template";
-/// The initrd holding the certificate and IPA's configuration naming it, in [`HTTP_ROOT`] (made at each start
-/// of Ironic from [`TLS_CERT`] by `ironic-ca-initrd`); its name is iPXE's and the EFI stub's for it.
+/// The initrd holding the site CA and IPA's configuration naming it, in [`HTTP_ROOT`] (made at each start of
+/// Ironic from [`SITE_CA`] by `ironic-ca-initrd`); its name is iPXE's and the EFI stub's for it.
 const CA_INITRD: &str = "foothold-ironic-ca";
 
 /// Seconds between Ironic's syncs of every node's power state (Ironic's default: 60).
@@ -144,7 +147,7 @@ pub fn ready_checks(spec: &Spec) -> Vec<String> {
     if p.tls {
         args.extend([
             "--ready-check-ca".into(),
-            TLS_CERT.into(),
+            SITE_CA.into(),
             "--certificate".into(),
             format!("ironic={TLS_CERT}"),
         ]);
@@ -222,14 +225,14 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
                     String::new()
                 },
                 api_ca = if p.tls {
-                    format!("# Put into the virtual-media ISOs, for the deploy ramdisk to verify the API with.\napi_ca_file = {TLS_CERT}\n")
+                    format!("# Put into the virtual-media ISOs, for the deploy ramdisk to verify the API with.\napi_ca_file = {SITE_CA}\n")
                 } else {
                     String::new()
                 },
             ));
             if p.tls {
                 sections.push_str(&format!(
-                    "[ssl]\n# Made at first boot (foothold-metal3-auth); the key is a credential of ironic.service.\n\
+                    "[ssl]\n# The site CA's (foothold-pki.service); the key is a credential of ironic.service.\n\
                      cert_file = {TLS_CERT}\nkey_file = /run/credentials/ironic.service/tls-key\n\n"
                 ));
             }
@@ -286,7 +289,7 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
          BMO_CONCURRENCY={BMO_CONCURRENCY}\n{ramdisk_env}",
         api = p.api_url(),
         ca = if p.tls {
-            format!("IRONIC_CACERT_FILE={TLS_CERT}\n")
+            format!("IRONIC_CACERT_FILE={SITE_CA}\n")
         } else {
             String::new()
         }
@@ -322,8 +325,8 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
                 format!(
                     "# Written by foothold-build: Ironic's API on HTTPS (the appliance serves TLS).\n[Service]\n\
                      LoadCredential=tls-key:/etc/ironic/tls/key.pem\n\
-                     # The deploy ramdisk's initrd holding the certificate, for iPXE (its template names it).\n\
-                     ExecStartPre=/usr/local/lib/foothold/ironic-ca-initrd {TLS_CERT} {HTTP_ROOT}/{CA_INITRD}.cpio.gz\n"
+                     # The deploy ramdisk's initrd holding the site CA, for iPXE (its template names it).\n\
+                     ExecStartPre=/usr/local/lib/foothold/ironic-ca-initrd {SITE_CA} {HTTP_ROOT}/{CA_INITRD}.cpio.gz\n"
                 ),
                 0o644,
             ));
@@ -570,12 +573,12 @@ mod tests {
             get("service_catalog", "endpoint_override"),
             "https://172.22.0.1:6385"
         );
-        assert_eq!(get("agent", "api_ca_file"), TLS_CERT);
+        assert_eq!(get("agent", "api_ca_file"), SITE_CA);
         assert_eq!(get("pxe", "ipxe_config_template"), IPXE_TEMPLATE);
         let env = file("/etc/foothold/metal3.env");
         for line in [
             "IRONIC_ENDPOINT=https://172.22.0.1:6385/v1/".to_owned(),
-            format!("IRONIC_CACERT_FILE={TLS_CERT}"),
+            format!("IRONIC_CACERT_FILE={SITE_CA}"),
         ] {
             assert!(env.lines().any(|l| l == line), "{line} not in {env}");
         }
@@ -583,7 +586,7 @@ mod tests {
         let dropin = file("/etc/systemd/system/ironic.service.d/foothold-tls.conf");
         assert!(dropin.contains("\nLoadCredential=tls-key:/etc/ironic/tls/key.pem\n"));
         assert!(dropin.contains(&format!(
-            "ironic-ca-initrd {TLS_CERT} {HTTP_ROOT}/{CA_INITRD}.cpio.gz\n"
+            "ironic-ca-initrd {SITE_CA} {HTTP_ROOT}/{CA_INITRD}.cpio.gz\n"
         )));
         assert_eq!(
             ready_checks(&spec)[1..],
@@ -592,14 +595,15 @@ mod tests {
                 "--ready-check",
                 "baremetal-operator=http://127.0.0.1:9440/readyz",
                 "--ready-check-ca",
-                TLS_CERT,
+                SITE_CA,
                 "--certificate",
                 &format!("ironic={TLS_CERT}"),
             ]
         );
-        // The overlay's scripts the drop-in and foothold-metal3-auth run are there.
-        let auth = include_str!("../../rootfs/usr/local/lib/foothold/metal3-auth");
-        assert!(auth.contains(TLS_NAMES) && auth.contains(TLS_CERT));
+        // The overlay's scripts the drop-in and foothold-pki run are there, for these files.
+        let renew = include_str!("../../rootfs/usr/local/lib/foothold/pki-renew");
+        assert!(renew.contains(TLS_NAMES) && renew.contains(&format!("--cert {TLS_CERT}")));
+        assert!(renew.contains(SITE_CA.trim_end_matches("/ca.pem")));
         assert!(
             include_str!("../../rootfs/usr/local/lib/foothold/ironic-ca-initrd")
                 .starts_with("#!/usr/bin/python3\n")

@@ -364,6 +364,29 @@ fn the_agent_serves_a_certificate_of_the_site_ca_and_a_renewed_one_without_a_res
     );
     assert!(expiry(&metrics, "agent") > first_expiry, "{metrics}");
     assert_eq!(expiry(&metrics, "site-ca"), ca_expiry);
+
+    // Another service's certificate (Ironic's on the appliance) from the same CA, in files of its own.
+    let ca_before = std::fs::read(&ca).unwrap();
+    let svc = tmp.path().join("svc");
+    let out = stdout(
+        Command::new(agent_bin())
+            .args(["pki", "--name", "127.0.0.1", "--dir"])
+            .arg(&tls)
+            .arg("--cert")
+            .arg(svc.join("tls/cert.pem"))
+            .arg("--key")
+            .arg(svc.join("tls/key.pem")),
+    );
+    assert!(
+        out.contains("svc/tls/cert.pem: issued (there is none)"),
+        "{out}"
+    );
+    assert_eq!(std::fs::read(&ca).unwrap(), ca_before, "the same CA");
+    let data = svc.join("data");
+    let other_agent = https_agent(&data, &svc.join("tls/cert.pem"), &svc.join("tls/key.pem"));
+    let (status, leaf) = rustls_get(other_agent.addr, &ca, "/v2/").unwrap();
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_ne!(leaf, second);
 }
 
 #[test]
