@@ -151,6 +151,14 @@ impl Metrics {
         }
     }
 
+    /// Each reported certificate's end of validity, as Unix time, by name.
+    pub fn certificate_expiries(&self) -> BTreeMap<String, u64> {
+        self.certificates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     pub fn set_leader(&self, leading: bool) {
         self.leader.store(u64::from(leading), Ordering::Relaxed);
     }

@@ -185,6 +185,28 @@ async fn readyz(State(state): State<AppState>, headers: axum::http::HeaderMap) -
     if !state.neighbors.is_empty() {
         body["services"] = serde_json::json!(state.neighbors.probe_all().await);
     }
+    // When each certificate the agent serves or watches ends (see `certs`): informative, never unready.
+    let expiries = state.metrics.certificate_expiries();
+    if !expiries.is_empty() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        body["certificates"] = expiries
+            .into_iter()
+            .map(|(name, t)| {
+                let expires = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t);
+                let days_left = (t as i64 - now as i64).div_euclid(86_400);
+                (
+                    name,
+                    serde_json::json!({
+                        "expires": httpdate::fmt_http_date(expires),
+                        "days_left": days_left,
+                    }),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+    }
     axum::Json(body).into_response()
 }
 

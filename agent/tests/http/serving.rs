@@ -298,6 +298,24 @@ fn the_agent_serves_a_certificate_of_the_site_ca_and_a_renewed_one_without_a_res
     );
     let ca_expiry = expiry(&metrics, "site-ca");
     assert!(ca_expiry > first_expiry + 9 * 365 * 86_400, "{metrics}");
+    // "Is my site up" shows them too.
+    let readyz: serde_json::Value = serde_json::from_str(&stdout(
+        Command::new(tool("curl"))
+            .args(["-sSf", "--cacert"])
+            .arg(&ca)
+            .arg(format!("https://{}/readyz", agent.host())),
+    ))
+    .unwrap();
+    assert_eq!(
+        readyz["certificates"]["agent"]["expires"],
+        httpdate::fmt_http_date(info.not_after),
+        "{readyz}"
+    );
+    assert_eq!(readyz["certificates"]["agent"]["days_left"], 0, "{readyz}");
+    let ca_days = readyz["certificates"]["site-ca"]["days_left"]
+        .as_i64()
+        .unwrap();
+    assert!((3649..=3650).contains(&ca_days), "{readyz}");
 
     // Files that do not load (a key, its certificate not yet written) leave the served pair as it was.
     let key = std::fs::read(tls.join("key.pem")).unwrap();
