@@ -114,7 +114,9 @@ root_once() {
 root_metal3() {
   local dir=$1 u
   UNIT_PIDS=()
-  for u in foothold-firstboot foothold-pki foothold-kube-pki foothold-metal3-auth; do root_once "$dir" "$u"; done
+  for u in foothold-firstboot foothold-pki foothold-kube-pki foothold-kube-pki-renew foothold-metal3-auth; do
+    root_once "$dir" "$u"
+  done
   for u in etcd kube-apiserver kube-controller-manager kube-scheduler; do
     root_unit "$dir" "$u"
     UNIT_PIDS+=("$UNIT_PID")

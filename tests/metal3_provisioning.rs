@@ -15,12 +15,16 @@
 //! from the ISO Ironic makes of it, by virtual media), its disks' metadata cleaned, and it becomes available with
 //! what inspection found. Given the node image with a wrong checksum, a deploy fails naming the checksum; with the
 //! right one each is provisioned: the ramdisk writes the image and Metal3's config drive to the disk, and the node
-//! boots from it, named as its BareMetalHost, with the address inspection recorded, and reports ready. The BPA
+//! boots from it, named as its BareMetalHost, with the address inspection recorded, and reports ready. Before the
+//! site starts, Kubernetes' first-boot certificates are renewed as they would be at the end of their year
+//! (`metal3_provisioning_pki.rs`): everything after runs on the renewed set. The BPA
 //! matches and checks both hosts by their inspected data (`metal3_provisioning_bpa.rs`). A reboot through the BareMetalHost brings a node back from its disk, the same; deprovisioning cleans its disk
 //! (checked on the VM's disk file) and makes it available again. Nothing leaves the namespace.
 
 #[path = "metal3_provisioning_bpa.rs"]
 mod bpa;
+#[path = "metal3_provisioning_pki.rs"]
+mod pki;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -190,6 +194,9 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     std::fs::create_dir_all(&site_dir).unwrap();
     let root = site_dir.join("root");
     extract_root(&appliance.join("foothold-appliance.raw"), &root);
+
+    deadline.phase("Kubernetes' certificates: kept while fresh, renewed when due");
+    pki::kubernetes_certificates_renew(&root);
 
     // The node's files where libvirt's QEMU user reaches them.
     let vm_dir = PathBuf::from(format!(

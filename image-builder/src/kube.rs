@@ -14,6 +14,8 @@ pub const NODE_INTERFACE: &str = "foothold-kube";
 /// The systemd units of the bring-up, enabled in images with Kubernetes.
 pub const UNITS: &[&str] = &[
     "foothold-kube-pki.service",
+    "foothold-kube-pki-renew.service",
+    "foothold-kube-pki-renew.timer",
     "etcd.service",
     "containerd.service",
     "kube-apiserver.service",

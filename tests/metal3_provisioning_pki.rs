@@ -1,0 +1,127 @@
+//! Kubernetes' certificates renewed before they end (`foothold-kube-pki-renew`), on the appliance's root before
+//! `metal3_provisioning.rs` starts its site: the first boot's set (`foothold-kube-pki`) is kept while most of its
+//! year is left; when a renewal is due (here: asked for 400 days ahead of the end, which a one-year certificate
+//! always is) every kubeadm certificate but the CAs and every kubeconfig's client certificate is made again from
+//! the same CAs, and the sudo user's copy of the admin kubeconfig follows. The site then runs on the renewed
+//! set: etcd, the API server, the agent's controllers and BMO (every later phase of the test).
+
+use std::os::unix::fs::MetadataExt as _;
+use std::path::Path;
+use std::process::Command;
+
+use foothold_e2e::run;
+
+/// `script` of the appliance run in its root, as its unit would at boot: in a mount namespace of its own with
+/// the host's devices and an empty /run.
+fn in_root(root: &Path, env: &[&str], script: &str) -> String {
+    run(Command::new("unshare")
+        .args(["--mount", "--fork", "sh", "-c"])
+        .arg(
+            "mount --make-rprivate / && mount --rbind /dev \"$0/dev\" && mount -t tmpfs tmpfs \"$0/run\" \
+             && exec chroot \"$0\" env \"$@\"",
+        )
+        .arg(root)
+        .args(env)
+        .arg(script))
+}
+
+fn read(root: &Path, path: &str) -> Vec<u8> {
+    std::fs::read(root.join(path.trim_start_matches('/')))
+        .unwrap_or_else(|e| panic!("{path} in the appliance's root: {e}"))
+}
+
+const RENEWED: &[&str] = &[
+    "/etc/kubernetes/pki/apiserver.crt",
+    "/etc/kubernetes/pki/apiserver-kubelet-client.crt",
+    "/etc/kubernetes/pki/apiserver-etcd-client.crt",
+    "/etc/kubernetes/pki/front-proxy-client.crt",
+    "/etc/kubernetes/pki/etcd/server.crt",
+    "/etc/kubernetes/admin.conf",
+    "/etc/kubernetes/super-admin.conf",
+    "/etc/kubernetes/controller-manager.conf",
+    "/etc/kubernetes/scheduler.conf",
+    "/etc/kubernetes/kubelet.conf",
+    "/etc/kubernetes/kube-proxy.conf",
+];
+
+const KEPT: &[&str] = &[
+    "/etc/kubernetes/pki/ca.crt",
+    "/etc/kubernetes/pki/etcd/ca.crt",
+    "/etc/kubernetes/pki/front-proxy-ca.crt",
+    "/etc/kubernetes/pki/sa.pub",
+];
+
+pub(super) fn kubernetes_certificates_renew(root: &Path) {
+    in_root(root, &[], "/usr/local/lib/foothold/kube-pki");
+    let user_config = std::fs::read_dir(root.join("home"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join(".kube/config"))
+        .find(|p| p.exists())
+        .expect("a sudo user's admin kubeconfig");
+    assert_eq!(
+        std::fs::read(&user_config).unwrap(),
+        read(root, "/etc/kubernetes/admin.conf")
+    );
+
+    // A fresh year: kept.
+    let before: Vec<Vec<u8>> = RENEWED.iter().chain(KEPT).map(|p| read(root, p)).collect();
+    let kept = in_root(root, &[], "/usr/local/lib/foothold/kube-pki-renew");
+    assert!(
+        kept.contains("kube-pki-renew: kept: /etc/kubernetes/pki/apiserver.crt ends"),
+        "{kept}"
+    );
+    let unchanged: Vec<Vec<u8>> = RENEWED.iter().chain(KEPT).map(|p| read(root, p)).collect();
+    assert!(before == unchanged, "nothing renewed: {kept}");
+
+    // Due: renewed from the same CAs.
+    let renewed = in_root(
+        root,
+        &["FOOTHOLD_KUBE_RENEW_DAYS=400"],
+        "/usr/local/lib/foothold/kube-pki-renew",
+    );
+    assert!(
+        renewed.contains("kube-pki-renew: renewed; now ends"),
+        "{renewed}"
+    );
+    for (path, old) in RENEWED.iter().zip(&before) {
+        assert_ne!(&read(root, path), old, "{path} renewed:\n{renewed}");
+    }
+    for (path, old) in KEPT.iter().zip(&before[RENEWED.len()..]) {
+        assert_eq!(&read(root, path), old, "{path} kept:\n{renewed}");
+    }
+    let pki = root.join("etc/kubernetes/pki");
+    let verified = run(Command::new("openssl")
+        .args(["verify", "-CAfile"])
+        .arg(pki.join("ca.crt"))
+        .arg(pki.join("apiserver.crt")));
+    assert!(verified.ends_with(": OK\n"), "{verified}");
+    assert_eq!(
+        std::fs::read(&user_config).unwrap(),
+        read(root, "/etc/kubernetes/admin.conf"),
+        "the sudo user's copy follows:\n{renewed}"
+    );
+    // etcd (its own user) still reads its key; nothing half-made is left.
+    let etcd_uid = String::from_utf8(read(root, "/etc/passwd"))
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("etcd:x:")?
+                .split(':')
+                .next()?
+                .parse::<u32>()
+                .ok()
+        })
+        .expect("etcd's user");
+    assert_eq!(
+        std::fs::metadata(pki.join("etcd/server.key"))
+            .unwrap()
+            .uid(),
+        etcd_uid
+    );
+    for old in ["kube-proxy.conf.old", "kubelet.conf.old"] {
+        assert!(
+            !root.join("etc/kubernetes").join(old).exists(),
+            "{old} left"
+        );
+    }
+}
