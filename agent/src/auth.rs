@@ -94,4 +94,29 @@ mod tests {
         assert!(!a.permits_write(&HeaderMap::new()));
         assert!(Auth::none().permits_write(&HeaderMap::new()));
     }
+
+    #[test]
+    fn a_wrong_token_of_the_right_length_is_refused_whichever_byte_differs() {
+        let token = "k3yQ9zT0bLw8";
+        let a = Auth::from_token(token);
+        for i in 0..token.len() {
+            let mut wrong = token.as_bytes().to_vec();
+            wrong[i] ^= 0x01;
+            let wrong = String::from_utf8(wrong).unwrap();
+            assert_eq!(wrong.len(), token.len());
+            assert!(
+                !a.permits_write(&with(&format!("Bearer {wrong}"))),
+                "{wrong}"
+            );
+            let basic =
+                base64::engine::general_purpose::STANDARD.encode(format!("foothold:{wrong}"));
+            assert!(
+                !a.permits_write(&with(&format!("Basic {basic}"))),
+                "{wrong}"
+            );
+        }
+        // Its prefix and an extension of it are no better.
+        assert!(!a.permits_write(&with(&format!("Bearer {token}x"))));
+        assert!(!a.permits_write(&with("Bearer ")));
+    }
 }
