@@ -309,6 +309,27 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         &format!("http://{APPLIANCE}:6385/")
     ]))
     .is_err());
+    // Ironic's API asks for the credentials foothold-metal3-auth made (BMO's): none, or a wrong password of
+    // the right length, is 401; BMO's are let in.
+    let ironic_status = |user: Option<(&str, &str)>| {
+        let mut curl = site.command("curl");
+        curl.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+            .arg(&site_ca);
+        if let Some((name, password)) = user {
+            curl.args(["-u", &format!("{name}:{password}")]);
+        }
+        run(curl.arg(format!("https://{APPLIANCE}:6385/v1/nodes")))
+    };
+    let auth = root.join("etc/metal3/auth/ironic");
+    let bmo_user = std::fs::read_to_string(auth.join("username")).unwrap();
+    let bmo_password = std::fs::read_to_string(auth.join("password")).unwrap();
+    let wrong: String = bmo_password
+        .chars()
+        .map(|c| if c == 'a' { 'b' } else { 'a' })
+        .collect();
+    assert_eq!(ironic_status(None), "401");
+    assert_eq!(ironic_status(Some((&bmo_user, &wrong))), "401");
+    assert_eq!(ironic_status(Some((&bmo_user, &bmo_password))), "200");
     // The agent's /readyz verifies Ironic the same way; the agent is verified with the site CA.
     let readyz = wait_for("the agent's /readyz", Duration::from_secs(120), || {
         let body = try_run(
