@@ -175,6 +175,23 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
         }
         c.units.push(crate::dhcp::UNIT.into());
     }
+    // sshd (Debian's reads sshd_config.d first, and the first value of a setting wins): keys only, never root,
+    // only the spec's users.
+    let allow = if spec.users.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<&str> = spec.users.iter().map(|u| u.name.as_str()).collect();
+        format!("AllowUsers {}\n", names.join(" "))
+    };
+    c.add(
+        "/etc/ssh/sshd_config.d/foothold.conf",
+        format!(
+            "# Written by foothold-build: keys only, never root, only the users of the image's spec.\n\
+             PermitRootLogin no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+             AuthenticationMethods publickey\n{allow}"
+        ),
+        0o644,
+    );
     for u in &spec.users {
         // Users log in with keys only (their password is locked): sudo must not ask for one.
         if u.sudo {
@@ -549,6 +566,12 @@ mod tests {
         assert!(
             c.file("/etc/sudoers.d/foothold-viewer").is_none(),
             "only sudo users may sudo"
+        );
+        assert_eq!(
+            c.file("/etc/ssh/sshd_config.d/foothold.conf").unwrap().text,
+            "# Written by foothold-build: keys only, never root, only the users of the image's spec.\n\
+             PermitRootLogin no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
+             AuthenticationMethods publickey\nAllowUsers ops viewer\n"
         );
         let keys = c.file("/home/ops/.ssh/authorized_keys").unwrap();
         assert_eq!(
