@@ -196,7 +196,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     extract_root(&appliance.join("foothold-appliance.raw"), &root);
 
     deadline.phase("Kubernetes' certificates: kept while fresh, renewed when due");
-    pki::kubernetes_certificates_renew(&root);
+    let sudo_user = pki::kubernetes_certificates_renew(&root);
 
     // The node's files where libvirt's QEMU user reaches them.
     let vm_dir = PathBuf::from(format!(
@@ -309,6 +309,21 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         &format!("http://{APPLIANCE}:6385/")
     ]))
     .is_err());
+    // The sudo user's kubeconfig names them to the API server, in the group bound to cluster-admin.
+    let whoami = site
+        .kubectl(&[
+            "--kubeconfig",
+            &format!("/home/{sudo_user}/.kube/config"),
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username} {.status.userInfo.groups}",
+        ])
+        .unwrap();
+    assert!(
+        whoami.starts_with(&format!("{sudo_user} ")) && whoami.contains("kubeadm:cluster-admins"),
+        "{whoami}"
+    );
     // Ironic's API asks for the credentials foothold-metal3-auth made (BMO's): none, or a wrong password of
     // the right length, is 401; BMO's are let in.
     let ironic_status = |user: Option<(&str, &str)>| {

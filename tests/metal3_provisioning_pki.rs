@@ -2,7 +2,7 @@
 //! `metal3_provisioning.rs` starts its site: the first boot's set (`foothold-kube-pki`) is kept while most of its
 //! year is left; when a renewal is due (here: asked for 400 days ahead of the end, which a one-year certificate
 //! always is) every kubeadm certificate but the CAs and every kubeconfig's client certificate is made again from
-//! the same CAs, and the sudo user's copy of the admin kubeconfig follows. The site then runs on the renewed
+//! the same CAs, and so is the sudo user's own kubeconfig (in their name, in kubeadm's cluster-admins group). The site then runs on the renewed
 //! set: etcd, the API server, the agent's controllers and BMO (every later phase of the test).
 
 use std::os::unix::fs::MetadataExt as _;
@@ -51,17 +51,51 @@ const KEPT: &[&str] = &[
     "/etc/kubernetes/pki/sa.pub",
 ];
 
-pub(super) fn kubernetes_certificates_renew(root: &Path) {
+/// The subject of a kubeconfig's client certificate, as OpenSSL prints it in RFC 2253's order.
+fn client_subject(kubeconfig: &Path) -> String {
+    use base64::Engine as _;
+    let text = std::fs::read_to_string(kubeconfig).unwrap();
+    let data = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("client-certificate-data: "))
+        .unwrap_or_else(|| panic!("no client certificate in {}", kubeconfig.display()));
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap();
+    let file = kubeconfig.with_extension("test-cert");
+    std::fs::write(&file, pem).unwrap();
+    let subject = run(Command::new("openssl")
+        .args(["x509", "-noout", "-subject", "-nameopt", "RFC2253", "-in"])
+        .arg(&file));
+    std::fs::remove_file(&file).unwrap();
+    subject
+}
+
+/// Kubernetes' first-boot certificates kept while fresh and renewed when due; returns the sudo user's name.
+pub(super) fn kubernetes_certificates_renew(root: &Path) -> String {
     in_root(root, &[], "/usr/local/lib/foothold/kube-pki");
     let user_config = std::fs::read_dir(root.join("home"))
         .unwrap()
         .map(|e| e.unwrap().path().join(".kube/config"))
         .find(|p| p.exists())
-        .expect("a sudo user's admin kubeconfig");
-    assert_eq!(
+        .expect("a sudo user's kubeconfig");
+    // The sudo user's own kubeconfig: in their name, in kubeadm's cluster-admins, not admin.conf.
+    assert_ne!(
         std::fs::read(&user_config).unwrap(),
         read(root, "/etc/kubernetes/admin.conf")
     );
+    let user = user_config
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(
+        client_subject(&user_config),
+        format!("subject=CN={user},O=kubeadm:cluster-admins\n")
+    );
+    let user_before = std::fs::read(&user_config).unwrap();
 
     // A fresh year: kept.
     let before: Vec<Vec<u8>> = RENEWED.iter().chain(KEPT).map(|p| read(root, p)).collect();
@@ -95,10 +129,14 @@ pub(super) fn kubernetes_certificates_renew(root: &Path) {
         .arg(pki.join("ca.crt"))
         .arg(pki.join("apiserver.crt")));
     assert!(verified.ends_with(": OK\n"), "{verified}");
-    assert_eq!(
+    assert_ne!(
         std::fs::read(&user_config).unwrap(),
-        read(root, "/etc/kubernetes/admin.conf"),
-        "the sudo user's copy follows:\n{renewed}"
+        user_before,
+        "the sudo user's kubeconfig renewed:\n{renewed}"
+    );
+    assert_eq!(
+        client_subject(&user_config),
+        format!("subject=CN={user},O=kubeadm:cluster-admins\n")
     );
     // etcd (its own user) still reads its key; nothing half-made is left.
     let etcd_uid = String::from_utf8(read(root, "/etc/passwd"))
@@ -124,4 +162,6 @@ pub(super) fn kubernetes_certificates_renew(root: &Path) {
             "{old} left"
         );
     }
+    assert!(!user_config.with_extension("old").exists());
+    user
 }
