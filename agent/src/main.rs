@@ -304,7 +304,7 @@ enum Command {
     /// Make the site CA if there is none, and issue the agent's serving certificate from it when it is due:
     /// missing, not the CA's, for other names, or past two-thirds of its life. Files in --dir: ca.pem,
     /// ca-key.pem, cert.pem (the certificate, then the CA), key.pem. A serving agent reloads the new pair by
-    /// itself. Run at first boot and daily (foothold-pki-renew.timer).
+    /// itself. The appliance runs it at every boot and daily (foothold-pki.service, foothold-pki.timer).
     Pki {
         /// The directory of the four files.
         #[arg(long, default_value = "/etc/foothold/tls")]
