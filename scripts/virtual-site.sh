@@ -74,11 +74,14 @@ echo "virtual-site: $nodes node(s) in $site (name uuid mac):"
 cat "$site/nodes"
 echo "virtual-site: BMC on 127.0.0.1:$bmc_port (user admin, password in $site/bmc-password), log $site/bmc.log"
 
-# The BMC verifies the media URLs it fetches from the appliance's agent against the agent's certificate
-# (self-signed at first boot: it is the site CA). Taken from the agent once it answers.
+# The BMC verifies the media URLs it fetches from the appliance's agent against the site CA (made at its first
+# boot), the last certificate of the chain the agent serves. Taken from the agent once it answers.
 (
   for _ in $(seq 900); do
-    if openssl s_client -connect "127.0.0.1:$agent_port" </dev/null 2>/dev/null | openssl x509 > "$site/site-ca.pem.tmp" 2>/dev/null; then
+    if openssl s_client -connect "127.0.0.1:$agent_port" -showcerts </dev/null 2>/dev/null |
+      awk '/-----BEGIN CERTIFICATE-----/ {c = ""} {c = c $0 "\n"} /-----END CERTIFICATE-----/ {last = c}
+        END {printf "%s", last}' > "$site/site-ca.pem.tmp" &&
+      openssl x509 -noout -ext basicConstraints -in "$site/site-ca.pem.tmp" 2>/dev/null | grep -q "CA:TRUE"; then
       mv "$site/site-ca.pem.tmp" "$site/site-ca.pem"
       echo "virtual-site: the appliance's CA in $site/site-ca.pem"
       exit 0
