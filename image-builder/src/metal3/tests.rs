@@ -156,7 +156,7 @@ const IRONIC_29_IPXE: &str = "#!ipxe\n\nset attempts:int32 10\nset i:int32 0\n\n
     :retry\niseq ${i} ${attempts} && goto fail ||\ninc i\n";
 
 #[test]
-fn on_an_appliance_serving_tls_ironic_and_its_clients_speak_https_verified_by_its_certificate() {
+fn on_an_appliance_serving_tls_ironic_and_its_clients_speak_https_verified_by_the_site_ca() {
     let mut spec = provisioning_spec();
     spec.components.agent_tls = true;
     let files = render(&spec);
