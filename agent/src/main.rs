@@ -510,20 +510,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 if report.ca_made { "made" } else { "kept" },
                 when(report.ca_expires)
             );
-            match report.issued {
-                Some(reason) => println!(
-                    "serving certificate {}: issued ({reason}), expires {}, renewed after {}",
-                    paths.cert.display(),
-                    when(report.expires),
-                    when(report.renew_after)
-                ),
-                None => println!(
-                    "serving certificate {}: kept, expires {}, renewed after {}",
-                    paths.cert.display(),
-                    when(report.expires),
-                    when(report.renew_after)
-                ),
-            }
+            let what = match report.issued {
+                Some(reason) => format!("issued ({reason})"),
+                None => "kept".into(),
+            };
+            println!(
+                "serving certificate {}: {what}, expires {}, renewed after {}",
+                paths.cert.display(),
+                when(report.expires),
+                when(report.renew_after)
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Crds => {

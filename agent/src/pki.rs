@@ -105,52 +105,65 @@ pub fn ensure(
             lifetime.as_secs()
         );
     }
-    let (ca_pem, ca_key, ca_made) = site_ca(paths, &names[0], now)?;
-    let ca_der = pem_certs(&ca_pem)
-        .with_context(|| format!("{}", paths.ca.display()))?
-        .remove(0);
-    let (_, ca) = X509Certificate::from_der(&ca_der)
+    let ca = site_ca(paths, &names[0], now)?;
+    let (_, ca_cert) = X509Certificate::from_der(&ca.der)
         .map_err(|e| anyhow!("{}: not a certificate: {e}", paths.ca.display()))?;
-    let ca_info = info(&ca).with_context(|| format!("{}", paths.ca.display()))?;
+    let ca_expires = info(&ca_cert)
+        .with_context(|| format!("{}", paths.ca.display()))?
+        .not_after;
     let wanted: BTreeSet<String> = names.iter().map(|n| normalise(n)).collect();
-    let reason = if ca_made {
-        Some("the site CA is new".to_string())
+    let current = if ca.made {
+        Err("the site CA is new".to_string())
     } else {
-        due(paths, &ca, &wanted, now)
+        current(paths, &ca_cert, &wanted, now)
     };
-    let Some(reason) = reason else {
-        let current = read_cert(&paths.cert)?;
-        return Ok(Report {
-            ca_made,
-            ca_expires: ca_info.not_after,
-            issued: None,
-            expires: current.not_after,
-            renew_after: current.renew_after(),
-        });
+    let reason = match current {
+        Ok(kept) => {
+            return Ok(Report {
+                ca_made: false,
+                ca_expires,
+                issued: None,
+                expires: kept.not_after,
+                renew_after: kept.renew_after(),
+            })
+        }
+        Err(reason) => reason,
     };
-    let issuer = Issuer::from_ca_cert_der(&ca_der.clone().into(), &ca_key)
+    let issuer = Issuer::from_ca_cert_der(&ca.der.clone().into(), &ca.key)
         .map_err(|e| anyhow!("{}: {e}", paths.ca.display()))?;
-    let (leaf_pem, key_pem) = issue_leaf(&issuer, names, lifetime, now)?;
+    let (leaf_der, leaf_pem, key_pem) = issue_leaf(&issuer, names, lifetime, now)?;
+    let (_, leaf) = X509Certificate::from_der(&leaf_der)
+        .map_err(|e| anyhow!("the certificate just issued: {e}"))?;
+    let leaf = info(&leaf)?;
     write(&paths.key, key_pem.as_bytes(), 0o600)?;
+    let ca_pem = ca.pem.trim_end();
     write(
         &paths.cert,
-        format!("{leaf_pem}{}", pem_text(&ca_der)).as_bytes(),
+        format!("{leaf_pem}{ca_pem}\n").as_bytes(),
         0o644,
     )?;
-    let leaf = read_cert(&paths.cert)?;
     Ok(Report {
-        ca_made,
-        ca_expires: ca_info.not_after,
+        ca_made: ca.made,
+        ca_expires,
         issued: Some(reason),
         expires: leaf.not_after,
         renew_after: leaf.renew_after(),
     })
 }
 
-/// The site CA's certificate (PEM) and key, made now if neither file exists.
-/// Its name has the appliance's (`host`) and a random part: certificates of another site's CA, even of the
+/// The site CA as [`site_ca`] finds or makes it.
+struct SiteCa {
+    /// Its certificate, as in `ca.pem`.
+    pem: String,
+    der: Vec<u8>,
+    key: KeyPair,
+    /// Whether it was made now.
+    made: bool,
+}
+
+/// The site CA, made now if neither of its files exists. Its name has the appliance's (`host`) and a random part: certificates of another site's CA, even of the
 /// same host name, are then of an unknown issuer, not a bad signature.
-fn site_ca(paths: &Paths, host: &str, now: SystemTime) -> Result<(String, KeyPair, bool)> {
+fn site_ca(paths: &Paths, host: &str, now: SystemTime) -> Result<SiteCa> {
     match (paths.ca.exists(), paths.ca_key.exists()) {
         (true, true) => {
             let pem = std::fs::read_to_string(&paths.ca)
@@ -174,7 +187,12 @@ fn site_ca(paths: &Paths, host: &str, now: SystemTime) -> Result<(String, KeyPai
                     paths.ca.display()
                 );
             }
-            Ok((pem, key, false))
+            Ok(SiteCa {
+                pem,
+                der,
+                key,
+                made: false,
+            })
         }
         (false, false) => {
             let key = KeyPair::generate().context("generating the site CA's key")?;
@@ -194,7 +212,12 @@ fn site_ca(paths: &Paths, host: &str, now: SystemTime) -> Result<(String, KeyPai
                 .context("signing the site CA's certificate")?;
             write(&paths.ca_key, key.serialize_pem().as_bytes(), 0o600)?;
             write(&paths.ca, cert.pem().as_bytes(), 0o644)?;
-            Ok((cert.pem(), key, true))
+            Ok(SiteCa {
+                pem: cert.pem(),
+                der: cert.der().to_vec(),
+                key,
+                made: true,
+            })
         }
         (ca, _) => {
             let (have, missing) = if ca {
@@ -212,64 +235,64 @@ fn site_ca(paths: &Paths, host: &str, now: SystemTime) -> Result<(String, KeyPai
     }
 }
 
-/// Why the serving certificate must be issued again, if it must.
-fn due(
+/// The serving certificate in place, if it is to be kept; else why it must be issued again.
+fn current(
     paths: &Paths,
     ca: &X509Certificate<'_>,
     wanted: &BTreeSet<String>,
     now: SystemTime,
-) -> Option<String> {
+) -> Result<CertInfo, String> {
     let (Ok(cert_pem), Ok(key_pem)) = (
         std::fs::read_to_string(&paths.cert),
         std::fs::read_to_string(&paths.key),
     ) else {
-        return Some("there is none".into());
+        return Err("there is none".into());
     };
     let Ok(key) = KeyPair::from_pem(&key_pem) else {
-        return Some(format!("{} is not a private key", paths.key.display()));
+        return Err(format!("{} is not a private key", paths.key.display()));
     };
     let der = match pem_certs(&cert_pem) {
         Ok(mut certs) => certs.remove(0),
-        Err(e) => return Some(format!("{}: {e}", paths.cert.display())),
+        Err(e) => return Err(format!("{}: {e}", paths.cert.display())),
     };
     let Ok((_, leaf)) = X509Certificate::from_der(&der) else {
-        return Some(format!("{} is not a certificate", paths.cert.display()));
+        return Err(format!("{} is not a certificate", paths.cert.display()));
     };
     let Ok(leaf_info) = info(&leaf) else {
-        return Some(format!(
+        return Err(format!(
             "{}'s extensions are unreadable",
             paths.cert.display()
         ));
     };
     if leaf.public_key().raw != key.subject_public_key_info().as_slice() {
-        return Some(format!("{} is not its key", paths.key.display()));
+        return Err(format!("{} is not its key", paths.key.display()));
     }
     if leaf_info.is_ca || leaf.verify_signature(Some(ca.public_key())).is_err() {
-        return Some("it is not the site CA's (an older self-signed one)".into());
+        return Err("it is not the site CA's (an older self-signed one)".into());
     }
     if &leaf_info.names != wanted {
-        return Some(format!(
+        return Err(format!(
             "its names changed ({} → {})",
-            Vec::from_iter(leaf_info.names).join(","),
+            Vec::from_iter(leaf_info.names.iter().cloned()).join(","),
             Vec::from_iter(wanted.iter().cloned()).join(",")
         ));
     }
     if now >= leaf_info.not_after {
-        return Some("it expired".into());
+        return Err("it expired".into());
     }
     if now >= leaf_info.renew_after() {
-        return Some("it is past two-thirds of its life".into());
+        return Err("it is past two-thirds of its life".into());
     }
-    None
+    Ok(leaf_info)
 }
 
-/// A serving certificate for `names` signed by `issuer`, and its new key, both PEM.
+/// A serving certificate for `names` signed by `issuer` (DER and PEM), and its new key (PEM).
 fn issue_leaf(
     issuer: &Issuer<'_, &KeyPair>,
     names: &[String],
     lifetime: Duration,
     now: SystemTime,
-) -> Result<(String, String)> {
+) -> Result<(Vec<u8>, String, String)> {
     let key = KeyPair::generate().context("generating the serving certificate's key")?;
     let mut params = CertificateParams::new(names.to_vec())
         .map_err(|e| anyhow!("names {}: {e}", names.join(",")))?;
@@ -287,7 +310,7 @@ fn issue_leaf(
     let cert = params
         .signed_by(&key, issuer)
         .context("signing the serving certificate")?;
-    Ok((cert.pem(), key.serialize_pem()))
+    Ok((cert.der().to_vec(), cert.pem(), key.serialize_pem()))
 }
 
 /// A random positive 128-bit serial number.
@@ -322,18 +345,6 @@ pub fn pem_certs(text: &str) -> Result<Vec<Vec<u8>>> {
         bail!("no certificate in it");
     }
     Ok(certs)
-}
-
-fn pem_text(der: &[u8]) -> String {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
-        out.push('\n');
-    }
-    out.push_str("-----END CERTIFICATE-----\n");
-    out
 }
 
 fn info(cert: &X509Certificate<'_>) -> Result<CertInfo> {

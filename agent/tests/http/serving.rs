@@ -38,38 +38,44 @@ fn self_signed(dir: &std::path::Path, prefix: &str) -> (PathBuf, PathBuf) {
     (cert, key)
 }
 
-/// An agent serving HTTPS with `cert` and `key`, its data in `data`.
-fn https_agent(data: &std::path::Path, cert: &std::path::Path, key: &std::path::Path) -> Agent {
+/// An agent serving HTTPS with `cert` and `key`, its data in `data`, with `extra` arguments.
+fn https_agent(
+    data: &std::path::Path,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    extra: &[&str],
+) -> Agent {
     let mut cmd = Command::new(agent_bin());
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(data)
         .arg("--tls-cert")
         .arg(cert)
         .arg("--tls-key")
-        .arg(key);
+        .arg(key)
+        .args(extra);
     Agent::spawn(cmd, data, None)
+}
+
+/// `GET path` from `agent` with curl (OpenSSL), trusting `ca` only: the body of a 2xx answer.
+fn https_get(agent: &Agent, ca: &std::path::Path, path: &str) -> String {
+    stdout(
+        Command::new(tool("curl"))
+            .args(["-sSf", "--cacert"])
+            .arg(ca)
+            .arg(format!("https://{}{path}", agent.host())),
+    )
 }
 
 #[test]
 fn serves_https_with_the_given_certificate() {
     let tmp = tempfile::tempdir().unwrap();
     let (cert, key) = self_signed(tmp.path(), "");
-    let agent = https_agent(&tmp.path().join("data"), &cert, &key);
+    let agent = https_agent(&tmp.path().join("data"), &cert, &key, &[]);
     // Verified against the certificate: TLS is really on, with the key we gave it.
-    let body = stdout(
-        Command::new(tool("curl"))
-            .args(["-sSf", "--cacert"])
-            .arg(&cert)
-            .arg(format!("https://{}/v2/", agent.host())),
-    );
+    let body = https_get(&agent, &cert, "/v2/");
     assert_eq!(body, "{}");
     // The apt source it hands nodes names it by https, the scheme they reached it by.
-    let sources = stdout(
-        Command::new(tool("curl"))
-            .args(["-sSf", "--cacert"])
-            .arg(&cert)
-            .arg(format!("https://{}/apt/foothold.sources", agent.host())),
-    );
+    let sources = https_get(&agent, &cert, "/apt/foothold.sources");
     assert!(
         sources.contains(&format!("\nURIs: https://{}/apt\n", agent.host())),
         "{sources}"
@@ -105,12 +111,7 @@ fn serves_https_with_the_given_certificate() {
         support::sha256_digest(&std::fs::read(&fetched).unwrap()),
         *layer
     );
-    let metrics = stdout(
-        Command::new(tool("curl"))
-            .args(["-sSf", "--cacert"])
-            .arg(&cert)
-            .arg(format!("https://{}/metrics", agent.host())),
-    );
+    let metrics = https_get(&agent, &cert, "/metrics");
     for line in [
         format!("foothold_bytes_served_total{{path=\"mapped\"}} {size}"),
         "foothold_bytes_served_total{path=\"sendfile\"} 0".to_owned(),
@@ -136,7 +137,7 @@ fn an_https_ready_check_is_verified_against_the_ca_it_is_given() {
     let tmp = tempfile::tempdir().unwrap();
     let (cert, key) = self_signed(tmp.path(), "service-");
     let (other, _) = self_signed(tmp.path(), "other-");
-    let service = https_agent(&tmp.path().join("service"), &cert, &key);
+    let service = https_agent(&tmp.path().join("service"), &cert, &key, &[]);
     let readyz = |ca: &std::path::Path, name: &str| {
         let data = tmp.path().join(name);
         let mut cmd = Command::new(agent_bin());
@@ -234,23 +235,14 @@ fn the_agent_serves_a_certificate_of_the_site_ca_and_a_renewed_one_without_a_res
     );
 
     let data = tmp.path().join("data");
-    let mut cmd = Command::new(agent_bin());
-    cmd.args([
-        "serve",
-        "--no-controllers",
-        "--listen",
-        "127.0.0.1:0",
-        "--data",
-    ])
-    .arg(&data)
-    .arg("--tls-cert")
-    .arg(tls.join("cert.pem"))
-    .arg("--tls-key")
-    .arg(tls.join("key.pem"))
-    .arg("--certificate")
-    .arg(format!("site-ca={}", tls.join("ca.pem").display()));
-    let agent = Agent::spawn(cmd, &data, None);
     let ca = tls.join("ca.pem");
+    let watched = format!("site-ca={}", ca.display());
+    let agent = https_agent(
+        &data,
+        &tls.join("cert.pem"),
+        &tls.join("key.pem"),
+        &["--no-controllers", "--certificate", &watched],
+    );
 
     // A rustls client trusting only the site CA: the leaf it is served is not a CA (webpki refused the old
     // self-signed one as CaUsedAsEndEntity); curl (OpenSSL) with the same CA agrees.
@@ -258,12 +250,7 @@ fn the_agent_serves_a_certificate_of_the_site_ca_and_a_renewed_one_without_a_res
     assert_eq!(status, "HTTP/1.1 200 OK");
     let (_, leaf) = X509Certificate::from_der(&first).unwrap();
     assert!(!leaf.basic_constraints().unwrap().unwrap().value.ca);
-    let body = stdout(
-        Command::new(tool("curl"))
-            .args(["-sSf", "--cacert"])
-            .arg(&ca)
-            .arg(format!("https://{}/v2/", agent.host())),
-    );
+    let body = https_get(&agent, &ca, "/v2/");
     assert_eq!(body, "{}");
     // Trusting another CA, it is refused.
     let other = tmp.path().join("other");
@@ -272,21 +259,13 @@ fn the_agent_serves_a_certificate_of_the_site_ca_and_a_renewed_one_without_a_res
     let refused = rustls_get(agent.addr, &other.join("ca.pem"), "/v2/").unwrap_err();
     assert!(refused.contains("UnknownIssuer"), "{refused}");
 
-    let expiry = |metrics: &str, name: &str| -> u64 {
-        let prefix = format!("foothold_certificate_expiry_seconds{{name=\"{name}\"}} ");
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .unwrap_or_else(|| panic!("no {prefix} in\n{metrics}"))
-            .parse()
-            .unwrap()
+    let expiry = |metrics: &str, name: &str| {
+        support::metric(
+            metrics,
+            &format!("foothold_certificate_expiry_seconds{{name=\"{name}\"}}"),
+        )
     };
-    let metrics = stdout(
-        Command::new(tool("curl"))
-            .args(["-sSf", "--cacert"])
-            .arg(&ca)
-            .arg(format!("https://{}/metrics", agent.host())),
-    );
+    let metrics = https_get(&agent, &ca, "/metrics");
     let first_expiry = expiry(&metrics, "agent");
     let info = foothold_agent::pki::read_cert(&tls.join("cert.pem")).unwrap();
     assert_eq!(
@@ -299,13 +278,8 @@ fn the_agent_serves_a_certificate_of_the_site_ca_and_a_renewed_one_without_a_res
     let ca_expiry = expiry(&metrics, "site-ca");
     assert!(ca_expiry > first_expiry + 9 * 365 * 86_400, "{metrics}");
     // "Is my site up" shows them too.
-    let readyz: serde_json::Value = serde_json::from_str(&stdout(
-        Command::new(tool("curl"))
-            .args(["-sSf", "--cacert"])
-            .arg(&ca)
-            .arg(format!("https://{}/readyz", agent.host())),
-    ))
-    .unwrap();
+    let readyz: serde_json::Value =
+        serde_json::from_str(&https_get(&agent, &ca, "/readyz")).unwrap();
     assert_eq!(
         readyz["certificates"]["agent"]["expires"],
         httpdate::fmt_http_date(info.not_after),
@@ -374,12 +348,7 @@ fn the_agent_serves_a_certificate_of_the_site_ca_and_a_renewed_one_without_a_res
         foothold_agent::pki::pem_certs(&std::fs::read_to_string(tls.join("cert.pem")).unwrap())
             .unwrap()[0]
     );
-    let metrics = stdout(
-        Command::new(tool("curl"))
-            .args(["-sSf", "--cacert"])
-            .arg(&ca)
-            .arg(format!("https://{}/metrics", agent.host())),
-    );
+    let metrics = https_get(&agent, &ca, "/metrics");
     assert!(expiry(&metrics, "agent") > first_expiry, "{metrics}");
     assert_eq!(expiry(&metrics, "site-ca"), ca_expiry);
 
@@ -401,7 +370,12 @@ fn the_agent_serves_a_certificate_of_the_site_ca_and_a_renewed_one_without_a_res
     );
     assert_eq!(std::fs::read(&ca).unwrap(), ca_before, "the same CA");
     let data = svc.join("data");
-    let other_agent = https_agent(&data, &svc.join("tls/cert.pem"), &svc.join("tls/key.pem"));
+    let other_agent = https_agent(
+        &data,
+        &svc.join("tls/cert.pem"),
+        &svc.join("tls/key.pem"),
+        &[],
+    );
     let (status, leaf) = rustls_get(other_agent.addr, &ca, "/v2/").unwrap();
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_ne!(leaf, second);

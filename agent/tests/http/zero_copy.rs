@@ -36,14 +36,10 @@ fn push(agent: &Agent, repo: &str, blob: &[u8]) -> String {
 }
 
 fn served(agent: &Agent, path: &str) -> u64 {
-    let prefix = format!("foothold_bytes_served_total{{path=\"{path}\"}} ");
-    let metrics = agent.metrics();
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("no {prefix:?} in\n{metrics}"))
-        .parse()
-        .unwrap()
+    support::metric(
+        &agent.metrics(),
+        &format!("foothold_bytes_served_total{{path=\"{path}\"}}"),
+    )
 }
 
 /// One HTTP/1.1 exchange on `conn`: the status, the headers (names lower-cased) and, unless `head`, the body of

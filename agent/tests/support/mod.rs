@@ -76,6 +76,17 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
     }
 }
 
+/// The value of `series` (a name with its labels) in Prometheus text, which must have it.
+pub fn metric(metrics: &str, series: &str) -> u64 {
+    let prefix = format!("{series} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+        .parse()
+        .unwrap()
+}
+
 pub fn agent_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_foothold-agent"))
 }
