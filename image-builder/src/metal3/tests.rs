@@ -204,7 +204,8 @@ fn on_an_appliance_serving_tls_ironic_and_its_clients_speak_https_verified_by_th
     );
     // The overlay's scripts the drop-in and foothold-pki run are there, for these files.
     let renew = include_str!("../../../rootfs/usr/local/lib/foothold/pki-renew");
-    assert!(renew.contains(TLS_NAMES) && renew.contains(&format!("--cert {TLS_CERT}")));
+    assert!(renew.contains(TLS_NAMES) && renew.contains(&format!("cert={TLS_CERT}\n")));
+    assert!(renew.contains("pki --cert \"$cert\""));
     assert!(renew.contains(SITE_CA.trim_end_matches("/ca.pem")));
     assert!(
         include_str!("../../../rootfs/usr/local/lib/foothold/ironic-ca-initrd")
