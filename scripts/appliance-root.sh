@@ -27,6 +27,9 @@ root_enter() {
   mount -t tmpfs -o mode=755 tmpfs "$dir/run"
   mount -t tmpfs -o mode=1777 tmpfs "$dir/tmp"
   mkdir -p "$dir/var/lib/foothold"
+  # The data partition is not extracted: its list of the images the build imported is empty here.
+  [ -e "$dir/var/lib/foothold/protected-repositories" ] ||
+    echo '# the data partition is not extracted here' > "$dir/var/lib/foothold/protected-repositories"
   ip link set lo up
   address=$(sed -n 's/^KUBE_NODE_ADDRESS=//p' "$dir/etc/foothold/kubernetes.env")
   ip addr add "$address/32" dev lo

@@ -30,3 +30,4 @@ pub mod store;
 pub mod uploads;
 pub mod vino_builder;
 pub mod vino_plan;
+pub mod watched;

@@ -1,12 +1,12 @@
 //! `foothold-agent`: argument parsing and logging setup; everything else lives in the library.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::builder::TypedValueParser as _;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use foothold_agent::{
     controllers, fsck, http, import, installer, mirror_config, store, vino_builder,
 };
@@ -167,14 +167,6 @@ impl KubeArgs {
     }
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum MirrorTarget {
-    /// `certs.d/<registry>/hosts.toml` files for containerd's config_path.
-    Containerd,
-    /// `registries.yaml` for k3s (and rke2).
-    K3s,
-}
-
 #[derive(Subcommand)]
 enum Command {
     /// Serve the registry, the file server, the BPA upload API (REST and tus), /metrics and /readyz over HTTP or
@@ -185,10 +177,8 @@ enum Command {
         listen: SocketAddr,
         #[command(flatten)]
         data: DataArg,
-        /// File holding the token that pushes, uploads and deletes must present (Bearer, or Basic password).
-        /// Without it, writes are open: use only on a trusted network.
-        #[arg(long)]
-        token_file: Option<PathBuf>,
+        #[command(flatten)]
+        auth: foothold_agent::auth::cli::AuthArgs,
         /// PEM certificate chain for HTTPS.
         #[arg(long, requires = "tls_key")]
         tls_cert: Option<PathBuf>,
@@ -204,9 +194,6 @@ enum Command {
         /// Largest image accepted by the BPA upload API, in bytes.
         #[arg(long, default_value_t = http::DEFAULT_MAX_IMAGE_LENGTH)]
         max_image_size: u64,
-        /// Require the token for reading BPA image records and downloading /files too (default: anonymous).
-        #[arg(long, requires = "token_file")]
-        files_require_token: bool,
         /// Which plain-HTTP/1 connections get blob and file bodies by sendfile, from the file to the socket
         /// without a copy in the agent: "remote" (clients on other hosts; one on this host gets them copied
         /// through a buffer, which costs it less to receive), "always" (alias "true") or "never" (alias
@@ -267,27 +254,7 @@ enum Command {
     /// Vino, IPPool) as YAML, for `kubectl apply -f -`. Metal3 installs BareMetalHost's.
     Crds,
     /// Print (or write) the containerd or k3s configuration that makes a node pull through this agent.
-    MirrorConfig {
-        /// Which configuration format.
-        #[arg(long = "for", value_enum)]
-        target: MirrorTarget,
-        /// The agent's URL as compute nodes reach it, e.g. http://10.0.0.1:5000.
-        #[arg(long)]
-        endpoint: String,
-        /// Upstream registries to mirror, comma separated.
-        #[arg(long, value_delimiter = ',', default_values_t = mirror_config::DEFAULT_REGISTRIES.iter().map(|s| s.to_string()).collect::<Vec<_>>())]
-        registries: Vec<String>,
-        /// More registries, added to --registries (the image builder adds those of the image's containers).
-        #[arg(long, value_delimiter = ',')]
-        extra_registries: Vec<String>,
-        /// CA certificate path on the node, for an https endpoint with a site CA.
-        #[arg(long)]
-        ca: Option<String>,
-        /// Write the files under this directory (containerd: <dir>/<registry>/hosts.toml; k3s:
-        /// <dir>/registries.yaml) instead of printing them.
-        #[arg(long)]
-        out: Option<PathBuf>,
-    },
+    MirrorConfig(mirror_config::cli::Args),
     /// Print (or write) the deb822 apt source for this agent's signed package repository, its key inline:
     /// `/etc/apt/sources.list.d/foothold.sources` on a node. The key is the data directory's (made at the first
     /// `serve`, or here when there is none yet).
@@ -327,6 +294,9 @@ enum Command {
         #[arg(long, default_value = "397d", value_parser = foothold_agent::pki::parse_lifetime)]
         lifetime: std::time::Duration,
     },
+    /// Named credentials with scopes (admin; write to repositories and BPA owners; read) in the file a serving
+    /// agent follows (serve --credentials), and whether reads need one.
+    Credentials(foothold_agent::auth::cli::CredentialsArgs),
     /// The node side of ViNO (the `vino-builder` container of a Vino's DaemonSet): keep libvirt's networks,
     /// volumes and domains equal to this node's VM plan.
     VinoBuilder(Box<VinoBuilderArgs>),
@@ -522,6 +492,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::Credentials(args) => {
+            foothold_agent::auth::cli::run(args, &mut std::io::stdout().lock())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Crds => {
             print!("{}", foothold_agent::crd::yaml());
             Ok(ExitCode::SUCCESS)
@@ -529,12 +503,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve {
             listen,
             data,
-            token_file,
+            auth,
             tls_cert,
             tls_key,
             certificates,
             max_image_size,
-            files_require_token,
             sendfile,
             ready_checks,
             ready_check_ca,
@@ -546,10 +519,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let cfg = http::ServeConfig {
                 listen,
                 max_image_length: max_image_size,
-                files_need_token: files_require_token,
                 sendfile,
                 data: data.dir(),
-                token_file,
+                auth: auth.sources(),
                 controllers: kube.settings(listen, tls_cert.is_some()),
                 tls: tls_cert.zip(tls_key),
                 certificates,
@@ -629,56 +601,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
-        Command::MirrorConfig {
-            target,
-            endpoint,
-            mut registries,
-            extra_registries,
-            ca,
-            out,
-        } => {
-            let endpoint = mirror_config::check_endpoint(&endpoint)?;
-            for r in extra_registries {
-                if !r.is_empty() && !registries.contains(&r) {
-                    registries.push(r);
-                }
-            }
-            for r in &registries {
-                mirror_config::check_registry(r)?;
-            }
-            let files: Vec<(PathBuf, String)> = match target {
-                MirrorTarget::Containerd => registries
-                    .iter()
-                    .map(|r| {
-                        (
-                            Path::new(r).join("hosts.toml"),
-                            mirror_config::containerd_hosts_toml(endpoint, r, ca.as_deref()),
-                        )
-                    })
-                    .collect(),
-                MirrorTarget::K3s => vec![(
-                    PathBuf::from("registries.yaml"),
-                    mirror_config::k3s_registries_yaml(endpoint, &registries, ca.as_deref()),
-                )],
-            };
-            for (rel, text) in files {
-                match &out {
-                    None => print!("# ==> {} <==\n{text}\n", rel.display()),
-                    Some(dir) => {
-                        let path = dir.join(&rel);
-                        let parent = path.parent().expect("joined path has a parent");
-                        std::fs::create_dir_all(parent)
-                            .with_context(|| format!("creating {}", parent.display()))?;
-                        let tmp = parent.join(format!(
-                            ".{}.tmp",
-                            rel.file_name().expect("file name").to_string_lossy()
-                        ));
-                        store::blobs::write_durably(&tmp, &path, text.as_bytes())
-                            .with_context(|| format!("writing {}", path.display()))?;
-                        println!("wrote {}", path.display());
-                    }
-                }
-            }
+        Command::MirrorConfig(args) => {
+            mirror_config::cli::run(args)?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -62,6 +62,8 @@ pub struct Metrics {
     uploads: Mutex<UploadStats>,
     /// Each certificate's end of validity, as Unix time, by the name the operator gave it.
     certificates: Mutex<BTreeMap<String, u64>>,
+    /// Writes that changed something, by the credential that made them (names from the operator's file).
+    writes: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Metrics {
@@ -151,6 +153,17 @@ impl Metrics {
         }
     }
 
+    /// A write that changed something, made by `credential` (`-` without authorisation).
+    pub fn write_by(&self, credential: &str) {
+        let mut w = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+        match w.get_mut(credential) {
+            Some(n) => *n += 1,
+            None => {
+                w.insert(credential.to_owned(), 1);
+            }
+        }
+    }
+
     /// Each reported certificate's end of validity, as Unix time, by name.
     pub fn certificate_expiries(&self) -> BTreeMap<String, u64> {
         self.certificates
@@ -235,6 +248,14 @@ impl Metrics {
             let _ = writeln!(
                 out,
                 "foothold_certificate_expiry_seconds{{name=\"{name}\"}} {t}"
+            );
+        }
+        out.push_str("# HELP foothold_writes_total Writes that changed something (2xx), by the credential that made them.\n");
+        out.push_str("# TYPE foothold_writes_total counter\n");
+        for (credential, n) in self.writes.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = writeln!(
+                out,
+                "foothold_writes_total{{credential=\"{credential}\"}} {n}"
             );
         }
         out.push_str("# HELP foothold_controller_leader Whether this agent holds the controllers' leader lease.\n");

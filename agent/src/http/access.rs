@@ -1,32 +1,35 @@
-//! Permissions in handler signatures: a handler that takes [`WriteAccess`] runs only for a request carrying
-//! the write token, one that takes [`ReadAccess`] only for a request allowed to read records and files. A
-//! refusal is the REST API's 401 (the registry, whose errors have their own format, asks [`Access`] itself).
+//! Permissions in handler signatures. The router identifies every request once (`auth::Auth::identify`) and
+//! puts the [`Caller`] in its extensions; a handler that takes [`ReadAccess`] runs only for a request that may
+//! read, one that takes [`WriteAccess`] only for a writer, and one that writes a particular repository or
+//! owner takes the [`Caller`] and asks it. A refusal is the REST API's 401 (no credential, or an unknown one)
+//! or 403 (a credential whose scope does not cover it); the registry, whose errors have their own format, maps
+//! [`Denied`] itself.
 
 use axum::extract::{FromRef, FromRequestParts};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
 
 use super::error::ApiError;
 pub use super::state::Access;
+pub use crate::auth::{Caller, Denied};
 
-/// The request carries the write token (or no token is configured).
+/// The request may write: any writer (tus uploads).
 pub struct WriteAccess;
 
-/// The request may read BPA records and `/files` (anyone, unless `--files-require-token`).
+/// The request may read (anyone, unless reads need a credential).
 pub struct ReadAccess;
 
-impl Access {
-    pub fn permits_read(&self, parts: &Parts) -> bool {
-        !self.files_need_token || self.auth.permits_write(&parts.headers)
-    }
-}
+impl<S: Send + Sync> FromRequestParts<S> for Caller
+where
+    Access: FromRef<S>,
+{
+    type Rejection = std::convert::Infallible;
 
-fn unauthorized() -> ApiError {
-    ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        "UNAUTHORIZED",
-        "this request needs the write token",
-    )
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Ok(match parts.extensions.get::<Caller>() {
+            Some(c) => c.clone(),
+            None => Access::from_ref(state).auth.identify(&parts.headers),
+        })
+    }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for WriteAccess
@@ -36,11 +39,9 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        if Access::from_ref(state).auth.permits_write(&parts.headers) {
-            Ok(WriteAccess)
-        } else {
-            Err(unauthorized())
-        }
+        let Ok(caller) = Caller::from_request_parts(parts, state).await;
+        caller.may_upload()?;
+        Ok(WriteAccess)
     }
 }
 
@@ -51,10 +52,8 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        if Access::from_ref(state).permits_read(parts) {
-            Ok(ReadAccess)
-        } else {
-            Err(unauthorized())
-        }
+        let Ok(caller) = Caller::from_request_parts(parts, state).await;
+        caller.may_read()?;
+        Ok(ReadAccess)
     }
 }

@@ -5,17 +5,13 @@
 //! `foothold_certificate_expiry_seconds{name}` (Unix time): the served one as `agent`, the others by the name
 //! `--certificate` gives them.
 
-use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use axum_server::tls_rustls::RustlsConfig;
 
 use crate::metrics::Metrics;
-
-/// How often the files are looked at: a `stat` each, so cheap; a renewal is served within this.
-pub const CHECK: Duration = Duration::from_secs(5);
+use crate::watched::{stamp, Stamp, CHECK};
 
 /// The name of the served certificate in `/metrics`.
 pub const SERVED: &str = "agent";
@@ -43,14 +39,6 @@ pub fn parse_watched(arg: &str) -> Result<(String, PathBuf), String> {
         return Err(format!("{arg:?}: no file"));
     }
     Ok((name.to_string(), PathBuf::from(path)))
-}
-
-/// What identifies a file's content without reading it.
-type Stamp = Option<(SystemTime, u64, u64)>;
-
-fn stamp(path: &Path) -> Stamp {
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len(), m.ino()))
 }
 
 /// The served pair: the rustls configuration connections are accepted with, and its files.

@@ -111,6 +111,18 @@ impl IntoResponse for ApiError {
 
 pub type ApiResult<T = Response> = Result<T, ApiError>;
 
+impl From<crate::auth::Denied> for ApiError {
+    fn from(d: crate::auth::Denied) -> Self {
+        use crate::auth::Denied;
+        match d {
+            Denied::Unauthenticated(m) => {
+                ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", m)
+            }
+            Denied::Forbidden(m) => ApiError::new(StatusCode::FORBIDDEN, "FORBIDDEN", m),
+        }
+    }
+}
+
 impl From<UploadError> for ApiError {
     fn from(e: UploadError) -> Self {
         use StatusCode as S;

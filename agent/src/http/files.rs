@@ -42,7 +42,7 @@ pub fn routes() -> Router<AppState> {
             headers(("content-range" = String))),
         (status = 304, description = "Not modified"),
         (status = 400, description = "Invalid name or image type", body = ErrorBody),
-        (status = 401, description = "The token is required (--files-require-token)", body = ErrorBody),
+        (status = 401, description = "Reads need a credential on this site", body = ErrorBody),
         (status = 404, description = "No such record, or not completely uploaded", body = ErrorBody),
         (status = 416, description = "The range is outside the content"),
     ),

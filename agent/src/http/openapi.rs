@@ -46,7 +46,7 @@ impl Modify for Token {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
-                        "The agent's write token (--token-file); Basic auth with it as password works too",
+                        "A credential's token (--token-file's admin, or one of the credentials file's); Basic auth with it as password works too",
                     ))
                     .build(),
             ),

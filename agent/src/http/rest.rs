@@ -11,7 +11,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
-use super::access::{ReadAccess, WriteAccess};
+use super::access::{Caller, ReadAccess};
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::limits::LimitReached;
 use super::schema::{ClusterPath, ClusterStatus, CollectionPath, MultipartMetadata, RecordPath};
@@ -51,7 +51,7 @@ const KUBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
     responses(
         (status = 200, description = "The cluster's images by type, and its Provisioning and Software status", body = ClusterStatus),
         (status = 400, description = "Invalid owner or cluster name", body = ErrorBody),
-        (status = 401, description = "The token is required (--files-require-token)", body = ErrorBody),
+        (status = 401, description = "Reads need a credential on this site", body = ErrorBody),
     ),
     security((), ("token" = [])))]
 pub(super) async fn status(
@@ -104,7 +104,7 @@ pub(super) async fn status(
     responses(
         (status = 200, description = "The records of this type", body = Vec<Record>),
         (status = 400, description = "Invalid name or image type", body = ErrorBody),
-        (status = 401, description = "The token is required (--files-require-token)", body = ErrorBody),
+        (status = 401, description = "Reads need a credential on this site", body = ErrorBody),
     ),
     security((), ("token" = [])))]
 pub(super) async fn list(
@@ -134,7 +134,8 @@ pub(super) async fn list(
         (status = 201, description = "Created; content follows by PATCH (or came from a tus upload)", body = Record,
             headers(("location" = String, description = "The record's URL"))),
         (status = 400, description = "Invalid name, type or metadata", body = ErrorBody),
-        (status = 401, description = "The write token is required", body = ErrorBody),
+        (status = 401, description = "A credential is required", body = ErrorBody),
+        (status = 403, description = "The credential does not write this owner's records", body = ErrorBody),
         (status = 404, description = "The tus upload to bind does not exist", body = ErrorBody),
         (status = 409, description = "The record exists already, or the tus upload is unfinished", body = ErrorBody),
         (status = 413, description = "image_length is over the limit", body = ErrorBody),
@@ -143,13 +144,14 @@ pub(super) async fn list(
     ),
     security(("token" = [])))]
 pub(super) async fn create(
-    _: WriteAccess,
+    caller: Caller,
     State(store): State<Arc<Store>>,
     State(limits): State<Limits>,
     Path((owner, cluster, kind)): Path<(String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
+    caller.may_write_owner(&owner)?;
     let new: NewImage = if is_multipart(&headers) {
         metadata_part(&headers, body).await?
     } else {
@@ -261,7 +263,7 @@ pub(super) fn key(owner: &str, cluster: &str, kind: &str, name: &str) -> ApiResu
         (status = 200, description = "The record (HEAD: headers only)", body = Record,
             headers(("upload-offset" = u64, description = "image_offset"))),
         (status = 400, description = "Invalid name or image type", body = ErrorBody),
-        (status = 401, description = "The token is required (--files-require-token)", body = ErrorBody),
+        (status = 401, description = "Reads need a credential on this site", body = ErrorBody),
         (status = 404, description = "No such record", body = ErrorBody),
     ),
     security((), ("token" = [])))]
@@ -311,19 +313,21 @@ pub(crate) struct Update {
     responses(
         (status = 200, description = "The updated record", body = Record),
         (status = 400, description = "Invalid name, type or body", body = ErrorBody),
-        (status = 401, description = "The write token is required", body = ErrorBody),
+        (status = 401, description = "A credential is required", body = ErrorBody),
+        (status = 403, description = "The credential does not write this owner's records", body = ErrorBody),
         (status = 404, description = "No such record", body = ErrorBody),
         (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
     ),
     security(("token" = [])))]
 pub(super) async fn update(
-    _: WriteAccess,
+    caller: Caller,
     State(store): State<Arc<Store>>,
     State(limits): State<Limits>,
     Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
+    caller.may_write_owner(&owner)?;
     let update: Update = if is_multipart(&headers) {
         metadata_part(&headers, body).await?
     } else {
@@ -362,7 +366,8 @@ pub(super) async fn update(
         (status = 204, description = "Appended (the last byte completes and verifies the upload)",
             headers(("upload-offset" = u64, description = "The new image_offset"))),
         (status = 400, description = "Invalid name or type, no Upload-Offset, or the body was cut off (what arrived is kept)", body = ErrorBody),
-        (status = 401, description = "The write token is required", body = ErrorBody),
+        (status = 401, description = "A credential is required", body = ErrorBody),
+        (status = 403, description = "The credential does not write this owner's records", body = ErrorBody),
         (status = 404, description = "No such record", body = ErrorBody),
         (status = 409, description = "Upload-Offset differs from image_offset", body = ErrorBody,
             headers(("upload-offset" = u64, description = "The record's image_offset"))),
@@ -372,13 +377,14 @@ pub(super) async fn update(
     ),
     security(("token" = [])))]
 pub(super) async fn append(
-    _: WriteAccess,
+    caller: Caller,
     State(store): State<Arc<Store>>,
     State(limits): State<Limits>,
     Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
+    caller.may_write_owner(&owner)?;
     let key = key(&owner, &cluster, &kind, &name)?;
     let offset = headers
         .get("upload-offset")
@@ -417,16 +423,18 @@ pub(super) async fn append(
     responses(
         (status = 204, description = "Deleted, with its content unless something else references it"),
         (status = 400, description = "Invalid name or image type", body = ErrorBody),
-        (status = 401, description = "The write token is required", body = ErrorBody),
+        (status = 401, description = "A credential is required", body = ErrorBody),
+        (status = 403, description = "The credential does not write this owner's records", body = ErrorBody),
         (status = 404, description = "No such record", body = ErrorBody),
     ),
     security(("token" = [])))]
 pub(super) async fn remove(
-    _: WriteAccess,
+    caller: Caller,
     State(store): State<Arc<Store>>,
     State(limits): State<Limits>,
     Path((owner, cluster, kind, name)): Path<(String, String, String, String)>,
 ) -> ApiResult {
+    caller.may_write_owner(&owner)?;
     images(&store, limits)
         .delete(&key(&owner, &cluster, &kind, &name)?)
         .await?;

@@ -169,10 +169,10 @@ async fn read_small_bodies(State(state): State<AppState>, req: Request, next: Ne
 /// {"state": "connecting", ...}, "services": {"ironic": {"state": "ok", ...}}}`.
 ///
 /// The controllers' connection error names files and addresses (the kubeconfig's path, the apiserver's): only
-/// a request with the token sees it.
-async fn readyz(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Response {
+/// a request with an admin credential sees it.
+async fn readyz(State(state): State<AppState>, caller: crate::auth::Caller) -> Response {
     let mut controllers = serde_json::json!(state.controllers.get());
-    if !state.access.auth.permits_write(&headers) {
+    if !caller.is_admin() {
         if let Some(error) = controllers.get_mut("error") {
             *error =
                 "not connected yet (the agent's log, or /readyz with the token, says why)".into();
@@ -213,10 +213,19 @@ async fn readyz(State(state): State<AppState>, headers: axum::http::HeaderMap) -
 /// Characters of a request path that go into its log line.
 const MAX_LOGGED_PATH: usize = 512;
 
-/// One structured log line and one counter per request.
-async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Response {
+/// One structured log line and one counter per request, with the credential that made it; every write that
+/// changed something (2xx) has an audit line too. The request is identified here, once: handlers take the
+/// [`crate::auth::Caller`] this puts in its extensions.
+async fn observe(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let started = Instant::now();
+    let caller = state.access.auth.identify(req.headers());
+    let credential = caller.name().to_owned();
+    req.extensions_mut().insert(caller);
     let method = crate::metrics::method_label(req.method());
+    let writes = !matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    );
     let path = req.uri().path().to_owned();
     let route = match path.as_str() {
         "/metrics" => "metrics",
@@ -244,8 +253,13 @@ async fn observe(State(state): State<AppState>, req: Request, next: Next) -> Res
         path = shown,
         route,
         status,
+        credential,
         ms = started.elapsed().as_millis() as u64,
         "request"
     );
+    if writes && resp.status().is_success() {
+        tracing::info!(target: "foothold_agent::audit", credential, method, path = shown, status, "write");
+        state.metrics.write_by(&credential);
+    }
     resp
 }

@@ -16,11 +16,11 @@ use crate::store::Store;
 pub struct ServeConfig {
     pub listen: SocketAddr,
     pub max_image_length: u64,
-    pub files_need_token: bool,
     /// Which plain HTTP/1 connections get bodies of files by sendfile (see `sendfile`).
     pub sendfile: super::sendfile::SendfileMode,
     pub data: PathBuf,
-    pub token_file: Option<PathBuf>,
+    /// Where the credentials, the protected repositories and the reads policy come from.
+    pub auth: crate::auth::Sources,
     /// The certificate chain and key served, reloaded when their files change (`certs`).
     pub tls: Option<(PathBuf, PathBuf)>,
     /// More certificates whose expiry `/metrics` reports, by name.
@@ -44,10 +44,11 @@ pub fn serve_blocking(cfg: ServeConfig) -> anyhow::Result<()> {
 }
 
 pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
-    let auth = match &cfg.token_file {
-        Some(f) => Auth::from_file(f)?,
-        None => Auth::none(),
-    };
+    let auth = Auth::configure(&cfg.auth)?;
+    if let Some(file) = auth.credentials_file() {
+        tracing::info!(file = %file.display(), credentials = auth.policy().credentials.len(), "credentials loaded");
+    }
+    tokio::spawn(crate::auth::watch(auth.clone()));
     let data = cfg.data.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&data))
         .await?
@@ -61,7 +62,6 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let state = AppState::new(store, auth)
         .apt(apt.clone())
         .max_image_length(cfg.max_image_length)
-        .files_need_token(cfg.files_need_token)
         .body_idle_timeout(cfg.client_limits.body_idle_timeout)
         .upload_ttl(cfg.upload_ttl)
         .neighbors(cfg.ready_checks.clone());

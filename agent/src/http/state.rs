@@ -34,13 +34,11 @@ pub struct AppState {
 #[derive(Clone, Copy, Debug)]
 pub struct ServedOverTls;
 
-/// Who may do what: writes need the token; reads of BPA records and `/files` need it too when
-/// `files_need_token` (anonymous by default: nodes and Ironic download without credentials on the
-/// provisioning network).
+/// Who may do what (see `auth`): every request is identified once, by the router, and handlers ask the
+/// [`crate::auth::Caller`] they take.
 #[derive(Clone)]
 pub struct Access {
     pub auth: Auth,
-    pub files_need_token: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -57,14 +55,11 @@ pub struct Limits {
 pub const DEFAULT_BODY_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl AppState {
-    /// The defaults: anonymous reads, the default upload limit, no controllers.
+    /// The defaults: the upload limit, no controllers.
     pub fn new(store: Store, auth: Auth) -> Self {
         AppState {
             store: Arc::new(store),
-            access: Access {
-                auth,
-                files_need_token: false,
-            },
+            access: Access { auth },
             metrics: Arc::default(),
             limits: Limits {
                 max_image_length: DEFAULT_MAX_IMAGE_LENGTH,
@@ -86,12 +81,6 @@ impl AppState {
     /// The services beside the agent that `/readyz` probes.
     pub fn neighbors(mut self, neighbors: crate::neighbors::Neighbors) -> Self {
         self.neighbors = Arc::new(neighbors);
-        self
-    }
-
-    /// Reads of BPA records and `/files` need the token too.
-    pub fn files_need_token(mut self, yes: bool) -> Self {
-        self.access.files_need_token = yes;
         self
     }
 

@@ -143,7 +143,8 @@ pub(super) async fn options(State(limits): State<Limits>) -> Response {
     responses(
         (status = 201, description = "Created", headers(("location" = String, description = "/v1/uploads/<id>"))),
         (status = 400, description = "No or invalid Upload-Length, deferred length, or invalid Upload-Metadata", body = ErrorBody),
-        (status = 401, description = "The write token is required", body = ErrorBody),
+        (status = 401, description = "A credential is required", body = ErrorBody),
+        (status = 403, description = "The credential is read-only", body = ErrorBody),
         (status = 412, description = "Tus-Resumable is not 1.0.0", body = ErrorBody),
         (status = 413, description = "Upload-Length is over Tus-Max-Size", body = ErrorBody),
         (status = 507, description = "Storage is full", body = ErrorBody),
@@ -216,7 +217,8 @@ async fn with_expiry(mut r: Response, store: &Store, id: &str, limits: Limits) -
     responses(
         (status = 200, description = "The upload's offset",
             headers(("upload-offset" = u64), ("upload-length" = u64), ("upload-metadata" = String), ("cache-control" = String))),
-        (status = 401, description = "The write token is required"),
+        (status = 401, description = "A credential is required"),
+        (status = 403, description = "The credential is read-only"),
         (status = 404, description = "No such upload"),
         (status = 412, description = "Tus-Resumable is not 1.0.0"),
     ),
@@ -276,7 +278,8 @@ pub(super) fn chunk_checksum(headers: &HeaderMap) -> Result<Option<[u8; 32]>, Ap
     responses(
         (status = 204, description = "Appended", headers(("upload-offset" = u64, description = "The new offset"))),
         (status = 400, description = "Missing or invalid Upload-Offset or Upload-Checksum, or the body was cut off", body = ErrorBody),
-        (status = 401, description = "The write token is required", body = ErrorBody),
+        (status = 401, description = "A credential is required", body = ErrorBody),
+        (status = 403, description = "The credential is read-only", body = ErrorBody),
         (status = 404, description = "No such upload", body = ErrorBody),
         (status = 409, description = "Upload-Offset differs from the upload's offset", body = ErrorBody),
         (status = 412, description = "Tus-Resumable is not 1.0.0", body = ErrorBody),
@@ -338,7 +341,8 @@ fn no_content(offset: u64) -> Response {
     ),
     responses(
         (status = 204, description = "Terminated: the upload and its content are gone"),
-        (status = 401, description = "The write token is required", body = ErrorBody),
+        (status = 401, description = "A credential is required", body = ErrorBody),
+        (status = 403, description = "The credential is read-only", body = ErrorBody),
         (status = 404, description = "No such upload", body = ErrorBody),
         (status = 412, description = "Tus-Resumable is not 1.0.0", body = ErrorBody),
     ),

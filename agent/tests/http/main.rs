@@ -11,6 +11,7 @@ mod clients;
 mod conformance;
 mod connection;
 mod crash;
+mod credentials;
 mod disk_full;
 mod expiry;
 mod hostile;

@@ -548,14 +548,19 @@ async fn create_accepts_the_original_multipart_form() {
 }
 
 #[tokio::test]
-async fn downloads_can_require_the_token() {
-    use foothold_agent::{auth::Auth, http, store::Store};
+async fn reads_can_require_a_credential_on_every_protocol() {
+    use foothold_agent::auth::{Auth, Credential, Reads, Scope};
+    use foothold_agent::{http, store::Store};
     let tmp = tempfile::tempdir().unwrap();
-    let state = http::AppState::new(
-        Store::open(tmp.path()).unwrap(),
-        Auth::from_token(support::inproc::TOKEN),
-    )
-    .files_need_token(true);
+    let auth = Auth::fixed(
+        vec![
+            Credential::new("admin", Scope::Admin, support::inproc::TOKEN),
+            Credential::new("nodes", Scope::Read, "node-read-token"),
+        ],
+        Reads::Credential,
+        Vec::new(),
+    );
+    let state = http::AppState::new(Store::open(tmp.path()).unwrap(), auth);
     let app = http::router(state);
     assert_eq!(
         create(
@@ -583,13 +588,43 @@ async fn downloads_can_require_the_token() {
         &format!("{BASE}/binary_images/t"),
         &format!("{BASE}/binary_images"),
         &format!("{BASE}/status"),
+        "/v2/_catalog",
     ] {
         let r = get(&app, path).await;
         assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{path}");
         assert!(r.header("www-authenticate").starts_with("Basic"), "{path}");
         let r = call(&app, Method::GET, path, &[], Body::empty(), true).await;
         assert_eq!(r.status, StatusCode::OK, "{path}");
+        let r = call(
+            &app,
+            Method::GET,
+            path,
+            &[("authorization", "Bearer node-read-token")],
+            Body::empty(),
+            false,
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{path} with the read credential");
     }
+    // The apt repository too (this state serves none: past the credential, it is not there).
+    let r = get(&app, "/apt/foothold.asc").await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    // The read credential writes nothing, and says so.
+    let r = call(
+        &app,
+        Method::DELETE,
+        &format!("{BASE}/binary_images/t"),
+        &[("authorization", "Bearer node-read-token")],
+        Body::empty(),
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(r.json()["error"]["code"], "FORBIDDEN");
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("credential nodes is read-only"));
 }
 
 #[tokio::test]

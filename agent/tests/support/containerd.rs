@@ -66,6 +66,11 @@ impl Drop for Containerd {
 /// `foothold-agent mirror-config --for containerd` for `registries`, written under `dir`; returns the
 /// hosts directory to pass to `ctr --hosts-dir`.
 pub fn mirror_hosts(agent: &Agent, registries: &str, dir: &Path) -> PathBuf {
+    mirror_hosts_with(agent, registries, dir, &[])
+}
+
+/// [`mirror_hosts`] with more `mirror-config` arguments (`--read-token-file`), under `dir/certs.d`.
+pub fn mirror_hosts_with(agent: &Agent, registries: &str, dir: &Path, extra: &[&str]) -> PathBuf {
     let hosts = dir.join("certs.d");
     run(Command::new(agent_bin())
         .args([
@@ -78,6 +83,7 @@ pub fn mirror_hosts(agent: &Agent, registries: &str, dir: &Path) -> PathBuf {
         ])
         .arg(agent.url(""))
         .arg("--out")
-        .arg(&hosts));
+        .arg(&hosts)
+        .args(extra));
     hosts
 }

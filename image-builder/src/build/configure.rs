@@ -309,11 +309,22 @@ pub fn installs_workload_clusters(spec: &Spec) -> bool {
             .is_some_and(|k| k.etcd.is_some())
 }
 
-/// The agent: writes need the token made at first boot; HTTPS if asked, with the certificate the site CA
+/// The agent: the token made at first boot is the admin credential, the operator's named ones are in
+/// /etc/foothold/credentials.yaml (`foothold-agent credentials`), and the images the build imported only an
+/// admin writes; HTTPS if asked, with the certificate the site CA
 /// issues for the provisioning address too (foothold-pki.service; reloaded when renewed). `/metrics` reports
 /// the expiry of that certificate, of the site CA and of those Kubernetes and Ironic serve with.
 fn agent(spec: &Spec, c: &mut Configuration) {
-    let mut args = vec!["--token-file".to_owned(), "/etc/foothold/token".to_owned()];
+    let mut args = [
+        "--token-file",
+        "/etc/foothold/token",
+        "--credentials",
+        "/etc/foothold/credentials.yaml",
+        "--protected-repositories",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(format!("/var/lib/foothold/{}", super::data::PROTECTED_FILE));
     if spec.components.agent_tls {
         args.extend(
             [
@@ -508,7 +519,8 @@ mod tests {
             .is_none());
         assert_eq!(
             c.file("/etc/foothold/agent.env").unwrap().text,
-            "FOOTHOLD_LISTEN=0.0.0.0:5000\nFOOTHOLD_AGENT_ARGS=--token-file /etc/foothold/token\n"
+            "FOOTHOLD_LISTEN=0.0.0.0:5000\nFOOTHOLD_AGENT_ARGS=--token-file /etc/foothold/token --credentials \
+             /etc/foothold/credentials.yaml --protected-repositories /var/lib/foothold/protected-repositories\n"
         );
         assert_eq!(c.file("/etc/machine-id").unwrap().mode, 0o444);
         assert!(c.units.iter().any(|u| u == "foothold-agent.service"));
@@ -550,7 +562,8 @@ mod tests {
             .contains("Name=enp1s0\n"));
         assert_eq!(
             c.file("/etc/foothold/agent.env").unwrap().text,
-            "FOOTHOLD_LISTEN=0.0.0.0:5000\nFOOTHOLD_AGENT_ARGS=--token-file /etc/foothold/token --tls-cert \
+            "FOOTHOLD_LISTEN=0.0.0.0:5000\nFOOTHOLD_AGENT_ARGS=--token-file /etc/foothold/token --credentials \
+             /etc/foothold/credentials.yaml --protected-repositories /var/lib/foothold/protected-repositories --tls-cert \
              /etc/foothold/tls/cert.pem --tls-key /etc/foothold/tls/key.pem --certificate \
              site-ca=/etc/foothold/tls/ca.pem --advertise-url https://172.22.0.1:5000 --no-controllers\n"
         );

@@ -36,14 +36,18 @@ pub fn stage(
     let epoch = settings.source_date_epoch;
     let data = work.join("data");
     fs::create_dir_all(&data)?;
+    // Every repository imported here is one the appliance ships: only an admin credential may write it.
+    let protected = std::cell::RefCell::new(std::collections::BTreeSet::new());
     let import = |layout: &Path, extra: &[&str]| {
-        Command::new(agent)
+        let out = Command::new(agent)
             .arg("import")
             .arg(layout)
             .args(extra)
             .arg("--data")
             .arg(&data)
-            .run()
+            .run()?;
+        protected.borrow_mut().extend(imported_repositories(&out));
+        anyhow::Ok(out)
     };
     let add_file = |src: &Path, sv: &Serve, sha256: &str| {
         Command::new(agent)
@@ -150,6 +154,49 @@ pub fn stage(
             record.inputs.insert("installer.image".into(), r);
         }
     }
+    let mut list = String::from(
+        "# The repositories this appliance was built with: only an admin credential writes them\n\
+         # (foothold-agent serve --protected-repositories).\n",
+    );
+    for repo in protected.into_inner() {
+        list.push_str(&repo);
+        list.push('\n');
+    }
+    fs::write(data.join(PROTECTED_FILE), list)?;
     clamp_mtimes(&data, epoch)?;
     Ok(data)
+}
+
+/// In the data partition: the repositories [`stage`] imported.
+pub const PROTECTED_FILE: &str = "protected-repositories";
+
+/// The repositories `foothold-agent import` reports (`repo[:tag] digest` a line).
+fn imported_repositories(out: &str) -> impl Iterator<Item = String> + '_ {
+    out.lines().filter_map(|l| {
+        let reference = l.split_whitespace().next()?;
+        let slash = reference.rfind('/').map_or(0, |i| i + 1);
+        let repo = match reference[slash..].find(':') {
+            Some(colon) => &reference[..slash + colon],
+            None => reference,
+        };
+        Some(repo.to_owned())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn imported_repositories_are_the_references_without_their_tags() {
+        let out = "registry.k8s.io/pause:3.10 sha256:aa\nfoothold.local/foothold/installer:appliance sha256:bb\n\
+                   localhost:5000/team/app sha256:cc\nlocalhost:5000/x:v1 sha256:dd\n";
+        assert_eq!(
+            super::imported_repositories(out).collect::<Vec<_>>(),
+            [
+                "registry.k8s.io/pause",
+                "foothold.local/foothold/installer",
+                "localhost:5000/team/app",
+                "localhost:5000/x"
+            ]
+        );
+    }
 }

@@ -40,8 +40,8 @@ pub enum RegistryError {
     SizeInvalid(String),
     #[error("{0}")]
     PaginationInvalid(String),
-    #[error("authentication required")]
-    Unauthorized,
+    #[error("{0}")]
+    Unauthorized(String),
     #[error("{0}")]
     Denied(String),
     #[error("{0}")]
@@ -55,6 +55,15 @@ pub enum RegistryError {
     TooManyRequests(String),
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl From<crate::auth::Denied> for RegistryError {
+    fn from(d: crate::auth::Denied) -> Self {
+        match d {
+            crate::auth::Denied::Unauthenticated(m) => RegistryError::Unauthorized(m),
+            crate::auth::Denied::Forbidden(m) => RegistryError::Denied(m),
+        }
+    }
 }
 
 impl RegistryError {
@@ -72,7 +81,7 @@ impl RegistryError {
             ManifestBlobUnknown(_) => "MANIFEST_BLOB_UNKNOWN",
             SizeInvalid(_) => "SIZE_INVALID",
             PaginationInvalid(_) => "PAGINATION_NUMBER_INVALID",
-            Unauthorized => "UNAUTHORIZED",
+            Unauthorized(_) => "UNAUTHORIZED",
             Denied(_) => "DENIED",
             Unsupported(_) => "UNSUPPORTED",
             StorageFull | Internal(_) => "UNKNOWN",
@@ -95,7 +104,7 @@ impl RegistryError {
                 StatusCode::NOT_FOUND
             }
             ManifestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Unauthorized => StatusCode::UNAUTHORIZED,
+            Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Denied(_) => StatusCode::FORBIDDEN,
             Unsupported(_) => StatusCode::METHOD_NOT_ALLOWED,
             RangeInvalid { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
@@ -164,7 +173,7 @@ impl IntoResponse for RegistryError {
         }
         let headers = resp.headers_mut();
         match &self {
-            RegistryError::Unauthorized => {
+            RegistryError::Unauthorized(_) => {
                 headers.insert(
                     header::WWW_AUTHENTICATE,
                     HeaderValue::from_static(r#"Basic realm="foothold""#),

@@ -12,6 +12,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::auth::Caller;
 use crate::digest::{Digest, DigestError};
 use crate::http::serve_file::Asked;
 use crate::http::state::AppState;
@@ -30,12 +31,13 @@ const DIGEST_HEADER: &str = "docker-content-digest";
 /// Entry point for every `/v2` request.
 pub async fn handle(
     State(state): State<AppState>,
+    caller: Caller,
     method: Method,
     uri: Uri,
     asked: Asked,
     body: Body,
 ) -> Response {
-    let mut resp = match dispatch(&state, &method, &uri, &asked, body).await {
+    let mut resp = match dispatch(&state, &caller, &method, &uri, &asked, body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
@@ -93,6 +95,7 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
 
 async fn dispatch(
     state: &AppState,
+    caller: &Caller,
     method: &Method,
     uri: &Uri,
     asked: &Asked,
@@ -105,9 +108,12 @@ async fn dispatch(
     let query: HashMap<String, String> = Query::try_from_uri(uri)
         .map(|Query(q)| q)
         .unwrap_or_default();
+    // Who may: a reader for reads; a writer before anything is parsed, then one of this repository's.
     let writes = !matches!(*method, Method::GET | Method::HEAD);
-    if writes && !state.access.auth.permits_write(headers) {
-        return Err(RegistryError::Unauthorized);
+    if writes {
+        caller.may_upload()?;
+    } else {
+        caller.may_read()?;
     }
     // The name as addressed (for Location headers) and the repository it is stored under: containerd used as
     // a mirror sends `?ns=<upstream>`; the image keeps its upstream name `<upstream>/<path>`.
@@ -123,11 +129,16 @@ async fn dispatch(
             (n.to_owned(), repo)
         }
     };
+    if writes {
+        caller.may_write_repository(&repo)?;
+    }
     match (&route, method.clone()) {
         (Route::Base, Method::GET | Method::HEAD) => {
-            // Clients only send credentials after a challenge: challenge on the ping when writes need a token.
-            if state.access.auth.enabled() && !state.access.auth.permits_write(headers) {
-                return Err(RegistryError::Unauthorized);
+            // Clients only send credentials after a challenge: challenge on the ping when there are credentials.
+            if !caller.is_authenticated() {
+                return Err(RegistryError::Unauthorized(
+                    "this registry takes credentials: log in".into(),
+                ));
             }
             Ok((StatusCode::OK, axum::Json(json!({}))).into_response())
         }
