@@ -511,6 +511,18 @@ outputs:
         .arg("--data")
         .arg(&data));
     assert!(report.contains(" 0 problems"), "{report}");
+    // Every repository the build imported is one only an admin credential writes on the appliance.
+    let protected = std::fs::read_to_string(data.join("protected-repositories")).unwrap();
+    let listed: Vec<&str> = protected.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(
+        listed,
+        [
+            "quay.io/lab/multi",
+            "registry.example/lab/long",
+            "registry.example/lab/single"
+        ],
+        "{protected}"
+    );
     let served = Server::agent(&data);
     let host = &served.host;
     let raw_index = run(Command::new("skopeo").args([
