@@ -112,12 +112,13 @@ root_once() {
 }
 
 # root_metal3 DIR : the appliance's units Metal3 needs, in their boot order (no kubelet, containerd or CoreDNS,
-# which Metal3 does not use): its first-boot scripts, the control plane, the add-ons (BMO's CRDs; systemd would
-# restart BMO until they were made), the agent, Ironic and BMO. UNIT_PIDS holds the long-running ones.
+# which Metal3 does not use): its firewall (loaded into the network namespace the site runs in), its first-boot
+# scripts, the control plane, the add-ons (BMO's CRDs; systemd would restart BMO until they were made), the
+# agent, Ironic and BMO. UNIT_PIDS holds the long-running ones.
 root_metal3() {
   local dir=$1 u
   UNIT_PIDS=()
-  for u in foothold-firstboot foothold-pki foothold-kube-pki foothold-kube-pki-renew foothold-metal3-auth; do
+  for u in foothold-firewall foothold-firstboot foothold-pki foothold-kube-pki foothold-kube-pki-renew foothold-metal3-auth; do
     root_once "$dir" "$u"
   done
   for u in etcd kube-apiserver kube-controller-manager kube-scheduler; do

@@ -23,6 +23,8 @@
 
 #[path = "metal3_provisioning_bpa.rs"]
 mod bpa;
+#[path = "metal3_provisioning_firewall.rs"]
+mod firewall;
 #[path = "metal3_provisioning_pki.rs"]
 mod pki;
 
@@ -96,7 +98,9 @@ impl Node {
     }
 }
 
-/// The port the node image is served on, beside the appliance's address.
+/// Where the node image is served: another machine of the provisioning network (the appliance's firewall lets
+/// the nodes reach only its own services).
+const IMAGES: &str = "172.22.0.3";
 const IMAGES_PORT: u16 = 8080;
 
 /// The node's domain: UEFI without Secure Boot, TCG, its disk, its NIC on the namespace's tap, its console
@@ -386,9 +390,11 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     let ca = site_ca.clone();
     let image = build_node_image_prefetching(&dir, &ca, None, "qcow2", "[]");
     let images = image.parent().unwrap().to_owned();
+    let images_ns = ns.neighbour("m3-images", "images0", &format!("{IMAGES}/24"));
     let _images_server = Running(
-        ns.command("python3")
-            .args(["-m", "http.server", "--bind", APPLIANCE])
+        images_ns
+            .command("python3")
+            .args(["-m", "http.server", "--bind", IMAGES])
             .arg(IMAGES_PORT.to_string())
             .arg("--directory")
             .arg(&images)
@@ -483,6 +489,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         ));
     }
     site.kubectl_apply(&yaml);
+    pki::secrets_are_encrypted_in_etcd(&site, "default", "bmc", &password);
     let hosts = wait_for_hosts(
         &site,
         &[(nodes[0].name, "available"), (nodes[1].name, "available")],
@@ -527,7 +534,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     }
 
     deadline.phase("provisioning: a wrong checksum fails naming it, the right one installs");
-    let url = format!("http://{APPLIANCE}:{IMAGES_PORT}/foothold-node.qcow2");
+    let url = format!("http://{IMAGES}:{IMAGES_PORT}/foothold-node.qcow2");
     let wrong = "0".repeat(64);
     std::fs::write(
         images.join("wrong.sha256sum"),
@@ -546,7 +553,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         &site,
         nodes[1].name,
         serde_json::json!({
-            "image": image_spec(&format!("http://{APPLIANCE}:{IMAGES_PORT}/wrong.sha256sum")),
+            "image": image_spec(&format!("http://{IMAGES}:{IMAGES_PORT}/wrong.sha256sum")),
             "userData": user_data,
         }),
     );
@@ -617,6 +624,11 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         );
         addresses.push(address);
     }
+
+    deadline.phase("the firewall, from a node on the provisioning network");
+    let _beyond = firewall::another_network(&ns);
+    let node = |command: &str| ssh(&ns, &key, &addresses[0], command);
+    firewall::the_provisioning_network_reaches_only_what_it_needs(&site, &ns, &node);
 
     deadline.phase("the BPA matches both hosts by what inspection found");
     bpa::matches_the_inspected_hosts(&site, &nodes, &addresses);

@@ -165,3 +165,57 @@ pub(super) fn kubernetes_certificates_renew(root: &Path) -> String {
     assert!(!user_config.with_extension("old").exists());
     user
 }
+
+/// Secrets are in etcd encrypted (secretbox, with the key `foothold-kube-pki` made at the first boot): the
+/// Secret `namespace/name`, read from etcd itself over its v3 JSON gateway with the API server's etcd client
+/// certificate, is the provider's envelope with `clear` nowhere in it; through the API it reads as written.
+pub(super) fn secrets_are_encrypted_in_etcd(
+    site: &foothold_e2e::native_site::Site,
+    namespace: &str,
+    name: &str,
+    clear: &str,
+) {
+    use base64::Engine as _;
+    let b64 = &base64::engine::general_purpose::STANDARD;
+    let pki = site.root.join("etc/kubernetes/pki");
+    let key = b64.encode(format!("/registry/secrets/{namespace}/{name}"));
+    let body = run(site
+        .command("curl")
+        .args(["-fsS", "--max-time", "30", "--cacert"])
+        .arg(pki.join("etcd/ca.crt"))
+        .arg("--cert")
+        .arg(pki.join("apiserver-etcd-client.crt"))
+        .arg("--key")
+        .arg(pki.join("apiserver-etcd-client.key"))
+        .arg("https://127.0.0.1:2379/v3/kv/range")
+        .args(["-d", &format!("{{\"key\": \"{key}\"}}")]));
+    let range: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let stored = b64
+        .decode(
+            range["kvs"][0]["value"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no {namespace}/{name} in etcd: {body}")),
+        )
+        .unwrap();
+    assert!(
+        stored.starts_with(b"k8s:enc:secretbox:v1:foothold-1:"),
+        "{namespace}/{name} in etcd is not secretbox's envelope: {:?}",
+        String::from_utf8_lossy(&stored[..stored.len().min(80)])
+    );
+    assert!(
+        !stored.windows(clear.len()).any(|w| w == clear.as_bytes()),
+        "{namespace}/{name}'s value is in etcd in clear"
+    );
+    let through_api = site
+        .kubectl(&[
+            "get",
+            "secret",
+            "-n",
+            namespace,
+            name,
+            "-o",
+            "jsonpath={.data.password}",
+        ])
+        .unwrap();
+    assert_eq!(b64.decode(through_api.trim()).unwrap(), clear.as_bytes());
+}

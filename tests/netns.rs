@@ -46,6 +46,44 @@ impl Namespace {
         self.ip(&["addr", "add", address, "dev", &self.bridge]);
     }
 
+    /// A namespace of its own on this one's bridge at `address` (with its prefix length; a veth whose end there
+    /// is `eth0`): another machine of the network, which reaches the others through the bridge alone.
+    pub fn neighbour(&self, what: &str, link: &str, address: &str) -> Namespace {
+        let other = self.linked(what, link);
+        self.ip(&["link", "set", link, "master", &self.bridge]);
+        self.ip(&["link", "set", link, "up"]);
+        other.ip(&["addr", "add", address, "dev", "eth0"]);
+        other
+    }
+
+    /// A namespace of its own linked to this one by a veth (`link` here, `eth0` there) off the bridge: a network
+    /// of its own beside this one's, `here` and `there` its two addresses (with their prefix length).
+    pub fn beyond(&self, what: &str, link: &str, here: &str, there: &str) -> Namespace {
+        let other = self.linked(what, link);
+        self.ip(&["addr", "add", here, "dev", link]);
+        self.ip(&["link", "set", link, "up"]);
+        other.ip(&["addr", "add", there, "dev", "eth0"]);
+        other
+    }
+
+    fn linked(&self, what: &str, link: &str) -> Namespace {
+        let other = Namespace::new(what, "unused");
+        self.ip(&[
+            "link",
+            "add",
+            link,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &other.name,
+        ]);
+        other.ip(&["link", "set", "eth0", "up"]);
+        other
+    }
+
     /// `program` run inside the namespace.
     pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
         let mut c = Command::new("ip");

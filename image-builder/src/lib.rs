@@ -12,6 +12,7 @@ pub mod dhcp;
 pub mod ext4;
 pub mod fetch;
 pub mod files;
+pub mod firewall;
 pub mod go_archive;
 pub mod gpt;
 pub mod images;

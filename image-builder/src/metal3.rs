@@ -19,7 +19,7 @@
 use crate::spec::{Spec, BMO_PLUGIN_DIR, DEPLOY_RAMDISK_DIR};
 
 /// Ironic's API port.
-const IRONIC_PORT: u16 = 6385;
+pub const IRONIC_PORT: u16 = 6385;
 /// Ironic's API on an appliance that serves no provisioning network: BMO is its one client.
 pub const IRONIC_API: &str = "127.0.0.1:6385";
 /// BMO's health endpoint (`/healthz`, `/readyz`).

@@ -175,6 +175,12 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
         }
         c.units.push(crate::dhcp::UNIT.into());
     }
+    if serves_provisioning(spec) {
+        for (path, text, mode) in crate::firewall::render(spec) {
+            c.add(path, text, mode);
+        }
+        c.units.push(crate::firewall::UNIT.into());
+    }
     // sshd (Debian's reads sshd_config.d first, and the first value of a setting wins): keys only, never root,
     // only the spec's users.
     let allow = if spec.users.is_empty() {
@@ -294,6 +300,14 @@ pub fn provisioning_dhcp(
 ) -> Option<(&crate::spec::StaticInterface, &crate::spec::Dhcp)> {
     let p = spec.network.provisioning.as_ref()?;
     Some((p, p.dhcp.as_ref()?))
+}
+
+/// Whether the image is an appliance on a provisioning network (not a node or a deploy ramdisk, whose
+/// networks are the site's): its firewall guards what that network reaches.
+pub fn serves_provisioning(spec: &Spec) -> bool {
+    spec.network.provisioning.is_some()
+        && spec.components.node.is_none()
+        && spec.components.ipa.is_none()
 }
 
 /// Whether the image's agent can have the BPA install workload clusters: a Kubernetes with etcd for their

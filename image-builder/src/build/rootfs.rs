@@ -59,6 +59,9 @@ pub fn rootfs(
     if super::configure::provisioning_dhcp(&loaded.spec).is_some() {
         packages.extend(crate::dhcp::PACKAGES.iter().map(|s| s.to_string()));
     }
+    if super::configure::serves_provisioning(&loaded.spec) {
+        packages.extend(crate::firewall::PACKAGES.iter().map(|s| s.to_string()));
+    }
     packages.extend(base.packages.iter().cloned());
     packages.sort();
     packages.dedup();
