@@ -151,10 +151,16 @@ mod tests {
     use super::*;
 
     fn spec(yaml: &str) -> Spec {
-        crate::spec::parse(&format!(
-            "name: t\nhostname: t\nbase: {{suite: trixie}}\n{yaml}"
-        ))
+        let yaml = format!(
+            "name: t\nbase:\n  suite: trixie\nhostname: t\noutputs:\n  formats: [raw]\n  diskSize: 4GiB\n{yaml}"
+        );
+        crate::spec::load_text(
+            std::path::Path::new("t.yaml"),
+            &yaml,
+            crate::spec::Pins::Required,
+        )
         .unwrap()
+        .spec
     }
 
     #[test]
