@@ -146,13 +146,15 @@ pub async fn run(
             }
         }
         tracing::info!(identity = %settings.identity, "leading: starting controllers");
+        // The installer image by its digest at each term: what the store holds now.
+        let term_settings = Arc::new(settings.pinned(&store).await);
         metrics.set_leader(true);
         shared.set(State::Leading {
             controllers: settings.controllers.iter().map(|k| k.as_str()).collect(),
         });
         let controllers = run_controllers(
             client.clone(),
-            settings.clone(),
+            term_settings,
             metrics.clone(),
             store.clone(),
         );

@@ -46,6 +46,43 @@ pub struct Settings {
     pub advertise_url: Option<String>,
 }
 
+impl Settings {
+    /// These settings with the installer image by the digest this agent's store holds for its tag (see
+    /// [`pinned`]).
+    pub async fn pinned(&self, store: &crate::store::Store) -> Settings {
+        let installer_image = pinned(store, &self.installer_image).await;
+        if installer_image != self.installer_image {
+            tracing::info!(image = %installer_image, "installer Jobs run the image by its digest");
+        }
+        Settings {
+            installer_image,
+            ..self.clone()
+        }
+    }
+}
+
+/// `reference` as `repo@<digest>` with the digest the agent's own store holds for its tag: the Jobs run the
+/// image the appliance serves now, and a tag moved while one runs (only an admin credential can: the
+/// appliance's images are protected) changes nothing under it. Unchanged when it names a digest already, or
+/// the store does not hold it (an image pulled from elsewhere).
+pub async fn pinned(store: &crate::store::Store, reference: &str) -> String {
+    if reference.contains('@') {
+        return reference.to_owned();
+    }
+    let Ok((repo, tag)) = crate::names::normalize_reference(reference) else {
+        return reference.to_owned();
+    };
+    let tag = crate::store::Reference::Tag(tag.unwrap_or_else(|| "latest".into()));
+    match store.resolve(&repo, &tag).await {
+        Ok(row) => format!(
+            "{}@{}",
+            crate::names::split_reference(reference).0,
+            row.digest
+        ),
+        Err(_) => reference.to_owned(),
+    }
+}
+
 impl std::str::FromStr for Kind {
     type Err = String;
 
@@ -60,6 +97,56 @@ impl std::str::FromStr for Kind {
 #[cfg(test)]
 mod tests {
     use super::Kind;
+
+    #[tokio::test]
+    async fn the_installer_image_is_pinned_to_the_digest_the_store_holds_for_its_tag() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(&dir.path().join("data")).unwrap();
+        // A one-layer image in an OCI layout, imported as the builder imports the installer's.
+        let layout = dir.path().join("layout");
+        let blobs = layout.join("blobs/sha256");
+        std::fs::create_dir_all(&blobs).unwrap();
+        let blob = |bytes: &[u8]| {
+            let d = crate::digest::Digest::of_bytes(bytes);
+            std::fs::write(blobs.join(d.hex()), bytes).unwrap();
+            (d.to_string(), bytes.len())
+        };
+        let (config, config_len) = blob(
+            br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]}}"#,
+        );
+        let manifest = format!(
+            r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{config}","size":{config_len}}},"layers":[]}}"#
+        );
+        let (digest, len) = blob(manifest.as_bytes());
+        std::fs::write(
+            layout.join("oci-layout"),
+            r#"{"imageLayoutVersion":"1.0.0"}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            layout.join("index.json"),
+            format!(
+                r#"{{"schemaVersion":2,"manifests":[{{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"{digest}","size":{len},"annotations":{{"org.opencontainers.image.ref.name":"foothold.local/foothold/installer:appliance"}}}}]}}"#
+            ),
+        )
+        .unwrap();
+        crate::import::import_layout(&store, &layout, None, crate::import::Children::All).unwrap();
+
+        let pinned = |r: &'static str| super::pinned(&store, r);
+        assert_eq!(
+            pinned("foothold.local/foothold/installer:appliance").await,
+            format!("foothold.local/foothold/installer@{digest}")
+        );
+        // Another tag, another image, a digest already: as they were.
+        for r in [
+            "foothold.local/foothold/installer:other",
+            "quay.io/x/installer:1",
+            "installer",
+            "foothold.local/foothold/installer@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+        ] {
+            assert_eq!(pinned(r).await, r);
+        }
+    }
 
     #[test]
     fn kinds_parse_from_their_names() {
