@@ -22,8 +22,6 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use super::{Credential, Scope};
-
 /// Whether reads need a credential.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -158,20 +156,6 @@ impl Entry {
             _ => Ok(()),
         }
     }
-
-    fn credential(&self) -> Credential {
-        let mut sha256 = [0u8; 32];
-        hex::decode_to_slice(&self.sha256, &mut sha256).expect("checked when parsed");
-        let scope = match self.scope {
-            ScopeName::Admin => Scope::Admin,
-            ScopeName::Read => Scope::Read,
-            ScopeName::Write => Scope::Write {
-                repositories: self.repositories.clone(),
-                owners: self.owners.clone(),
-            },
-        };
-        Credential::with_hash(self.name.clone(), scope, sha256)
-    }
 }
 
 impl CredentialsFile {
@@ -217,10 +201,6 @@ impl CredentialsFile {
             .map_err(|e| FileError::new(path, format!("cannot be serialised: {e}")))?;
         crate::apt::durable::write_file(path, format!("{HEADER}{yaml}").as_bytes(), 0o600)
             .map_err(|e| FileError::new(path, format!("cannot be written: {e}")))
-    }
-
-    pub fn credentials(&self) -> Vec<Credential> {
-        self.credentials.iter().map(Entry::credential).collect()
     }
 
     /// Adds a credential with a new random token, which is returned (and nowhere kept).

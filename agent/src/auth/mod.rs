@@ -55,14 +55,6 @@ impl Credential {
             sha256: Sha256::digest(token.as_bytes()).into(),
         }
     }
-
-    pub(crate) fn with_hash(name: String, scope: Scope, sha256: [u8; 32]) -> Self {
-        Credential {
-            name,
-            scope,
-            sha256,
-        }
-    }
 }
 
 /// What is in force: the credentials, whether reads need one, which repositories only admins write.
@@ -261,10 +253,34 @@ impl Auth {
     }
 }
 
+/// An entry of the credentials file, checked when it was parsed, as the credential it describes.
+fn credential_of(e: &Entry) -> Credential {
+    let mut sha256 = [0u8; 32];
+    hex::decode_to_slice(&e.sha256, &mut sha256).expect("checked when parsed");
+    let scope = match e.scope {
+        ScopeName::Admin => Scope::Admin,
+        ScopeName::Read => Scope::Read,
+        ScopeName::Write => Scope::Write {
+            repositories: e.repositories.clone(),
+            owners: e.owners.clone(),
+        },
+    };
+    Credential {
+        name: e.name.clone(),
+        scope,
+        sha256,
+    }
+}
+
 impl Shared {
     fn install(&self, loaded: CredentialsFile) {
         let mut credentials: Vec<Arc<Credential>> = self.token.iter().cloned().collect();
-        credentials.extend(loaded.credentials().into_iter().map(Arc::new));
+        credentials.extend(
+            loaded
+                .credentials
+                .iter()
+                .map(|e| Arc::new(credential_of(e))),
+        );
         let reads = if self.reads_need_credential {
             Reads::Credential
         } else {
