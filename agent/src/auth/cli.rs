@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
-use super::file::{check_credential_name, check_pattern, CredentialsFile, Reads, ScopeName};
+use super::file::{CredentialsFile, Reads, ScopeName};
 use super::Sources;
 
 /// Where the agent's credentials are, by default.
@@ -118,10 +118,6 @@ pub fn run(args: CredentialsArgs, out: &mut dyn std::io::Write) -> anyhow::Resul
             owners,
             token_out,
         } => {
-            check_credential_name(&name).map_err(fail)?;
-            for p in &repositories {
-                check_pattern(p).map_err(|r| fail(format!("--repository {r}")))?;
-            }
             let token = file
                 .add(
                     &name,

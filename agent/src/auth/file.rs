@@ -99,7 +99,7 @@ const HEADER: &str = "# Foothold agent credentials (foothold-agent credentials a
 # Each token is kept as its SHA-256 only. The agent loads this file again within seconds of a change.\n";
 
 /// A credential's name: what logs and errors call it.
-pub fn check_credential_name(name: &str) -> Result<(), String> {
+fn check_credential_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 63
         && name.as_bytes()[0].is_ascii_alphanumeric()
@@ -116,7 +116,7 @@ pub fn check_credential_name(name: &str) -> Result<(), String> {
 }
 
 /// A repository pattern: a repository name, or one followed by `/` (everything under it).
-pub fn check_pattern(pattern: &str) -> Result<(), String> {
+fn check_pattern(pattern: &str) -> Result<(), String> {
     let name = pattern.strip_suffix('/').unwrap_or(pattern);
     crate::names::validate_name(name).map_err(|e| format!("{pattern:?}: {e}"))
 }

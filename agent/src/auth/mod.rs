@@ -198,10 +198,6 @@ impl Auth {
         })
     }
 
-    pub fn enabled(&self) -> bool {
-        self.shared.is_some()
-    }
-
     /// The credentials file, if the policy has one (the watcher follows it).
     pub fn credentials_file(&self) -> Option<&Path> {
         self.shared.as_ref()?.credentials_file.as_deref()
@@ -245,11 +241,6 @@ impl Auth {
             Presented::Token(t) => policy.find(&t).map_or(Who::Unknown, Who::Known),
         };
         Caller { who, policy }
-    }
-
-    /// Whether the request carries an admin credential (always true without authorisation).
-    pub fn permits_write(&self, headers: &HeaderMap) -> bool {
-        self.identify(headers).is_admin()
     }
 }
 

@@ -24,6 +24,22 @@ fn add(file: &Path, args: &[&str]) -> String {
     stdout(&mut credentials(file, &a)).trim().to_owned()
 }
 
+/// `credentials add nodes --scope read --token-out OUT`: nothing on stdout, the token in the new file.
+fn add_read(file: &Path, out: &Path) -> String {
+    let printed = add(
+        file,
+        &[
+            "nodes",
+            "--scope",
+            "read",
+            "--token-out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(printed, "", "the token goes to --token-out only");
+    std::fs::read_to_string(out).unwrap().trim().to_owned()
+}
+
 fn skopeo_push(agent: &Agent, src: &Path, dest: &str, creds: Option<&str>) -> Output {
     let mut c = Command::new(tool("skopeo"));
     c.args(["--insecure-policy", "copy", "--dest-tls-verify=false"]);
@@ -75,24 +91,7 @@ fn scoped_credentials_push_where_they_may_and_nowhere_else() {
             "acme",
         ],
     );
-    let nodes_out = tmp.path().join("nodes.token");
-    assert_eq!(
-        add(
-            &file,
-            &[
-                "nodes",
-                "--scope",
-                "read",
-                "--token-out",
-                nodes_out.to_str().unwrap()
-            ]
-        ),
-        ""
-    );
-    let nodes = std::fs::read_to_string(&nodes_out)
-        .unwrap()
-        .trim()
-        .to_owned();
+    let nodes = add_read(&file, &tmp.path().join("nodes.token"));
     let list = stdout(&mut credentials(&file, &["list"]));
     assert!(list.starts_with("reads: anonymous\n"), "{list}");
     assert!(
@@ -269,16 +268,7 @@ fn containerd_pulls_with_the_read_credential_its_mirror_configuration_carries() 
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("credentials.yaml");
     let token_file = tmp.path().join("nodes.token");
-    add(
-        &file,
-        &[
-            "nodes",
-            "--scope",
-            "read",
-            "--token-out",
-            token_file.to_str().unwrap(),
-        ],
-    );
+    add_read(&file, &token_file);
     run(&mut credentials(&file, &["reads", "credential"]));
     let agent = Agent::start_with(
         &tmp.path().join("data"),
