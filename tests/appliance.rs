@@ -223,7 +223,10 @@ const POD: &str = r#"{"apiVersion": "v1", "kind": "Pod",
 
 #[test]
 fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_it() {
-    if !foothold_e2e::deadline::budget_allows("appliance", std::time::Duration::from_secs(3600)) {
+    // A machine that has not run it yet gets the figure of this project's machines (2 cores, TCG 2–4× slower than
+    // where the test was tuned): cut off at 4,200 s in its BPA part, about 4,900 s needed (docs/results.md,
+    // 2026-11-27). With less, a fresh machine's warm CI starts it and it runs into CI's limit.
+    if !foothold_e2e::deadline::budget_allows("appliance", std::time::Duration::from_secs(4900)) {
         return;
     }
     let deadline = Deadline::start("appliance", OVERALL_LIMIT);
