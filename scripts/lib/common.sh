@@ -69,7 +69,9 @@ backports_enable() {
 # multi-threaded TCG has panicked trixie kernels early in their boot; trixie ships 10.0, bookworm-backports has it.
 QEMU_MIN_MAJOR=10
 qemu_major() {
-  qemu-system-x86_64 --version 2>/dev/null | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p'
+  # Empty, not a failure, where qemu is missing: the callers run under pipefail and an ERR trap.
+  command -v qemu-system-x86_64 >/dev/null 2>&1 || return 0
+  qemu-system-x86_64 --version | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p'
 }
 qemu_need() {
   local have
