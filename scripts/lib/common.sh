@@ -47,10 +47,15 @@ tools_cache() {
   echo "${FOOTHOLD_TOOLS_CACHE:-$HOME/.cache/foothold/tools}"
 }
 
-# The first Debian mirror this machine's apt is configured with.
+# The first Debian mirror this machine's apt is configured with (deb822 `.sources` files, then sources.list; a
+# machine may have either or both). Empty when there is none.
 debian_mirror() {
-  { awk '/^URIs:/ {print $2}' /etc/apt/sources.list.d/*.sources 2>/dev/null
-    awk '$1 == "deb" {print $2}' /etc/apt/sources.list 2>/dev/null; } | grep -v security | head -1
+  local files=() f
+  for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list; do
+    if [ -f "$f" ]; then files+=("$f"); fi
+  done
+  [ ${#files[@]} -gt 0 ] || return 0
+  awk '(/^URIs:/ || $1 == "deb") && $2 !~ /security/ {print $2; exit}' "${files[@]}"
 }
 
 # backports_enable <what>: bookworm-backports in apt's sources (once) and apt's lists updated, for <what>.
