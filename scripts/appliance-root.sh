@@ -39,7 +39,8 @@ root_enter() {
 # root_unit DIR UNIT : the unit's command lines (ExecStartPre, then ExecStart), each run to its end but the last,
 # which is started in the background with its output in DIR/../UNIT.log; UNIT_PID is its PID. Its
 # EnvironmentFile and Environment lines are its environment; LoadCredential files are put where systemd puts
-# them; RuntimeDirectory and StateDirectory are made. Its drop-ins (/etc/systemd/system/UNIT.service.d/*.conf,
+# them; RuntimeDirectory and StateDirectory are made; a static User= and Group= are the main command's (setpriv,
+# with no capabilities and no new privileges). Its drop-ins (/etc/systemd/system/UNIT.service.d/*.conf,
 # in name order) come after it, as systemd reads them: an empty ExecStart= or ExecStartPre= clears the list.
 root_unit() {
   local dir=$1 unit=$2 file log
@@ -63,7 +64,7 @@ def assignment(line):
         value = value[1:-1]
     return f"export {key}={shlex.quote(value)}"
 
-env, files, pre, start = [], [], [], None
+env, files, pre, start, user, group, dynamic, states = [], [], [], None, None, None, False, []
 for line in text.splitlines():
     key, _, value = line.partition("=")
     key, value = key.strip(), value.strip()
@@ -90,15 +91,31 @@ for line in text.splitlines():
         env.append(f"mkdir -p /run/credentials/{unit}.service && cp {src} /run/credentials/{unit}.service/{name}")
     elif key == "RuntimeDirectory":
         env.append(f"mkdir -p /run/{value}; export RUNTIME_DIRECTORY=/run/{value}")
+    elif key == "User":
+        user = value
+    elif key == "DynamicUser":
+        dynamic = value in ("yes", "true", "1", "on")
+    elif key == "Group":
+        group = value
     elif key == "StateDirectory":
         env.append(f"mkdir -p /var/lib/{value}; export STATE_DIRECTORY=/var/lib/{value}")
+        states.append(f"/var/lib/{value}")
 print("set -e")
 # systemd: EnvironmentFile= wins over Environment=.
 print("\n".join(env + files))
 for p in pre:
     print(p)
-# systemd's ${VAR} (one word) and $VAR (split on spaces) are the shell's expansions here.
-print("exec " + start)
+# systemd's ${VAR} (one word) and $VAR (split on spaces) are the shell's expansions here. User= and Group=
+# (the main command's; the sandboxing directives have no stand-in here): its IDs and the user's groups. A
+# DynamicUser= unit's user exists only while systemd runs it: it runs as root here.
+if user and not dynamic:
+    # systemd gives a static user its StateDirectory (recursively, when its owner is another).
+    for d in states:
+        print(f"chown -R {user}:{group or user} {d}")
+    ids = f"--reuid={user} --regid={group or user} --init-groups"
+    print(f"exec setpriv {ids} --inh-caps=-all --bounding-set=-all --no-new-privs -- " + start)
+else:
+    print("exec " + start)
 PY
   chroot "$dir" /bin/sh -c "$(cat "$(dirname "$dir")/$unit.sh")" > "$log" 2>&1 &
   UNIT_PID=$!

@@ -622,6 +622,8 @@ outputs:
         },
     );
     assert!(line.contains("host=images-test"), "{line}");
+    // The agent runs as its own user: it reads its TLS key through its group and owns its data partition.
+    assert!(line.contains(" agent-user=foothold-agent "), "{line}");
     let ready: Value = serde_json::from_str(&run(Command::new("curl").args([
         "-kfsS",
         "--max-time",

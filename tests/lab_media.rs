@@ -42,6 +42,11 @@ fn boot_and_check(mut o: RunOptions, dir: &Path, layout: &Path, manifest_digest:
     assert!(line.contains(firmware), "{what}: {line}");
     // The lab serves its provisioning network's DHCP: dnsmasq runs under its unit's sandbox and holds port 67.
     assert!(line.contains(" dhcp=serving"), "{what}: {line}");
+    // The agent runs as its own user (its unit's sandbox), serving the data partition it was given.
+    assert!(
+        line.contains(" agent-user=foothold-agent "),
+        "{what}: {line}"
+    );
     let host = format!("127.0.0.1:{port}");
     run(Command::new("curl").args(["-fsS", "--max-time", "30", &format!("http://{host}/readyz")]));
     // Writes need the token made at first boot.

@@ -2,8 +2,10 @@
 //! `metal3_provisioning.rs` starts its site: the first boot's set (`foothold-kube-pki`) is kept while most of its
 //! year is left; when a renewal is due (here: asked for 400 days ahead of the end, which a one-year certificate
 //! always is) every kubeadm certificate but the CAs and every kubeconfig's client certificate is made again from
-//! the same CAs, and so is the sudo user's own kubeconfig (in their name, in kubeadm's cluster-admins group). The site then runs on the renewed
-//! set: etcd, the API server, the agent's controllers and BMO (every later phase of the test).
+//! the same CAs, and so is the sudo user's own kubeconfig (in their name, in kubeadm's cluster-admins group), the
+//! agent's and BMO's (each in a name of its own). The site then runs on the renewed set: etcd, the API server,
+//! the agent's controllers and BMO (every later phase of the test), each of the last two with its own kubeconfig
+//! and ClusterRole.
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
@@ -42,6 +44,8 @@ const RENEWED: &[&str] = &[
     "/etc/kubernetes/scheduler.conf",
     "/etc/kubernetes/kubelet.conf",
     "/etc/kubernetes/kube-proxy.conf",
+    "/etc/kubernetes/foothold-agent.conf",
+    "/etc/kubernetes/baremetal-operator.conf",
 ];
 
 const KEPT: &[&str] = &[
@@ -96,6 +100,17 @@ pub(super) fn kubernetes_certificates_renew(root: &Path) -> String {
         format!("subject=CN={user},O=kubeadm:cluster-admins\n")
     );
     let user_before = std::fs::read(&user_config).unwrap();
+    // The agent and BMO each in a name of its own, in no group: RBAC gives them their ClusterRoles only.
+    for (conf, name) in [
+        ("foothold-agent.conf", "foothold:agent"),
+        ("baremetal-operator.conf", "foothold:baremetal-operator"),
+    ] {
+        assert_eq!(
+            client_subject(&root.join("etc/kubernetes").join(conf)),
+            format!("subject=CN={name}\n"),
+            "{conf}"
+        );
+    }
 
     // A fresh year: kept.
     let before: Vec<Vec<u8>> = RENEWED.iter().chain(KEPT).map(|p| read(root, p)).collect();
@@ -218,4 +233,94 @@ pub(super) fn secrets_are_encrypted_in_etcd(
         ])
         .unwrap();
     assert_eq!(b64.decode(through_api.trim()).unwrap(), clear.as_bytes());
+}
+
+/// The agent and BMO run with kubeconfigs of their own (the rest of the run — BMO provisioning the hosts, the
+/// BPA making its Job — shows their ClusterRoles suffice), each as its own user (their units' `User=`: the
+/// files they read are their own or their group's, the agent's data directory its own), and RBAC keeps them to
+/// their rules: a `kubectl auth can-i` table, asked as each of them.
+pub(super) fn own_kubeconfigs(site: &foothold_e2e::native_site::Site) {
+    let units = site
+        .command("ps")
+        .args(["-eo", "user:32,args"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap();
+    for (user, program, conf) in [
+        (
+            "foothold-agent ",
+            "foothold-agent serve",
+            "/etc/kubernetes/foothold-agent.conf",
+        ),
+        (
+            "baremetal-operator ",
+            "/usr/local/bin/baremetal-operator ",
+            "/etc/kubernetes/baremetal-operator.conf",
+        ),
+    ] {
+        assert!(
+            units.lines().any(|l| l.starts_with(user)
+                && l.contains(program)
+                && l.contains(conf)
+                && !l.contains("admin.conf")),
+            "{program} does not run as {user:?} with {conf}:\n{units}"
+        );
+    }
+    let table: &[(&str, &str, &str, bool)] = &[
+        (
+            "foothold:baremetal-operator",
+            "update",
+            "baremetalhosts.metal3.io/status",
+            true,
+        ),
+        ("foothold:baremetal-operator", "get", "secrets", true),
+        ("foothold:baremetal-operator", "create", "jobs.batch", false),
+        ("foothold:baremetal-operator", "create", "pods", false),
+        (
+            "foothold:baremetal-operator",
+            "create",
+            "clusterrolebindings",
+            false,
+        ),
+        (
+            "foothold:baremetal-operator",
+            "patch",
+            "provisionings.bpa.akraino.org",
+            false,
+        ),
+        ("foothold:agent", "create", "jobs.batch", true),
+        (
+            "foothold:agent",
+            "patch",
+            "provisionings.bpa.akraino.org/status",
+            true,
+        ),
+        (
+            "foothold:agent",
+            "update",
+            "baremetalhosts.metal3.io/status",
+            false,
+        ),
+        ("foothold:agent", "create", "pods", false),
+        ("foothold:agent", "create", "clusterrolebindings", false),
+        ("foothold:agent", "delete", "nodes", false),
+    ];
+    let mut wrong = Vec::new();
+    for &(user, verb, resource, want) in table {
+        let got = match site.kubectl(&[
+            "auth", "can-i", verb, resource, "-n", "default", "--as", user,
+        ]) {
+            Ok(out) => out.trim() == "yes",
+            Err(out) if out.trim_start().starts_with("no") => false,
+            Err(e) => panic!("kubectl auth can-i {verb} {resource} --as {user}: {e}"),
+        };
+        if got != want {
+            wrong.push(format!("{user} {verb} {resource}: {got}, want {want}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "RBAC on the appliance:\n{}",
+        wrong.join("\n")
+    );
 }

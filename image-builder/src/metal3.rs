@@ -26,6 +26,9 @@ pub const IRONIC_API: &str = "127.0.0.1:6385";
 pub const BMO_HEALTH: &str = "127.0.0.1:9440";
 /// Where BMO finds `ironic/{username,password}` (`METAL3_AUTH_ROOT_DIR`).
 pub const AUTH_DIR: &str = "/etc/metal3/auth";
+/// The system user baremetal-operator runs as (`baremetal-operator.service`): it reads Ironic's credentials
+/// and its own kubeconfig through this user's group and ownership, nothing else of root's.
+pub const BMO_USER: &str = "baremetal-operator";
 /// Ironic's HTTP root: iPXE's scripts, the deploy kernel and ramdisk it boots nodes with, the ISOs it builds
 /// for virtual media. Served on the provisioning address by `ironic-httpboot.service`.
 pub const HTTP_ROOT: &str = "/var/lib/ironic/httpboot";

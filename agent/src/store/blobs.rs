@@ -4,7 +4,7 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use crate::digest::{Algorithm, Digest, Hasher};
@@ -223,12 +223,29 @@ pub fn write_durably(tmp: &Path, to: &Path, bytes: &[u8]) -> io::Result<()> {
 /// [`write_durably`], the file made with `mode` (less the umask) from the start: a secret is never readable
 /// by others, not even before a chmod.
 pub fn write_durably_mode(tmp: &Path, to: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    write_durably_shared(tmp, to, bytes, mode, None)
+}
+
+/// [`write_durably_mode`], the file given to `group` (readable by it, if `mode` lets the group read) before it
+/// is renamed into place: a service reading it through its group never sees it otherwise.
+pub fn write_durably_shared(
+    tmp: &Path,
+    to: &Path,
+    bytes: &[u8],
+    mode: u32,
+    group: Option<u32>,
+) -> io::Result<()> {
     let mut f = fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(mode)
         .open(tmp)?;
+    if let Some(gid) = group {
+        std::os::unix::fs::fchown(&f, None, Some(gid))?;
+        // The umask may have taken the group's bit: `mode` says what the group gets.
+        f.set_permissions(fs::Permissions::from_mode(mode & 0o770))?;
+    }
     f.write_all(bytes)?;
     f.sync_all()?;
     drop(f);

@@ -237,7 +237,7 @@ async fn a_former_vinos_crd_stops_vino_with_the_fix_and_a_moved_vino_is_reconcil
         &ns,
         "agent-v",
         "vino",
-        &plane.env.kubeconfig,
+        &plane.env.agent_kubeconfig(),
         &[],
     );
     let log = data.with_extension("log");
@@ -279,7 +279,7 @@ async fn a_former_vinos_crd_stops_vino_with_the_fix_and_a_moved_vino_is_reconcil
         &ns,
         "agent-v2",
         "vino",
-        &plane.env.kubeconfig,
+        &plane.env.agent_kubeconfig(),
         &[],
     );
     until("the moved Vino reconciled under vinoes", || async {

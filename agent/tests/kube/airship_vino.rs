@@ -259,7 +259,7 @@ async fn airships_vino_sample_yields_a_baremetalhost_with_the_network_data_go_gi
         ns,
         "agent-s",
         "vino",
-        &plane.env.kubeconfig,
+        &plane.env.agent_kubeconfig(),
         &[],
     );
 

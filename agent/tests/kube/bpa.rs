@@ -26,7 +26,7 @@ use foothold_agent::crd::bpa::Provisioning;
 pub(crate) const ADVERTISED: &str = "http://10.1.2.3:5000";
 
 pub(crate) fn start_agent(dir: &Path, ns: &str, identity: &str) -> Agent {
-    start_agent_with(dir, ns, identity, &env().kubeconfig)
+    start_agent_with(dir, ns, identity, &env().agent_kubeconfig())
 }
 
 fn start_agent_with(dir: &Path, ns: &str, identity: &str, kubeconfig: &Path) -> Agent {
@@ -610,7 +610,7 @@ async fn http_serves_while_the_apiserver_is_away_and_controllers_start_when_it_a
         .unwrap()
         .port();
     let late = tmp.path().join("late.kubeconfig");
-    let text = std::fs::read_to_string(&env.kubeconfig).unwrap();
+    let text = std::fs::read_to_string(env.agent_kubeconfig()).unwrap();
     assert!(text.contains(&env.server));
     std::fs::write(
         &late,

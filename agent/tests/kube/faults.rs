@@ -142,7 +142,7 @@ async fn the_apiserver_killed_mid_reconcile_and_restarted_leaves_the_same_end_st
         &ns,
         "agent-a",
         "sip",
-        &plane.env.kubeconfig,
+        &plane.env.agent_kubeconfig(),
         &[],
     );
     let services = json!({

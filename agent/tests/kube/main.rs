@@ -14,6 +14,7 @@ mod faults;
 mod hosts;
 mod installer_secret;
 mod jobs;
+mod rbac;
 mod sip;
 mod sip_bench;
 mod sip_render;

@@ -23,7 +23,7 @@ use foothold_agent::crd::sip::SIPCluster;
 pub(crate) const RACK: &str = "sip.airshipit.org/rack";
 
 pub(crate) fn start_agent(dir: &Path, ns: &str, identity: &str) -> Agent {
-    controller_agent(dir, ns, identity, "sip", &env().kubeconfig, &[])
+    controller_agent(dir, ns, identity, "sip", &env().agent_kubeconfig(), &[])
 }
 
 pub(crate) fn ipv4(i: usize) -> String {

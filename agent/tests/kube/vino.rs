@@ -46,7 +46,7 @@ fn condition(v: &Vino, t: &str) -> Option<(String, String, String)> {
 }
 
 pub(crate) fn start_agent(dir: &Path, ns: &str, identity: &str) -> Agent {
-    controller_agent(dir, ns, identity, "vino", &env().kubeconfig, &[])
+    controller_agent(dir, ns, identity, "vino", &env().agent_kubeconfig(), &[])
 }
 
 fn owned(name: &str) -> ListParams {

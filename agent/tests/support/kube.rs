@@ -91,24 +91,41 @@ impl OwnPlane {
 impl KubeEnv {
     /// A client of the admin, bound to the calling runtime.
     pub async fn client(&self) -> kube::Client {
-        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).expect("reading the kubeconfig");
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .expect("kubeconfig");
-        kube::Client::try_from(config).expect("client")
+        client_of(&self.kubeconfig).await
     }
+}
 
+/// A client of `kubeconfig`'s user, bound to the calling runtime.
+pub async fn client_of(kubeconfig: &Path) -> kube::Client {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("reading the kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig");
+    kube::Client::try_from(config).expect("client")
+}
+
+impl KubeEnv {
     /// A kubeconfig for [`RESTRICTED_USER`] (written once, beside the admin's).
     pub fn restricted_kubeconfig(&self) -> PathBuf {
-        let path = self.dir.join("kubeconfig-restricted");
+        self.derived_kubeconfig("restricted", |user| user["token"] = RESTRICTED_TOKEN.into())
+    }
+
+    /// A kubeconfig for the agents under test: the admin's, impersonating [`AGENT_USER`] (written once).
+    pub fn agent_kubeconfig(&self) -> PathBuf {
+        self.derived_kubeconfig("agent", |user| user["as"] = AGENT_USER.into())
+    }
+
+    /// `kubeconfig-<name>` beside the admin's: the admin's with its user changed by `edit`, written once (whole:
+    /// test binaries running at once may ask for it together).
+    fn derived_kubeconfig(&self, name: &str, edit: impl Fn(&mut serde_json::Value)) -> PathBuf {
+        let path = self.dir.join(format!("kubeconfig-{name}"));
         if !path.exists() {
             let mut config: serde_json::Value =
                 serde_json::from_slice(&std::fs::read(&self.kubeconfig).unwrap()).unwrap();
-            config["users"][0]["user"]["token"] = RESTRICTED_TOKEN.into();
+            edit(&mut config["users"][0]["user"]);
             let tmp = self
                 .dir
-                .join(format!("kubeconfig-restricted.{}", std::process::id()));
+                .join(format!("kubeconfig-{name}.{}", std::process::id()));
             std::fs::write(&tmp, config.to_string()).unwrap();
             std::fs::rename(&tmp, &path).unwrap();
         }
@@ -396,7 +413,8 @@ fn base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// Metal3's BareMetalHost CRD (the genuine one) and every CRD `foothold-agent crds` prints, established.
+/// Metal3's BareMetalHost CRD (the genuine one) and every CRD `foothold-agent crds` prints, established; then
+/// the agent's RBAC.
 fn install_crds(env: &KubeEnv) {
     let metal3 = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../scripts/kube-tools/crds/metal3.io_baremetalhosts.yaml");
@@ -418,7 +436,38 @@ fn install_crds(env: &KubeEnv) {
         for crd in &crds {
             established(&api, crd.metadata.name.as_deref().unwrap()).await;
         }
+        install_agent_rbac(env).await;
     });
+}
+
+/// The agent's user and what RBAC lets it do, as the appliance has them (`agent/rbac/foothold-agent.yaml`).
+pub const AGENT_USER: &str = "foothold:agent";
+
+/// `agent/rbac/foothold-agent.yaml` applied: the agents these tests start act as [`AGENT_USER`]
+/// ([`KubeEnv::agent_kubeconfig`]), so a rule the reconcilers need and the file lacks fails a test.
+async fn install_agent_rbac(env: &KubeEnv) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("rbac/foothold-agent.yaml"),
+    )
+    .unwrap();
+    let docs: Vec<&str> = text.split("\n---\n").collect();
+    assert_eq!(
+        docs.len(),
+        2,
+        "rbac/foothold-agent.yaml: a ClusterRole, then its binding"
+    );
+    let role: ClusterRole = serde_saphyr::from_str(docs[0]).unwrap();
+    let binding: ClusterRoleBinding = serde_saphyr::from_str(docs[1]).unwrap();
+    let client = env.client().await;
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("creating the agent's ClusterRole");
+    Api::<ClusterRoleBinding>::all(client)
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("binding the agent's ClusterRole");
 }
 
 /// Waits (60 s at most) until CRD `name` is established.

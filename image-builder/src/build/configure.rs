@@ -56,6 +56,8 @@ pub struct User {
 pub struct Configuration {
     /// Users to add before the files are written (their homes hold some of them).
     pub users: Vec<User>,
+    /// System users a service runs as (no home, no login, a group of the same name), added with the users.
+    pub system_users: Vec<String>,
     pub files: Vec<File>,
     pub units: Vec<String>,
 }
@@ -161,6 +163,7 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
         for (path, text, mode) in crate::metal3::render(spec) {
             c.add(path, text, mode);
         }
+        c.system_users.push(crate::metal3::BMO_USER.into());
         c.units
             .extend(crate::metal3::UNITS.iter().map(|u| u.to_string()));
         c.units.extend(
@@ -329,6 +332,7 @@ pub fn installs_workload_clusters(spec: &Spec) -> bool {
 /// issues for the provisioning address too (foothold-pki.service; reloaded when renewed). `/metrics` reports
 /// the expiry of that certificate, of the site CA and of those Kubernetes and Ironic serve with.
 fn agent(spec: &Spec, c: &mut Configuration) {
+    c.system_users.push(AGENT_USER.into());
     let mut args = [
         "--token-file",
         "/etc/foothold/token",
@@ -397,6 +401,9 @@ fn agent(spec: &Spec, c: &mut Configuration) {
     c.add("/etc/foothold/tls-names", names.join(",") + "\n", 0o644);
 }
 
+/// The system user `foothold-agent.service` runs as.
+pub const AGENT_USER: &str = "foothold-agent";
+
 /// Applies `c` to the staged `root`: adds the users (a locked password, a home), writes the files, gives the
 /// users their `.ssh`, enables the units, and removes the SSH host keys Debian's package made.
 /// Each file into the tree `root`. A link in the tree where a file goes (a resolv.conf pointing into /run, say)
@@ -430,6 +437,14 @@ pub fn apply(root: &Path, c: &Configuration) -> Result<()> {
             .arg(&u.name)
             .run()
             .with_context(|| format!("adding user {}", u.name))?;
+    }
+    for name in &c.system_users {
+        chroot()
+            .args(["useradd", "--system", "--user-group", "--no-create-home"])
+            .args(["--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin"])
+            .arg(name)
+            .run()
+            .with_context(|| format!("adding system user {name}"))?;
     }
     write_files(root, &c.files)?;
     for u in c.users.iter().filter(|u| u.has_keys) {

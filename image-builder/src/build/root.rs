@@ -174,8 +174,43 @@ fn place_bmo_crds(loaded: &Loaded, files: &[FileInput], root: &Path) -> Result<(
         fs::write(&dest, bytes)?;
         fs::set_permissions(&dest, fs::Permissions::from_mode(0o600))?;
     }
+    let role = crate::go_archive::read_dir(&archive, &patches, crate::spec::BMO_RBAC, "role.yaml")
+        .with_context(|| format!("{field}: BMO's RBAC"))?
+        .into_iter()
+        .find(|(name, _)| name == "role.yaml")
+        .with_context(|| format!("{field}: no {}/role.yaml", crate::spec::BMO_RBAC))?;
+    let text = String::from_utf8(role.1)
+        .with_context(|| format!("{field}: {}/role.yaml is not UTF-8", crate::spec::BMO_RBAC))?;
+    let dest = dir.join("00-bmo-rbac.yaml");
+    fs::write(
+        &dest,
+        bmo_rbac(&text).with_context(|| format!("{field}: BMO's RBAC"))?,
+    )?;
+    fs::set_permissions(&dest, fs::Permissions::from_mode(0o600))?;
     Ok(())
 }
+
+/// BMO's own ClusterRole (upstream's `config/base/rbac/role.yaml`, what its controllers' kubebuilder markers
+/// ask for) under the name its kustomization gives it, bound to the user of the appliance's
+/// `baremetal-operator.conf` instead of upstream's ServiceAccount: BMO acts with exactly the rights its
+/// authors list, never as cluster-admin.
+fn bmo_rbac(role: &str) -> Result<String> {
+    const UPSTREAM: &str = "\n  name: manager-role\n";
+    anyhow::ensure!(
+        role.matches(UPSTREAM).count() == 1 && role.contains("\nkind: ClusterRole\n"),
+        "role.yaml is no longer one ClusterRole named manager-role: look at BMO's config/base/rbac"
+    );
+    Ok(format!(
+        "{}---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+         metadata:\n  name: {BMO_ROLE}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {BMO_ROLE}}}\n\
+         subjects:\n- {{apiGroup: rbac.authorization.k8s.io, kind: User, name: \"foothold:baremetal-operator\"}}\n",
+        role.replace(UPSTREAM, &format!("\n  name: {BMO_ROLE}\n"))
+    ))
+}
+
+/// The name BMO's kustomization (`namePrefix: baremetal-operator-`) gives its ClusterRole.
+const BMO_ROLE: &str = "baremetal-operator-manager-role";
 
 /// The hash of everything in the root partition but the agent: this builder (its code writes the
 /// configuration, and it carries Foothold's overlay), the Debian tree, the spec, the spec's overlay, the files
@@ -249,6 +284,33 @@ pub(super) fn resolve_in_root(root: &Path, link: &str) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bmo_gets_its_upstream_role_bound_to_its_own_user() {
+        let upstream =
+            "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  \
+                        name: manager-role\nrules:\n- apiGroups:\n  - metal3.io\n  resources:\n  - \
+                        baremetalhosts\n  verbs:\n  - get\n";
+        let out = bmo_rbac(upstream).unwrap();
+        let docs: Vec<serde_json::Value> = out
+            .split("---\n")
+            .filter(|d| !d.trim().is_empty())
+            .map(|d| serde_saphyr::from_str(d).unwrap())
+            .collect();
+        assert_eq!(docs.len(), 2, "{out}");
+        assert_eq!(docs[0]["metadata"]["name"], BMO_ROLE);
+        assert_eq!(docs[0]["rules"][0]["resources"][0], "baremetalhosts");
+        assert_eq!(docs[1]["kind"], "ClusterRoleBinding");
+        assert_eq!(docs[1]["roleRef"]["name"], BMO_ROLE);
+        assert_eq!(docs[1]["subjects"][0]["kind"], "User");
+        assert_eq!(
+            docs[1]["subjects"][0]["name"],
+            "foothold:baremetal-operator"
+        );
+        // Upstream renamed or reshaped: the build stops, naming where to look.
+        let e = bmo_rbac(&upstream.replace("manager-role", "controller-role")).unwrap_err();
+        assert!(e.to_string().contains("config/base/rbac"), "{e}");
+    }
 
     #[test]
     fn links_in_the_root_resolve_inside_it() {

@@ -18,6 +18,8 @@ pub const BMO_PLUGIN: &str = "ironic-provisioner.so";
 pub const BMO_PLUGIN_PACKAGE: &str = "./pkg/provisioner/ironic/plugin";
 /// Where BMO's CRDs sit in its source tree.
 pub const BMO_CRDS: &str = "config/base/crds/bases";
+/// Where BMO's source keeps its RBAC (`role.yaml`: the ClusterRole its controllers need).
+pub const BMO_RBAC: &str = "config/base/rbac";
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

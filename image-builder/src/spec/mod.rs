@@ -13,7 +13,7 @@ pub use node::{Node, SITE_CA};
 
 pub use metal3::{
     BaremetalOperator, Built, DeployRamdisk, Metal3, Replacement, BMO_BIN, BMO_CRDS, BMO_PLUGIN,
-    BMO_PLUGIN_DIR, DEPLOY_RAMDISK_DIR,
+    BMO_PLUGIN_DIR, BMO_RBAC, DEPLOY_RAMDISK_DIR,
 };
 
 use std::path::{Path, PathBuf};
