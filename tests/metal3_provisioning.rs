@@ -328,7 +328,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         whoami.starts_with(&format!("{sudo_user} ")) && whoami.contains("kubeadm:cluster-admins"),
         "{whoami}"
     );
-    pki::own_kubeconfigs(&site);
+    pki::own_kubeconfigs(&site, &root);
     // Ironic's API asks for the credentials foothold-metal3-auth made (BMO's): none, or a wrong password of
     // the right length, is 401; BMO's are let in.
     let ironic_status = |user: Option<(&str, &str)>| {

@@ -239,31 +239,46 @@ pub(super) fn secrets_are_encrypted_in_etcd(
 /// BPA making its Job — shows their ClusterRoles suffice), each as its own user (their units' `User=`: the
 /// files they read are their own or their group's, the agent's data directory its own), and RBAC keeps them to
 /// their rules: a `kubectl auth can-i` table, asked as each of them.
-pub(super) fn own_kubeconfigs(site: &foothold_e2e::native_site::Site) {
+pub(super) fn own_kubeconfigs(site: &foothold_e2e::native_site::Site, root: &Path) {
+    // Users by the appliance's own /etc/passwd: this host has no such users, so `ps` shows their numbers.
+    let passwd = String::from_utf8(read(root, "/etc/passwd")).unwrap();
+    let uid = |user: &str| {
+        passwd
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.first() == Some(&user)).then(|| f[2].to_owned())
+            })
+            .unwrap_or_else(|| panic!("no user {user} in the appliance's /etc/passwd"))
+    };
     let units = site
         .command("ps")
-        .args(["-eo", "user:32,args"])
+        .args(["-eo", "uid,args"])
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap();
     for (user, program, conf) in [
         (
-            "foothold-agent ",
+            "foothold-agent",
             "foothold-agent serve",
             "/etc/kubernetes/foothold-agent.conf",
         ),
         (
-            "baremetal-operator ",
+            "baremetal-operator",
             "/usr/local/bin/baremetal-operator ",
             "/etc/kubernetes/baremetal-operator.conf",
         ),
     ] {
+        let uid = uid(user);
+        assert_ne!(uid, "0", "{user}");
         assert!(
-            units.lines().any(|l| l.starts_with(user)
-                && l.contains(program)
-                && l.contains(conf)
-                && !l.contains("admin.conf")),
-            "{program} does not run as {user:?} with {conf}:\n{units}"
+            units
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(&uid)
+                    && l.contains(program)
+                    && l.contains(conf)
+                    && !l.contains("admin.conf")),
+            "{program} does not run as {user} (uid {uid}) with {conf}:\n{units}"
         );
     }
     let table: &[(&str, &str, &str, bool)] = &[
@@ -307,15 +322,27 @@ pub(super) fn own_kubeconfigs(site: &foothold_e2e::native_site::Site) {
     ];
     let mut wrong = Vec::new();
     for &(user, verb, resource, want) in table {
+        // `resource/x` is kubectl's way to name an object; a subresource is a flag of its own.
+        let (resource, sub) = resource.split_once('/').unwrap_or((resource, ""));
         let got = match site.kubectl(&[
-            "auth", "can-i", verb, resource, "-n", "default", "--as", user,
+            "auth",
+            "can-i",
+            verb,
+            resource,
+            &format!("--subresource={sub}"),
+            "-n",
+            "default",
+            "--as",
+            user,
         ]) {
             Ok(out) => out.trim() == "yes",
             Err(out) if out.trim_start().starts_with("no") => false,
-            Err(e) => panic!("kubectl auth can-i {verb} {resource} --as {user}: {e}"),
+            Err(e) => panic!("kubectl auth can-i {verb} {resource} {sub} --as {user}: {e}"),
         };
         if got != want {
-            wrong.push(format!("{user} {verb} {resource}: {got}, want {want}"));
+            wrong.push(format!(
+                "{user} {verb} {resource} {sub}: {got}, want {want}"
+            ));
         }
     }
     assert!(
