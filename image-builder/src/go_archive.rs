@@ -213,33 +213,49 @@ fn find_module(dir: &Path, module: &str) -> Result<Option<PathBuf>> {
     Ok(None)
 }
 
+/// Files read from an archive: (file name, content), sorted by name.
+pub type Files = Vec<(String, Vec<u8>)>;
+
 /// Reads the files of `archive`, with `patches` applied, under `<its root>/<dir>/` whose names end in `suffix`,
-/// sorted by name, after checking each against its pin: (file name, content).
+/// sorted by name, after checking each against its pin.
 pub fn read_dir(
     archive: &ArchiveSource,
     patches: &[ArchiveSource],
     dir: &str,
     suffix: &str,
-) -> Result<Vec<(String, Vec<u8>)>> {
+) -> Result<Files> {
+    Ok(read_dirs(archive, patches, &[(dir, suffix)])?.remove(0))
+}
+
+/// [`read_dir`] for each (directory, suffix) of `wanted`, from one unpacking of the archive.
+pub fn read_dirs(
+    archive: &ArchiveSource,
+    patches: &[ArchiveSource],
+    wanted: &[(&str, &str)],
+) -> Result<Vec<Files>> {
     let tmp = tempfile::tempdir().context("creating a temporary directory")?;
     let root = module_root(&unpack(archive, tmp.path())?)?;
     apply_patches(patches, &root, &archive.name)?;
-    let from = root.join(dir);
-    let mut out = Vec::new();
-    for e in
-        std::fs::read_dir(&from).with_context(|| format!("{}: no {dir}/ in it", archive.name))?
-    {
-        let e = e?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.ends_with(suffix) && e.file_type()?.is_file() {
-            out.push((name, std::fs::read(e.path())?));
+    let mut all = Vec::new();
+    for &(dir, suffix) in wanted {
+        let from = root.join(dir);
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&from)
+            .with_context(|| format!("{}: no {dir}/ in it", archive.name))?
+        {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with(suffix) && e.file_type()?.is_file() {
+                out.push((name, std::fs::read(e.path())?));
+            }
         }
+        out.sort();
+        if out.is_empty() {
+            bail!("{}: no {suffix} files in {dir}/", archive.name);
+        }
+        all.push(out);
     }
-    out.sort();
-    if out.is_empty() {
-        bail!("{}: no {suffix} files in {dir}/", archive.name);
-    }
-    Ok(out)
+    Ok(all)
 }
 
 #[cfg(test)]

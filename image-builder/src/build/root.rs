@@ -166,16 +166,23 @@ fn place_bmo_crds(loaded: &Loaded, files: &[FileInput], root: &Path) -> Result<(
         .collect::<Result<Vec<_>>>()?;
     let dir = root.join(crate::spec::KUBE_MANIFESTS_DIR.trim_start_matches('/'));
     fs::create_dir_all(&dir)?;
-    for (name, bytes) in
-        crate::go_archive::read_dir(&archive, &patches, crate::spec::BMO_CRDS, ".yaml")
-            .with_context(|| format!("{field}: BMO's CRDs"))?
-    {
+    // One unpacking of the source for both: its CRDs, and the ClusterRole its controllers need.
+    let mut read = crate::go_archive::read_dirs(
+        &archive,
+        &patches,
+        &[
+            (crate::spec::BMO_CRDS, ".yaml"),
+            (crate::spec::BMO_RBAC, "role.yaml"),
+        ],
+    )
+    .with_context(|| format!("{field}: BMO's CRDs and RBAC"))?;
+    let rbac = read.pop().unwrap_or_default();
+    for (name, bytes) in read.pop().unwrap_or_default() {
         let dest = dir.join(format!("00-bmo-{name}"));
         fs::write(&dest, bytes)?;
         fs::set_permissions(&dest, fs::Permissions::from_mode(0o600))?;
     }
-    let role = crate::go_archive::read_dir(&archive, &patches, crate::spec::BMO_RBAC, "role.yaml")
-        .with_context(|| format!("{field}: BMO's RBAC"))?
+    let role = rbac
         .into_iter()
         .find(|(name, _)| name == "role.yaml")
         .with_context(|| format!("{field}: no {}/role.yaml", crate::spec::BMO_RBAC))?;
