@@ -491,6 +491,34 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
     );
     eprintln!("appliance: 2 CPUs on one socket, clock {}", lines[2]);
 
+    // The site SSH CA, made at first boot: its key root's alone, and it certifies a host key (here the
+    // appliance's own) as OpenSSH reads it.
+    let said = a.ssh("sudo stat -c '%U %a' /etc/foothold/ssh-ca/ca /etc/foothold/ssh-ca/ca.pub");
+    assert_eq!(said.trim(), "root 600\nroot 644", "{said}");
+    let cert = dir.join("host-cert.pub");
+    std::fs::write(
+        &cert,
+        a.ssh(
+            "sudo foothold-agent ssh-host-key --principal foothold \
+             --public-key /etc/ssh/ssh_host_ed25519_key.pub",
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("ssh-ca.pub"),
+        a.ssh("cat /etc/foothold/ssh-ca/ca.pub"),
+    )
+    .unwrap();
+    let listed = run(Command::new("ssh-keygen").arg("-L").arg("-f").arg(&cert));
+    let ca_fingerprint = run(Command::new("ssh-keygen")
+        .args(["-l", "-E", "sha256", "-f"])
+        .arg(dir.join("ssh-ca.pub")));
+    let ca_fingerprint = ca_fingerprint.split_whitespace().nth(1).unwrap();
+    assert!(
+        listed.contains("host certificate") && listed.contains(ca_fingerprint),
+        "{listed}"
+    );
+
     // The agent's controllers lead on this apiserver.
     wait_for(
         "the agent's controllers leading",

@@ -159,6 +159,48 @@ fn ssh(ns: &Namespace, key: &Path, address: &str, command: &str) -> String {
     )
 }
 
+/// OpenSSH on the provisioning network with a known_hosts that trusts only the appliance's site SSH CA
+/// (`@cert-authority`), strict: it logs in to the node at `address` (a host certificate from that CA for that
+/// address); with a known_hosts trusting another CA it refuses the node.
+fn host_is_vouched_for_by_the_site_ssh_ca(
+    ns: &Namespace,
+    site: &Site,
+    key: &Path,
+    address: &str,
+    dir: &Path,
+) {
+    let ca = std::fs::read_to_string(site.root.join("etc/foothold/ssh-ca/ca.pub")).unwrap();
+    let other = dir.join("other-ssh-ca");
+    if !other.exists() {
+        run(Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&other));
+    }
+    let other_ca = std::fs::read_to_string(other.with_extension("pub")).unwrap();
+    let login = |trusted: &str| {
+        let known = dir.join("known_hosts");
+        std::fs::write(
+            &known,
+            format!("@cert-authority {address} {}\n", trusted.trim()),
+        )
+        .unwrap();
+        let mut ssh = ns.command("ssh");
+        ssh.args(["-o", "StrictHostKeyChecking=yes", "-o"])
+            .arg(format!("UserKnownHostsFile={}", known.display()))
+            .args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "-i"])
+            .arg(key)
+            .arg(format!("foothold@{address}"))
+            .arg("hostname");
+        try_run(&mut ssh)
+    };
+    login(&ca).unwrap_or_else(|e| panic!("{address}: OpenSSH trusting only the site SSH CA: {e}"));
+    let refused = login(&other_ca).expect_err("a node taken on another CA's word");
+    assert!(
+        refused.contains("Host key verification failed"),
+        "{address}: {refused}"
+    );
+}
+
 /// The first MiB of the node's disk (read while the VM runs: a shared read).
 fn disk_head(disk: &Path, dir: &Path) -> Vec<u8> {
     let out = dir.join("disk-head.raw");
@@ -473,10 +515,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     let started = Instant::now();
     let mut yaml = format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: bmc, namespace: default}}\n\
-         stringData: {{username: admin, password: \"{password}\"}}\n---\n\
-         apiVersion: v1\nkind: Secret\nmetadata: {{name: user-data, namespace: default}}\n\
-         stringData:\n  userData: |\n    #cloud-config\n    ssh_authorized_keys: [\"{key}\"]\n",
-        key = public.trim()
+         stringData: {{username: admin, password: \"{password}\"}}\n",
     );
     for n in &nodes {
         yaml.push_str(&format!(
@@ -534,6 +573,27 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         );
     }
 
+    // Each node's user data: the test's login key, and a host key with its certificate from the appliance's
+    // site SSH CA for the node's name and the address inspection found (where the BPA's installer reaches it).
+    for (n, address) in nodes.iter().zip(&inspected) {
+        let host_key = try_run(site.command("chroot").arg(&site.root).args([
+            "foothold-agent",
+            "ssh-host-key",
+            "--principal",
+            n.name,
+            "--principal",
+            address,
+        ]))
+        .unwrap_or_else(|e| panic!("ssh-host-key for {}: {e}", n.name));
+        let user_data = format!("{host_key}ssh_authorized_keys: [\"{}\"]\n", public.trim());
+        let secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("user-data-{}", n.name), "namespace": "default"},
+            "stringData": {"userData": user_data},
+        });
+        site.kubectl_apply(&secret.to_string());
+    }
+
     deadline.phase("provisioning: a wrong checksum fails naming it, the right one installs");
     let url = format!("http://{IMAGES}:{IMAGES_PORT}/foothold-node.qcow2");
     let wrong = "0".repeat(64);
@@ -543,19 +603,19 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     )
     .unwrap();
     let image_spec = |checksum: &str| serde_json::json!({"url": url, "checksum": checksum, "checksumType": "sha256", "format": "qcow2"});
-    let user_data = serde_json::json!({"name": "user-data", "namespace": "default"});
+    let user_data = |n: &Node| serde_json::json!({"name": format!("user-data-{}", n.name), "namespace": "default"});
     let started = Instant::now();
     patch_host(
         &site,
         nodes[0].name,
-        serde_json::json!({"image": image_spec(&format!("{url}.sha256sum")), "userData": user_data}),
+        serde_json::json!({"image": image_spec(&format!("{url}.sha256sum")), "userData": user_data(&nodes[0])}),
     );
     patch_host(
         &site,
         nodes[1].name,
         serde_json::json!({
             "image": image_spec(&format!("http://{IMAGES}:{IMAGES_PORT}/wrong.sha256sum")),
-            "userData": user_data,
+            "userData": user_data(&nodes[1]),
         }),
     );
     let failed = wait_for(
@@ -623,6 +683,9 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
             "{}'s root is not on its disk: {out}",
             n.name
         );
+        // It shows the host certificate of its user data: OpenSSH trusting only the site SSH CA for the node's
+        // address logs in, and refuses it trusting another CA.
+        host_is_vouched_for_by_the_site_ssh_ca(&ns, &site, &key, &address, &dir);
         addresses.push(address);
     }
 

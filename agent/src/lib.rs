@@ -26,6 +26,7 @@ pub mod mirror_config;
 pub mod names;
 pub mod neighbors;
 pub mod pki;
+pub mod ssh_ca;
 pub mod store;
 pub mod uploads;
 pub mod vino_builder;

@@ -119,6 +119,11 @@ struct KubeArgs {
     /// Secret (in each Provisioning's namespace) holding the SSH key the installer uses.
     #[arg(long, default_value = "ssh-key-secret")]
     ssh_key_secret: String,
+    /// The site SSH CA's public key file (the appliance's /etc/foothold/ssh-ca/ca.pub, made by `foothold-agent
+    /// ssh-host-key`): installer Jobs get it as SSH_HOST_CA and refuse hosts without a host certificate from it.
+    /// Unset: they take host keys on first use.
+    #[arg(long, value_name = "FILE")]
+    ssh_host_ca: Option<PathBuf>,
     /// This agent's URL as compute nodes reach it (e.g. http://10.0.0.1:5000): Software package downloads
     /// point there. Default: the --listen address, unless it is a wildcard (0.0.0.0, ::) or port 0.
     #[arg(long, value_parser = parse_advertise_url)]
@@ -138,17 +143,31 @@ fn parse_advertise_url(s: &str) -> Result<String, String> {
 }
 
 impl KubeArgs {
-    fn settings(self, listen: SocketAddr, tls: bool) -> Option<controllers::Settings> {
+    fn settings(
+        self,
+        listen: SocketAddr,
+        tls: bool,
+    ) -> anyhow::Result<Option<controllers::Settings>> {
         if self.no_controllers {
-            return None;
+            return Ok(None);
         }
+        let ssh_host_ca = match &self.ssh_host_ca {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("--ssh-host-ca {}", path.display()))?;
+                foothold_agent::ssh_ca::HostCa::parse(&text)
+                    .map_err(|e| anyhow::anyhow!("--ssh-host-ca {}: {e}", path.display()))?;
+                Some(text.trim().to_owned())
+            }
+        };
         let identity = self.identity.unwrap_or_else(|| {
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|h| h.trim().to_owned())
                 .unwrap_or_else(|_| "foothold".into());
             format!("{host}-{}", std::process::id())
         });
-        Some(controllers::Settings {
+        Ok(Some(controllers::Settings {
             kubeconfig: self.kubeconfig,
             controllers: self.controllers,
             namespace: self.namespace,
@@ -159,11 +178,12 @@ impl KubeArgs {
             installer_ssh_user: self.installer_ssh_user,
             vino_builder_image: self.vino_builder_image,
             ssh_key_secret: self.ssh_key_secret,
+            ssh_host_ca,
             advertise_url: self.advertise_url.or_else(|| {
                 (!listen.ip().is_unspecified() && listen.port() != 0)
                     .then(|| format!("{}://{listen}", if tls { "https" } else { "http" }))
             }),
-        })
+        }))
     }
 }
 
@@ -291,6 +311,33 @@ enum Command {
         #[arg(long)]
         names_file: Option<PathBuf>,
         /// How long a new certificate is valid: <n>d, h, m or s, at most 397d.
+        #[arg(long, default_value = "397d", value_parser = foothold_agent::pki::parse_lifetime)]
+        lifetime: std::time::Duration,
+    },
+    /// Make the site SSH CA if there is none (DIR/ca, 0600, and DIR/ca.pub) and print its public key: what the
+    /// installer holds compute nodes' host keys to (serve --ssh-host-ca). The appliance runs it at every boot
+    /// (foothold-pki.service); it never replaces the CA.
+    SshCa {
+        #[arg(long, default_value = "/etc/foothold/ssh-ca")]
+        dir: PathBuf,
+    },
+    /// A compute node's SSH host key and its certificate from the site SSH CA (see ssh-ca), printed as the
+    /// `#cloud-config` lines that install them on the node at its first boot (cloud-init's ssh_keys; put them in
+    /// the BareMetalHost's userData beside your own), or, with --public-key, the certificate of that host key.
+    /// The installer refuses a host that does not show such a certificate for its inventory name or address.
+    SshHostKey {
+        /// The site SSH CA's directory (made if missing).
+        #[arg(long, default_value = "/etc/foothold/ssh-ca")]
+        ca_dir: PathBuf,
+        /// A name or address the installer reaches the node by (the BPA's inventory uses the addresses
+        /// inspection found). Repeatable; the first is the certificate's key id.
+        #[arg(long = "principal", required = true)]
+        principals: Vec<String>,
+        /// Certify this host public key (OpenSSH one-line form) instead of making a new one; prints the
+        /// certificate, for the host's HostCertificate.
+        #[arg(long, value_name = "FILE")]
+        public_key: Option<PathBuf>,
+        /// How long the certificate is valid: <n>d, h, m or s, at most 397d.
         #[arg(long, default_value = "397d", value_parser = foothold_agent::pki::parse_lifetime)]
         lifetime: std::time::Duration,
     },
@@ -492,6 +539,47 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Command::SshCa { dir } => {
+            let (ca, made) = foothold_agent::ssh_ca::ensure(&dir)?;
+            if made {
+                eprintln!("foothold-agent: made the site SSH CA in {}", dir.display());
+            }
+            println!("{}", ca.public_key().to_openssh()?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::SshHostKey {
+            ca_dir,
+            principals,
+            public_key,
+            lifetime,
+        } => {
+            use foothold_agent::ssh_ca;
+            let (ca, _) = ssh_ca::ensure(&ca_dir)?;
+            let now = std::time::SystemTime::now();
+            match public_key {
+                Some(path) => {
+                    let text = std::fs::read_to_string(&path)
+                        .with_context(|| format!("reading {}", path.display()))?;
+                    let host = russh::keys::PublicKey::from_openssh(text.trim()).map_err(|e| {
+                        anyhow::anyhow!("{}: not an OpenSSH public key: {e}", path.display())
+                    })?;
+                    let cert = ssh_ca::certify(&ca, host.key_data(), &principals, lifetime, now)?;
+                    println!("{}", cert.to_openssh()?);
+                }
+                None => {
+                    let key = ssh_ca::new_key(&principals[0])?;
+                    let cert = ssh_ca::certify(
+                        &ca,
+                        key.public_key().key_data(),
+                        &principals,
+                        lifetime,
+                        now,
+                    )?;
+                    print!("{}", ssh_ca::cloud_config(&key, &cert)?);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Credentials(args) => {
             foothold_agent::auth::cli::run(args, &mut std::io::stdout().lock())?;
             Ok(ExitCode::SUCCESS)
@@ -522,7 +610,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 sendfile,
                 data: data.dir(),
                 auth: auth.sources(),
-                controllers: kube.settings(listen, tls_cert.is_some()),
+                controllers: kube.settings(listen, tls_cert.is_some())?,
                 tls: tls_cert.zip(tls_key),
                 certificates,
                 ready_checks,

@@ -1,7 +1,7 @@
 //! The installer's SSH transport against a real OpenSSH sshd (Debian's, started by the test on 127.0.0.1 with
 //! its own configuration, host key and authorized keys; as root): commands with stdin, output and exit status,
 //! binary-safe; a timeout naming the host and command; a refused key, a closed port and a host key that changes
-//! during a run each named.
+//! during a run each named; hosts held to the site SSH CA's host certificates.
 
 mod support;
 
@@ -21,14 +21,28 @@ struct Sshd {
 
 impl Sshd {
     fn start(dir: &Path, port: u16, host_key: &Path, authorized: &Path) -> Sshd {
+        Sshd::start_certified(dir, port, host_key, None, authorized)
+    }
+
+    /// [`Sshd::start`] showing `certificate` (sshd's HostCertificate) for its host key.
+    fn start_certified(
+        dir: &Path,
+        port: u16,
+        host_key: &Path,
+        certificate: Option<&Path>,
+        authorized: &Path,
+    ) -> Sshd {
         std::fs::create_dir_all("/run/sshd").unwrap();
         let config = dir.join(format!("sshd_config-{port}"));
+        let certificate = certificate
+            .map(|c| format!("HostCertificate {}\n", c.display()))
+            .unwrap_or_default();
         std::fs::write(
             &config,
             format!(
-                "ListenAddress 127.0.0.1\nPort {port}\nHostKey {}\nAuthorizedKeysFile {}\nPidFile none\n\
-                 UsePAM no\nStrictModes no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n\
-                 PermitRootLogin prohibit-password\nLogLevel VERBOSE\n",
+                "ListenAddress 127.0.0.1\nPort {port}\nHostKey {}\n{certificate}AuthorizedKeysFile {}\n\
+                 PidFile none\nUsePAM no\nStrictModes no\nPasswordAuthentication no\n\
+                 KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nLogLevel VERBOSE\n",
                 host_key.display(),
                 authorized.display()
             ),
@@ -250,9 +264,179 @@ async fn a_refused_key_a_closed_port_and_a_changed_host_key_are_named() {
     );
 }
 
+/// The SHA-256 fingerprint of the public key in `path`, as OpenSSH prints it.
+fn fingerprint(path: &Path) -> String {
+    let out = run(Command::new(tool("ssh-keygen"))
+        .args(["-l", "-E", "sha256", "-f"])
+        .arg(path))
+    .stdout;
+    let out = String::from_utf8(out).unwrap();
+    out.split_whitespace().nth(1).unwrap().to_owned()
+}
+
+/// `foothold-agent` with `args`: its standard output (it must succeed).
+fn agent(args: &[&std::ffi::OsStr]) -> String {
+    String::from_utf8(run(Command::new(support::agent_bin()).args(args)).stdout).unwrap()
+}
+
+/// The site SSH CA as the appliance makes it (`foothold-agent ssh-ca`); hosts certified by it as an operator
+/// does (`ssh-host-key`: a new key as cloud-config for a node's user data, or the certificate of a key a host
+/// has). Held to it (the BPA's Jobs get its public key as SSH_HOST_CA), the installer takes a host whose sshd
+/// shows such a certificate for its inventory name or address, and refuses, before any command and naming the
+/// host and its key's fingerprint, one that shows a plain key, another CA's certificate or a certificate for
+/// other names; `install-cluster` says so and exits 3 (lasting).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_are_held_to_the_site_ssh_ca() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (key, _, authorized) = key_and_stranger(dir);
+    let ca_dir = dir.join("ssh-ca");
+    let said = agent(&["ssh-ca".as_ref(), "--dir".as_ref(), ca_dir.as_ref()]);
+    let ca_pub = std::fs::read_to_string(ca_dir.join("ca.pub")).unwrap();
+    assert_eq!(said, ca_pub);
+    let ca = foothold_agent::ssh_ca::HostCa::parse(&ca_pub).unwrap();
+    assert_eq!(ca.fingerprint(), fingerprint(&ca_dir.join("ca.pub")));
+    let other_ca = dir.join("other-ca");
+    agent(&["ssh-ca".as_ref(), "--dir".as_ref(), other_ca.as_ref()]);
+
+    // A node given a new key and its certificate as cloud-config (what cloud-init writes on the node).
+    let config = agent(&[
+        "ssh-host-key".as_ref(),
+        "--ca-dir".as_ref(),
+        ca_dir.as_ref(),
+        "--principal".as_ref(),
+        "node-0".as_ref(),
+        "--principal".as_ref(),
+        "127.0.0.1".as_ref(),
+    ]);
+    let doc: serde_json::Value = serde_saphyr::from_str(&config).unwrap();
+    let keys = &doc["ssh_keys"];
+    let host_key = dir.join("vouched");
+    std::fs::write(&host_key, keys["ed25519_private"].as_str().unwrap()).unwrap();
+    std::fs::set_permissions(
+        &host_key,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::write(
+        host_key.with_extension("pub"),
+        keys["ed25519_public"].as_str().unwrap(),
+    )
+    .unwrap();
+    let cert = dir.join("vouched-cert.pub");
+    std::fs::write(&cert, keys["ed25519_certificate"].as_str().unwrap()).unwrap();
+    let listed = String::from_utf8(
+        run(Command::new(tool("ssh-keygen"))
+            .arg("-L")
+            .arg("-f")
+            .arg(&cert))
+        .stdout,
+    )
+    .unwrap();
+    assert!(
+        listed.contains("ssh-ed25519-cert-v01@openssh.com host certificate")
+            && listed.contains(&format!("Signing CA: ED25519 {}", ca.fingerprint())),
+        "{listed}"
+    );
+    let vouched = Sshd::start_certified(dir, free_port(), &host_key, Some(&cert), &authorized);
+    let known = KnownHosts::vouched_by(ca.clone());
+    let c = Connection::open(&target(vouched.port), load_key(&key).unwrap(), &known, T)
+        .await
+        .unwrap();
+    assert!(c.run("true", b"", T).await.unwrap().success());
+    c.close().await;
+    assert_eq!(
+        known.fingerprint("127.0.0.1", vouched.port).unwrap(),
+        fingerprint(&host_key.with_extension("pub"))
+    );
+
+    // Hosts with keys of their own: one certified by the site CA for another name, one by another CA, one not.
+    let certify = |name: &str, ca: &Path, principal: &str| {
+        let key = keygen(&dir.join(name), "ed25519");
+        let pub_key = key.with_extension("pub");
+        let cert = agent(&[
+            "ssh-host-key".as_ref(),
+            "--ca-dir".as_ref(),
+            ca.as_ref(),
+            "--principal".as_ref(),
+            principal.as_ref(),
+            "--public-key".as_ref(),
+            pub_key.as_ref(),
+        ]);
+        let path = dir.join(format!("{name}-cert.pub"));
+        std::fs::write(&path, cert).unwrap();
+        (key, Some(path))
+    };
+    let cases = [
+        (
+            "elsewhere",
+            certify("elsewhere", &ca_dir, "node-9"),
+            "its certificate is for [\"node-9\"], not for node-0 or 127.0.0.1".to_owned(),
+        ),
+        (
+            "forged",
+            certify("forged", &other_ca, "127.0.0.1"),
+            format!(
+                "its certificate is signed by {}, not by the site SSH CA",
+                fingerprint(&other_ca.join("ca.pub"))
+            ),
+        ),
+        (
+            "plain",
+            (keygen(&dir.join("plain"), "ed25519"), None),
+            format!(
+                "it showed a plain host key, no certificate (the site SSH CA is {})",
+                ca.fingerprint()
+            ),
+        ),
+    ];
+    for (name, (host_key, cert), why) in cases {
+        let sshd = Sshd::start_certified(dir, free_port(), &host_key, cert.as_deref(), &authorized);
+        let err =
+            match Connection::open(&target(sshd.port), load_key(&key).unwrap(), &known, T).await {
+                Err(e) => e,
+                Ok(_) => panic!("{name}: a host the site SSH CA did not vouch for was taken"),
+            };
+        assert!(matches!(err, SshError::Unvouched { .. }), "{name}: {err}");
+        assert!(err.lasting());
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "node-0 (127.0.0.1): the SSH host key {} is not vouched for by the site SSH CA: {why}; refusing to connect",
+                fingerprint(&host_key.with_extension("pub"))
+            ),
+            "{name}"
+        );
+        assert_eq!(known.fingerprint("127.0.0.1", sshd.port), None, "{name}");
+        if name == "plain" {
+            // The installer as a BPA Job runs it, with SSH_HOST_CA: lasting, the host and key named.
+            let (code, said) = install_cluster_with(dir, sshd.port, &key, "c1", Some(&ca_pub));
+            assert_eq!(code, Some(3), "{said}");
+            assert!(
+                said.contains(&format!(
+                    "FAILED: master-0 (127.0.0.1): connect: master-0 (127.0.0.1): the SSH host key {} is not vouched for by the site SSH CA: it showed a plain host key",
+                    fingerprint(&host_key.with_extension("pub"))
+                )),
+                "{said}"
+            );
+        }
+    }
+}
+
 /// `foothold-agent install-cluster` on one host, `master-0` at 127.0.0.1:`port`, as root with `key`: its exit
 /// status and standard output.
 fn install_cluster(dir: &Path, port: u16, key: &Path, cluster: &str) -> (Option<i32>, String) {
+    install_cluster_with(dir, port, key, cluster, None)
+}
+
+/// [`install_cluster`] with `SSH_HOST_CA` set to `ca`, as the BPA's Jobs have it.
+fn install_cluster_with(
+    dir: &Path,
+    port: u16,
+    key: &Path,
+    cluster: &str,
+    ca: Option<&str>,
+) -> (Option<i32>, String) {
     let inventory = dir.join(format!("hosts-{port}.ini"));
     std::fs::write(
         &inventory,
@@ -269,7 +453,12 @@ fn install_cluster(dir: &Path, port: u16, key: &Path, cluster: &str) -> (Option<
     let release = dir.join("release.json");
     let text = serde_json::json!({"version": "v1.35.4", "sandboxImage": "registry.k8s.io/pause:3.10.1", "binaries": binaries});
     std::fs::write(&release, text.to_string()).unwrap();
-    let out = Command::new(support::agent_bin())
+    let mut command = Command::new(support::agent_bin());
+    command.env_remove("SSH_HOST_CA");
+    if let Some(ca) = ca {
+        command.env("SSH_HOST_CA", ca);
+    }
+    let out = command
         .arg("install-cluster")
         .arg("--inventory")
         .arg(&inventory)

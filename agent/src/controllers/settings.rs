@@ -42,6 +42,9 @@ pub struct Settings {
     pub vino_builder_image: String,
     /// The Secret (in the Provisioning's namespace) with the SSH key installers use (`id_rsa`).
     pub ssh_key_secret: String,
+    /// The site SSH CA's public key (one line): the installer Jobs' `SSH_HOST_CA`, which hosts' certificates
+    /// must be signed by. None: the Jobs take host keys on first use.
+    pub ssh_host_ca: Option<String>,
     /// The agent's URL as nodes reach it (`http://10.0.0.1:5000`): package downloads point there.
     pub advertise_url: Option<String>,
 }

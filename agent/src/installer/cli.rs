@@ -30,6 +30,11 @@ pub struct HostsArgs {
     /// Who to log in as where the inventory has no ansible_user; anyone but root needs password-less sudo.
     #[arg(long, env = "INSTALLER_SSH_USER", default_value = "root")]
     ssh_user: String,
+    /// The site SSH CA's public key (one line, as in the appliance's /etc/foothold/ssh-ca/ca.pub): every host
+    /// must show a host certificate from it naming its inventory name or address, or it is refused. Unset: host
+    /// keys are taken on first use (and held to for the run).
+    #[arg(long, env = "SSH_HOST_CA")]
+    ssh_host_ca: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -99,14 +104,38 @@ fn read(p: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
 }
 
+/// What both commands need to reach the hosts: the inventory, the login key, and the host keys they accept.
+struct Hosts {
+    inv: Inventory,
+    key: std::sync::Arc<russh::keys::PrivateKey>,
+    known: ssh::KnownHosts,
+}
+
 impl HostsArgs {
-    /// The inventory and the key, read and checked.
-    fn load(&self) -> anyhow::Result<(Inventory, std::sync::Arc<russh::keys::PrivateKey>)> {
+    /// The inventory, the key and the site SSH CA, read and checked.
+    fn load(&self) -> anyhow::Result<Hosts> {
         let p = &self.inventory;
         let inv =
             Inventory::parse(&read(p)?).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?;
         let key = ssh::load_key(&self.ssh_key).map_err(anyhow::Error::msg)?;
-        Ok((inv, key))
+        let known = match self.ssh_host_ca.as_deref().map(str::trim) {
+            None | Some("") => {
+                eprintln!(
+                    "foothold-agent: no SSH_HOST_CA: host keys are taken on first use, not checked"
+                );
+                ssh::KnownHosts::default()
+            }
+            Some(text) => {
+                let ca = crate::ssh_ca::HostCa::parse(text)
+                    .map_err(|e| anyhow::anyhow!("SSH_HOST_CA: {e}"))?;
+                println!(
+                    "hosts must show a host certificate from the site SSH CA {}",
+                    ca.fingerprint()
+                );
+                ssh::KnownHosts::vouched_by(ca)
+            }
+        };
+        Ok(Hosts { inv, key, known })
     }
 }
 
@@ -169,16 +198,15 @@ fn refused(e: &anyhow::Error) -> ExitCode {
 }
 
 pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
-    let inputs = a.hosts.load().and_then(|(inv, key)| {
+    let inputs = a.hosts.load().and_then(|hosts| {
         let manifest = software::Manifest::parse(&read(&a.packages)?)
             .map_err(|e| anyhow::anyhow!("{}: {e}", a.packages.display()))?;
-        Ok((inv, key, manifest))
+        Ok((hosts, manifest))
     });
-    let (inv, key, manifest) = match inputs {
+    let (Hosts { inv, key, known }, manifest) = match inputs {
         Ok(i) => i,
         Err(e) => return Ok(refused(&e)),
     };
-    let known = ssh::KnownHosts::default();
     let outcomes = tokio::runtime::Runtime::new()?.block_on(software::install(
         &inv,
         &manifest,
@@ -211,11 +239,9 @@ pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What `install-cluster` is given, read and checked: the inventory, the key and the release.
-fn cluster_inputs(
-    a: &ClusterArgs,
-) -> anyhow::Result<(Inventory, std::sync::Arc<russh::keys::PrivateKey>, Release)> {
-    let (inv, key) = a.hosts.load()?;
+/// What `install-cluster` is given, read and checked: the hosts and the release.
+fn cluster_inputs(a: &ClusterArgs) -> anyhow::Result<(Hosts, Release)> {
+    let hosts = a.hosts.load()?;
     let release = Release::parse(&read(&a.release)?)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.release.display()))?;
     if !a.kud_plugins.trim().is_empty() {
@@ -233,11 +259,11 @@ fn cluster_inputs(
             a.kubeconfig_secret
         );
     }
-    Ok((inv, key, release))
+    Ok((hosts, release))
 }
 
 pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
-    let (inv, key, release) = match cluster_inputs(&a) {
+    let (Hosts { inv, key, known }, release) = match cluster_inputs(&a) {
         Ok(i) => i,
         Err(e) => return Ok(refused(&e)),
     };
@@ -251,7 +277,6 @@ pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
         pod_subnet,
         release: &release,
     };
-    let known = ssh::KnownHosts::default();
     let say = |line: String| println!("{line}");
     let runtime = tokio::runtime::Runtime::new()?;
     let result = runtime.block_on(cluster::install(

@@ -1,7 +1,9 @@
 //! One SSH connection to a compute node, as the installer uses it: public-key login with the key the BPA's
 //! Secret holds, commands run with their stdin given and their output and exit status kept, each bounded by a
-//! timeout. Host keys are learnt on first use and held to for the rest of the run: a host that answers with
-//! another key later is refused, named, and not sent a command.
+//! timeout. Given the site SSH CA ([`KnownHosts::vouched_by`]), a host must show a host certificate from it for
+//! its name or address ([`crate::ssh_ca`]); one that shows anything else is refused, named with its key's
+//! fingerprint, and not sent a command. Without it, host keys are learnt on first use. Either way a host is
+//! held to the key it first showed for the rest of the run: one that answers with another key later is refused.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -12,6 +14,8 @@ use russh::client::{self, Handle};
 use russh::keys::ssh_key::public::KeyData;
 use russh::keys::{HashAlg, PrivateKey, PrivateKeyWithHashAlg, PublicKeyOrCertificate};
 use russh::ChannelMsg;
+
+use crate::ssh_ca::HostCa;
 
 /// What went wrong, naming the host (its inventory name and address).
 #[derive(Debug)]
@@ -28,6 +32,12 @@ pub enum SshError {
     Refused {
         host: String,
         user: String,
+    },
+    /// The host's key is not one the site SSH CA vouched for.
+    Unvouched {
+        host: String,
+        fingerprint: String,
+        why: String,
     },
     TimedOut {
         host: String,
@@ -47,6 +57,14 @@ impl fmt::Display for SshError {
             SshError::HostKeyChanged { host, was, now } => write!(
                 f,
                 "{host}: the SSH host key changed during the run (was {was}, now {now}): refusing to go on"
+            ),
+            SshError::Unvouched {
+                host,
+                fingerprint,
+                why,
+            } => write!(
+                f,
+                "{host}: the SSH host key {fingerprint} is not vouched for by the site SSH CA: {why}; refusing to connect"
             ),
             SshError::Refused { host, user } => write!(
                 f,
@@ -68,20 +86,32 @@ impl SshError {
     pub fn lasting(&self) -> bool {
         matches!(
             self,
-            SshError::Refused { .. } | SshError::HostKeyChanged { .. }
+            SshError::Refused { .. } | SshError::HostKeyChanged { .. } | SshError::Unvouched { .. }
         )
     }
 }
 
 /// The host keys seen in this run, by address and port (two forwards on one address are two hosts): the first
-/// key a host shows is the one it must keep showing.
+/// key a host shows is the one it must keep showing; and the site SSH CA hosts must show a certificate of, if
+/// there is one.
 #[derive(Clone, Default)]
-pub struct KnownHosts(Arc<Mutex<HashMap<String, KeyData>>>);
+pub struct KnownHosts {
+    seen: Arc<Mutex<HashMap<String, KeyData>>>,
+    ca: Option<HostCa>,
+}
 
 impl KnownHosts {
+    /// Hosts are taken only with a host certificate from `ca`.
+    pub fn vouched_by(ca: HostCa) -> KnownHosts {
+        KnownHosts {
+            seen: Arc::default(),
+            ca: Some(ca),
+        }
+    }
+
     /// The SHA-256 fingerprint of the key the host at `address`:`port` showed, if it showed one.
     pub fn fingerprint(&self, address: &str, port: u16) -> Option<String> {
-        let known = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let known = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         known
             .get(&endpoint(address, port))
             .map(|k| k.fingerprint(HashAlg::Sha256).to_string())
@@ -92,13 +122,29 @@ fn endpoint(address: &str, port: u16) -> String {
     format!("{address} port {port}")
 }
 
+/// Why a host's key was not taken: the error names it.
+enum Rejected {
+    /// It differs from the one first seen (that key's fingerprint, this one's).
+    Changed(String, String),
+    /// The site SSH CA did not vouch for it (its fingerprint, why).
+    Unvouched(String, String),
+}
+
 /// russh's callbacks for one connection: the host key check.
 struct Verifier {
     /// [`endpoint`]: the host's key in [`KnownHosts`].
     endpoint: String,
+    /// The names the host is reached by (inventory name, address): one must be a principal of its certificate.
+    names: [String; 2],
     known: KnownHosts,
-    /// Set when the key differs from the one first seen: the error names both.
-    changed: Arc<Mutex<Option<(String, String)>>>,
+    rejected: Arc<Mutex<Option<Rejected>>>,
+}
+
+impl Verifier {
+    fn reject(&self, why: Rejected) -> Result<bool, russh::Error> {
+        *self.rejected.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        Ok(false)
+    }
 }
 
 impl client::Handler for Verifier {
@@ -109,11 +155,25 @@ impl client::Handler for Verifier {
         key: &PublicKeyOrCertificate,
     ) -> Result<bool, Self::Error> {
         // A host certificate is held to by the key it certifies.
-        let key = match key {
-            PublicKeyOrCertificate::PublicKey { key, .. } => key.key_data(),
-            PublicKeyOrCertificate::Certificate(c) => c.public_key(),
+        let (key, cert) = match key {
+            PublicKeyOrCertificate::PublicKey { key, .. } => (key.key_data(), None),
+            PublicKeyOrCertificate::Certificate(c) => (c.public_key(), Some(c)),
         };
-        let mut known = self.known.0.lock().unwrap_or_else(|e| e.into_inner());
+        let fingerprint = key.fingerprint(HashAlg::Sha256).to_string();
+        if let Some(ca) = &self.known.ca {
+            let names = [self.names[0].as_str(), self.names[1].as_str()];
+            let vouched = match cert {
+                None => Err(format!(
+                    "it showed a plain host key, no certificate (the site SSH CA is {})",
+                    ca.fingerprint()
+                )),
+                Some(c) => ca.check(c, &names, std::time::SystemTime::now()),
+            };
+            if let Err(why) = vouched {
+                return self.reject(Rejected::Unvouched(fingerprint, why));
+            }
+        }
+        let mut known = self.known.seen.lock().unwrap_or_else(|e| e.into_inner());
         match known.get(&self.endpoint) {
             None => {
                 known.insert(self.endpoint.clone(), key.clone());
@@ -121,11 +181,9 @@ impl client::Handler for Verifier {
             }
             Some(k) if k == key => Ok(true),
             Some(k) => {
-                *self.changed.lock().unwrap_or_else(|e| e.into_inner()) = Some((
-                    k.fingerprint(HashAlg::Sha256).to_string(),
-                    key.fingerprint(HashAlg::Sha256).to_string(),
-                ));
-                Ok(false)
+                let was = k.fingerprint(HashAlg::Sha256).to_string();
+                drop(known);
+                self.reject(Rejected::Changed(was, fingerprint))
             }
         }
     }
@@ -218,26 +276,37 @@ impl Connection {
         timeout: Duration,
     ) -> Result<Connection, SshError> {
         let label = target.label();
-        let changed = Arc::new(Mutex::new(None));
+        let rejected = Arc::new(Mutex::new(None));
         let verifier = Verifier {
             endpoint: endpoint(&target.address, target.port),
+            names: [target.name.clone(), target.address.clone()],
             known: known.clone(),
-            changed: changed.clone(),
+            rejected: rejected.clone(),
         };
-        let config = Arc::new(client::Config {
+        let mut config = client::Config {
             inactivity_timeout: Some(Duration::from_secs(600)),
             keepalive_interval: Some(Duration::from_secs(15)),
             keepalive_max: 4,
             ..Default::default()
-        });
+        };
+        if known.ca.is_some() {
+            // Ask for a certificate first: a host with one shows it rather than its bare key.
+            config.preferred.host_key_certificates = config.preferred.key.clone();
+        }
+        let config = Arc::new(config);
         let addr = (target.address.as_str(), target.port);
         let connect = async {
             let mut handle = client::connect(config, addr, verifier).await.map_err(|e| {
-                match changed.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                    Some((was, now)) => SshError::HostKeyChanged {
+                match rejected.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    Some(Rejected::Changed(was, now)) => SshError::HostKeyChanged {
                         host: label.clone(),
                         was,
                         now,
+                    },
+                    Some(Rejected::Unvouched(fingerprint, why)) => SshError::Unvouched {
+                        host: label.clone(),
+                        fingerprint,
+                        why,
                     },
                     None => SshError::Connect {
                         host: label.clone(),

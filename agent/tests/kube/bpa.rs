@@ -29,7 +29,15 @@ pub(crate) fn start_agent(dir: &Path, ns: &str, identity: &str) -> Agent {
     start_agent_with(dir, ns, identity, &env().agent_kubeconfig())
 }
 
+/// The site SSH CA's public key the agents in `dir` give their installer Jobs (`--ssh-host-ca`), made there.
+pub(crate) fn site_ssh_ca(dir: &Path) -> String {
+    let (ca, _) = foothold_agent::ssh_ca::ensure(&dir.join("ssh-ca")).unwrap();
+    ca.public_key().to_openssh().unwrap()
+}
+
 fn start_agent_with(dir: &Path, ns: &str, identity: &str, kubeconfig: &Path) -> Agent {
+    site_ssh_ca(dir);
+    let ca = dir.join("ssh-ca/ca.pub");
     controller_agent(
         dir,
         ns,
@@ -43,6 +51,8 @@ fn start_agent_with(dir: &Path, ns: &str, identity: &str, kubeconfig: &Path) -> 
             "ops",
             "--advertise-url",
             ADVERTISED,
+            "--ssh-host-ca",
+            ca.to_str().unwrap(),
         ],
     )
 }
@@ -178,6 +188,7 @@ async fn provisioning_installs_reports_ready_retries_on_change_and_cleans_up() {
         Some("c1-kubeconfig")
     );
     assert_eq!(env_of("INSTALLER_SSH_USER").as_deref(), Some("ops"));
+    assert_eq!(env_of("SSH_HOST_CA"), Some(site_ssh_ca(tmp.path())));
     assert_eq!(env_of("INSTALLER_TASK"), None);
     assert_eq!(
         pod.service_account_name.as_deref(),

@@ -1,7 +1,7 @@
 //! The Software reconciler (BPA's packages on a provisioned cluster) against a real kube-apiserver: uploads
 //! through the agent's REST API, the installer Job played by the test, and the cluster status REST adds.
 
-use crate::bpa::{get_prov, provisioning, start_agent, ADVERTISED};
+use crate::bpa::{get_prov, provisioning, site_ssh_ca, start_agent, ADVERTISED};
 use crate::hosts::bmh;
 use crate::jobs::{job_status, waiting_attempt};
 use crate::support;
@@ -257,6 +257,7 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
     };
     assert_eq!(env_of("INSTALLER_TASK").as_deref(), Some("software"));
     assert_eq!(env_of("INSTALLER_SSH_USER").as_deref(), Some("ops"));
+    assert_eq!(env_of("SSH_HOST_CA"), Some(site_ssh_ca(tmp.path())));
     assert_eq!(
         c.image.as_deref(),
         Some("registry.example/kud-installer:v1")

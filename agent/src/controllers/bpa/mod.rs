@@ -186,6 +186,7 @@ impl Reconciler for Ctx {
                             image: &ctx.base.settings.installer_image,
                             ssh_key_secret: &ctx.base.settings.ssh_key_secret,
                             ssh_user: &ctx.base.settings.installer_ssh_user,
+                            ssh_host_ca: ctx.base.settings.ssh_host_ca.as_deref(),
                         },
                     );
                     owned.adopt(&mut job);

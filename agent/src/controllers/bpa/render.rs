@@ -7,7 +7,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use kube::ResourceExt;
 
 use super::plan::OWNER_LABEL;
-use crate::controllers::common::jobs::{input, installer_job, Installer, Source};
+use crate::controllers::common::jobs::{input, installer_job, with_host_ca, Installer, Source};
 use crate::controllers::common::{child_name, core_rule};
 use crate::crd::bpa::Provisioning;
 
@@ -43,6 +43,8 @@ pub struct Names<'a> {
     pub image: &'a str,
     pub ssh_key_secret: &'a str,
     pub ssh_user: &'a str,
+    /// The site SSH CA's public key, if hosts must show its certificates.
+    pub ssh_host_ca: Option<&'a str>,
 }
 
 /// The installer Job of `p`, with the installer contract's environment and mounts.
@@ -59,15 +61,18 @@ pub fn installer(p: &Provisioning, n: &Names) -> Job {
         labels: &[("cluster", n.cluster)],
         pod_labels: &[(OWNER_LABEL, &owner)],
         service_account: Some(&account),
-        env: &[
-            ("CLUSTER_NAME", n.cluster),
-            ("NAMESPACE", n.ns),
-            ("KUD_PLUGINS", &plugins),
-            ("POD_SUBNET", &subnet),
-            ("KUBECONFIG_SECRET", n.kubeconfig_secret),
-            ("INVENTORY", "/etc/foothold/inventory/hosts.ini"),
-            ("INSTALLER_SSH_USER", n.ssh_user),
-        ],
+        env: &with_host_ca(
+            vec![
+                ("CLUSTER_NAME", n.cluster),
+                ("NAMESPACE", n.ns),
+                ("KUD_PLUGINS", &plugins),
+                ("POD_SUBNET", &subnet),
+                ("KUBECONFIG_SECRET", n.kubeconfig_secret),
+                ("INVENTORY", "/etc/foothold/inventory/hosts.ini"),
+                ("INSTALLER_SSH_USER", n.ssh_user),
+            ],
+            n.ssh_host_ca,
+        ),
         mounts: &[
             (
                 "inventory",

@@ -190,6 +190,18 @@ pub struct Installer<'a> {
     pub mounts: &'a [(&'a str, &'a str, Source<'a>)],
 }
 
+/// An installer Job's environment `env`, with `SSH_HOST_CA` (the site SSH CA's public key) when there is one:
+/// its hosts must then show that CA's certificates.
+pub fn with_host_ca<'a>(
+    mut env: Vec<(&'a str, &'a str)>,
+    ca: Option<&'a str>,
+) -> Vec<(&'a str, &'a str)> {
+    if let Some(ca) = ca {
+        env.push(("SSH_HOST_CA", ca));
+    }
+    env
+}
+
 /// The Job of `i`, typed.
 pub fn installer_job(i: &Installer) -> Job {
     use k8s_openapi::api::batch::v1::{

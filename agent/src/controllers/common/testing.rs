@@ -29,6 +29,7 @@ pub fn settings() -> Settings {
         installer_ssh_user: "root".into(),
         vino_builder_image: "builder".into(),
         ssh_key_secret: "ssh".into(),
+        ssh_host_ca: None,
         advertise_url: None,
     }
 }

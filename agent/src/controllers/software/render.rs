@@ -7,7 +7,7 @@ use kube::ResourceExt;
 
 use super::plan::OWNER_LABEL;
 use crate::controllers::bpa::cluster_name;
-use crate::controllers::common::jobs::{input, installer_job, Installer, Source};
+use crate::controllers::common::jobs::{input, installer_job, with_host_ca, Installer, Source};
 use crate::controllers::settings::Settings;
 use crate::crd::bpa::{Provisioning, Software};
 
@@ -40,15 +40,18 @@ pub fn installer(
         labels: &[("cluster", &cluster)],
         pod_labels: &[(OWNER_LABEL, &owner)],
         service_account: None,
-        env: &[
-            ("INSTALLER_TASK", "software"),
-            ("CLUSTER_NAME", &cluster),
-            ("NAMESPACE", ns),
-            ("INVENTORY", "/etc/foothold/inventory/hosts.ini"),
-            ("PACKAGES", "/etc/foothold/packages/packages.json"),
-            ("KUBECONFIG", "/etc/foothold/kubeconfig/kubeconfig"),
-            ("INSTALLER_SSH_USER", &settings.installer_ssh_user),
-        ],
+        env: &with_host_ca(
+            vec![
+                ("INSTALLER_TASK", "software"),
+                ("CLUSTER_NAME", &cluster),
+                ("NAMESPACE", ns),
+                ("INVENTORY", "/etc/foothold/inventory/hosts.ini"),
+                ("PACKAGES", "/etc/foothold/packages/packages.json"),
+                ("KUBECONFIG", "/etc/foothold/kubeconfig/kubeconfig"),
+                ("INSTALLER_SSH_USER", &settings.installer_ssh_user),
+            ],
+            settings.ssh_host_ca.as_deref(),
+        ),
         mounts: &[
             (
                 "inventory",
