@@ -126,7 +126,8 @@ impl Appliance {
     }
 
     /// What the deadline prints of the appliance if the test fails: its load, busiest processes and failed
-    /// units, its agent's last warnings, and the site's objects and last events.
+    /// units, the last lines of every service systemd has restarted (one in a restart loop is never "failed"),
+    /// its agent's last warnings, and the site's objects and last events.
     fn diagnose(&self, deadline: &Deadline) {
         let (port, key) = (self.ssh_port, self.key.clone());
         deadline.diagnose("the appliance: load, busiest processes, failed units, agent", move || {
@@ -134,6 +135,11 @@ impl Appliance {
                 port,
                 &key,
                 "uptime; top -b -n 1 -o %CPU -w 160 | sed -n '7,16p'; sudo systemctl --failed --no-pager; \
+                 for u in $(sudo systemctl show -p Id -p NRestarts \
+                   $(sudo systemctl list-units --type=service --no-legend --plain | awk '{print $1}') \
+                   | awk 'BEGIN{RS=\"\"} /NRestarts=[1-9]/{match($0,/Id=[^\\n]*/); print substr($0,RSTART+3,RLENGTH-3)}'); do \
+                   echo \"--- $u, restarted $(sudo systemctl show -p NRestarts --value $u) times:\"; \
+                   sudo journalctl -u $u -n 15 --no-pager -o cat | cut -c1-300; done; \
                  sudo journalctl -u foothold-agent --since -20min --no-pager -o short-iso \
                  | grep -E ' (WARN|ERROR) ' | tail -n 20 | cut -c1-300",
             ))

@@ -200,7 +200,10 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
     };
     let mut deploy = format!(
         "[deploy]\n# The BMC fetches a live ISO from the URL the BareMetalHost gives (the agent's /files/...).\n\
-         ramdisk_image_download_source = http\ndefault_boot_mode = uefi\n{cleaning}"
+         ramdisk_image_download_source = http\ndefault_boot_mode = uefi\n{cleaning}\
+         # The ipxe boot interface writes its boot script here as it loads, on every appliance: without it\n\
+         # Ironic's default (/httpboot, which nothing makes) stops Ironic at start.\n\
+         http_root = {HTTP_ROOT}\n"
     );
     let mut sections = String::new();
     match &p.provisioning {
@@ -208,7 +211,7 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
             deploy.push_str(&format!(
                 "# One boot of the deploy ramdisk serves inspection, cleaning and deploy: it stays up between them.\n\
                  fast_track = true\n\
-                 http_root = {HTTP_ROOT}\nhttp_url = http://{addr}:{port}\n",
+                 http_url = http://{addr}:{port}\n",
                 port = crate::dhcp::BOOT_SCRIPT_PORT
             ));
             sections.push_str(&format!(

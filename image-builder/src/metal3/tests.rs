@@ -266,6 +266,18 @@ fn without_a_deploy_ramdisk_ironic_stays_on_loopback_and_cleans_nothing() {
     );
     assert_eq!(ini_value(conf, "deploy", "fast_track"), Some("false"));
     assert_eq!(ini_value(conf, "deploy", "http_url"), None);
+    // ipxe is enabled on every appliance, and Ironic stops at start unless its HTTP root exists (ironic.service
+    // makes this one; its default, /httpboot, nothing makes).
+    assert!(
+        ini_value(conf, "DEFAULT", "enabled_boot_interfaces").is_some_and(|v| v.contains("ipxe")),
+        "{conf}"
+    );
+    assert_eq!(ini_value(conf, "deploy", "http_root"), Some(HTTP_ROOT));
+    assert!(
+        include_str!("../../../rootfs/etc/systemd/system/ironic.service")
+            .contains(&format!("mkdir -p {HTTP_ROOT}\n")),
+        "ironic.service makes {HTTP_ROOT}"
+    );
     assert!(extra_units(&spec).is_empty());
     assert!(!files[1].1.contains("DEPLOY_"));
     assert_eq!(files.len(), 2);
