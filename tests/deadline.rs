@@ -126,6 +126,78 @@ pub fn budget_allows(test: &str, first: Duration) -> bool {
     false
 }
 
+/// [`budget_allows`] for a test that yields to the others: it runs only if it fits beside every other
+/// end-to-end test this CI run has still to run (each with a figure here, its file not written since
+/// `$FOOTHOLD_CI_STARTED`), so that coming first in cargo's order it cannot push them out of the budget.
+pub fn budget_allows_after_the_rest(test: &str, first: Duration) -> bool {
+    let Some(deadline) = ci_deadline() else {
+        return true;
+    };
+    let started = std::env::var("FOOTHOLD_CI_STARTED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let own = duration_file(test)
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    let mut rest = Vec::new();
+    if let Some(dir) = duration_file(test).and_then(|f| f.parent().map(|d| d.to_owned())) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let modified = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .map(|t| {
+                    t.duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_secs()
+                })
+                .unwrap_or(0);
+            let seconds = std::fs::read_to_string(e.path())
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok());
+            if let Some(s) = seconds.filter(|_| name != test && modified < started) {
+                rest.push((name, s));
+            }
+        }
+    }
+    let left = deadline.saturating_sub(now());
+    match fits_after_the_rest(own, first.as_secs(), &rest, left) {
+        Ok(()) => true,
+        Err(why) => {
+            say(&format!("budget: {test}: NOT RUN: {why}"));
+            false
+        }
+    }
+}
+
+/// Whether a test whose last run here took `own` seconds (`first` if none) fits in `left` seconds beside the
+/// `rest` still to run (name, seconds), each given a sixth more; why not, if it does not.
+fn fits_after_the_rest(
+    own: Option<u64>,
+    first: u64,
+    rest: &[(String, u64)],
+    left: u64,
+) -> Result<(), String> {
+    let need = own.map_or(first, |s| s + s / 6);
+    let reserved: u64 = rest.iter().map(|(_, s)| s + s / 6).sum();
+    if need + reserved <= left {
+        return Ok(());
+    }
+    let mut names: Vec<&str> = rest.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    Err(format!(
+        "needs about {need} s ({}) after the {} s the other end-to-end tests still to run need ({}); {left} s \
+         are left of CI's budget",
+        match own {
+            Some(s) => format!("its last run here took {s} s"),
+            None => "not run on this machine before".into(),
+        },
+        reserved,
+        names.join(", ")
+    ))
+}
+
 impl Deadline {
     /// Starts the clock of `test` with `limit` overall (`$FOOTHOLD_E2E_DEADLINE` seconds instead, if set), or
     /// less: what is left of CI's budget.
@@ -352,6 +424,28 @@ mod tests {
     /// The diagnosis runs at the panic, while what the test made after its deadline (a temporary directory, a
     /// VM) still exists: run at the deadline's drop, after unwinding, it found the directory gone (seen in an
     /// appliance run: the console, SSH key and kubeconfig all "No such file or directory").
+    #[test]
+    fn a_test_that_yields_runs_only_beside_the_others_still_to_run() {
+        let rest = [
+            ("metal3_provisioning".to_owned(), 1200),
+            ("lab_media".to_owned(), 600),
+        ];
+        // 2,100 with a sixth more, beside the rest's 1,400 + 700: 4,200.
+        assert_eq!(fits_after_the_rest(Some(1800), 5400, &rest, 4200), Ok(()));
+        let why = fits_after_the_rest(Some(1800), 5400, &rest, 4199).unwrap_err();
+        assert!(
+            why.starts_with(
+                "needs about 2100 s (its last run here took 1800 s) after the 2100 s the other"
+            ) && why.contains("(lab_media, metal3_provisioning); 4199 s are left"),
+            "{why}"
+        );
+        // Alone, or first on a machine that has not run it.
+        assert_eq!(fits_after_the_rest(Some(1800), 5400, &[], 2100), Ok(()));
+        assert!(fits_after_the_rest(None, 5400, &rest, 7000)
+            .unwrap_err()
+            .contains("not run on this machine before"));
+    }
+
     #[test]
     fn a_failing_test_is_diagnosed_before_unwinding_drops_what_it_made() {
         let seen = Arc::new(Mutex::new(Vec::<String>::new()));
