@@ -319,7 +319,21 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
             "jsonpath={.spec.template.spec.containers[0].image}",
         ])
         .unwrap();
-    assert_eq!(image, "foothold.local/foothold/installer:appliance");
+    // The installer image the appliance serves, by the digest its build manifest names (the agent pins its
+    // Jobs to the digest its store holds for the tag).
+    let installer = &manifest["inputs"]["installer.image"];
+    assert_eq!(
+        installer["reference"],
+        "foothold.local/foothold/installer:appliance"
+    );
+    assert_eq!(
+        image,
+        format!(
+            "foothold.local/foothold/installer@{}",
+            installer["digest"].as_str().unwrap_or_default()
+        ),
+        "{installer}"
+    );
     for host in ["master-0", "worker-0"] {
         let prepared = format!("{host} prepare: prepared for Kubernetes v1.35.4 (unchanged)\n");
         assert!(logs.contains(&prepared), "{prepared:?} in {logs}");
