@@ -25,10 +25,14 @@
 mod bpa;
 #[path = "metal3_provisioning_firewall.rs"]
 mod firewall;
+#[path = "metal3_provisioning_nodes.rs"]
+mod nodes;
 #[path = "metal3_provisioning_pki.rs"]
 mod pki;
+#[path = "metal3_provisioning_ssh.rs"]
+mod ssh;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -41,181 +45,11 @@ use foothold_e2e::netns::{Namespace, Running};
 use foothold_e2e::{
     build_binaries, build_node_image_prefetching, run, tools_dir, try_run, workspace, Deadline,
 };
-
-/// The BMCs' address on the provisioning network: virtualbmc's IPMI port and sushy-tools' Redfish one.
-const BMC: &str = "172.22.0.2";
-const IPMI_PORT: u16 = 6230;
-const REDFISH_PORT: u16 = 8000;
-const MEMORY_MIB: u64 = 3072;
-const DISK_GIB: u64 = 10;
-
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum Bmc {
-    /// virtualbmc: Ironic's `ipmi` hardware type, the ramdisk booted by PXE and iPXE.
-    Ipmi,
-    /// sushy-tools: `redfish`, the ramdisk booted from the ISO Ironic makes, by virtual media.
-    Redfish,
-}
-
-/// A compute node: its BareMetalHost's name, its domain and what Ironic finds in it.
-struct Node {
-    name: &'static str,
-    bmc: Bmc,
-    mac: &'static str,
-    tap: &'static str,
-    vcpus: u64,
-    uuid: String,
-    domain: String,
-    disk: PathBuf,
-    console: PathBuf,
-}
-
-impl Node {
-    fn new(name: &'static str, bmc: Bmc, index: u8, vcpus: u64, vm_dir: &Path) -> Node {
-        let pid = std::process::id();
-        Node {
-            name,
-            bmc,
-            mac: ["52:54:00:22:10:01", "52:54:00:22:10:02"][index as usize],
-            tap: ["m3tap0", "m3tap1"][index as usize],
-            vcpus,
-            uuid: format!("5e7e0003-0000-4000-8000-{pid:08x}{index:04x}"),
-            domain: format!("{name}-{pid}"),
-            disk: vm_dir.join(format!("{name}.qcow2")),
-            console: vm_dir.join(format!("{name}.console.log")),
-        }
-    }
-
-    /// The BMC's address, as a BareMetalHost names it.
-    fn bmc_address(&self) -> String {
-        match self.bmc {
-            Bmc::Ipmi => format!("ipmi://{BMC}:{IPMI_PORT}"),
-            Bmc::Redfish => format!(
-                "redfish-virtualmedia+http://{BMC}:{REDFISH_PORT}/redfish/v1/Systems/{}",
-                self.uuid
-            ),
-        }
-    }
-}
-
-/// Where the node image is served: another machine of the provisioning network (the appliance's firewall lets
-/// the nodes reach only its own services).
-const IMAGES: &str = "172.22.0.3";
-const IMAGES_PORT: u16 = 8080;
-
-/// The node's domain: UEFI without Secure Boot, TCG, its disk, its NIC on the namespace's tap, its console
-/// appended to a file across boots (the ramdisk's, then the installed system's). virtualbmc sets the boot
-/// device by redefining the domain from its XML, which libvirt refuses for a firmware it chose itself: the IPMI
-/// node names OVMF. sushy-tools rewrites a named loader when Ironic sets the boot mode (to a Secure Boot build
-/// that needs SMM): the Redfish node lets libvirt choose (notes: ../shared/metal3-notes.md).
-fn domain_xml(node: &Node) -> String {
-    let firmware = match node.bmc {
-        Bmc::Ipmi => format!(
-            "<os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n\
-             <loader readonly='yes' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader>\n\
-             <nvram template='/usr/share/OVMF/OVMF_VARS_4M.fd'>/var/lib/libvirt/qemu/nvram/{}_VARS.fd</nvram>\n\
-             <boot dev='hd'/>\n  </os>",
-            node.domain
-        ),
-        Bmc::Redfish => "<os firmware='efi'>\n    <type arch='x86_64' machine='q35'>hvm</type>\n    <firmware>\n\
-             <feature enabled='no' name='secure-boot'/>\n      <feature enabled='no' name='enrolled-keys'/>\n\
-             </firmware>\n    <boot dev='hd'/>\n  </os>"
-            .to_owned(),
-    };
-    format!(
-        "<domain type='qemu'>\n  <name>{domain}</name>\n  <uuid>{uuid}</uuid>\n\
-         <memory unit='MiB'>{MEMORY_MIB}</memory>\n  <vcpu>{vcpus}</vcpu>\n  {firmware}\n\
-         <features><acpi/></features>\n  <devices>\n\
-         <disk type='file' device='disk'>\n      <driver name='qemu' type='qcow2'/>\n      <source file='{disk}'/>\n\
-         <target dev='vda' bus='virtio'/>\n    </disk>\n\
-         <interface type='ethernet'>\n      <mac address='{mac}'/>\n      <target dev='{tap}' managed='no'/>\n\
-         <model type='virtio'/>\n    </interface>\n\
-         <serial type='file'>\n      <source path='{console}' append='on'/>\n      <target port='0'/>\n    </serial>\n\
-         </devices>\n</domain>\n",
-        domain = node.domain,
-        uuid = node.uuid,
-        vcpus = node.vcpus,
-        disk = node.disk.display(),
-        mac = node.mac,
-        tap = node.tap,
-        console = node.console.display(),
-    )
-}
-
-/// `command` run on the node at `address` over SSH with `key`, from inside the namespace; its output. The ready
-/// marker can come before sshd takes connections (seen: "Connection refused" right after it, once in four
-/// runs), so a refused or failed login is tried again for up to two minutes, naming the last error.
-fn ssh(ns: &Namespace, key: &Path, address: &str, command: &str) -> String {
-    wait_for(
-        &format!("SSH to {address}"),
-        Duration::from_secs(120),
-        || {
-            let out = try_run(
-                ns.command("ssh")
-                    .args(foothold_e2e::ssh_args(address, 22, key, command)),
-            );
-            (format!("{out:?}"), out.ok())
-        },
-    )
-}
-
-/// OpenSSH on the provisioning network with a known_hosts that trusts only the appliance's site SSH CA
-/// (`@cert-authority`), strict: it logs in to the node at `address` (a host certificate from that CA for that
-/// address); with a known_hosts trusting another CA it refuses the node.
-fn host_is_vouched_for_by_the_site_ssh_ca(
-    ns: &Namespace,
-    site: &Site,
-    key: &Path,
-    address: &str,
-    dir: &Path,
-) {
-    let ca = std::fs::read_to_string(site.root.join("etc/foothold/ssh-ca/ca.pub")).unwrap();
-    let other = dir.join("other-ssh-ca");
-    if !other.exists() {
-        run(Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-            .arg(&other));
-    }
-    let other_ca = std::fs::read_to_string(other.with_extension("pub")).unwrap();
-    let login = |trusted: &str| {
-        let known = dir.join("known_hosts");
-        std::fs::write(
-            &known,
-            format!("@cert-authority {address} {}\n", trusted.trim()),
-        )
-        .unwrap();
-        let mut ssh = ns.command("ssh");
-        ssh.args(["-o", "StrictHostKeyChecking=yes", "-o"])
-            .arg(format!("UserKnownHostsFile={}", known.display()))
-            .args(["-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "-i"])
-            .arg(key)
-            .arg(format!("foothold@{address}"))
-            .arg("hostname");
-        try_run(&mut ssh)
-    };
-    login(&ca).unwrap_or_else(|e| panic!("{address}: OpenSSH trusting only the site SSH CA: {e}"));
-    let refused = login(&other_ca).expect_err("a node taken on another CA's word");
-    assert!(
-        refused.contains("Host key verification failed"),
-        "{address}: {refused}"
-    );
-}
-
-/// The first MiB of the node's disk (read while the VM runs: a shared read).
-fn disk_head(disk: &Path, dir: &Path) -> Vec<u8> {
-    let out = dir.join("disk-head.raw");
-    let _ = std::fs::remove_file(&out);
-    run(Command::new("qemu-img")
-        .args(["dd", "-U", "-f", "qcow2", "-O", "raw", "bs=1M", "count=1"])
-        .arg(format!("if={}", disk.display()))
-        .arg(format!("of={}", out.display())));
-    std::fs::read(&out).unwrap()
-}
-
-/// Whether a disk's first MiB holds a partition table: the protective MBR's signature, or GPT's header.
-fn has_partition_table(head: &[u8]) -> bool {
-    head[510..512] == [0x55, 0xaa] || &head[512..520] == b"EFI PART"
-}
+use nodes::{
+    disk_head, domain_xml, has_partition_table, Bmc, Node, BMC, DISK_GIB, IMAGES, IMAGES_PORT,
+    IPMI_PORT, MEMORY_MIB, REDFISH_PORT,
+};
+use ssh::{host_is_vouched_for_by_the_site_ssh_ca, ssh};
 
 #[test]
 fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisioning_network() {

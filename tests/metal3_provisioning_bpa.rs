@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use foothold_e2e::native_site::{wait_for, Site};
 
-use super::Node;
+use super::nodes::Node;
 /// The Provisioning `c1` of the BPA (the agent's reconciler on this appliance): the first node its master, the
 /// second its worker, by their MACs, with hardware requirements the BPA checks against `status.hardware`.
 fn provisioning(nodes: &[Node], worker_cpus: u64) -> String {

@@ -431,11 +431,13 @@ async fn icns_sample_provisionings_and_software_are_taken_as_they_are() {
         .unwrap();
     let kud = env_vars.iter().find(|e| e.name == "KUD_PLUGINS");
     assert_eq!(kud.and_then(|e| e.value.as_deref()), Some("onap4k8s"));
-    assert!(jobs
-        .get_opt("provisioning-test-1-install-g1")
-        .await
-        .unwrap()
-        .is_some());
+    // The two Provisionings reconcile independently: one's Job says nothing of the other's.
+    until("the multiple-hosts sample's Job", || async {
+        jobs.get_opt("provisioning-test-1-install-g1")
+            .await
+            .unwrap()
+    })
+    .await;
 
     let softwares: Api<Software> = Api::namespaced(client.clone(), &ns);
     let waiting = until("the sample Software waiting for cluster-xyz", || async {

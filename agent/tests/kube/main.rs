@@ -8,6 +8,7 @@ mod support;
 
 mod airship_compat;
 mod airship_vino;
+mod availability;
 mod bpa;
 mod crds;
 mod faults;

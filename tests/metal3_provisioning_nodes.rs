@@ -1,0 +1,122 @@
+//! The compute nodes of `metal3_provisioning.rs`: their BMCs, their libvirt domains, and what their disks hold.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use foothold_e2e::run;
+
+/// The BMCs' address on the provisioning network: virtualbmc's IPMI port and sushy-tools' Redfish one.
+pub(super) const BMC: &str = "172.22.0.2";
+pub(super) const IPMI_PORT: u16 = 6230;
+pub(super) const REDFISH_PORT: u16 = 8000;
+pub(super) const MEMORY_MIB: u64 = 3072;
+pub(super) const DISK_GIB: u64 = 10;
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(super) enum Bmc {
+    /// virtualbmc: Ironic's `ipmi` hardware type, the ramdisk booted by PXE and iPXE.
+    Ipmi,
+    /// sushy-tools: `redfish`, the ramdisk booted from the ISO Ironic makes, by virtual media.
+    Redfish,
+}
+
+/// A compute node: its BareMetalHost's name, its domain and what Ironic finds in it.
+pub(super) struct Node {
+    pub(super) name: &'static str,
+    pub(super) bmc: Bmc,
+    pub(super) mac: &'static str,
+    pub(super) tap: &'static str,
+    pub(super) vcpus: u64,
+    pub(super) uuid: String,
+    pub(super) domain: String,
+    pub(super) disk: PathBuf,
+    pub(super) console: PathBuf,
+}
+
+impl Node {
+    pub(super) fn new(name: &'static str, bmc: Bmc, index: u8, vcpus: u64, vm_dir: &Path) -> Node {
+        let pid = std::process::id();
+        Node {
+            name,
+            bmc,
+            mac: ["52:54:00:22:10:01", "52:54:00:22:10:02"][index as usize],
+            tap: ["m3tap0", "m3tap1"][index as usize],
+            vcpus,
+            uuid: format!("5e7e0003-0000-4000-8000-{pid:08x}{index:04x}"),
+            domain: format!("{name}-{pid}"),
+            disk: vm_dir.join(format!("{name}.qcow2")),
+            console: vm_dir.join(format!("{name}.console.log")),
+        }
+    }
+
+    /// The BMC's address, as a BareMetalHost names it.
+    pub(super) fn bmc_address(&self) -> String {
+        match self.bmc {
+            Bmc::Ipmi => format!("ipmi://{BMC}:{IPMI_PORT}"),
+            Bmc::Redfish => format!(
+                "redfish-virtualmedia+http://{BMC}:{REDFISH_PORT}/redfish/v1/Systems/{}",
+                self.uuid
+            ),
+        }
+    }
+}
+
+/// Where the node image is served: another machine of the provisioning network (the appliance's firewall lets
+/// the nodes reach only its own services).
+pub(super) const IMAGES: &str = "172.22.0.3";
+pub(super) const IMAGES_PORT: u16 = 8080;
+
+/// The node's domain: UEFI without Secure Boot, TCG, its disk, its NIC on the namespace's tap, its console
+/// appended to a file across boots (the ramdisk's, then the installed system's). virtualbmc sets the boot
+/// device by redefining the domain from its XML, which libvirt refuses for a firmware it chose itself: the IPMI
+/// node names OVMF. sushy-tools rewrites a named loader when Ironic sets the boot mode (to a Secure Boot build
+/// that needs SMM): the Redfish node lets libvirt choose (notes: ../shared/metal3-notes.md).
+pub(super) fn domain_xml(node: &Node) -> String {
+    let firmware = match node.bmc {
+        Bmc::Ipmi => format!(
+            "<os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n\
+             <loader readonly='yes' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader>\n\
+             <nvram template='/usr/share/OVMF/OVMF_VARS_4M.fd'>/var/lib/libvirt/qemu/nvram/{}_VARS.fd</nvram>\n\
+             <boot dev='hd'/>\n  </os>",
+            node.domain
+        ),
+        Bmc::Redfish => "<os firmware='efi'>\n    <type arch='x86_64' machine='q35'>hvm</type>\n    <firmware>\n\
+             <feature enabled='no' name='secure-boot'/>\n      <feature enabled='no' name='enrolled-keys'/>\n\
+             </firmware>\n    <boot dev='hd'/>\n  </os>"
+            .to_owned(),
+    };
+    format!(
+        "<domain type='qemu'>\n  <name>{domain}</name>\n  <uuid>{uuid}</uuid>\n\
+         <memory unit='MiB'>{MEMORY_MIB}</memory>\n  <vcpu>{vcpus}</vcpu>\n  {firmware}\n\
+         <features><acpi/></features>\n  <devices>\n\
+         <disk type='file' device='disk'>\n      <driver name='qemu' type='qcow2'/>\n      <source file='{disk}'/>\n\
+         <target dev='vda' bus='virtio'/>\n    </disk>\n\
+         <interface type='ethernet'>\n      <mac address='{mac}'/>\n      <target dev='{tap}' managed='no'/>\n\
+         <model type='virtio'/>\n    </interface>\n\
+         <serial type='file'>\n      <source path='{console}' append='on'/>\n      <target port='0'/>\n    </serial>\n\
+         </devices>\n</domain>\n",
+        domain = node.domain,
+        uuid = node.uuid,
+        vcpus = node.vcpus,
+        disk = node.disk.display(),
+        mac = node.mac,
+        tap = node.tap,
+        console = node.console.display(),
+    )
+}
+
+/// The first MiB of the node's disk (read while the VM runs: a shared read).
+pub(super) fn disk_head(disk: &Path, dir: &Path) -> Vec<u8> {
+    let out = dir.join("disk-head.raw");
+    let _ = std::fs::remove_file(&out);
+    run(Command::new("qemu-img")
+        .args(["dd", "-U", "-f", "qcow2", "-O", "raw", "bs=1M", "count=1"])
+        .arg(format!("if={}", disk.display()))
+        .arg(format!("of={}", out.display())));
+    std::fs::read(&out).unwrap()
+}
+
+/// Whether a disk's first MiB holds a partition table: the protective MBR's signature, or GPT's header.
+pub(super) fn has_partition_table(head: &[u8]) -> bool {
+    head[510..512] == [0x55, 0xaa] || &head[512..520] == b"EFI PART"
+}
