@@ -21,6 +21,15 @@ RESULT = re.compile(
     r"^test result: (ok|FAILED)\. (\d+) passed; (\d+) failed; (\d+) ignored;.*finished in ([\d.]+)s"
 )
 E2E_PHASE = re.compile(r"^phase: (.+?): (.+): (\d+) s$")
+TEST_OUTPUT = re.compile(r"^---- (.+) std(out|err) ----$")
+PANICKED = re.compile(r"^thread '(.+?)' \(\d+\) panicked at (.+):$")
+# The end-to-end tests' own lines when their deadline or an assertion ends them (tests/deadline.rs).
+E2E_PANICKED = re.compile(r"^([\w-]+): panicked at (.+):$")
+E2E_DIAGNOSIS = re.compile(r"^([\w-]+): failed after (\d+) s")
+# Lines of a failure's reason shown at the end of the table, and their width: the end of a log is what a
+# truncated CI excerpt keeps.
+REASON_LINES = 8
+REASON_WIDTH = 240
 BUDGET = re.compile(r"^budget: (.+?): (NOT RUN.*)$")
 
 
@@ -55,6 +64,57 @@ def binaries(log_path):
     return out
 
 
+def reasons(log_path):
+    """{test: [lines]}: why each failed test failed, from cargo test's failure sections (the panic's place and
+    message, without the backtrace) and the end-to-end tests' own panic and diagnosis lines with the last phase
+    such a test finished; those of a test binary that passed (a unit test of the deadline itself) are left out."""
+    try:
+        lines = open(log_path, errors="replace").read().splitlines()
+    except FileNotFoundError:
+        return {}
+    out, binary = {}, {}
+    last_phase = {}
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if RUNNING.match(line):
+            out.update(binary)
+            binary = {}
+        m = RESULT.match(line)
+        if m:
+            if m.group(1) == "FAILED":
+                out.update(binary)
+            binary = {}
+        m = E2E_PHASE.match(line)
+        if m:
+            last_phase[m.group(1)] = m.group(2)
+        m = PANICKED.match(line) or E2E_PANICKED.match(line)
+        if m:
+            test = m.group(1)
+            why = [f"panicked at {m.group(2)}"]
+            i += 1
+            while i < len(lines) and len(why) < REASON_LINES:
+                nxt = lines[i]
+                if nxt.startswith(("stack backtrace:", "note: ", "---- ", "failures:")) or \
+                        E2E_DIAGNOSIS.match(nxt) or PANICKED.match(nxt) or RESULT.match(nxt):
+                    break
+                if nxt.strip():
+                    why.append(nxt)
+                i += 1
+            binary.setdefault(test, why)
+            continue
+        m = E2E_DIAGNOSIS.match(line)
+        if m:
+            test = m.group(1)
+            after = f"failed after {m.group(2)} s"
+            if test in last_phase:
+                after += f"; the last phase it finished: {last_phase[test]}"
+            binary.setdefault(test, []).append(after)
+        i += 1
+    out.update(binary)
+    return out
+
+
 def summary(phases_path, log_path, total):
     rows = []
     for line in open(phases_path).read().splitlines():
@@ -84,6 +144,10 @@ def summary(phases_path, log_path, total):
         print(f"ci: {p}")
     if bins:
         print(f"ci: {sum(b[2] for b in bins)} passed, {sum(b[3] for b in bins)} failed")
+    for test, why in reasons(log_path).items():
+        print(f"ci: why {test} failed:")
+        for line in why[:REASON_LINES]:
+            print(f"    {line[:REASON_WIDTH]}")
 
 
 def prune(target, stamp):
