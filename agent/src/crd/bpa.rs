@@ -116,6 +116,7 @@ pub struct ProvisioningStatus {
     /// `HostsMatched`, `Installing`, `Ready`, `Failed`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(with = "Vec<super::schema::Condition>")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_count: Option<i32>,
@@ -253,6 +254,7 @@ pub struct SoftwareStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(with = "Vec<super::schema::Condition>")]
     pub conditions: Vec<Condition>,
     /// The Provisioning whose cluster the packages go to.
     #[serde(default, skip_serializing_if = "Option::is_none")]

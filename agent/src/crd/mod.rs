@@ -5,6 +5,7 @@
 #[allow(clippy::duplicated_attributes)]
 pub mod bpa;
 pub mod metal3;
+mod schema;
 #[allow(clippy::duplicated_attributes)]
 pub mod sip;
 #[allow(clippy::duplicated_attributes)]

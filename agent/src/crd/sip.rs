@@ -49,6 +49,7 @@ pub struct SIPClusterSpec {
 #[serde(rename_all = "camelCase")]
 pub struct NodeSet {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<super::schema::LabelSelector>")]
     pub label_selector: Option<LabelSelector>,
     /// No two hosts of the role share a value of this label (e.g. `sip.airshipit.org/rack`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -213,6 +214,7 @@ pub struct LdapConnector {
 pub struct SIPClusterStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[schemars(with = "Vec<super::schema::Condition>")]
     pub conditions: Vec<Condition>,
     /// Chosen hosts by role.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
