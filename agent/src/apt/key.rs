@@ -1,31 +1,30 @@
 //! The apt repository's OpenPGP key: made once per data directory (at the first `serve`, which on the
 //! appliance is its first boot), kept beside the store, and used to sign each `Release` (`InRelease`, a
-//! clearsigned copy, and `Release.gpg`, a detached signature). An Ed25519 primary key that certifies and signs,
-//! which apt's gpgv on bookworm accepts (`tests/http/apt.rs`); trixie's sqv is not tried yet.
+//! clearsigned copy, and `Release.gpg`, a detached signature). An Ed25519 primary key that certifies and signs
+//! ([`super::openpgp`]), which apt's gpgv on bookworm (`tests/http/apt.rs`) and sqv on trixie (the node tests'
+//! Software installs) accept.
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use pgp::composed::{
-    ArmorOptions, CleartextSignedMessage, Deserializable, DetachedSignature, EncryptionCaps,
-    KeyType, SecretKeyParamsBuilder, SignedPublicKey, SignedSecretKey,
-};
-use pgp::crypto::hash::HashAlgorithm;
-use pgp::ser::Serialize as _;
-use pgp::types::{KeyDetails as _, Password};
+use super::openpgp::Key;
 
-/// The secret key, binary, readable by the agent only.
+/// The secret key, binary (a transferable secret key, unencrypted), readable by the agent only.
 const SECRET_FILE: &str = "signing-key.pgp";
 /// The public key, armored: what `apt-source` prints and `/apt/foothold.asc` serves.
 pub const PUBLIC_FILE: &str = "foothold.asc";
 
 pub struct SigningKey {
-    secret: SignedSecretKey,
+    secret: Key,
     public_armored: String,
 }
 
-fn other(what: &str, e: impl std::fmt::Display) -> io::Error {
-    io::Error::other(format!("{what}: {e}"))
+/// Now, as a signature's creation time.
+fn now() -> u32 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as u32)
 }
 
 impl SigningKey {
@@ -33,22 +32,17 @@ impl SigningKey {
     pub fn load_or_create(dir: &Path, user_id: &str) -> io::Result<SigningKey> {
         let secret_path = dir.join(SECRET_FILE);
         let secret = match std::fs::read(&secret_path) {
-            Ok(bytes) => SignedSecretKey::from_bytes(&bytes[..])
-                .map_err(|e| other(&secret_path.display().to_string(), e))?,
+            Ok(bytes) => Key::from_secret_bytes(&bytes)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", secret_path.display())))?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let secret = generate(user_id)?;
-                let bytes = secret
-                    .to_bytes()
-                    .map_err(|e| other("serialising the key", e))?;
-                super::durable::write_file(&secret_path, &bytes, 0o600)?;
-                tracing::info!(fingerprint = %secret.fingerprint(), "apt signing key made");
+                let secret = Key::generate(user_id)?;
+                super::durable::write_file(&secret_path, &secret.secret_bytes(), 0o600)?;
+                tracing::info!(fingerprint = %secret.fingerprint_hex(), "apt signing key made");
                 secret
             }
             Err(e) => return Err(e),
         };
-        let public_armored = SignedPublicKey::from(secret.clone())
-            .to_armored_string(ArmorOptions::default())
-            .map_err(|e| other("armoring the public key", e))?;
+        let public_armored = secret.public_armored();
         let public_path = public_path(dir);
         if std::fs::read_to_string(&public_path).ok().as_deref() != Some(&public_armored) {
             super::durable::write_file(&public_path, public_armored.as_bytes(), 0o644)?;
@@ -60,7 +54,7 @@ impl SigningKey {
     }
 
     pub fn fingerprint(&self) -> String {
-        self.secret.fingerprint().to_string()
+        self.secret.fingerprint_hex()
     }
 
     pub fn public_armored(&self) -> &str {
@@ -71,28 +65,12 @@ impl SigningKey {
     /// text (RFC 9580 §7.1): a text that ends in one is signed without it, or the file would have a blank line
     /// there, which apt's splitter refuses.
     pub fn clearsign(&self, text: &str) -> io::Result<String> {
-        let text = text.strip_suffix('\n').unwrap_or(text);
-        CleartextSignedMessage::sign(
-            rand_08::thread_rng(),
-            text,
-            &self.secret.primary_key,
-            &Password::empty(),
-        )
-        .and_then(|m| m.to_armored_string(ArmorOptions::default()))
-        .map_err(|e| other("signing", e))
+        Ok(self.secret.clearsign(text, now()))
     }
 
     /// A detached, armored signature of `bytes` (a `Release.gpg`).
     pub fn detached(&self, bytes: &[u8]) -> io::Result<String> {
-        DetachedSignature::sign_binary_data(
-            rand_08::thread_rng(),
-            &self.secret.primary_key,
-            &Password::empty(),
-            HashAlgorithm::Sha512,
-            bytes,
-        )
-        .and_then(|s| s.to_armored_string(ArmorOptions::default()))
-        .map_err(|e| other("signing", e))
+        Ok(self.secret.detached(bytes, now()))
     }
 }
 
@@ -101,23 +79,12 @@ pub fn public_path(dir: &Path) -> PathBuf {
     dir.join(PUBLIC_FILE)
 }
 
-fn generate(user_id: &str) -> io::Result<SignedSecretKey> {
-    let params = SecretKeyParamsBuilder::default()
-        .key_type(KeyType::Ed25519Legacy)
-        .can_certify(true)
-        .can_sign(true)
-        .can_encrypt(EncryptionCaps::None)
-        .primary_user_id(user_id.to_owned())
-        .build()
-        .map_err(|e| other("key parameters", e))?;
-    params
-        .generate(rand_08::thread_rng())
-        .map_err(|e| other("generating the key", e))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pgp::composed::{
+        CleartextSignedMessage, Deserializable as _, DetachedSignature, SignedPublicKey,
+    };
 
     #[test]
     fn a_key_is_made_once_and_its_signatures_verify() {

@@ -12,6 +12,7 @@ pub mod deb;
 pub(crate) mod durable;
 pub mod index;
 pub mod key;
+mod openpgp;
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
