@@ -39,6 +39,15 @@ const BOOT_LIMIT: Duration = Duration::from_secs(1200);
 /// diagnosis is printed and the test fails, before CI's own limit. Passing runs took 32 to 55 minutes.
 const OVERALL_LIMIT: Duration = Duration::from_secs(4200);
 
+/// Every service of the appliance systemd restarted, how often, and the lines each logged before its exits (one
+/// in a restart loop is never "failed"): printed in the diagnosis, and at the end of a run that passed.
+const RESTARTS: &str = "for u in $(sudo systemctl show -p Id -p NRestarts \
+      $(sudo systemctl list-units --type=service --no-legend --plain | awk '{print $1}') \
+      | awk 'BEGIN{RS=\"\"} /NRestarts=[1-9]/{match($0,/Id=[^\\n]*/); print substr($0,RSTART+3,RLENGTH-3)}'); do \
+    echo \"--- $u, restarted $(sudo systemctl show -p NRestarts --value $u) times; the lines before its exits:\"; \
+    sudo journalctl -u $u --no-pager -o cat | grep -B4 -E 'Main process exited|Failed with result' \
+      | grep -vE 'Main process exited|Failed with result|Scheduled restart|^--$' | tail -n 12 | cut -c1-300; done;";
+
 /// Polls `f` every 2 s until it returns Ok, for at most `limit`; the panic names `what` and the last value.
 fn wait_for<T>(what: &str, limit: Duration, f: impl FnMut() -> Result<T, String>) -> T {
     try_wait_for(limit, f)
@@ -134,14 +143,11 @@ impl Appliance {
             try_run(&mut foothold_e2e::ssh_command(
                 port,
                 &key,
-                "uptime; top -b -n 1 -o %CPU -w 160 | sed -n '7,16p'; sudo systemctl --failed --no-pager; \
-                 for u in $(sudo systemctl show -p Id -p NRestarts \
-                   $(sudo systemctl list-units --type=service --no-legend --plain | awk '{print $1}') \
-                   | awk 'BEGIN{RS=\"\"} /NRestarts=[1-9]/{match($0,/Id=[^\\n]*/); print substr($0,RSTART+3,RLENGTH-3)}'); do \
-                   echo \"--- $u, restarted $(sudo systemctl show -p NRestarts --value $u) times:\"; \
-                   sudo journalctl -u $u -n 15 --no-pager -o cat | cut -c1-300; done; \
-                 sudo journalctl -u foothold-agent --since -20min --no-pager -o short-iso \
+                &format!(
+                    "uptime; top -b -n 1 -o %CPU -w 160 | sed -n '7,16p'; sudo systemctl --failed --no-pager; \
+                     {RESTARTS} sudo journalctl -u foothold-agent --since -20min --no-pager -o short-iso \
                  | grep -E ' (WARN|ERROR) ' | tail -n 20 | cut -c1-300",
+                ),
             ))
             .unwrap_or_else(|e| e)
         });
@@ -555,4 +561,5 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
     bpa::check(&a, &hosts, &site_ports, dir, &manifest);
     deadline.phase("deprovisioning");
     metal3::deprovision(&a, hosts);
+    eprintln!("appliance: services restarted:\n{}", a.ssh(RESTARTS));
 }

@@ -1,8 +1,8 @@
 //! The apt repository's OpenPGP key: made once per data directory (at the first `serve`, which on the
 //! appliance is its first boot), kept beside the store, and used to sign each `Release` (`InRelease`, a
 //! clearsigned copy, and `Release.gpg`, a detached signature). An Ed25519 primary key that certifies and signs
-//! ([`super::openpgp`]), which apt's gpgv on bookworm (`tests/http/apt.rs`) and sqv on trixie (the node tests'
-//! Software installs) accept.
+//! ([`super::openpgp`]), which apt on bookworm (gpgv, `tests/http/apt.rs`) and the node images' apt on trixie
+//! (`tests/node_image.rs`) accept.
 
 use std::io;
 use std::path::{Path, PathBuf};

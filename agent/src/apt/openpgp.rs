@@ -1,9 +1,10 @@
 //! The part of OpenPGP (RFC 9580: v4 keys and signatures) the apt repository's key needs: an Ed25519 key (the
-//! `EdDSALegacy` algorithm, 22, which bookworm's gpgv and trixie's sqv accept), its transferable secret and
-//! public keys, and v4 signatures of binary data (`Release.gpg`) and of cleartext (`InRelease`), hashed with
-//! SHA-512. Made with ring, which rustls brings; an OpenPGP library pulled a second generation of RustCrypto
-//! (about 80 crates) into the agent's build for this. Checked against an independent implementation (the `pgp`
-//! crate, in the tests only) and by apt-get with gpgv (`tests/http/apt.rs`) and sqv (the node tests).
+//! `EdDSALegacy` algorithm, 22, which apt's verifiers accept), its transferable secret and public keys, and v4
+//! signatures of binary data (`Release.gpg`) and of cleartext (`InRelease`), hashed with SHA-512. Made with
+//! ring, which rustls brings: an OpenPGP library brought a second generation of RustCrypto (about 120 crates)
+//! into the agent's build for this. Checked against an independent implementation (the `pgp` crate, in the
+//! tests only) and by apt itself (`tests/http/apt.rs` with bookworm's gpgv, `tests/node_image.rs` on a trixie
+//! node).
 
 use std::io;
 

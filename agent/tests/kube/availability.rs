@@ -2,8 +2,7 @@
 //! takes over when it dies, and the HTTP side serves while the apiserver is away, the controllers starting
 //! when it appears.
 
-use crate::bpa::{get_prov, provisioning, start_agent, start_agent_with};
-use crate::hosts::bmh;
+use crate::bpa::{get_prov, one_master, start_agent, start_agent_with};
 use crate::jobs::job_status;
 use crate::software::{get_json, upload};
 use crate::support;
@@ -15,8 +14,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{json, Value};
-
-use foothold_agent::crd::bpa::Provisioning;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_dies() {
@@ -55,34 +52,14 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_dies() {
     assert_eq!(standby["http"], "ok");
     assert_eq!(readyz(&first)["controllers"]["state"], "leading");
 
-    bmh(
+    let provs = one_master(
         &client,
         &ns,
-        (
-            "n",
-            "02:00:00:00:00:0a",
-            "10.0.0.10",
-            4,
-            4096,
-            "provisioned",
-        ),
-        json!({}),
+        ("n", "02:00:00:00:00:0a", "10.0.0.10"),
+        ("solo", "solo"),
+        None,
     )
     .await;
-    let provs: Api<Provisioning> = Api::namespaced(client.clone(), &ns);
-    provs
-        .create(
-            &PostParams::default(),
-            &provisioning(
-                "solo",
-                "solo",
-                json!({
-                    "masters": [{"m": {"mac-address": "02:00:00:00:00:0a"}}],
-                }),
-            ),
-        )
-        .await
-        .unwrap();
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     until("the installer Job", || async {
         jobs.get_opt("solo-install-g1").await.unwrap()
@@ -195,32 +172,14 @@ async fn http_serves_while_the_apiserver_is_away_and_controllers_start_when_it_a
     support::wait_for("/readyz saying leading", WAIT, || {
         (readyz()["controllers"]["state"] == "leading").then_some(())
     });
-    bmh(
+    let provs = one_master(
         &client,
         &ns,
-        (
-            "l1",
-            "02:00:00:00:03:01",
-            "10.0.3.1",
-            4,
-            4096,
-            "provisioned",
-        ),
-        json!({}),
+        ("l1", "02:00:00:00:03:01", "10.0.3.1"),
+        ("late", "late"),
+        None,
     )
     .await;
-    let provs: Api<Provisioning> = Api::namespaced(client.clone(), &ns);
-    provs
-        .create(
-            &PostParams::default(),
-            &provisioning(
-                "late",
-                "late",
-                json!({"masters": [{"m": {"mac-address": "02:00:00:00:03:01"}}]}),
-            ),
-        )
-        .await
-        .unwrap();
     until("the late agent reconciling", || async {
         get_prov(&provs, "late")
             .await

@@ -79,6 +79,38 @@ pub(crate) fn provisioning(name: &str, cluster: &str, spec: Value) -> Provisioni
     .unwrap()
 }
 
+/// A provisioned host (`name`, `mac`, `ip`: 4 CPUs, 4 GiB unless `cpus_mib` says) and a Provisioning
+/// `prov` of cluster `cluster` whose one master it is; the Provisionings' API.
+pub(crate) async fn one_master(
+    client: &kube::Client,
+    ns: &str,
+    (name, mac, ip): (&str, &str, &str),
+    (prov, cluster): (&str, &str),
+    cpus_mib: Option<(i64, i64)>,
+) -> Api<Provisioning> {
+    let (cpus, mib) = cpus_mib.unwrap_or((4, 4096));
+    bmh(
+        client,
+        ns,
+        (name, mac, ip, cpus, mib, "provisioned"),
+        json!({}),
+    )
+    .await;
+    let provs: Api<Provisioning> = Api::namespaced(client.clone(), ns);
+    provs
+        .create(
+            &PostParams::default(),
+            &provisioning(
+                prov,
+                cluster,
+                json!({"masters": [{"m": {"mac-address": mac}}]}),
+            ),
+        )
+        .await
+        .unwrap();
+    provs
+}
+
 pub(crate) async fn get_prov(api: &Api<Provisioning>, name: &str) -> Option<Provisioning> {
     api.get_opt(name).await.unwrap()
 }

@@ -1,7 +1,7 @@
 //! The Software reconciler (BPA's packages on a provisioned cluster) against a real kube-apiserver: uploads
 //! through the agent's REST API, the installer Job played by the test, and the cluster status REST adds.
 
-use crate::bpa::{get_prov, provisioning, site_ssh_ca, start_agent, ADVERTISED};
+use crate::bpa::{get_prov, one_master, provisioning, site_ssh_ca, start_agent, ADVERTISED};
 use crate::hosts::bmh;
 use crate::jobs::{job_status, waiting_attempt};
 use crate::support;
@@ -104,32 +104,14 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
     let ns = env.namespace(&client, "bpa-software").await;
     let tmp = tempfile::tempdir().unwrap();
     let agent = start_agent(tmp.path(), &ns, "agent-a");
-    bmh(
+    one_master(
         &client,
         &ns,
-        (
-            "n1",
-            "02:00:00:00:01:01",
-            "10.0.1.1",
-            8,
-            16384,
-            "provisioned",
-        ),
-        json!({}),
+        ("n1", "02:00:00:00:01:01", "10.0.1.1"),
+        ("c2-prov", "c2"),
+        Some((8, 16384)),
     )
     .await;
-    let provs: Api<Provisioning> = Api::namespaced(client.clone(), &ns);
-    provs
-        .create(
-            &PostParams::default(),
-            &provisioning(
-                "c2-prov",
-                "c2",
-                json!({"masters": [{"m": {"mac-address": "02:00:00:00:01:01"}}]}),
-            ),
-        )
-        .await
-        .unwrap();
     let sws: Api<Software> = Api::namespaced(client.clone(), &ns);
     let sw: Software = serde_json::from_value(json!({
         "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Software",
