@@ -61,6 +61,12 @@ impl SigningKey {
         &self.public_armored
     }
 
+    /// The public key's packets, unarmored (a keyring for gpgv).
+    #[cfg(test)]
+    pub(crate) fn public_bytes(&self) -> Vec<u8> {
+        self.secret.public_bytes()
+    }
+
     /// `text` clearsigned (an `InRelease`). The line end before the signature belongs to the framing, not the
     /// text (RFC 9580 §7.1): a text that ends in one is signed without it, or the file would have a blank line
     /// there, which apt's splitter refuses.
@@ -82,9 +88,7 @@ pub fn public_path(dir: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pgp::composed::{
-        CleartextSignedMessage, Deserializable as _, DetachedSignature, SignedPublicKey,
-    };
+    use crate::apt::openpgp::tests::gpgv;
 
     #[test]
     fn a_key_is_made_once_and_its_signatures_verify() {
@@ -99,24 +103,34 @@ mod tests {
                 .permissions(),
         );
         assert_eq!(mode & 0o777, 0o600);
-        let public = SignedPublicKey::from_string(key.public_armored())
-            .unwrap()
-            .0;
+        assert_eq!(
+            std::fs::read_to_string(public_path(dir.path())).unwrap(),
+            key.public_armored()
+        );
+        let ring = key.public_bytes();
+        let valid = format!("VALIDSIG {} ", key.fingerprint());
+        let work = tempfile::tempdir().unwrap();
         let text = "Origin: Foothold\nSHA256:\n abc 1 main/binary-amd64/Packages\n";
         let signed = key.clearsign(text).unwrap();
-        let (msg, _) = CleartextSignedMessage::from_string(&signed).unwrap();
-        msg.verify(&public).unwrap();
-        // What was signed is the text with CRLF line ends (RFC 9580 §7.2) and without its last one; what is
-        // written keeps LF, with no blank line before the signature.
-        assert_eq!(msg.signed_text() + "\r\n", text.replace('\n', "\r\n"));
+        let status = gpgv(&ring, work.path(), &[("InRelease", signed.as_bytes())]).unwrap();
+        assert!(status.contains(&valid), "{status}");
+        // What is written keeps LF, with no blank line before the signature.
         assert!(!signed.contains('\r'));
         assert!(
             signed.contains("Packages\n-----BEGIN PGP SIGNATURE-----\n"),
             "{signed}"
         );
         let sig = key.detached(text.as_bytes()).unwrap();
-        let (sig, _) = DetachedSignature::from_string(&sig).unwrap();
-        sig.verify(&public, text.as_bytes()).unwrap();
-        assert!(sig.verify(&public, b"tampered").is_err());
+        let release = [
+            ("Release.gpg", sig.as_bytes()),
+            ("Release", text.as_bytes()),
+        ];
+        let status = gpgv(&ring, work.path(), &release).unwrap();
+        assert!(status.contains(&valid), "{status}");
+        let tampered = [
+            ("Release.gpg", sig.as_bytes()),
+            ("Release", &b"tampered"[..]),
+        ];
+        assert!(gpgv(&ring, work.path(), &tampered).is_err());
     }
 }

@@ -2,9 +2,8 @@
 //! `EdDSALegacy` algorithm, 22, which apt's verifiers accept), its transferable secret and public keys, and v4
 //! signatures of binary data (`Release.gpg`) and of cleartext (`InRelease`), hashed with SHA-512. Made with
 //! ring, which rustls brings: an OpenPGP library brought a second generation of RustCrypto (about 120 crates)
-//! into the agent's build for this. Checked against an independent implementation (the `pgp` crate, in the
-//! tests only) and by apt itself (`tests/http/apt.rs` with bookworm's gpgv, `tests/node_image.rs` on a trixie
-//! node).
+//! into the agent's build for this. Checked by GnuPG's gpgv (the unit tests), and by apt itself
+//! (`tests/http/apt.rs` on bookworm, `tests/node_image.rs` on a trixie node).
 
 use std::io;
 
@@ -166,11 +165,16 @@ impl Key {
         out
     }
 
-    /// The transferable public key, armored: what apt's `signed-by` names.
-    pub fn public_armored(&self) -> String {
+    /// The transferable public key: the public-key packet, the user ID and its self-signature.
+    pub fn public_bytes(&self) -> Vec<u8> {
         let mut out = packet(TAG_PUBLIC_KEY, &self.public_body());
         out.extend(self.user_id_and_certification());
-        armor("PUBLIC KEY BLOCK", &out)
+        out
+    }
+
+    /// The transferable public key, armored: what apt's `signed-by` names.
+    pub fn public_armored(&self) -> String {
+        armor("PUBLIC KEY BLOCK", &self.public_bytes())
     }
 
     fn user_id_and_certification(&self) -> Vec<u8> {
@@ -386,4 +390,4 @@ fn crc24(data: &[u8]) -> u32 {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,8 +1,8 @@
 //! Publishing from files (the HTTP side and apt itself run in `tests/http/apt.rs`): snapshots are made only
 //! when the packages change, swapped whole, and the one before is kept with its `Packages`.
 
+use super::openpgp::tests::gpgv;
 use super::*;
-use pgp::composed::{CleartextSignedMessage, Deserializable as _, SignedPublicKey};
 
 /// A `.deb` of `name` `version` written into `dir`: (record, digest, size, path) as `publish` takes them.
 fn deb_file(dir: &Path, name: &str, version: &str) -> (String, Digest, u64, PathBuf) {
@@ -29,7 +29,8 @@ fn a_change_makes_a_signed_snapshot_and_the_one_before_stays() {
     let data = tempfile::tempdir().unwrap();
     let content = tempfile::tempdir().unwrap();
     let repo = Repo::open(data.path()).unwrap();
-    let public = SignedPublicKey::from_string(repo.public_key()).unwrap().0;
+    let ring = repo.key.public_bytes();
+    let work = tempfile::tempdir().unwrap();
 
     // Empty: an index with no packages, signed.
     let p = repo.publish(&[], now()).unwrap();
@@ -50,11 +51,19 @@ fn a_change_makes_a_signed_snapshot_and_the_one_before_stays() {
         "{first}"
     );
     assert_eq!(repo.pool_file(&filename), Some((v1.1.clone(), v1.2)));
-    let (signed, _) = CleartextSignedMessage::from_string(&read(&repo, "InRelease")).unwrap();
-    signed.verify(&public).unwrap();
+    let in_release = read(&repo, "InRelease");
+    let status = gpgv(&ring, work.path(), &[("InRelease", in_release.as_bytes())]).unwrap();
+    assert!(
+        status.contains(&format!("VALIDSIG {} ", repo.fingerprint())),
+        "{status}"
+    );
     let release = read(&repo, "Release");
-    assert_eq!(signed.signed_text().replace("\r\n", "\n") + "\n", release);
-    assert!(!read(&repo, "InRelease").contains('\r'));
+    let signed = in_release
+        .split_once("\n\n")
+        .and_then(|(_, rest)| rest.split_once("-----BEGIN PGP SIGNATURE-----\n"))
+        .map(|(text, _)| text);
+    assert_eq!(signed, Some(release.as_str()), "{in_release}");
+    assert!(!in_release.contains('\r'));
     let named = index::release_files(&release);
     assert_eq!(named[0].sha256, sha256_hex(first.as_bytes()));
     let by_hash = format!("main/binary-amd64/by-hash/SHA256/{}", named[0].sha256);

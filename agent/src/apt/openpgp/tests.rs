@@ -1,103 +1,161 @@
-//! Foothold's OpenPGP checked by an independent implementation, the `pgp` crate (the agent's before this one):
-//! it reads the keys, verifies every signature and the keys' self-signatures, and made the keys earlier agents
-//! kept, which must still load with the same fingerprint.
+//! Foothold's OpenPGP checked by GnuPG's gpgv, the verifier apt runs on bookworm (apt depends on it): our
+//! public key is its keyring, and it verifies every signature, clearsigned and detached, names our fingerprint
+//! and the signature's time, and refuses tampered text. A key an earlier agent made with the `pgp` crate
+//! (`earlier-agent-*.pgp`, made for this test only) loads with the fingerprint it had.
 
 use super::*;
-use pgp::composed::{
-    CleartextSignedMessage, Deserializable as _, DetachedSignature, EncryptionCaps, KeyType,
-    SecretKeyParamsBuilder, SignedPublicKey, SignedSecretKey,
-};
-use pgp::ser::Serialize as _;
-use pgp::types::KeyDetails as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 const USER: &str = "Foothold test <apt@foothold.invalid>";
-const WHEN: u32 = 1_795_000_000;
 
-fn theirs(key: &Key) -> SignedPublicKey {
-    let (public, _) = SignedPublicKey::from_string(&key.public_armored()).unwrap();
-    public.verify_bindings().unwrap();
-    public
+/// A signature's creation time: now, since gpgv refuses a signature older than its key.
+fn now() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as u32
+}
+
+/// The fixture's fingerprint, as the `pgp` crate computed it when it made the key.
+const EARLIER_FINGERPRINT: &str = "DFC7E9700DDCE473069BE07F38370B99DEB9E478";
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "src/apt/openpgp", name]
+        .iter()
+        .collect();
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// gpgv with `keyring` (binary OpenPGP packets) on `files` in `dir`: its status and messages, `Err` when it
+/// refused.
+pub(crate) fn gpgv(keyring: &[u8], dir: &Path, files: &[(&str, &[u8])]) -> Result<String, String> {
+    let home = dir.join("gnupg");
+    std::fs::create_dir_all(&home).unwrap();
+    let ring = home.join("keyring.gpg");
+    std::fs::write(&ring, keyring).unwrap();
+    let mut cmd = Command::new("gpgv");
+    cmd.arg("--homedir")
+        .arg(&home)
+        .arg("--keyring")
+        .arg(&ring)
+        .args(["--status-fd", "1"]);
+    for (name, bytes) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        cmd.arg(path);
+    }
+    let out = cmd
+        .output()
+        .expect("gpgv (Debian's gpgv, which apt depends on)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(text)
+    }
+}
+
+/// The armor's content, its CRC-24 checked.
+fn dearmor(text: &str) -> Vec<u8> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let body: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.is_empty())
+        .skip(1)
+        .take_while(|l| !l.starts_with("-----END"))
+        .collect();
+    let (crc, data): (Vec<&str>, Vec<&str>) = body.iter().partition(|l| l.starts_with('='));
+    let bytes = b64.decode(data.concat()).unwrap();
+    let crc = b64.decode(&crc[0][1..]).unwrap();
+    assert_eq!(crc, &crc24(&bytes).to_be_bytes()[1..], "the armor's CRC-24");
+    bytes
 }
 
 #[test]
-fn another_implementation_reads_the_key_and_verifies_its_signatures() {
+fn gpgv_verifies_clearsigned_and_detached_signatures_and_refuses_tampering() {
     let key = Key::generate(USER).unwrap();
-    let public = theirs(&key);
-    assert_eq!(
-        hex::encode_upper(public.fingerprint().as_bytes()),
-        key.fingerprint_hex()
-    );
-    assert_eq!(public.details.users[0].id.id(), USER.as_bytes());
+    let when = now();
+    let dir = tempfile::tempdir().unwrap();
+    let ring = dearmor(&key.public_armored());
+    let valid = format!("VALIDSIG {} ", key.fingerprint_hex());
 
     // Dash-escaped lines, trailing blanks (not signed), and a text with and without its last line end.
     for text in [
         "Origin: Foothold\nSHA256:\n abc 1 main/binary-amd64/Packages\n",
         "- a line that begins with a dash  \n--\nlast, no line end\t",
     ] {
-        let signed = key.clearsign(text, WHEN);
-        let (msg, _) = CleartextSignedMessage::from_string(&signed).unwrap();
-        msg.verify(&public)
-            .unwrap_or_else(|e| panic!("{e}: {signed}"));
-        let body = text.strip_suffix('\n').unwrap_or(text);
-        let canonical: Vec<&str> = body
-            .split('\n')
-            .map(|l| l.trim_end_matches([' ', '\t']))
-            .collect();
-        assert_eq!(msg.signed_text(), canonical.join("\r\n"), "{signed}");
+        let signed = key.clearsign(text, when);
+        let status = gpgv(&ring, dir.path(), &[("InRelease", signed.as_bytes())])
+            .unwrap_or_else(|e| panic!("{e}\n{signed}"));
+        assert!(status.contains(&valid), "{status}");
+        assert!(
+            status.contains(&format!(" {when} ")),
+            "the signature's time: {status}"
+        );
         assert!(!signed.contains('\r'));
+        let tampered = signed
+            .replacen("Foothold", "Foothole", 1)
+            .replacen("dash", "dish", 1);
+        let refused = gpgv(&ring, dir.path(), &[("InRelease", tampered.as_bytes())]).unwrap_err();
+        assert!(refused.contains("BADSIG"), "{refused}");
     }
-    let signed = key.clearsign("a\nb\n", WHEN);
     // No blank line before the signature, which apt's splitter refuses.
+    let signed = key.clearsign("a\nb\n", when);
     assert!(
-        signed.starts_with("-----BEGIN PGP SIGNED MESSAGE-----\nHash: SHA512\n\na\nb\n-----BEGIN PGP SIGNATURE-----\n"),
+        signed.starts_with(
+            "-----BEGIN PGP SIGNED MESSAGE-----\nHash: SHA512\n\na\nb\n-----BEGIN PGP SIGNATURE-----\n"
+        ),
         "{signed}"
     );
 
     let data = b"Origin: Foothold\n\x00binary";
-    let (sig, _) = DetachedSignature::from_string(&key.detached(data, WHEN)).unwrap();
-    sig.verify(&public, data).unwrap();
-    assert!(sig.verify(&public, b"tampered").is_err());
-    assert_eq!(
-        sig.signature.created().map(|t| t.as_secs()),
-        Some(WHEN),
-        "the signature's creation time"
-    );
+    let sig = key.detached(data, when);
+    let status = gpgv(
+        &ring,
+        dir.path(),
+        &[("Release.gpg", sig.as_bytes()), ("Release", data)],
+    )
+    .unwrap();
+    assert!(status.contains(&valid), "{status}");
+    let refused = gpgv(
+        &ring,
+        dir.path(),
+        &[("Release.gpg", sig.as_bytes()), ("Release", b"tampered")],
+    )
+    .unwrap_err();
+    assert!(refused.contains("BADSIG"), "{refused}");
 }
 
 #[test]
-fn the_secret_key_round_trips_and_the_other_implementation_reads_it() {
+fn the_secret_key_round_trips() {
     let key = Key::generate(USER).unwrap();
-    let bytes = key.secret_bytes();
-    let again = Key::from_secret_bytes(&bytes).unwrap();
+    let again = Key::from_secret_bytes(&key.secret_bytes()).unwrap();
     assert_eq!(again.fingerprint(), key.fingerprint());
     assert_eq!(again.public_armored(), key.public_armored());
-    let secret = SignedSecretKey::from_bytes(&bytes[..]).unwrap();
-    assert_eq!(
-        hex::encode_upper(secret.fingerprint().as_bytes()),
-        key.fingerprint_hex()
-    );
 }
 
 #[test]
 fn a_key_an_earlier_agent_made_keeps_its_fingerprint() {
-    // As the agent made its key with the `pgp` crate until this module replaced it.
-    let params = SecretKeyParamsBuilder::default()
-        .key_type(KeyType::Ed25519Legacy)
-        .can_certify(true)
-        .can_sign(true)
-        .can_encrypt(EncryptionCaps::None)
-        .primary_user_id(USER.to_owned())
-        .build()
-        .unwrap();
-    let old = params.generate(rand_08::thread_rng()).unwrap();
-    let key = Key::from_secret_bytes(&old.to_bytes().unwrap()).unwrap();
-    assert_eq!(
-        key.fingerprint_hex(),
-        hex::encode_upper(old.fingerprint().as_bytes())
+    let key = Key::from_secret_bytes(&fixture("earlier-agent-secret.pgp")).unwrap();
+    assert_eq!(key.fingerprint_hex(), EARLIER_FINGERPRINT);
+    // Signed with the key as loaded, verified with the public key the `pgp` crate wrote.
+    let dir = tempfile::tempdir().unwrap();
+    let signed = key.clearsign("x\n", now());
+    let status = gpgv(
+        &fixture("earlier-agent-public.pgp"),
+        dir.path(),
+        &[("InRelease", signed.as_bytes())],
+    )
+    .unwrap();
+    assert!(
+        status.contains(&format!("VALIDSIG {EARLIER_FINGERPRINT} ")),
+        "{status}"
     );
-    let public = SignedPublicKey::from(old);
-    let (msg, _) = CleartextSignedMessage::from_string(&key.clearsign("x\n", WHEN)).unwrap();
-    msg.verify(&public).unwrap();
 }
 
 #[test]
@@ -122,10 +180,8 @@ fn damaged_or_foreign_secret_keys_are_refused_with_the_reason() {
     encrypted[usage] = 254;
     assert_eq!(why(&encrypted), "the secret key is encrypted");
     // The public-key packet of a transferable public key, not a secret key.
-    let mut public = packet(TAG_PUBLIC_KEY, &key.public_body());
-    public.extend(key.user_id_and_certification());
     assert_eq!(
-        why(&public),
+        why(&key.public_bytes()),
         "not an OpenPGP secret key: no secret-key packet first"
     );
 }
