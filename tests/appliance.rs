@@ -561,5 +561,7 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
     bpa::check(&a, &hosts, &site_ports, dir, &manifest);
     deadline.phase("deprovisioning");
     metal3::deprovision(&a, hosts);
-    eprintln!("appliance: services restarted:\n{}", a.ssh(RESTARTS));
+    // A report, not a check: an SSH failure here is printed, not a failure of a run that passed.
+    let restarts = try_run(&mut a.ssh_command(RESTARTS)).unwrap_or_else(|e| e);
+    eprintln!("appliance: services restarted:\n{restarts}");
 }

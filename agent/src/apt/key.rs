@@ -20,7 +20,7 @@ pub struct SigningKey {
     public_armored: String,
 }
 
-/// Now, as a signature's creation time.
+/// Now, as a key's or a signature's creation time.
 fn now() -> u32 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -35,7 +35,7 @@ impl SigningKey {
             Ok(bytes) => Key::from_secret_bytes(&bytes)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", secret_path.display())))?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let secret = Key::generate(user_id)?;
+                let secret = Key::generate(user_id, now())?;
                 super::durable::write_file(&secret_path, &secret.secret_bytes(), 0o600)?;
                 tracing::info!(fingerprint = %secret.fingerprint_hex(), "apt signing key made");
                 secret
@@ -70,13 +70,13 @@ impl SigningKey {
     /// `text` clearsigned (an `InRelease`). The line end before the signature belongs to the framing, not the
     /// text (RFC 9580 §7.1): a text that ends in one is signed without it, or the file would have a blank line
     /// there, which apt's splitter refuses.
-    pub fn clearsign(&self, text: &str) -> io::Result<String> {
-        Ok(self.secret.clearsign(text, now()))
+    pub fn clearsign(&self, text: &str) -> String {
+        self.secret.clearsign(text, now())
     }
 
     /// A detached, armored signature of `bytes` (a `Release.gpg`).
-    pub fn detached(&self, bytes: &[u8]) -> io::Result<String> {
-        Ok(self.secret.detached(bytes, now()))
+    pub fn detached(&self, bytes: &[u8]) -> String {
+        self.secret.detached(bytes, now())
     }
 }
 
@@ -111,7 +111,7 @@ mod tests {
         let valid = format!("VALIDSIG {} ", key.fingerprint());
         let work = tempfile::tempdir().unwrap();
         let text = "Origin: Foothold\nSHA256:\n abc 1 main/binary-amd64/Packages\n";
-        let signed = key.clearsign(text).unwrap();
+        let signed = key.clearsign(text);
         let status = gpgv(&ring, work.path(), &[("InRelease", signed.as_bytes())]).unwrap();
         assert!(status.contains(&valid), "{status}");
         // What is written keeps LF, with no blank line before the signature.
@@ -120,7 +120,7 @@ mod tests {
             signed.contains("Packages\n-----BEGIN PGP SIGNATURE-----\n"),
             "{signed}"
         );
-        let sig = key.detached(text.as_bytes()).unwrap();
+        let sig = key.detached(text.as_bytes());
         let release = [
             ("Release.gpg", sig.as_bytes()),
             ("Release", text.as_bytes()),

@@ -219,8 +219,8 @@ impl Repo {
         now: std::time::SystemTime,
     ) -> io::Result<()> {
         let release = index::release(files, archs, &httpdate::fmt_http_date(now));
-        let in_release = self.key.clearsign(&release)?;
-        let release_gpg = self.key.detached(release.as_bytes())?;
+        let in_release = self.key.clearsign(&release);
+        let release_gpg = self.key.detached(release.as_bytes());
         let id = sha256_hex(release.as_bytes());
         let snapshots = self.dir.join("snapshots");
         let snapshot = snapshots.join(&id);

@@ -43,15 +43,12 @@ pub struct Key {
 }
 
 impl Key {
-    /// A new key made now from the system's random source.
-    pub fn generate(user_id: &str) -> io::Result<Key> {
+    /// A new key created at `created` (Unix time) from the system's random source.
+    pub fn generate(user_id: &str, created: u32) -> io::Result<Key> {
         let mut seed = [0u8; 32];
         SystemRandom::new()
             .fill(&mut seed)
             .map_err(|_| io::Error::other("no random bytes for the key"))?;
-        let created = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as u32);
         Key::from_seed(seed, created, user_id.to_owned())
     }
 

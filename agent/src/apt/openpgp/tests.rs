@@ -78,7 +78,7 @@ fn dearmor(text: &str) -> Vec<u8> {
 
 #[test]
 fn gpgv_verifies_clearsigned_and_detached_signatures_and_refuses_tampering() {
-    let key = Key::generate(USER).unwrap();
+    let key = Key::generate(USER, now()).unwrap();
     let when = now();
     let dir = tempfile::tempdir().unwrap();
     let ring = dearmor(&key.public_armored());
@@ -133,7 +133,7 @@ fn gpgv_verifies_clearsigned_and_detached_signatures_and_refuses_tampering() {
 
 #[test]
 fn the_secret_key_round_trips() {
-    let key = Key::generate(USER).unwrap();
+    let key = Key::generate(USER, now()).unwrap();
     let again = Key::from_secret_bytes(&key.secret_bytes()).unwrap();
     assert_eq!(again.fingerprint(), key.fingerprint());
     assert_eq!(again.public_armored(), key.public_armored());
@@ -160,7 +160,7 @@ fn a_key_an_earlier_agent_made_keeps_its_fingerprint() {
 
 #[test]
 fn damaged_or_foreign_secret_keys_are_refused_with_the_reason() {
-    let key = Key::generate(USER).unwrap();
+    let key = Key::generate(USER, now()).unwrap();
     let bytes = key.secret_bytes();
     let why = |b: &[u8]| Key::from_secret_bytes(b).err().unwrap().to_string();
     assert_eq!(why(&bytes[..20]), "an OpenPGP packet ends early");
