@@ -5,14 +5,20 @@
 # when the shell that started them ends, they all end.
 
 # root_extract IMAGE DIR : the image's partition named "root" copied into DIR with debugfs (no loop device, no
-# mount), owners and modes kept.
+# mount), modes kept, and its data partition ("foothold-data": the agent's store, the images the build
+# imported) into DIR/var/lib/foothold, where the appliance mounts it.
 root_extract() {
-  local image=$1 dir=$2 start
-  start=$(sfdisk -J "$image" | python3 -c 'import json,sys; print(next(p["start"] for p in json.load(sys.stdin)["partitiontable"]["partitions"] if p.get("name") == "root"))')
+  local image=$1 dir=$2
+  part() {
+    sfdisk -J "$image" | python3 -c 'import json,sys; print(next(p["start"] for p in json.load(sys.stdin)["partitiontable"]["partitions"] if p.get("name") == sys.argv[1]))' "$1"
+  }
   rm -rf "$dir"
   mkdir -p "$dir"
-  debugfs -R "rdump / $dir" "$image?offset=$((start * 512))" > /dev/null 2>&1
+  debugfs -R "rdump / $dir" "$image?offset=$(($(part root) * 512))" > /dev/null 2>&1
   [ -x "$dir/usr/local/bin/kube-apiserver" ] || { echo "appliance-root: $image has no root partition with Kubernetes" >&2; return 1; }
+  mkdir -p "$dir/var/lib/foothold"
+  debugfs -R "rdump / $dir/var/lib/foothold" "$image?offset=$(($(part foothold-data) * 512))" > /dev/null 2>&1
+  [ -f "$dir/var/lib/foothold/oci-layout" ] || { echo "appliance-root: $image has no data partition with the agent's store" >&2; return 1; }
 }
 
 # root_enter DIR : run in a fresh mount, network and PID namespace (unshare --mount --net --pid --fork): the
@@ -21,15 +27,13 @@ root_extract() {
 root_enter() {
   local dir=$1 address
   mount --make-rprivate /
+  # The root a mount point of its own, as a booted root is: the kubelet looks up the mount its directory is on.
+  mount --bind "$dir" "$dir"
   mount -t proc proc "$dir/proc"
   mount -t sysfs sysfs "$dir/sys"
   mount --rbind /dev "$dir/dev"
   mount -t tmpfs -o mode=755 tmpfs "$dir/run"
   mount -t tmpfs -o mode=1777 tmpfs "$dir/tmp"
-  mkdir -p "$dir/var/lib/foothold"
-  # The data partition is not extracted: its list of the images the build imported is empty here.
-  [ -e "$dir/var/lib/foothold/protected-repositories" ] ||
-    echo '# the data partition is not extracted here' > "$dir/var/lib/foothold/protected-repositories"
   ip link set lo up
   address=$(sed -n 's/^KUBE_NODE_ADDRESS=//p' "$dir/etc/foothold/kubernetes.env")
   ip addr add "$address/32" dev lo
@@ -81,7 +85,9 @@ for line in text.splitlines():
                 files.append(assignment(l))
     elif key == "ExecStartPre":
         if value:
-            pre.append(value.lstrip("-+!@:"))
+            # systemd's "-": the command's failure is ignored.
+            command = value.lstrip("-+!@:")
+            pre.append(command + " || true" if "-" in value[: len(value) - len(command)] else command)
         else:
             pre = []
     elif key == "ExecStart":
@@ -144,6 +150,52 @@ root_metal3() {
   done
   root_once "$dir" foothold-kube-addons
   for u in foothold-agent ironic baremetal-operator; do
+    root_unit "$dir" "$u"
+    UNIT_PIDS+=("$UNIT_PID")
+  done
+}
+
+# root_node DIR : the appliance's own Kubernetes node, for the pods it runs (the BPA's installer Jobs): containerd
+# (its ExecStartPre writes the agent's mirror configuration), the kubelet and kube-proxy, after root_metal3. This
+# host is not the appliance: no systemd runs here and its cgroups are v1, so the copy of the root taken out for
+# the site is changed to match (cgroupfs for runc and the kubelet, whose refusal of v1 is turned off) and this
+# host's cgroup hierarchies are mounted into it; the pods' cgroups are made in them (under /kubepods).
+root_node() {
+  local dir=$1 u
+  # `ip netns exec` gave this mount namespace a sysfs of its own, without the host's cgroup mounts: each v1
+  # hierarchy is mounted again (the same hierarchy, as its controller is bound to it).
+  mount -t tmpfs -o mode=755 cgroup "$dir/sys/fs/cgroup"
+  while read -r c hierarchy _ enabled; do
+    [ "$enabled" = 1 ] && [ "$hierarchy" != 0 ] || continue
+    mkdir -p "$dir/sys/fs/cgroup/$c"
+    mount -t cgroup -o "$c" cgroup "$dir/sys/fs/cgroup/$c"
+  done < <(grep -v '^#' /proc/cgroups)
+  # And the named hierarchy systemd keeps, where this host has one: containerd finds every process's.
+  if grep -q '^[0-9]*:name=systemd:' /proc/self/cgroup; then
+    mkdir -p "$dir/sys/fs/cgroup/systemd"
+    mount -t cgroup -o none,name=systemd cgroup "$dir/sys/fs/cgroup/systemd"
+  fi
+  # An earlier site's pods ended with it (its PID namespace), their cgroups stayed, empty: removed.
+  find "$dir"/sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} + 2>/dev/null || true
+  sed -i 's/^  SystemdCgroup = true$/  SystemdCgroup = false/' "$dir/etc/containerd/config.toml"
+  # Nor may a process here lower its OOM score (no CAP_SYS_RESOURCE, which these machines do not give): the
+  # containers' scores are kept at containerd's own or above, as a rootless containerd does.
+  sed -i 's/^\[plugins."io.containerd.grpc.v1.cri"\]$/&\n  restrict_oom_score_adj = true/' "$dir/etc/containerd/config.toml"
+  sed -i 's/^cgroupDriver: systemd$/cgroupDriver: cgroupfs\nfailCgroupV1: false/' "$dir/etc/kubernetes/kubelet-config.yaml"
+  # The site's namespace also holds the tests' BMC emulators, and virtualbmc's IPMI library wakes itself with a
+  # datagram from the BMC's address to 127.0.0.1, which the kubelet's rule against such packets drops (the
+  # appliance has no such process): here the kubelet leaves iptables alone (kube-proxy, whose localhost
+  # NodePorts the appliance turns off, adds no such rule).
+  grep -q '^makeIPTablesUtilChains:' "$dir/etc/kubernetes/kubelet-config.yaml" ||
+    printf 'makeIPTablesUtilChains: false\n' >> "$dir/etc/kubernetes/kubelet-config.yaml"
+  # A network namespace's nf_conntrack_max is read-only: kube-proxy leaves it as it is.
+  grep -q '^conntrack:' "$dir/etc/kubernetes/kube-proxy-config.yaml" ||
+    printf 'conntrack: {maxPerCore: 0}\n' >> "$dir/etc/kubernetes/kube-proxy-config.yaml"
+  grep -q '^  SystemdCgroup = false$' "$dir/etc/containerd/config.toml" &&
+    grep -q '^  restrict_oom_score_adj = true$' "$dir/etc/containerd/config.toml" &&
+    grep -q '^cgroupDriver: cgroupfs$' "$dir/etc/kubernetes/kubelet-config.yaml" ||
+    { echo "appliance-root: the node's cgroup settings are not where they were" >&2; return 1; }
+  for u in containerd kubelet kube-proxy; do
     root_unit "$dir" "$u"
     UNIT_PIDS+=("$UNIT_PID")
   done

@@ -53,10 +53,10 @@ use ssh::{host_is_vouched_for_by_the_site_ssh_ca, ssh};
 
 #[test]
 fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisioning_network() {
-    if !foothold_e2e::deadline::budget_allows("metal3_provisioning", Duration::from_secs(2400)) {
+    if !foothold_e2e::deadline::budget_allows("metal3_provisioning", Duration::from_secs(2700)) {
         return;
     }
-    let deadline = Deadline::start("metal3_provisioning", Duration::from_secs(3600));
+    let deadline = Deadline::start("metal3_provisioning", Duration::from_secs(4500));
     deadline.phase("the binaries");
     build_binaries();
     let tmp = tempfile::tempdir().unwrap();
@@ -529,7 +529,19 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     firewall::the_provisioning_network_reaches_only_what_it_needs(&site, &ns, &node);
 
     deadline.phase("the BPA matches both hosts by what inspection found");
-    bpa::matches_the_inspected_hosts(&site, &nodes, &addresses);
+    let job = bpa::matches_the_inspected_hosts(&site, &nodes, &addresses);
+
+    deadline.phase("the BPA's installer Job makes them a workload cluster");
+    let conf = bpa::installs_the_cluster(&site, &job, &key, &addresses);
+    let on_master = |command: &str| {
+        try_run(
+            ns.command("ssh")
+                .args(foothold_e2e::ssh_args(&addresses[0], 22, &key, command)),
+        )
+    };
+    let workload = bpa::workload_nodes(&on_master, &conf)
+        .unwrap_or_else(|e| panic!("the workload cluster once Ready: {e}"));
+    assert_eq!(workload, "master-0=True worker-0=True");
 
     let node = &nodes[0];
     deadline.phase("a reboot through the BareMetalHost: back from disk, the same node");
@@ -562,6 +574,21 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         "metal3_provisioning: rebooted and ready again in {} s",
         started.elapsed().as_secs()
     );
+    // It was the workload cluster's master: from its disk, its control plane and its node come back.
+    wait_for(
+        "the workload cluster's nodes after the master's reboot",
+        Duration::from_secs(600),
+        || {
+            let now = bpa::workload_nodes(&on_master, &conf);
+            let done = now.as_deref() == Ok("master-0=True worker-0=True");
+            (format!("{now:?}"), done.then_some(()))
+        },
+    );
+    eprintln!(
+        "metal3_provisioning: the workload cluster's nodes Ready again {} s after the reboot",
+        started.elapsed().as_secs()
+    );
+    bpa::deleted(&site, &job);
 
     deadline.phase("deprovisioned: the disk's metadata cleaned, available again");
     assert!(

@@ -13,7 +13,7 @@ use crate::{run, target, tools_dir, try_run, workspace};
 /// The appliance's address on the provisioning network (`packages/appliance.yaml`).
 pub const APPLIANCE: &str = "172.22.0.1";
 
-/// Takes the root partition of the appliance's raw `image` out into `root` (`scripts/appliance-root.sh`).
+/// Takes the root and data partitions of the appliance's raw `image` out into `root` (`scripts/appliance-root.sh`).
 pub fn extract_root(image: &Path, root: &Path) {
     run(Command::new("bash")
         .current_dir(workspace())
@@ -128,7 +128,8 @@ impl Site {
 }
 
 /// `packages/appliance.yaml` as this test builds it: its local inputs absolute, the tests' agent, the raw image
-/// only, the provisioning network's DHCP on, and the deploy ramdisk `ipa` made.
+/// only, the provisioning network's DHCP on, the deploy ramdisk `ipa` made, and the agent's installer Jobs held to
+/// the site SSH CA (`--ssh-host-ca`: the nodes' user data carry host certificates from it).
 pub fn appliance_spec(dir: &Path, ipa: &Path) -> PathBuf {
     let ws = workspace();
     let text = std::fs::read_to_string(ws.join("packages/appliance.yaml")).unwrap();
@@ -139,6 +140,10 @@ pub fn appliance_spec(dir: &Path, ipa: &Path) -> PathBuf {
         )
         .replace("path: ../", &format!("path: {}/", ws.display()))
         .replace("formats: [raw, qcow2, iso]", "formats: [raw]")
+        .replace(
+            "--installer-ssh-user, foothold,",
+            "--installer-ssh-user, foothold, --ssh-host-ca, /etc/foothold/ssh-ca/ca.pub,",
+        )
         .replace(
             "    address: 172.22.0.1/24\n",
             "    address: 172.22.0.1/24\n    dhcp: {range: 172.22.0.10-172.22.0.100}\n",
@@ -152,7 +157,11 @@ pub fn appliance_spec(dir: &Path, ipa: &Path) -> PathBuf {
                 e = ipa.join("foothold-ipa.esp").display()
             ),
         );
-    assert!(text.contains("dhcp: {range") && text.contains("deployRamdisk"));
+    assert!(
+        text.contains("dhcp: {range")
+            && text.contains("deployRamdisk")
+            && text.contains("--ssh-host-ca")
+    );
     let spec = dir.join("appliance.yaml");
     std::fs::write(&spec, text).unwrap();
     spec

@@ -189,7 +189,11 @@ pub fn render(
             format!(
                 "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n\
                  clientConnection: {{kubeconfig: /etc/kubernetes/kube-proxy.conf}}\nmode: iptables\n\
-                 clusterCIDR: \"{pods}\"\nhostnameOverride: \"{host}\"\n",
+                 clusterCIDR: \"{pods}\"\nhostnameOverride: \"{host}\"\n\
+                 # No NodePort on 127.0.0.1: route_localnet stays off (localhost services are not reachable\n\
+                 # from the provisioning network's neighbours) and no rule drops the appliance's own traffic to\n\
+                 # 127.0.0.0/8 from its other addresses.\n\
+                 iptables: {{localhostNodePorts: false}}\n",
                 pods = k.pod_subnet
             ),
             0o644,
