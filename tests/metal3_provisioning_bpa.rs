@@ -162,7 +162,7 @@ pub(super) fn installs_the_cluster(
         .unwrap_or_default()
     };
     let logs = || {
-        site.kubectl(&["logs", &format!("job/{job}"), "--tail=60"])
+        site.kubectl(&["logs", &format!("job/{job}"), "--tail=200"])
             .unwrap_or_else(|e| e)
     };
     let phase = wait_for("the installer Job", INSTALL_LIMIT, || {
@@ -207,7 +207,11 @@ pub(super) fn installs_the_cluster(
         .unwrap_or_default();
     let site_ca = std::fs::read_to_string(site.root.join("etc/foothold/ssh-ca/ca.pub")).unwrap();
     assert_eq!(ca.trim(), site_ca.trim(), "the Job's SSH_HOST_CA");
-    assert!(!logs.contains("no SSH_HOST_CA"), "{logs}");
+    assert!(
+        logs.contains("hosts must show a host certificate from the site SSH CA")
+            && !logs.contains("no SSH_HOST_CA"),
+        "{logs}"
+    );
     for line in [
         "master-0 kubeadm init: initialised\n",
         "worker-0 kubeadm join: joined\n",
