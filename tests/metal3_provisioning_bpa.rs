@@ -23,6 +23,18 @@ fn provisioning(nodes: &[Node], worker_cpus: u64) -> String {
     .to_string()
 }
 
+/// The Provisioning `c1`'s `path` (a jsonpath), empty while it cannot be read.
+fn field(site: &Site, path: &str) -> String {
+    site.kubectl(&[
+        "get",
+        "provisioning",
+        "c1",
+        "-o",
+        &format!("jsonpath={path}"),
+    ])
+    .unwrap_or_default()
+}
+
 /// The BPA on what inspection found, no annotation written: a worker that asks for more CPUs than its host's
 /// inspection counted is refused, naming the host and both counts; asking for what it has, both hosts are
 /// matched with the addresses inspection recorded (the ones the installed nodes answer SSH at, `addresses`),
@@ -32,16 +44,7 @@ pub(super) fn matches_the_inspected_hosts(
     nodes: &[Node],
     addresses: &[String],
 ) -> String {
-    let field = |path: &str| {
-        site.kubectl(&[
-            "get",
-            "provisioning",
-            "c1",
-            "-o",
-            &format!("jsonpath={path}"),
-        ])
-        .unwrap_or_default()
-    };
+    let field = |path: &str| field(site, path);
     let matched = "{.status.conditions[?(@.type==\"HostsMatched\")]";
     let state = |generation: &str| {
         let now = format!(
@@ -151,16 +154,7 @@ pub(super) fn installs_the_cluster(
     });
     site.kubectl_apply(&secret.to_string());
     let started = Instant::now();
-    let field = |path: &str| {
-        site.kubectl(&[
-            "get",
-            "provisioning",
-            "c1",
-            "-o",
-            &format!("jsonpath={path}"),
-        ])
-        .unwrap_or_default()
-    };
+    let field = |path: &str| field(site, path);
     let logs = || {
         site.kubectl(&["logs", &format!("job/{job}"), "--tail=200"])
             .unwrap_or_else(|e| e)
