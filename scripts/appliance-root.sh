@@ -180,7 +180,8 @@ root_node() {
   sed -i 's/^  SystemdCgroup = true$/  SystemdCgroup = false/' "$dir/etc/containerd/config.toml"
   # Nor may a process here lower its OOM score (no CAP_SYS_RESOURCE, which these machines do not give): the
   # containers' scores are kept at containerd's own or above, as a rootless containerd does.
-  sed -i 's/^\[plugins."io.containerd.grpc.v1.cri"\]$/&\n  restrict_oom_score_adj = true/' "$dir/etc/containerd/config.toml"
+  grep -q '^  restrict_oom_score_adj = ' "$dir/etc/containerd/config.toml" ||
+    sed -i 's/^\[plugins."io.containerd.grpc.v1.cri"\]$/&\n  restrict_oom_score_adj = true/' "$dir/etc/containerd/config.toml"
   sed -i 's/^cgroupDriver: systemd$/cgroupDriver: cgroupfs\nfailCgroupV1: false/' "$dir/etc/kubernetes/kubelet-config.yaml"
   # The site's namespace also holds the tests' BMC emulators, and virtualbmc's IPMI library wakes itself with a
   # datagram from the BMC's address to 127.0.0.1, which the kubelet's rule against such packets drops (the
