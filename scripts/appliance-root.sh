@@ -161,7 +161,7 @@ root_metal3() {
 # the site is changed to match (cgroupfs for runc and the kubelet, whose refusal of v1 is turned off) and this
 # host's cgroup hierarchies are mounted into it; the pods' cgroups are made in them (under /kubepods).
 root_node() {
-  local dir=$1 u
+  local dir=$1 u v1=0
   # `ip netns exec` gave this mount namespace a sysfs of its own, without the host's cgroup mounts: each v1
   # hierarchy is mounted again (the same hierarchy, as its controller is bound to it).
   mount -t tmpfs -o mode=755 cgroup "$dir/sys/fs/cgroup"
@@ -169,14 +169,21 @@ root_node() {
     [ "$enabled" = 1 ] && [ "$hierarchy" != 0 ] || continue
     mkdir -p "$dir/sys/fs/cgroup/$c"
     mount -t cgroup -o "$c" cgroup "$dir/sys/fs/cgroup/$c"
+    v1=1
   done < <(grep -v '^#' /proc/cgroups)
+  # A host with the unified hierarchy alone (no controller on a v1 one): that, as the appliance has it (not tried
+  # on these machines, whose cgroups are v1).
+  if [ "$v1" = 0 ]; then
+    umount "$dir/sys/fs/cgroup"
+    mount -t cgroup2 cgroup2 "$dir/sys/fs/cgroup"
+  fi
   # And the named hierarchy systemd keeps, where this host has one: containerd finds every process's.
   if grep -q '^[0-9]*:name=systemd:' /proc/self/cgroup; then
     mkdir -p "$dir/sys/fs/cgroup/systemd"
     mount -t cgroup -o none,name=systemd cgroup "$dir/sys/fs/cgroup/systemd"
   fi
   # An earlier site's pods ended with it (its PID namespace), their cgroups stayed, empty: removed.
-  find "$dir"/sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} + 2>/dev/null || true
+  find "$dir"/sys/fs/cgroup/kubepods "$dir"/sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} + 2>/dev/null || true
   sed -i 's/^  SystemdCgroup = true$/  SystemdCgroup = false/' "$dir/etc/containerd/config.toml"
   # Nor may a process here lower its OOM score (no CAP_SYS_RESOURCE, which these machines do not give): the
   # containers' scores are kept at containerd's own or above, as a rootless containerd does.
