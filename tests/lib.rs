@@ -330,6 +330,27 @@ pub fn upload_record(
     base: &str,
     ca: &Path,
     token: &str,
+    record: ((&str, &str), &str),
+    file: &Path,
+    name: &str,
+) -> String {
+    upload_record_with(
+        &|| Command::new("curl"),
+        base,
+        ca,
+        token,
+        record,
+        file,
+        name,
+    )
+}
+
+/// [`upload_record`] with the curl `new_curl` makes (e.g. one run inside a network namespace).
+pub fn upload_record_with(
+    new_curl: &dyn Fn() -> Command,
+    base: &str,
+    ca: &Path,
+    token: &str,
     ((owner, cluster), kind): ((&str, &str), &str),
     file: &Path,
     name: &str,
@@ -342,7 +363,7 @@ pub fn upload_record(
         "sha256": sha256_file(file),
     });
     let curl = || {
-        let mut c = Command::new("curl");
+        let mut c = new_curl();
         c.args(["-fsS", "--max-time", "600", "--cacert"])
             .arg(ca)
             .args(["-H", &auth]);

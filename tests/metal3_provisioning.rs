@@ -13,18 +13,23 @@
 //! Ironic's API is HTTPS, verified with the certificate the appliance made. Each host is inspected (one boots
 //! the deploy ramdisk by PXE and iPXE from the appliance, with the certificate as a second initrd, the other
 //! from the ISO Ironic makes of it, by virtual media), its disks' metadata cleaned, and it becomes available with
-//! what inspection found. Given the node image with a wrong checksum, a deploy fails naming the checksum; with the
-//! right one each is provisioned: the ramdisk writes the image and Metal3's config drive to the disk, and the node
-//! boots from it, named as its BareMetalHost, with the address inspection recorded, and reports ready. Before the
-//! site starts, Kubernetes' first-boot certificates are renewed as they would be at the end of their year
-//! (`metal3_provisioning_pki.rs`): everything after runs on the renewed set. The BPA
-//! matches and checks both hosts by their inspected data and its installer Job, run on the appliance's own node,
-//! makes them a workload cluster (`metal3_provisioning_bpa.rs`). A reboot through the BareMetalHost brings the
-//! master back from its disk, the same, and its workload node Ready; meanwhile deprovisioning cleans the
-//! worker's disk (checked on the VM's disk file) and makes it available again. Nothing leaves the namespace.
+//! what inspection found. Given the node image with a wrong checksum, the worker's deploy fails naming it, and
+//! put right it recovers while the master goes on. Each is provisioned: the ramdisk writes the image and Metal3's
+//! config drive to the disk, and the node boots from it, named as its BareMetalHost, at the address inspection
+//! recorded (the master's static, from its network data), and reports ready; what the config drive set is
+//! checked on it (`metal3_provisioning_disk.rs`). Before the site starts, Kubernetes' first-boot certificates are renewed as
+//! they would be at the end of their year (`metal3_provisioning_pki.rs`): everything after runs on the renewed
+//! set. The BPA matches and checks the master by its inspected data and its installer Job, run on the
+//! appliance's own node, makes it a workload cluster while the worker recovers; the worker, installed, is added
+//! to the Ready cluster and joined; a `Software` is installed on both by its package installer Job
+//! (`metal3_provisioning_bpa.rs`). A reboot through the BareMetalHost brings the master back from its disk,
+//! the same, with its package and its workload node Ready; meanwhile deprovisioning cleans the worker's disk
+//! (checked on the VM's disk file) and makes it available again. Nothing leaves the namespace.
 
 #[path = "metal3_provisioning_bpa.rs"]
 mod bpa;
+#[path = "metal3_provisioning_disk.rs"]
+mod disk;
 #[path = "metal3_provisioning_firewall.rs"]
 mod firewall;
 #[path = "metal3_provisioning_nodes.rs"]
@@ -51,7 +56,7 @@ use nodes::{
     disk_head, domain_xml, has_partition_table, Bmc, Node, BMC, DISK_GIB, IMAGES, IMAGES_PORT,
     IPMI_PORT, MEMORY_MIB, REDFISH_PORT,
 };
-use ssh::{host_is_vouched_for_by_the_site_ssh_ca, ssh};
+use ssh::ssh;
 
 #[test]
 fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisioning_network() {
@@ -421,7 +426,11 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
             address,
         ]))
         .unwrap_or_else(|e| panic!("ssh-host-key for {}: {e}", n.name));
-        let user_data = format!("{host_key}ssh_authorized_keys: [\"{}\"]\n", public.trim());
+        let user_data = format!(
+            "{host_key}ssh_authorized_keys: [\"{}\"]\n{}",
+            public.trim(),
+            disk::write_files()
+        );
         let secret = serde_json::json!({
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": format!("user-data-{}", n.name), "namespace": "default"},
@@ -429,8 +438,16 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         });
         site.kubectl_apply(&secret.to_string());
     }
+    // The master's address is set by its network data, static: the one inspection found.
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "network-data-master", "namespace": "default"},
+        "stringData": {"networkData": disk::network_data(nodes[0].mac, &inspected[0]).to_string()},
+    });
+    site.kubectl_apply(&secret.to_string());
 
-    deadline.phase("provisioning: a wrong checksum fails naming it, the right one installs");
+    deadline
+        .phase("provisioning: the master installed, the worker's wrong checksum fails naming it");
     let url = format!("http://{IMAGES}:{IMAGES_PORT}/foothold-node.qcow2");
     let wrong = "0".repeat(64);
     std::fs::write(
@@ -440,115 +457,129 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     .unwrap();
     let image_spec = |checksum: &str| serde_json::json!({"url": url, "checksum": checksum, "checksumType": "sha256", "format": "qcow2"});
     let user_data = |n: &Node| serde_json::json!({"name": format!("user-data-{}", n.name), "namespace": "default"});
+    let (master, worker) = (&nodes[0], &nodes[1]);
     let started = Instant::now();
     patch_host(
         &site,
-        nodes[0].name,
-        serde_json::json!({"image": image_spec(&format!("{url}.sha256sum")), "userData": user_data(&nodes[0])}),
+        master.name,
+        serde_json::json!({
+            "image": image_spec(&format!("{url}.sha256sum")),
+            "userData": user_data(master),
+            "networkData": {"name": "network-data-master", "namespace": "default"},
+        }),
     );
     patch_host(
         &site,
-        nodes[1].name,
+        worker.name,
         serde_json::json!({
             "image": image_spec(&format!("http://{IMAGES}:{IMAGES_PORT}/wrong.sha256sum")),
-            "userData": user_data(&nodes[1]),
+            "userData": user_data(worker),
         }),
     );
     let failed = wait_for(
         "the host with the wrong checksum",
         Duration::from_secs(1200),
         || {
-            let h = site.host(nodes[1].name);
+            let h = site.host(worker.name);
             let done = h["status"]["operationalStatus"] == "error";
             (host_state(&h), done.then_some(h))
         },
     );
     let error = failed["status"]["errorMessage"]
         .as_str()
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .to_owned();
     assert!(
         error.contains(&wrong) || error.to_lowercase().contains("checksum"),
         "the error does not name the checksum: {}",
         host_state(&failed)
     );
     assert_eq!(failed["status"]["errorType"], "provisioning error");
+    // Put right, it recovers (BMO deprovisions it, then installs it) while the master goes on.
     patch_host(
         &site,
-        nodes[1].name,
+        worker.name,
         serde_json::json!({"image": image_spec(&format!("{url}.sha256sum"))}),
     );
     wait_for_hosts_past(
         &site,
-        &[
-            (nodes[0].name, "provisioned"),
-            (nodes[1].name, "provisioned"),
-        ],
-        Some(error),
+        &[(master.name, "provisioned")],
+        None,
         Duration::from_secs(1800),
     );
-    eprintln!(
-        "metal3_provisioning: both provisioned {} s after their images were set",
-        started.elapsed().as_secs()
-    );
-    let mut addresses = Vec::new();
-    for (i, n) in nodes.iter().enumerate() {
-        // The installed system: named by the config drive, ready.
-        let marker = foothold_e2e::wait_for_marker(&n.console, Duration::from_secs(900));
-        assert!(
-            marker.contains(&format!("host={} ", n.name)),
-            "{} is not named as its BareMetalHost (the config drive): {marker}",
-            n.name
-        );
-        eprintln!(
-            "metal3_provisioning: {} booted from disk and ready {} s after the images were set: {marker}",
-            n.name,
-            started.elapsed().as_secs()
-        );
-        // Its address is the appliance's DHCP's, the one inspection recorded (where the BPA reaches it), and
-        // the key of the config drive's user data logs in.
-        let address = lease(&root, n.mac);
-        assert_eq!(
-            address, inspected[i],
-            "{}: the installed OS's address is not the one in status.hardware",
-            n.name
-        );
-        let out = ssh(&ns, &key, &address, "hostname; findmnt -no SOURCE /");
-        assert!(out.starts_with(&format!("{}\n", n.name)), "{out}");
-        assert!(
-            out.contains("/dev/vda"),
-            "{}'s root is not on its disk: {out}",
-            n.name
-        );
-        // It shows the host certificate of its user data: OpenSSH trusting only the site SSH CA for the node's
-        // address logs in, and refuses it trusting another CA.
-        host_is_vouched_for_by_the_site_ssh_ca(&ns, &site, &key, &address, &dir);
-        addresses.push(address);
-    }
+    let site_of = (&ns, &site, dir.as_path());
+    let master_address =
+        disk::booted_from_disk(site_of, &key, master, &inspected[0], (true, started));
 
     deadline.phase("the firewall, from a node on the provisioning network");
     let _beyond = firewall::another_network(&ns);
-    let node = |command: &str| ssh(&ns, &key, &addresses[0], command);
-    firewall::the_provisioning_network_reaches_only_what_it_needs(&site, &ns, &node);
+    let on_master = |command: &str| ssh(&ns, &key, &master_address, command);
+    firewall::the_provisioning_network_reaches_only_what_it_needs(&site, &ns, &on_master);
 
-    deadline.phase("the BPA matches both hosts by what inspection found");
-    let job = bpa::matches_the_inspected_hosts(&site, &nodes, &addresses);
-
-    deadline.phase("the BPA's installer Job makes them a workload cluster");
-    let conf = bpa::installs_the_cluster(&site, &job, &key, &addresses);
-    let on_master = |command: &str| {
+    deadline.phase("the BPA's cluster of the master alone, matched by what inspection found");
+    let job = bpa::matches_the_inspected_master(&site, master, &master_address);
+    let conf = bpa::installs_the_cluster(
+        &site,
+        &job,
+        &key,
+        &master_address,
+        (&["master-0"], &["master-0 kubeadm init: initialised"]),
+    );
+    let try_on_master = |command: &str| {
         try_run(
             ns.command("ssh")
-                .args(foothold_e2e::ssh_args(&addresses[0], 22, &key, command)),
+                .args(foothold_e2e::ssh_args(&master_address, 22, &key, command)),
         )
     };
-    let workload = bpa::workload_nodes(&on_master, &conf)
+    let workload = bpa::workload_nodes(&try_on_master, &conf)
+        .unwrap_or_else(|e| panic!("the workload cluster once Ready: {e}"));
+    assert_eq!(workload, "master-0=True");
+
+    deadline.phase("the worker recovered from its wrong checksum, installed");
+    wait_for_hosts_past(
+        &site,
+        &[(worker.name, "provisioned")],
+        Some(&error),
+        Duration::from_secs(1800),
+    );
+    let addresses = [
+        master_address.clone(),
+        disk::booted_from_disk(site_of, &key, worker, &inspected[1], (false, started)),
+    ];
+
+    deadline.phase("the worker added to the Ready cluster: prepared and joined");
+    let job = bpa::adds_the_worker(&site, &nodes, &addresses);
+    let conf = bpa::installs_the_cluster(
+        &site,
+        &job,
+        &key,
+        &addresses[0],
+        (
+            &["worker-0"],
+            &[
+                "master-0 kubeadm init: already initialised",
+                "worker-0 kubeadm join: joined",
+            ],
+        ),
+    );
+    let workload = bpa::workload_nodes(&try_on_master, &conf)
         .unwrap_or_else(|e| panic!("the workload cluster once Ready: {e}"));
     assert_eq!(workload, "master-0=True worker-0=True");
+
+    deadline.phase("a Software on the workload cluster, by the BPA's package installer Job");
+    bpa::installs_software(
+        &site,
+        &ns,
+        &dir,
+        [&on_master, &|command: &str| {
+            ssh(&ns, &key, &addresses[1], command)
+        }],
+    );
 
     // The Provisioning goes (its finalizer removes the Job it made); the cluster stays on the hosts.
     bpa::deleted(&site, &job);
 
-    let (node, worker) = (&nodes[0], &nodes[1]);
+    let node = master;
     deadline
         .phase("the master rebooted through its BareMetalHost while the worker is deprovisioned");
     // The worker's image removed: BMO deprovisions it, cleaning its disk's metadata, while the master reboots.
@@ -592,7 +623,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         "the workload cluster's master after its reboot",
         Duration::from_secs(600),
         || {
-            let now = bpa::workload_nodes(&on_master, &conf);
+            let now = bpa::workload_nodes(&try_on_master, &conf);
             let done = now
                 .as_deref()
                 .is_ok_and(|n| n.split(' ').any(|s| s == "master-0=True"));
@@ -602,6 +633,12 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     eprintln!(
         "metal3_provisioning: the workload cluster's master Ready again {} s after the reboot",
         started.elapsed().as_secs()
+    );
+    disk::the_same_after_a_reboot(
+        &on_master,
+        node.name,
+        (node.mac, &addresses[0]),
+        host["metadata"]["uid"].as_str().unwrap_or_default(),
     );
     wait_for_hosts(
         &site,

@@ -1,23 +1,31 @@
 //! The BPA on the hosts `metal3_provisioning.rs` had inspected and installed: it matches and checks them by
-//! what inspection found (`status.hardware`), with no annotation written by anyone.
+//! what inspection found (`status.hardware`), with no annotation written by anyone, makes a cluster of the
+//! master, adds the worker to it once that is installed too, and installs a `Software` on both.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
-use foothold_e2e::native_site::{wait_for, Site};
+use foothold_e2e::native_site::{wait_for, Site, APPLIANCE};
+use foothold_e2e::netns::Namespace;
+use foothold_e2e::{build_deb, upload_record_with};
 
 use super::nodes::Node;
-/// The Provisioning `c1` of the BPA (the agent's reconciler on this appliance): the first node its master, the
-/// second its worker, by their MACs, with hardware requirements the BPA checks against `status.hardware`.
-fn provisioning(nodes: &[Node], worker_cpus: u64) -> String {
+/// The Provisioning `c1` of the BPA (the agent's reconciler on this appliance): the first node its master, asked
+/// for `master_cpus`, and the second, when `worker` is given, its worker, by their MACs, with hardware
+/// requirements the BPA checks against `status.hardware`.
+fn provisioning(master: &Node, master_cpus: u64, worker: Option<&Node>) -> String {
+    let workers: Vec<serde_json::Value> = worker
+        .iter()
+        .map(|w| serde_json::json!({"worker-0": {"mac-address": w.mac, "cpu": w.vcpus}}))
+        .collect();
     serde_json::json!({
         "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Provisioning",
         "metadata": {"name": "c1", "namespace": "default", "labels": {"cluster": "c1", "owner": "foothold"}},
         "spec": {
-            "masters": [{"master-0": {"mac-address": nodes[0].mac, "cpu": nodes[0].vcpus, "memory": "2Gi"}}],
-            "workers": [{"worker-0": {"mac-address": nodes[1].mac, "cpu": worker_cpus}}],
+            "masters": [{"master-0": {"mac-address": master.mac, "cpu": master_cpus, "memory": "2Gi"}}],
+            "workers": workers,
         },
     })
     .to_string()
@@ -35,76 +43,48 @@ fn field(site: &Site, path: &str) -> String {
     .unwrap_or_default()
 }
 
-/// The BPA on what inspection found, no annotation written: a worker that asks for more CPUs than its host's
-/// inspection counted is refused, naming the host and both counts; asking for what it has, both hosts are
-/// matched with the addresses inspection recorded (the ones the installed nodes answer SSH at, `addresses`),
-/// its inventory lists them, and the installer Job is made; its name is returned.
-pub(super) fn matches_the_inspected_hosts(
-    site: &Site,
-    nodes: &[Node],
-    addresses: &[String],
-) -> String {
-    let field = |path: &str| field(site, path);
-    let matched = "{.status.conditions[?(@.type==\"HostsMatched\")]";
-    let state = |generation: &str| {
-        let now = format!(
-            "generation {} observed {}, HostsMatched {} {}: {}; phase {}",
-            field("{.metadata.generation}"),
-            field("{.status.observedGeneration}"),
-            field(&format!("{matched}.status}}")),
-            field(&format!("{matched}.reason}}")),
-            field(&format!("{matched}.message}}")),
-            field("{.status.phase}")
-        );
-        let settled = field("{.status.observedGeneration}") == generation
-            && !field(&format!("{matched}.reason}}")).is_empty();
-        (now.clone(), settled.then_some(now))
-    };
-    let started = Instant::now();
-    site.kubectl_apply(&provisioning(nodes, nodes[1].vcpus + 1));
-    wait_for(
-        "the BPA's answer to generation 1",
-        Duration::from_secs(120),
-        || state("1"),
-    );
-    let message = field(&format!("{matched}.message}}"));
-    let unfit = format!(
-        "worker-0: BareMetalHost {} is unfit: {} CPUs, {} required",
-        nodes[1].name,
-        nodes[1].vcpus,
-        nodes[1].vcpus + 1
-    );
-    assert_eq!(
-        field(&format!("{matched}.reason}}")),
-        "UnfitHost",
-        "{message}"
-    );
-    assert!(message.contains(&unfit), "{message}");
-    assert_eq!(field("{.status.phase}"), "Pending");
+const MATCHED: &str = "{.status.conditions[?(@.type==\"HostsMatched\")]";
 
-    site.kubectl_apply(&provisioning(nodes, nodes[1].vcpus));
+/// Applies `yaml` as generation `generation` of `c1` and waits for the BPA's answer to it (HostsMatched set).
+fn answer(site: &Site, yaml: &str, generation: u32) {
+    let field = |path: &str| field(site, path);
+    site.kubectl_apply(yaml);
     wait_for(
-        "the BPA's answer to generation 2",
+        &format!("the BPA's answer to generation {generation}"),
         Duration::from_secs(120),
-        || state("2"),
+        || {
+            let now = format!(
+                "generation {} observed {}, HostsMatched {} {}: {}; phase {}",
+                field("{.metadata.generation}"),
+                field("{.status.observedGeneration}"),
+                field(&format!("{MATCHED}.status}}")),
+                field(&format!("{MATCHED}.reason}}")),
+                field(&format!("{MATCHED}.message}}")),
+                field("{.status.phase}")
+            );
+            let settled = field("{.status.observedGeneration}") == generation.to_string()
+                && !field(&format!("{MATCHED}.reason}}")).is_empty();
+            (now.clone(), settled.then_some(now))
+        },
     );
+}
+
+/// The hosts of `c1` matched, `Installing`, with the addresses inspection recorded for `hosts` (label, node,
+/// address: the ones the installed nodes answer SSH at) in its status and its inventory; returns the name of
+/// the installer Job it made.
+fn matched(site: &Site, hosts: &[(&str, &Node, &str)]) -> String {
     let status: serde_json::Value = serde_json::from_str(
         &site
             .kubectl(&["get", "provisioning", "c1", "-o", "jsonpath={.status}"])
             .unwrap(),
     )
     .unwrap();
-    assert_eq!(field(&format!("{matched}.status}}")), "True", "{status:#}");
+    assert_eq!(
+        field(site, &format!("{MATCHED}.status}}")),
+        "True",
+        "{status:#}"
+    );
     assert_eq!(status["phase"], "Installing", "{status:#}");
-    for (n, address) in nodes.iter().zip(addresses) {
-        let host = status["hosts"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|h| h["bareMetalHost"] == n.name)
-            .unwrap_or_else(|| panic!("{} not among the matched hosts: {status:#}", n.name));
-        assert_eq!(host["ip"], address.as_str(), "{}: {host}", n.name);
-    }
     let inventory = site
         .kubectl(&[
             "get",
@@ -114,7 +94,14 @@ pub(super) fn matches_the_inspected_hosts(
             "jsonpath={.data.hosts\\.ini}",
         ])
         .unwrap();
-    for (label, address) in ["master-0", "worker-0"].iter().zip(addresses) {
+    for (label, n, address) in hosts {
+        let host = status["hosts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|h| h["bareMetalHost"] == n.name)
+            .unwrap_or_else(|| panic!("{} not among the matched hosts: {status:#}", n.name));
+        assert_eq!(host["ip"], *address, "{}: {host}", n.name);
         let line = format!("{label} ansible_host={address} ip={address}");
         assert!(
             inventory.lines().any(|l| l == line),
@@ -124,11 +111,55 @@ pub(super) fn matches_the_inspected_hosts(
     let job = status["jobName"].as_str().unwrap();
     site.kubectl(&["get", "job", job, "-o", "name"])
         .unwrap_or_else(|e| panic!("the installer Job {job}: {e}"));
+    job.to_owned()
+}
+
+/// The BPA on what inspection found, no annotation written, for a cluster of the master alone (the worker is
+/// still being installed): a master that asks for more CPUs than its host's inspection counted is refused,
+/// naming the host and both counts; asking for what it has, it is matched with the address inspection
+/// recorded, its inventory lists it, and the installer Job is made; its name is returned.
+pub(super) fn matches_the_inspected_master(site: &Site, master: &Node, address: &str) -> String {
+    let started = Instant::now();
+    answer(site, &provisioning(master, master.vcpus + 1, None), 1);
+    let message = field(site, &format!("{MATCHED}.message}}"));
+    let unfit = format!(
+        "master-0: BareMetalHost {} is unfit: {} CPUs, {} required",
+        master.name,
+        master.vcpus,
+        master.vcpus + 1
+    );
+    assert_eq!(
+        field(site, &format!("{MATCHED}.reason}}")),
+        "UnfitHost",
+        "{message}"
+    );
+    assert!(message.contains(&unfit), "{message}");
+    assert_eq!(field(site, "{.status.phase}"), "Pending");
+
+    answer(site, &provisioning(master, master.vcpus, None), 2);
+    let job = matched(site, &[("master-0", master, address)]);
     eprintln!(
-        "metal3_provisioning: the BPA refused the unfit worker and matched both hosts in {} s",
+        "metal3_provisioning: the BPA refused the unfit master and matched it in {} s",
         started.elapsed().as_secs()
     );
-    job.to_owned()
+    job
+}
+
+/// The worker added to the `Ready` cluster `c1` (a new generation): both hosts matched by their inspected data,
+/// and a new installer Job made; its name is returned.
+pub(super) fn adds_the_worker(site: &Site, nodes: &[Node], addresses: &[String]) -> String {
+    answer(
+        site,
+        &provisioning(&nodes[0], nodes[0].vcpus, Some(&nodes[1])),
+        3,
+    );
+    matched(
+        site,
+        &[
+            ("master-0", &nodes[0], &addresses[0]),
+            ("worker-0", &nodes[1], &addresses[1]),
+        ],
+    )
 }
 
 /// The installer Job's limit: both disk-installed hosts prepared, kubeadm init and join, the pod network, under
@@ -138,14 +169,15 @@ const INSTALL_LIMIT: Duration = Duration::from_secs(1500);
 /// The installer Job `job` the BPA made runs on the appliance's own node (its kubelet and containerd, the
 /// installer image from its agent's registry), with the installer's SSH key from the Secret ICN's BPA names
 /// (`key`, the one the hosts' user data authorises), holding them to the site SSH CA whose host certificates
-/// their user data gave them: the Provisioning goes `Ready`, the installer's log says
-/// each host was prepared and the cluster initialised and joined, and the kubeconfig Secret it wrote names the
-/// master's inspected address. Returns that kubeconfig.
+/// their user data gave them: the Provisioning goes `Ready`, and the installer's log has each of `steps` (e.g.
+/// `master-0 kubeadm init: initialised`), each host of `prepared` prepared, and the kubeconfig Secret written,
+/// which names the master's inspected address `master`. Returns that kubeconfig.
 pub(super) fn installs_the_cluster(
     site: &Site,
     job: &str,
     key: &Path,
-    addresses: &[String],
+    master: &str,
+    (prepared, steps): (&[&str], &[&str]),
 ) -> String {
     let secret = serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
@@ -181,10 +213,10 @@ pub(super) fn installs_the_cluster(
     let logs = logs();
     assert_eq!(phase, "Ready", "{}\n{logs}", field("{.status.conditions}"));
     eprintln!(
-        "metal3_provisioning: the BPA's cluster on both disk-installed hosts Ready in {} s",
+        "metal3_provisioning: the BPA's Job {job} Ready in {} s",
         started.elapsed().as_secs()
     );
-    for host in ["master-0", "worker-0"] {
+    for host in prepared {
         let prepared = format!("{host} prepare: prepared for Kubernetes v1.35.4");
         assert!(logs.contains(&prepared), "{prepared:?} in {logs}");
     }
@@ -206,12 +238,13 @@ pub(super) fn installs_the_cluster(
             && !logs.contains("no SSH_HOST_CA"),
         "{logs}"
     );
-    for line in [
-        "master-0 kubeadm init: initialised\n",
-        "worker-0 kubeadm join: joined\n",
-        "kubeconfig written to Secret default/c1-kubeconfig\n",
-    ] {
-        assert!(logs.contains(line), "{line:?} in {logs}");
+    for line in steps
+        .iter()
+        .copied()
+        .chain(["kubeconfig written to Secret default/c1-kubeconfig"])
+    {
+        let line = format!("{line}\n");
+        assert!(logs.contains(&line), "{line:?} in {logs}");
     }
     let conf = site
         .kubectl(&[
@@ -229,7 +262,7 @@ pub(super) fn installs_the_cluster(
     )
     .expect("the kubeconfig is text");
     assert!(
-        conf.contains(&format!("server: https://{}:6443", addresses[0])),
+        conf.contains(&format!("server: https://{master}:6443")),
         "{conf}"
     );
     conf
@@ -247,6 +280,88 @@ pub(super) fn workload_nodes(
          -o jsonpath='{{range .items[*]}}{{.metadata.name}}={{.status.conditions[?(@.type==\"Ready\")].status}} {{end}}'"
     ))
     .map(|s| s.trim().to_owned())
+}
+
+/// A `Software` on the cluster `c1`: a Debian package for the master and a binary for both, uploaded to the
+/// appliance's agent on the provisioning network (the test's curl in the namespace `ns`, with the appliance's
+/// token, verified with the site CA); the BPA's package installer Job, run on the appliance's own node, takes
+/// it `Installed` through the Provisioning's inventory. Checked on the hosts over SSH (`on`: the master's and
+/// the worker's commands): the package on the master only, the binary on both.
+pub(super) fn installs_software(
+    site: &Site,
+    ns: &Namespace,
+    dir: &Path,
+    on: [&dyn Fn(&str) -> String; 2],
+) {
+    let base = format!("https://{APPLIANCE}:5000");
+    let ca = site.root.join("etc/foothold/tls/ca.pem");
+    let token = std::fs::read_to_string(site.root.join("etc/foothold/token")).unwrap();
+    let deb = build_deb(dir, "hello-foothold", "1.0");
+    let tool = dir.join("hello-tool");
+    std::fs::write(&tool, "#!/bin/sh\necho hello-tool 1\n").unwrap();
+    for (file, name) in [(&deb, "hello-foothold"), (&tool, "hello-tool")] {
+        upload_record_with(
+            &|| ns.command("curl"),
+            &base,
+            &ca,
+            token.trim(),
+            (("foothold", "c1"), "binary_images"),
+            file,
+            name,
+        );
+    }
+    let started = Instant::now();
+    site.kubectl_apply(
+        &serde_json::json!({
+            "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Software",
+            "metadata": {"name": "tools", "namespace": "default", "labels": {"cluster": "c1"}},
+            "spec": {"masterSoftware": ["hello-foothold", "hello-tool"], "workerSoftware": ["hello-tool"]},
+        })
+        .to_string(),
+    );
+    let software = |path: &str| {
+        site.kubectl(&[
+            "get",
+            "software",
+            "tools",
+            "-o",
+            &format!("jsonpath={path}"),
+        ])
+        .unwrap_or_default()
+    };
+    let phase = wait_for("the Software", Duration::from_secs(900), || {
+        let phase = software("{.status.phase}");
+        let done = ["Installed", "Failed"].contains(&phase.as_str());
+        let now = format!("{phase}: {}", software("{.status.conditions[*].message}"));
+        (now, done.then_some(phase))
+    });
+    assert_eq!(
+        phase,
+        "Installed",
+        "{}\n{}",
+        software("{.status}"),
+        site.kubectl(&[
+            "logs",
+            &format!("job/{}", software("{.status.jobName}")),
+            "--tail=100"
+        ])
+        .unwrap_or_else(|e| e)
+    );
+    eprintln!(
+        "metal3_provisioning: the Software installed in {} s",
+        started.elapsed().as_secs()
+    );
+    let [master, worker] = on;
+    assert_eq!(
+        master("dpkg-query -W -f '${Status} ${Version}' hello-foothold; echo; hello-tool"),
+        "install ok installed 1.0\nhello-tool 1\n"
+    );
+    let worker = worker("hello-tool; dpkg-query -W hello-foothold 2>&1 || true");
+    assert!(worker.starts_with("hello-tool 1\n"), "{worker}");
+    assert!(
+        worker.contains("no packages found matching hello-foothold"),
+        "{worker}"
+    );
 }
 
 /// Deletes the Provisioning: its finalizer removes what it made, the installer Job `job` among it.

@@ -408,10 +408,10 @@ fn ssh(port: u16, key: &Path, command: &str) -> String {
 /// mirror and reads the agent's apt index (its ready marker), a Software is installed on it over SSH, and after a
 /// reboot it comes back from its disk with the same name, address and installed package.
 #[test]
+#[ignore = "not in CI for its time: metal3_provisioning.rs installs the same disk image through Ironic, with a \
+            config drive Metal3 makes (network data, user data), and checks the same on its nodes, a Software and \
+            a reboot among it; run it with `cargo test -p foothold-e2e --test node_image -- --ignored`"]
 fn the_node_disk_image_boots_from_disk_and_takes_its_identity_from_the_config_drive() {
-    if !foothold_e2e::deadline::budget_allows("node_disk", Duration::from_secs(1200)) {
-        return;
-    }
     let deadline = foothold_e2e::Deadline::start("node_disk", Duration::from_secs(2400));
     deadline.phase("build the binaries");
     build_binaries();

@@ -1,0 +1,164 @@
+//! What Metal3's config drive sets on the disk-installed nodes of `metal3_provisioning.rs`, and what a reboot
+//! keeps: checked over SSH on the node (`node` runs a command there and returns its output).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use foothold_e2e::native_site::{lease, Site};
+use foothold_e2e::netns::Namespace;
+use serde_json::{json, Value};
+
+use super::nodes::Node;
+use super::ssh::{host_is_vouched_for_by_the_site_ssh_ca, ssh};
+
+/// The file the nodes' user data writes, and what it holds.
+pub(super) const USER_DATA_FILE: &str = "/etc/foothold-test/user-data";
+const USER_DATA_CONTENT: &str = "from the user data";
+
+/// The cloud-config lines that write [`USER_DATA_FILE`] (appended to a node's user data).
+pub(super) fn write_files() -> String {
+    format!("write_files:\n  - {{path: {USER_DATA_FILE}, content: \"{USER_DATA_CONTENT}\\n\"}}\n")
+}
+
+/// A BareMetalHost's network data (OpenStack's `network_data.json`, as BMO hands it to Ironic's config drive):
+/// `address`/24, static, on the NIC with `mac`. No route and no DNS server, as the appliance's DHCP gives none.
+pub(super) fn network_data(mac: &str, address: &str) -> Value {
+    json!({
+        "links": [{"id": "provisioning", "type": "phy", "ethernet_mac_address": mac, "mtu": 1500}],
+        "networks": [{"id": "provisioning-ipv4", "type": "ipv4", "link": "provisioning",
+            "ip_address": address, "netmask": "255.255.255.0", "network_id": "provisioning"}],
+        "services": [],
+    })
+}
+
+/// The provisioned node `n` booted its installed system: named by the config drive, ready; at the address the
+/// appliance's DHCP gave it, the one inspection recorded (`inspected`: where the BPA reaches it); logged in to
+/// with the key of its user data (`key`), showing the host certificate of its user data; with what the rest of
+/// the config drive set (`static_address`: from its network data). Returns its address.
+pub(super) fn booted_from_disk(
+    (ns, site, dir): (&Namespace, &Site, &Path),
+    key: &Path,
+    n: &Node,
+    inspected: &str,
+    (static_address, started): (bool, Instant),
+) -> String {
+    let marker = foothold_e2e::wait_for_marker(&n.console, Duration::from_secs(900));
+    assert!(
+        marker.contains(&format!("host={} ", n.name)),
+        "{} is not named as its BareMetalHost (the config drive): {marker}",
+        n.name
+    );
+    eprintln!(
+        "metal3_provisioning: {} booted from disk and ready {} s after its image was set: {marker}",
+        n.name,
+        started.elapsed().as_secs()
+    );
+    let address = lease(&site.root, n.mac);
+    assert_eq!(
+        address, inspected,
+        "{}: the installed OS's address is not the one in status.hardware",
+        n.name
+    );
+    let out = ssh(ns, key, &address, "hostname; findmnt -no SOURCE /");
+    assert!(out.starts_with(&format!("{}\n", n.name)), "{out}");
+    assert!(
+        out.contains("/dev/vda"),
+        "{}'s root is not on its disk: {out}",
+        n.name
+    );
+    // OpenSSH trusting only the site SSH CA for the node's address logs in, and refuses it trusting another CA.
+    host_is_vouched_for_by_the_site_ssh_ca(ns, site, key, &address, dir);
+    set_by_the_config_drive(
+        &|command: &str| ssh(ns, key, &address, command),
+        n.name,
+        (n.mac, &address),
+        static_address,
+    );
+    address
+}
+
+/// The node's IPv4 addresses on the NIC with `mac` (`ip -o` lines).
+fn addresses_on(node: &dyn Fn(&str) -> String, mac: &str) -> String {
+    node(&format!(
+        "ip -4 -o addr show dev \"$(ip -o link | awk -F': ' 'tolower($0) ~ /{mac}/ {{print $2}}')\""
+    ))
+}
+
+/// What the config drive Ironic wrote set on the node `name` at its first boot: its name resolves without DNS
+/// (sudo looks it up on every call), the user data's file, cloud-init done from the config drive without
+/// errors, the address at `address` on the NIC `mac` static (the network data's) or a DHCP lease, the root on
+/// the disk and the data partition grown up to the config drive's partition.
+fn set_by_the_config_drive(
+    node: &dyn Fn(&str) -> String,
+    name: &str,
+    (mac, address): (&str, &str),
+    static_address: bool,
+) {
+    let hosts = node(&format!("getent hosts {name}"));
+    assert_eq!(
+        hosts.split_whitespace().next(),
+        Some("127.0.1.1"),
+        "{name}: {hosts}"
+    );
+    assert_eq!(
+        node(&format!("cat {USER_DATA_FILE}")),
+        format!("{USER_DATA_CONTENT}\n"),
+        "{name}: the user data's file"
+    );
+    // As root: `--wait` asks systemd, which only root reaches without D-Bus (none in the image).
+    let status: Value =
+        serde_json::from_str(&node("sudo cloud-init status --wait --format json || true"))
+            .unwrap_or_else(|e| panic!("{name}: cloud-init status: {e}"));
+    assert_eq!(status["status"], "done", "{name}: {status}");
+    assert!(
+        status["datasource"]
+            .as_str()
+            .is_some_and(|d| d.eq_ignore_ascii_case("configdrive")),
+        "{name}: {status}"
+    );
+    assert_eq!(status["errors"], json!([]), "{name}: {status}");
+    let addr = addresses_on(node, mac);
+    assert!(
+        addr.contains(&format!(" inet {address}/24 ")),
+        "{name}: {addr}"
+    );
+    // A DHCP lease is `dynamic`; the network data's address is not.
+    assert_eq!(addr.contains("dynamic"), !static_address, "{name}: {addr}");
+    let blocks = node("lsblk -bnro NAME,SIZE,LABEL /dev/vda");
+    let labelled = |label: &str| {
+        blocks
+            .lines()
+            .find(|l| l.split(' ').nth(2) == Some(label))
+            .and_then(|l| l.split(' ').nth(1)?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{name}: no {label} on vda: {blocks}"))
+    };
+    assert!(labelled("config-2") > 0, "{name}: {blocks}");
+    // The image's data partition is 16 MiB (the whole image 2 GiB); grown, it fills the disk up to the config
+    // drive.
+    assert!(labelled("foothold-data") > 4 << 30, "{name}: {blocks}");
+}
+
+/// After a reboot the node `name` is the same machine, from its disk: its name, its static address, the
+/// package and the binary its Software installed, cloud-init's instance (the BareMetalHost's UID `uid`, so
+/// cloud-init did not take it for a new machine), containerd's store on the disk's root file system.
+pub(super) fn the_same_after_a_reboot(
+    node: &dyn Fn(&str) -> String,
+    name: &str,
+    (mac, address): (&str, &str),
+    uid: &str,
+) {
+    let after = node(
+        "hostname; dpkg-query -W -f '${Version}\\n' hello-foothold; hello-tool; cloud-init query instance-id; \
+         findmnt -no FSTYPE --target /var/lib/containerd",
+    );
+    assert_eq!(
+        after,
+        format!("{name}\n1.0\nhello-tool 1\n{uid}\next4\n"),
+        "{name} after its reboot"
+    );
+    let addr = addresses_on(node, mac);
+    assert!(
+        addr.contains(&format!(" inet {address}/24 ")) && !addr.contains("dynamic"),
+        "{name} after its reboot: {addr}"
+    );
+}
