@@ -516,14 +516,14 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     let on_master = |command: &str| ssh(&ns, &key, &master_address, command);
     firewall::the_provisioning_network_reaches_only_what_it_needs(&site, &ns, &on_master);
 
-    deadline.phase("the BPA's cluster of the master alone, matched by what inspection found");
-    let job = bpa::matches_the_inspected_master(&site, master, &master_address);
-    let conf = bpa::installs_the_cluster(
+    deadline.phase(
+        "the BPA's cluster of the master alone, matched by what inspection found, after two failures",
+    );
+    let conf = bpa::makes_a_cluster_of_the_master(
         &site,
-        &job,
-        &key,
-        &master_address,
-        (&["master-0"], &["master-0 kubeadm init: initialised"]),
+        (master, &master_address),
+        (&key, &dir),
+        &on_master,
     );
     let try_on_master = |command: &str| {
         try_run(
@@ -552,7 +552,6 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     let conf = bpa::installs_the_cluster(
         &site,
         &job,
-        &key,
         &addresses[0],
         (
             &["worker-0"],

@@ -14,8 +14,9 @@ use foothold_e2e::{build_deb, upload_record_with};
 use super::nodes::Node;
 /// The Provisioning `c1` of the BPA (the agent's reconciler on this appliance): the first node its master, asked
 /// for `master_cpus`, and the second, when `worker` is given, its worker, by their MACs, with hardware
-/// requirements the BPA checks against `status.hardware`.
-fn provisioning(master: &Node, master_cpus: u64, worker: Option<&Node>) -> String {
+/// requirements the BPA checks against `status.hardware`. The master's `memory` requirement (its host has 3 GiB)
+/// follows `generation`, only to make each a new generation.
+fn provisioning(master: &Node, master_cpus: u64, worker: Option<&Node>, generation: u32) -> String {
     let workers: Vec<serde_json::Value> = worker
         .iter()
         .map(|w| serde_json::json!({"worker-0": {"mac-address": w.mac, "cpu": w.vcpus}}))
@@ -24,7 +25,8 @@ fn provisioning(master: &Node, master_cpus: u64, worker: Option<&Node>) -> Strin
         "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Provisioning",
         "metadata": {"name": "c1", "namespace": "default", "labels": {"cluster": "c1", "owner": "foothold"}},
         "spec": {
-            "masters": [{"master-0": {"mac-address": master.mac, "cpu": master_cpus, "memory": "2Gi"}}],
+            "masters": [{"master-0": {"mac-address": master.mac, "cpu": master_cpus,
+                "memory": format!("{}Mi", 2000 + generation)}}],
             "workers": workers,
         },
     })
@@ -114,13 +116,33 @@ fn matched(site: &Site, hosts: &[(&str, &Node, &str)]) -> String {
     job.to_owned()
 }
 
+/// The installer's SSH key, in the Secret ICN's BPA names.
+pub(super) fn ssh_key(site: &Site, key: &Path) {
+    let secret = serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "ssh-key-secret", "namespace": "default"},
+        "stringData": {"id_rsa": std::fs::read_to_string(key).unwrap()},
+    });
+    site.kubectl_apply(&secret.to_string());
+}
+
 /// The BPA on what inspection found, no annotation written, for a cluster of the master alone (the worker is
 /// still being installed): a master that asks for more CPUs than its host's inspection counted is refused,
 /// naming the host and both counts; asking for what it has, it is matched with the address inspection
-/// recorded, its inventory lists it, and the installer Job is made; its name is returned.
-pub(super) fn matches_the_inspected_master(site: &Site, master: &Node, address: &str) -> String {
+/// recorded (`address`) and its inventory lists it. Its installer Job then fails twice, each time `Failed`
+/// with the installer's message naming the host and the cause, after one pod (an installer that says another
+/// run cannot help fails its Job at once): with an SSH key the host does not know, and with the master's port
+/// 6443 taken (`on_master` runs a command there), where `kubeadm init`'s preflight fails after the host was
+/// prepared. The causes removed (`key`: the one the host's user data authorises), a new generation goes
+/// `Ready` over the prepared host ([`installs_the_cluster`]); its kubeconfig is returned.
+pub(super) fn makes_a_cluster_of_the_master(
+    site: &Site,
+    (master, address): (&Node, &str),
+    (key, dir): (&Path, &Path),
+    on_master: &dyn Fn(&str) -> String,
+) -> String {
     let started = Instant::now();
-    answer(site, &provisioning(master, master.vcpus + 1, None), 1);
+    answer(site, &provisioning(master, master.vcpus + 1, None, 1), 1);
     let message = field(site, &format!("{MATCHED}.message}}"));
     let unfit = format!(
         "master-0: BareMetalHost {} is unfit: {} CPUs, {} required",
@@ -135,14 +157,66 @@ pub(super) fn matches_the_inspected_master(site: &Site, master: &Node, address: 
     );
     assert!(message.contains(&unfit), "{message}");
     assert_eq!(field(site, "{.status.phase}"), "Pending");
-
-    answer(site, &provisioning(master, master.vcpus, None), 2);
-    let job = matched(site, &[("master-0", master, address)]);
     eprintln!(
-        "metal3_provisioning: the BPA refused the unfit master and matched it in {} s",
+        "metal3_provisioning: the BPA refused the unfit master in {} s",
         started.elapsed().as_secs()
     );
-    job
+
+    // A key the host does not know: refused before any step.
+    let stranger = dir.join("stranger");
+    foothold_e2e::run(
+        std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&stranger),
+    );
+    ssh_key(site, &stranger);
+    let hosts = [("master-0", master, address)];
+    let at = |generation: u32| {
+        let yaml = provisioning(master, master.vcpus, None, generation);
+        answer(site, &yaml, generation);
+        matched(site, &hosts)
+    };
+    fails(
+        site,
+        &at(2),
+        &[
+            &format!("master-0 ({address}): connect:"),
+            "was refused for user foothold",
+        ],
+    );
+
+    // The key put right, and the master's API server port taken: the host is prepared, then kubeadm init's
+    // preflight check fails.
+    ssh_key(site, key);
+    on_master(
+        "sudo systemd-run --quiet --unit=test-hold-6443 perl -MIO::Socket::INET -e \
+         'my $s = IO::Socket::INET->new(LocalPort => 6443, Listen => 5, ReuseAddr => 1) or die $!; sleep 7200'; \
+         for i in $(seq 100); do ss -Hltn 'sport = :6443' | grep -q . && exit 0; sleep 0.1; done; \
+         echo 'nothing listens on 6443' >&2; exit 1",
+    );
+    fails(
+        site,
+        &at(3),
+        &[
+            &format!("master-0 ({address}): kubeadm init: exit status "),
+            "Port 6443 is in use",
+        ],
+    );
+
+    // The port freed: the cluster, over the host the last run prepared.
+    on_master("sudo systemctl stop test-hold-6443");
+    installs_the_cluster(
+        site,
+        &at(4),
+        address,
+        (
+            &[],
+            &[
+                "master-0 prepare: prepared for Kubernetes v1.35.4 (unchanged)",
+                "master-0 kubeadm init: initialised",
+            ],
+        ),
+    )
 }
 
 /// The worker added to the `Ready` cluster `c1` (a new generation): both hosts matched by their inspected data,
@@ -150,8 +224,8 @@ pub(super) fn matches_the_inspected_master(site: &Site, master: &Node, address: 
 pub(super) fn adds_the_worker(site: &Site, nodes: &[Node], addresses: &[String]) -> String {
     answer(
         site,
-        &provisioning(&nodes[0], nodes[0].vcpus, Some(&nodes[1])),
-        3,
+        &provisioning(&nodes[0], nodes[0].vcpus, Some(&nodes[1]), 5),
+        5,
     );
     matched(
         site,
@@ -160,6 +234,56 @@ pub(super) fn adds_the_worker(site: &Site, nodes: &[Node], addresses: &[String])
             ("worker-0", &nodes[1], &addresses[1]),
         ],
     )
+}
+
+/// The installer Job `job` runs to its end: the Provisioning's phase (`Ready` or `Failed`) and the Job's log.
+fn outcome(site: &Site, job: &str) -> (String, String) {
+    let started = Instant::now();
+    let logs = || {
+        site.kubectl(&["logs", &format!("job/{job}"), "--tail=200"])
+            .unwrap_or_else(|e| e)
+    };
+    let phase = wait_for(&format!("the installer Job {job}"), INSTALL_LIMIT, || {
+        let phase = field(site, "{.status.phase}");
+        let pods = pods(site, job);
+        let last = logs().lines().last().unwrap_or_default().to_owned();
+        let done = ["Ready", "Failed"].contains(&phase.as_str());
+        (
+            format!("{phase}; pods {pods}; {last}"),
+            done.then_some(phase),
+        )
+    });
+    eprintln!(
+        "metal3_provisioning: the BPA's Job {job} {phase} in {} s",
+        started.elapsed().as_secs()
+    );
+    (phase, logs())
+}
+
+/// The pods of the Job `job`: `name phase; ` each.
+fn pods(site: &Site, job: &str) -> String {
+    site.kubectl(&[
+        "get",
+        "pods",
+        "-l",
+        &format!("job-name={job}"),
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.status.phase}; {end}",
+    ])
+    .unwrap_or_else(|e| e)
+}
+
+/// The installer Job `job` fails: the Provisioning `Failed`, its Failed condition naming each of `wants` and
+/// the pod failure policy, after one pod (the installer said another run cannot help).
+fn fails(site: &Site, job: &str, wants: &[&str]) {
+    let (phase, logs) = outcome(site, job);
+    let message = field(site, "{.status.conditions[?(@.type==\"Failed\")].message}");
+    assert_eq!(phase, "Failed", "{message}\n{logs}");
+    for want in wants.iter().chain(&["(PodFailurePolicy: "]) {
+        assert!(message.contains(want), "{want:?} in {message}\n{logs}");
+    }
+    let pods = pods(site, job);
+    assert_eq!(pods.matches("; ").count(), 1, "{job}'s pods: {pods}");
 }
 
 /// The installer Job's limit: both disk-installed hosts prepared, kubeadm init and join, the pod network, under
@@ -175,46 +299,15 @@ const INSTALL_LIMIT: Duration = Duration::from_secs(1500);
 pub(super) fn installs_the_cluster(
     site: &Site,
     job: &str,
-    key: &Path,
     master: &str,
     (prepared, steps): (&[&str], &[&str]),
 ) -> String {
-    let secret = serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "ssh-key-secret", "namespace": "default"},
-        "stringData": {"id_rsa": std::fs::read_to_string(key).unwrap()},
-    });
-    site.kubectl_apply(&secret.to_string());
-    let started = Instant::now();
-    let field = |path: &str| field(site, path);
-    let logs = || {
-        site.kubectl(&["logs", &format!("job/{job}"), "--tail=200"])
-            .unwrap_or_else(|e| e)
-    };
-    let phase = wait_for("the installer Job", INSTALL_LIMIT, || {
-        let phase = field("{.status.phase}");
-        let pods = site
-            .kubectl(&[
-                "get",
-                "pods",
-                "-l",
-                &format!("job-name={job}"),
-                "-o",
-                "jsonpath={range .items[*]}{.metadata.name} {.status.phase}; {end}",
-            ])
-            .unwrap_or_else(|e| e);
-        let last = logs().lines().last().unwrap_or_default().to_owned();
-        let done = ["Ready", "Failed"].contains(&phase.as_str());
-        (
-            format!("{phase}; pods {pods}; {last}"),
-            done.then_some(phase),
-        )
-    });
-    let logs = logs();
-    assert_eq!(phase, "Ready", "{}\n{logs}", field("{.status.conditions}"));
-    eprintln!(
-        "metal3_provisioning: the BPA's Job {job} Ready in {} s",
-        started.elapsed().as_secs()
+    let (phase, logs) = outcome(site, job);
+    assert_eq!(
+        phase,
+        "Ready",
+        "{}\n{logs}",
+        field(site, "{.status.conditions}")
     );
     for host in prepared {
         let prepared = format!("{host} prepare: prepared for Kubernetes v1.35.4");
