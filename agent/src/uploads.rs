@@ -53,14 +53,44 @@ pub struct Upload {
     pub finished: bool,
 }
 
+/// A writer asking about uploads: its credential's name, and whether it is an admin's.
+#[derive(Clone, Copy, Debug)]
+pub struct Uploader<'a> {
+    pub name: &'a str,
+    pub admin: bool,
+}
+
+impl Uploader<'_> {
+    /// Whether this writer may see (append to, end, bind) an upload the credential `creator` made: its own,
+    /// every one for an admin, and one made before creators were recorded (None). To any other writer the
+    /// upload does not exist: an id is not a credential.
+    pub fn may_see(&self, creator: Option<&str>) -> bool {
+        self.admin || creator.is_none_or(|c| c == self.name)
+    }
+}
+
 pub struct Uploads<'a> {
     store: &'a Store,
     max_length: u64,
+    /// Who asks; None for the agent itself (the expiry sweep), which sees every upload.
+    by: Option<Uploader<'a>>,
 }
 
 impl<'a> Uploads<'a> {
     pub fn new(store: &'a Store, max_length: u64) -> Self {
-        Uploads { store, max_length }
+        Uploads {
+            store,
+            max_length,
+            by: None,
+        }
+    }
+
+    /// The uploads as `by` sees them: it makes uploads as its own, and only those it may see exist.
+    pub fn seen_by(self, by: Uploader<'a>) -> Self {
+        Uploads {
+            by: Some(by),
+            ..self
+        }
     }
 
     /// A new upload of `length` bytes with the client's raw `Upload-Metadata`; its id.
@@ -73,8 +103,11 @@ impl<'a> Uploads<'a> {
         }
         let id = self.store.start_upload(OWNER).await?;
         let i = id.clone();
+        let creator = self.by.map_or("-", |b| b.name).to_owned();
         self.store
-            .with_meta(move |m, _| Ok(m.create_tus(&i, length, metadata.as_deref(), now())?))
+            .with_meta(move |m, _| {
+                Ok(m.create_tus(&i, length, (metadata.as_deref(), &creator), now())?)
+            })
             .await?;
         if length == 0 {
             self.finish(&id).await?;
@@ -89,6 +122,7 @@ impl<'a> Uploads<'a> {
             .store
             .with_meta(move |m, _| Ok(m.tus(&i)?))
             .await?
+            .filter(|row| self.by.is_none_or(|by| by.may_see(row.creator.as_deref())))
             .ok_or_else(|| UploadError::Unknown(id.to_owned()))?;
         let offset = match row.digest {
             Some(_) => row.length,

@@ -12,8 +12,23 @@ use super::error::ApiError;
 pub use super::state::Access;
 pub use crate::auth::{Caller, Denied};
 
-/// The request may write: any writer (tus uploads).
-pub struct WriteAccess;
+/// The request may write: any writer (tus uploads), who it is.
+pub struct WriteAccess(pub Caller);
+
+impl WriteAccess {
+    /// The writer as tus uploads know it.
+    pub fn uploader(&self) -> crate::uploads::Uploader<'_> {
+        uploader(&self.0)
+    }
+}
+
+/// `caller` as tus uploads know it: it sees its own uploads, or all of them for an admin.
+pub fn uploader(caller: &Caller) -> crate::uploads::Uploader<'_> {
+    crate::uploads::Uploader {
+        name: caller.name(),
+        admin: caller.is_admin(),
+    }
+}
 
 /// The request may read (anyone, unless reads need a credential).
 pub struct ReadAccess;
@@ -41,7 +56,7 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let Ok(caller) = Caller::from_request_parts(parts, state).await;
         caller.may_upload()?;
-        Ok(WriteAccess)
+        Ok(WriteAccess(caller))
     }
 }
 

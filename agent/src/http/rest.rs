@@ -136,7 +136,7 @@ pub(super) async fn list(
         (status = 400, description = "Invalid name, type or metadata", body = ErrorBody),
         (status = 401, description = "A credential is required", body = ErrorBody),
         (status = 403, description = "The credential does not write this owner's records", body = ErrorBody),
-        (status = 404, description = "The tus upload to bind does not exist", body = ErrorBody),
+        (status = 404, description = "The tus upload to bind does not exist, or is another writer's", body = ErrorBody),
         (status = 409, description = "The record exists already, or the tus upload is unfinished", body = ErrorBody),
         (status = 413, description = "image_length is over the limit", body = ErrorBody),
         (status = 422, description = "The tus upload does not match, or the container archive is invalid", body = ErrorBody),
@@ -167,7 +167,11 @@ pub(super) async fn create(
         ));
     }
     let record = images(&store, limits)
-        .create(&owner, &cluster, &kind, new)
+        .create(
+            (&owner, &cluster, &kind),
+            new,
+            super::access::uploader(&caller),
+        )
         .await?;
     use crate::names::url_segment as seg;
     let location = format!(

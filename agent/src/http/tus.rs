@@ -1,8 +1,9 @@
 //! tus 1.0 resumable uploads at `/v1/uploads` (core, creation, termination, checksum with sha256), so stock
 //! resumable-upload clients work unmodified. Bytes go to a store upload session; when the last one arrives
 //! the content is hashed into a blob, which stays until the upload is deleted or bound to an image record
-//! (`"tus_upload": "<id>"` when creating the record, see `images`). A checksummed chunk that does not match
-//! is cut off again (460), so what the server acknowledges is always what the client meant.
+//! (`"tus_upload": "<id>"` when creating the record, see `images`). An upload is its maker's: to any other
+//! writer but an admin it does not exist (404). A checksummed chunk that does not match is cut off again (460),
+//! so what the server acknowledges is always what the client meant.
 
 use std::sync::Arc;
 
@@ -151,7 +152,7 @@ pub(super) async fn options(State(limits): State<Limits>) -> Response {
     ),
     security(("token" = [])))]
 pub(super) async fn create(
-    _: WriteAccess,
+    writer: WriteAccess,
     State(store): State<Arc<Store>>,
     State(limits): State<Limits>,
     headers: HeaderMap,
@@ -186,6 +187,7 @@ pub(super) async fn create(
         }
     };
     let id = Uploads::new(&store, limits.max_image_length)
+        .seen_by(writer.uploader())
         .create(length, metadata)
         .await?;
     let mut r = StatusCode::CREATED.into_response();
@@ -219,17 +221,18 @@ async fn with_expiry(mut r: Response, store: &Store, id: &str, limits: Limits) -
             headers(("upload-offset" = u64), ("upload-length" = u64), ("upload-metadata" = String), ("cache-control" = String))),
         (status = 401, description = "A credential is required"),
         (status = 403, description = "The credential is read-only"),
-        (status = 404, description = "No such upload"),
+        (status = 404, description = "No such upload (or another writer's)"),
         (status = 412, description = "Tus-Resumable is not 1.0.0"),
     ),
     security(("token" = [])))]
 pub(super) async fn info(
-    _: WriteAccess,
+    writer: WriteAccess,
     State(store): State<Arc<Store>>,
     State(limits): State<Limits>,
     Path(id): Path<String>,
 ) -> TusResult {
     let u = Uploads::new(&store, limits.max_image_length)
+        .seen_by(writer.uploader())
         .get(&id)
         .await?;
     let mut r = StatusCode::OK.into_response();
@@ -280,7 +283,7 @@ pub(super) fn chunk_checksum(headers: &HeaderMap) -> Result<Option<[u8; 32]>, Ap
         (status = 400, description = "Missing or invalid Upload-Offset or Upload-Checksum, or the body was cut off", body = ErrorBody),
         (status = 401, description = "A credential is required", body = ErrorBody),
         (status = 403, description = "The credential is read-only", body = ErrorBody),
-        (status = 404, description = "No such upload", body = ErrorBody),
+        (status = 404, description = "No such upload (or another writer's)", body = ErrorBody),
         (status = 409, description = "Upload-Offset differs from the upload's offset", body = ErrorBody),
         (status = 412, description = "Tus-Resumable is not 1.0.0", body = ErrorBody),
         (status = 413, description = "The body runs past Upload-Length", body = ErrorBody),
@@ -290,7 +293,7 @@ pub(super) fn chunk_checksum(headers: &HeaderMap) -> Result<Option<[u8; 32]>, Ap
     ),
     security(("token" = [])))]
 pub(super) async fn append(
-    _: WriteAccess,
+    writer: WriteAccess,
     State(store): State<Arc<Store>>,
     State(limits): State<Limits>,
     Path(id): Path<String>,
@@ -315,6 +318,11 @@ pub(super) async fn append(
         )
     })?;
     let checksum = chunk_checksum(&headers)?;
+    // Only to a writer that may see it (the append itself runs in a task of its own, as the agent).
+    Uploads::new(&store, limits.max_image_length)
+        .seen_by(writer.uploader())
+        .get(&id)
+        .await?;
     // Its own task, so that a client hanging up mid-chunk cannot stop the last byte finishing the upload.
     let (s, i) = (store.clone(), id.clone());
     let offset = tokio::spawn(async move {
@@ -343,17 +351,18 @@ fn no_content(offset: u64) -> Response {
         (status = 204, description = "Terminated: the upload and its content are gone"),
         (status = 401, description = "A credential is required", body = ErrorBody),
         (status = 403, description = "The credential is read-only", body = ErrorBody),
-        (status = 404, description = "No such upload", body = ErrorBody),
+        (status = 404, description = "No such upload (or another writer's)", body = ErrorBody),
         (status = 412, description = "Tus-Resumable is not 1.0.0", body = ErrorBody),
     ),
     security(("token" = [])))]
 pub(super) async fn terminate(
-    _: WriteAccess,
+    writer: WriteAccess,
     State(store): State<Arc<Store>>,
     State(limits): State<Limits>,
     Path(id): Path<String>,
 ) -> TusResult {
     Uploads::new(&store, limits.max_image_length)
+        .seen_by(writer.uploader())
         .terminate(&id)
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())

@@ -267,12 +267,13 @@ impl<'a> Images<'a> {
         })
     }
 
+    /// A new record `new` of `(owner, cluster, kind)`, made by `by` (a tus upload it binds must be one `by`
+    /// may see).
     pub async fn create(
         &self,
-        owner: &str,
-        cluster: &str,
-        kind: &str,
+        (owner, cluster, kind): (&str, &str, &str),
         new: NewImage,
+        by: crate::uploads::Uploader<'_>,
     ) -> Result<Record, ImageError> {
         let key = Key::new(owner, cluster, kind, &new.image_name)?;
         if new.image_name.ends_with(CHECKSUM_SUFFIX) {
@@ -305,7 +306,7 @@ impl<'a> Images<'a> {
         if let Some(tus) = &new.tus_upload {
             let id = tus.rsplit('/').next().unwrap_or(tus).to_owned();
             return self
-                .bind(&key, &id, new.image_length, sha256, new.description)
+                .bind(&key, (&id, by), new.image_length, sha256, new.description)
                 .await;
         }
         let image_length = new.image_length.ok_or_else(|| {
@@ -525,7 +526,7 @@ impl<'a> Images<'a> {
     async fn bind(
         &self,
         key: &Key,
-        id: &str,
+        (id, by): (&str, crate::uploads::Uploader<'_>),
         length: Option<u64>,
         sha256: Option<String>,
         description: Option<serde_json::Value>,
@@ -535,6 +536,7 @@ impl<'a> Images<'a> {
             .store
             .with_meta(move |m, _| Ok(m.tus(&tus_id)?))
             .await?
+            .filter(|row| by.may_see(row.creator.as_deref()))
             .ok_or_else(|| ImageError::TusUnknown(format!("tus upload {id:?} does not exist")))?;
         let digest = tus.digest.clone().ok_or_else(|| {
             ImageError::TusIncomplete(format!("tus upload {id} is not finished yet"))

@@ -333,3 +333,87 @@ fn containerd_pulls_with_the_read_credential_its_mirror_configuration_carries() 
         "containerd's pull was not made with the nodes credential"
     );
 }
+
+/// A tus upload is its maker's: another writer's HEAD, PATCH, DELETE and binding all find no such upload (an id
+/// is not a credential), an admin sees it, and its maker finishes and binds it.
+#[test]
+fn a_tus_upload_answers_only_its_maker_and_admins() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("credentials.yaml");
+    let ci = add(&file, &["ci", "--scope", "write", "--owner", "acme"]);
+    let ops = add(&file, &["ops", "--scope", "write", "--owner", "acme"]);
+    let agent = Agent::start_with(
+        &tmp.path().join("data"),
+        Some(ADMIN),
+        "127.0.0.1:0",
+        &["--credentials", file.to_str().unwrap()],
+    );
+    let http = support::http();
+    let tus = |method: &str, path: &str, token: &str, body: Option<&[u8]>| {
+        let url = agent.url(path);
+        let auth = format!("Bearer {token}");
+        let r = match method {
+            "HEAD" => http
+                .head(&url)
+                .header("authorization", &auth)
+                .header("tus-resumable", "1.0.0")
+                .call(),
+            "DELETE" => http
+                .delete(&url)
+                .header("authorization", &auth)
+                .header("tus-resumable", "1.0.0")
+                .call(),
+            "POST" => http
+                .post(&url)
+                .header("authorization", &auth)
+                .header("tus-resumable", "1.0.0")
+                .header("upload-length", "5")
+                .send_empty(),
+            _ => http
+                .patch(&url)
+                .header("authorization", &auth)
+                .header("tus-resumable", "1.0.0")
+                .header("content-type", "application/offset+octet-stream")
+                .header("upload-offset", "0")
+                .send(body.unwrap()),
+        };
+        r.unwrap()
+    };
+    let made = tus("POST", "/v1/uploads", &ci, None);
+    assert_eq!(made.status(), 201);
+    let location = made.headers()["location"].to_str().unwrap().to_owned();
+
+    // Another writer, with the same scope: no such upload, whatever it asks.
+    for (method, body) in [
+        ("HEAD", None),
+        ("PATCH", Some(&b"other"[..])),
+        ("DELETE", None),
+    ] {
+        let r = tus(method, &location, &ops, body);
+        assert_eq!(r.status(), 404, "{method} by another writer");
+    }
+    let bind = |token: &str| {
+        let r = http
+            .post(&agent.url("/v1/baremetalcluster/acme/c1/binary_images"))
+            .header("authorization", &format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .send(serde_json::json!({"image_name": "tool", "tus_upload": location}).to_string())
+            .unwrap();
+        (r.status().as_u16(), r.into_body().read_to_string().unwrap())
+    };
+    // An admin sees it, untouched by the other writer's PATCH.
+    let head = tus("HEAD", &location, ADMIN, None);
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.headers()["upload-offset"], "0");
+
+    // Its maker finishes it; the other writer still cannot bind it, its maker can.
+    assert_eq!(tus("PATCH", &location, &ci, Some(b"hello")).status(), 204);
+    let (status, body) = bind(&ops);
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("TUS_UPLOAD_UNKNOWN"), "{body}");
+    let (status, body) = bind(&ci);
+    assert_eq!(status, 201, "{body}");
+    let record: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(record["upload_complete"], true, "{record}");
+    assert_eq!(record["image_length"], 5, "{record}");
+}

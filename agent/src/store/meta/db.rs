@@ -44,8 +44,11 @@ CREATE TABLE IF NOT EXISTS uploads(
     id TEXT PRIMARY KEY, repo TEXT NOT NULL, created INTEGER NOT NULL);
 -- tus 1.0 uploads (/v1/uploads). The id is the store upload session's id while bytes arrive; once the last
 -- byte is in, digest names the blob, which stays until the upload is deleted or bound to an image record.
+-- creator: the name of the credential that made it, the only writer (but admins) it answers; NULL for an
+-- upload made before creators were recorded.
 CREATE TABLE IF NOT EXISTS tus_uploads(
-    id TEXT PRIMARY KEY, length INTEGER NOT NULL, metadata TEXT, digest TEXT, created INTEGER NOT NULL);
+    id TEXT PRIMARY KEY, length INTEGER NOT NULL, metadata TEXT, digest TEXT, created INTEGER NOT NULL,
+    creator TEXT);
 CREATE INDEX IF NOT EXISTS tus_uploads_digest ON tus_uploads(digest);
 "#;
 
@@ -106,6 +109,12 @@ impl Meta {
             .exists([])?;
         if !has_imported {
             conn.execute_batch("ALTER TABLE images ADD COLUMN imported TEXT")?;
+        }
+        let has_creator = conn
+            .prepare("SELECT 1 FROM pragma_table_info('tus_uploads') WHERE name = 'creator'")?
+            .exists([])?;
+        if !has_creator {
+            conn.execute_batch("ALTER TABLE tus_uploads ADD COLUMN creator TEXT")?;
         }
         Ok(Meta { conn })
     }

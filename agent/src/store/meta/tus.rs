@@ -14,6 +14,8 @@ pub struct TusRow {
     pub metadata: Option<String>,
     /// Set once the last byte arrived: the content is this blob.
     pub digest: Option<Digest>,
+    /// The name of the credential that made it; None for an upload made before creators were recorded.
+    pub creator: Option<String>,
 }
 
 impl Meta {
@@ -21,12 +23,12 @@ impl Meta {
         &mut self,
         id: &str,
         length: u64,
-        metadata: Option<&str>,
+        (metadata, creator): (Option<&str>, &str),
         now: i64,
     ) -> Result<(), MetaError> {
         self.conn.execute(
-            "INSERT INTO tus_uploads(id, length, metadata, created) VALUES (?1, ?2, ?3, ?4)",
-            params![id, length as i64, metadata, now],
+            "INSERT INTO tus_uploads(id, length, metadata, created, creator) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![id, length as i64, metadata, now, creator],
         )?;
         Ok(())
     }
@@ -35,7 +37,7 @@ impl Meta {
         Ok(self
             .conn
             .query_row(
-                "SELECT id, length, metadata, digest FROM tus_uploads WHERE id = ?1",
+                "SELECT id, length, metadata, digest, creator FROM tus_uploads WHERE id = ?1",
                 params![id],
                 |r| {
                     let digest: Option<String> = r.get(3)?;
@@ -44,6 +46,7 @@ impl Meta {
                         length: r.get::<_, i64>(1)? as u64,
                         metadata: r.get(2)?,
                         digest: digest.map(digest_col).transpose()?,
+                        creator: r.get(4)?,
                     })
                 },
             )
