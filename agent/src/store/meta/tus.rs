@@ -99,3 +99,35 @@ impl Meta {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Meta;
+
+    /// A database an agent made before tus uploads recorded their maker: opened, its upload has none (so any
+    /// writer may go on with it), and new uploads record theirs.
+    #[test]
+    fn an_older_database_gains_the_creator_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.db");
+        let old = rusqlite::Connection::open(&path).unwrap();
+        old.execute_batch(
+            "CREATE TABLE tus_uploads(id TEXT PRIMARY KEY, length INTEGER NOT NULL, metadata TEXT, digest TEXT,
+                 created INTEGER NOT NULL);
+             INSERT INTO tus_uploads(id, length, metadata, created) VALUES ('old', 5, NULL, 1);",
+        )
+        .unwrap();
+        drop(old);
+        let mut meta = Meta::open(&path).unwrap();
+        assert_eq!(meta.tus("old").unwrap().unwrap().creator, None);
+        meta.create_tus("new", 3, (None, "ci"), 2).unwrap();
+        assert_eq!(
+            meta.tus("new").unwrap().unwrap().creator.as_deref(),
+            Some("ci")
+        );
+        drop(meta);
+        // Opened again, nothing is added twice.
+        let meta = Meta::open(&path).unwrap();
+        assert_eq!(meta.tus("new").unwrap().unwrap().length, 3);
+    }
+}
