@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use foothold_e2e::{build_deb, run, ssh_command, upload_record};
+use foothold_e2e::{run, ssh_command};
 use serde_json::{json, Value};
 
 use super::metal3::{self, Provisioned, SitePorts, LINK};
@@ -428,19 +428,7 @@ pub fn check(a: &Appliance, hosts: &Provisioned, ports: &SitePorts, dir: &Path, 
     let base = format!("https://127.0.0.1:{}", a.agent_port);
     let ca = dir.join("site-ca.pem");
     let token = a.ssh("sudo cat /etc/foothold/token");
-    let deb = build_deb(dir, "hello-foothold", "1.0");
-    let tool = dir.join("hello-tool");
-    std::fs::write(&tool, "#!/bin/sh\necho hello-tool 1\n").unwrap();
-    for (file, name) in [(&deb, "hello-foothold"), (&tool, "hello-tool")] {
-        upload_record(
-            &base,
-            &ca,
-            token.trim(),
-            (("foothold", "c1"), "binary_images"),
-            file,
-            name,
-        );
-    }
+    foothold_e2e::upload_hello_packages(&|| Command::new("curl"), (&base, &ca, token.trim()), dir);
     apply(
         a,
         dir,

@@ -387,6 +387,30 @@ pub fn upload_record_with(
     format!("{base}/files/{owner}/{cluster}/{kind}/{name}")
 }
 
+/// The two packages the Software tests install, uploaded as `binary_images` of cluster `c1` of owner
+/// `foothold` with `token` (curl from `new_curl`, verifying `ca`): `hello-foothold` 1.0, a Debian package made
+/// in `dir`, and `hello-tool`, a script that prints `hello-tool 1`.
+pub fn upload_hello_packages(
+    new_curl: &dyn Fn() -> Command,
+    (base, ca, token): (&str, &Path, &str),
+    dir: &Path,
+) {
+    let deb = build_deb(dir, "hello-foothold", "1.0");
+    let tool = dir.join("hello-tool");
+    std::fs::write(&tool, "#!/bin/sh\necho hello-tool 1\n").unwrap();
+    for (file, name) in [(&deb, "hello-foothold"), (&tool, "hello-tool")] {
+        upload_record_with(
+            new_curl,
+            base,
+            ca,
+            token,
+            (("foothold", "c1"), "binary_images"),
+            file,
+            name,
+        );
+    }
+}
+
 /// A Debian package `<name>_<version>_all.deb` in `dir`, made by dpkg-deb: one file, `/usr/share/doc/<name>/note`.
 pub fn build_deb(dir: &Path, name: &str, version: &str) -> PathBuf {
     let root = dir.join(format!("{name}-{version}"));

@@ -9,7 +9,7 @@ use base64::Engine as _;
 
 use foothold_e2e::native_site::{wait_for, Site, APPLIANCE};
 use foothold_e2e::netns::Namespace;
-use foothold_e2e::{build_deb, upload_record_with};
+use foothold_e2e::upload_hello_packages;
 
 use super::nodes::Node;
 /// The Provisioning `c1` of the BPA (the agent's reconciler on this appliance): the first node its master, asked
@@ -389,20 +389,7 @@ pub(super) fn installs_software(
     let base = format!("https://{APPLIANCE}:5000");
     let ca = site.root.join("etc/foothold/tls/ca.pem");
     let token = std::fs::read_to_string(site.root.join("etc/foothold/token")).unwrap();
-    let deb = build_deb(dir, "hello-foothold", "1.0");
-    let tool = dir.join("hello-tool");
-    std::fs::write(&tool, "#!/bin/sh\necho hello-tool 1\n").unwrap();
-    for (file, name) in [(&deb, "hello-foothold"), (&tool, "hello-tool")] {
-        upload_record_with(
-            &|| ns.command("curl"),
-            &base,
-            &ca,
-            token.trim(),
-            (("foothold", "c1"), "binary_images"),
-            file,
-            name,
-        );
-    }
+    upload_hello_packages(&|| ns.command("curl"), (&base, &ca, token.trim()), dir);
     let started = Instant::now();
     site.kubectl_apply(
         &serde_json::json!({
