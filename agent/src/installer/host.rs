@@ -259,7 +259,7 @@ pub fn kube_proxy(node: &str, pod_subnet: &str, kubeconfig: &str) -> String {
 
 /// Step `pod network`: the bridge CNI plugin with this node's pod range (`pod_cidr`, which the controller
 /// manager gave the node), and a route to every other node's range via that node (`(range, address)`), kept
-/// by a unit so they come back at boot.
+/// by a unit so they come back at boot ([`pod_routes_unit`]).
 pub fn network(pod_cidr: &str, routes: &[(String, String)]) -> String {
     let mut s = head();
     let conf = serde_json::json!({
@@ -277,6 +277,22 @@ pub fn network(pod_cidr: &str, routes: &[(String, String)]) -> String {
         &(serde_json::to_string_pretty(&conf).expect("JSON") + "\n"),
         0o644,
     );
+    put(
+        &mut s,
+        "/etc/systemd/system/foothold-pod-routes.service",
+        &pod_routes_unit(routes),
+        0o644,
+    );
+    s.push_str(
+        "systemctl daemon-reload\nsystemctl enable -q foothold-pod-routes.service\nsystemctl restart foothold-pod-routes.service\n",
+    );
+    done(&mut s, &format!("pod network {pod_cidr}"));
+    s
+}
+
+/// The unit that keeps the routes to the other nodes' pod ranges (`(range, address)`). A cluster of one node has
+/// none: its unit runs `true` (systemd refuses a service with no `ExecStart`; a node added later rewrites it).
+fn pod_routes_unit(routes: &[(String, String)]) -> String {
     let mut unit = String::from(
         "[Unit]\nDescription=Routes to the other nodes' pod ranges (installed by foothold-agent install-cluster)\n\
          After=network-online.target\nWants=network-online.target\n\n[Service]\nType=oneshot\nRemainAfterExit=yes\n",
@@ -287,18 +303,13 @@ pub fn network(pod_cidr: &str, routes: &[(String, String)]) -> String {
             "ExecStart=/usr/sbin/ip route replace {range} via {via}"
         );
     }
+    if routes.is_empty() {
+        unit.push_str(
+            "# The cluster's only node: no other pod range to route.\nExecStart=/usr/bin/true\n",
+        );
+    }
     unit.push_str("\n[Install]\nWantedBy=multi-user.target\n");
-    put(
-        &mut s,
-        "/etc/systemd/system/foothold-pod-routes.service",
-        &unit,
-        0o644,
-    );
-    s.push_str(
-        "systemctl daemon-reload\nsystemctl enable -q foothold-pod-routes.service\nsystemctl restart foothold-pod-routes.service\n",
-    );
-    done(&mut s, &format!("pod network {pod_cidr}"));
-    s
+    unit
 }
 
 #[cfg(test)]
@@ -393,6 +404,29 @@ mod tests {
         );
         assert!(
             s.contains("ExecStart=/usr/sbin/ip route replace 10.244.2.0/24 via 192.168.50.12\n")
+        );
+        assert!(!s.contains("/usr/bin/true"), "{s}");
+    }
+
+    /// The only node of a cluster routes nothing, and its unit is still one systemd starts (a oneshot service
+    /// without `ExecStart` is refused: "has a bad unit file setting", seen on a master-only cluster).
+    #[test]
+    fn a_single_node_has_a_pod_routes_unit_systemd_accepts() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = pod_routes_unit(&[]);
+        assert!(text.contains("\nExecStart=/usr/bin/true\n"), "{text}");
+        assert!(!text.contains("ip route"), "{text}");
+        let unit = dir.path().join("foothold-pod-routes.service");
+        std::fs::write(&unit, &text).unwrap();
+        let verify = std::process::Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(&unit)
+            .output()
+            .expect("systemd-analyze (Debian's systemd package) runs");
+        assert!(
+            verify.status.success(),
+            "{}",
+            String::from_utf8_lossy(&verify.stderr)
         );
     }
 }
