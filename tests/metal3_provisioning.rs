@@ -120,6 +120,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
                     "baremetal-operator.log",
                     "foothold-dnsmasq.log",
                     "ironic-httpboot.log",
+                    "bmc/libvirtd.log",
                     "bmc/vbmcd.log",
                     "bmc/sushy.log",
                 ] {
