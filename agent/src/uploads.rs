@@ -9,6 +9,7 @@ use bytes::Bytes;
 use futures_util::Stream;
 use sha2::{Digest as _, Sha256};
 
+pub use crate::auth::Uploader;
 use crate::images::{capped, now};
 use crate::store::{Store, StoreError};
 
@@ -51,22 +52,6 @@ pub struct Upload {
     pub offset: u64,
     pub metadata: Option<String>,
     pub finished: bool,
-}
-
-/// A writer asking about uploads: its credential's name, and whether it is an admin's.
-#[derive(Clone, Copy, Debug)]
-pub struct Uploader<'a> {
-    pub name: &'a str,
-    pub admin: bool,
-}
-
-impl Uploader<'_> {
-    /// Whether this writer may see (append to, end, bind) an upload the credential `creator` made: its own,
-    /// every one for an admin, and one made before creators were recorded (None). To any other writer the
-    /// upload does not exist: an id is not a credential.
-    pub fn may_see(&self, creator: Option<&str>) -> bool {
-        self.admin || creator.is_none_or(|c| c == self.name)
-    }
 }
 
 pub struct Uploads<'a> {

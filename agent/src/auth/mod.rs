@@ -511,5 +511,21 @@ pub async fn watch(auth: Auth) {
     }
 }
 
+/// A writer asking about uploads: its credential's name, and whether it is an admin's.
+#[derive(Clone, Copy, Debug)]
+pub struct Uploader<'a> {
+    pub name: &'a str,
+    pub admin: bool,
+}
+
+impl Uploader<'_> {
+    /// Whether this writer may see (append to, end, bind) an upload the credential `creator` made: its own,
+    /// every one for an admin, and one made before creators were recorded (None). To any other writer the
+    /// upload does not exist: an id is not a credential.
+    pub fn may_see(&self, creator: Option<&str>) -> bool {
+        self.admin || creator.is_none_or(|c| c == self.name)
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -273,7 +273,7 @@ impl<'a> Images<'a> {
         &self,
         (owner, cluster, kind): (&str, &str, &str),
         new: NewImage,
-        by: crate::uploads::Uploader<'_>,
+        by: crate::auth::Uploader<'_>,
     ) -> Result<Record, ImageError> {
         let key = Key::new(owner, cluster, kind, &new.image_name)?;
         if new.image_name.ends_with(CHECKSUM_SUFFIX) {
@@ -526,7 +526,7 @@ impl<'a> Images<'a> {
     async fn bind(
         &self,
         key: &Key,
-        (id, by): (&str, crate::uploads::Uploader<'_>),
+        (id, by): (&str, crate::auth::Uploader<'_>),
         length: Option<u64>,
         sha256: Option<String>,
         description: Option<serde_json::Value>,

@@ -190,7 +190,8 @@ pub fn init(cluster: &str, config: &str) -> String {
 }
 
 /// Step `kubeadm join` with `config` (`kubeadm::join`). Skipped when this host joined `cluster` before; a
-/// host left half-joined is reset first.
+/// host left half-joined is reset first: by anything a join writes (a join that failed at `kubelet-start`
+/// leaves the bootstrap kubeconfig and the CA, and kubeadm's preflight then refuses every later join).
 pub fn join(cluster: &str, config: &str) -> String {
     let mut s = head();
     put(&mut s, &format!("{DIR}/join.yaml"), config, 0o600);
@@ -203,7 +204,8 @@ pub fn join(cluster: &str, config: &str) -> String {
     );
     let _ = write!(
         s,
-        "reset=''\nif [ -e /etc/kubernetes/kubelet.conf ]; then\n  kubeadm reset -f >&2\n  \
+        "reset=''\nif [ -e /etc/kubernetes/kubelet.conf ] || [ -e /etc/kubernetes/bootstrap-kubelet.conf ] || \
+         [ -e /etc/kubernetes/pki/ca.crt ]; then\n  kubeadm reset -f >&2\n  \
          reset=' (after resetting what a failed run left)'\nfi\n\
          kubeadm join --config {DIR}/join.yaml >&2\n\
          echo '{cluster}' > {DIR}/joined.part\nsync {DIR}/joined.part\nmv {DIR}/joined.part {DIR}/joined\n\
@@ -387,6 +389,16 @@ mod tests {
         let s = join("c1", "kind: JoinConfiguration\n");
         assert!(s.contains("not c1: reset it first"), "{s}");
         assert!(s.find("already joined").unwrap() < s.find("kubeadm join").unwrap());
+        // A join that failed at kubelet-start leaves these two, not kubelet.conf: each makes the next run reset.
+        for left in [
+            "[ -e /etc/kubernetes/bootstrap-kubelet.conf ]",
+            "[ -e /etc/kubernetes/pki/ca.crt ]",
+        ] {
+            assert!(
+                s.find(left).unwrap() < s.find("kubeadm reset -f").unwrap(),
+                "{s}"
+            );
+        }
     }
 
     #[test]
