@@ -369,6 +369,14 @@ impl Caller {
         }
     }
 
+    /// This caller as tus uploads know it (its name, whether it is an admin).
+    pub fn uploader(&self) -> Uploader<'_> {
+        Uploader {
+            name: self.name(),
+            admin: self.is_admin(),
+        }
+    }
+
     pub fn is_admin(&self) -> bool {
         match &self.who {
             Who::Open => true,

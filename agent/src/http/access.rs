@@ -16,17 +16,9 @@ pub use crate::auth::{Caller, Denied};
 pub struct WriteAccess(pub Caller);
 
 impl WriteAccess {
-    /// The writer as tus uploads know it.
+    /// The writer as tus uploads know it: it sees its own uploads, or all of them for an admin.
     pub fn uploader(&self) -> crate::auth::Uploader<'_> {
-        uploader(&self.0)
-    }
-}
-
-/// `caller` as tus uploads know it: it sees its own uploads, or all of them for an admin.
-pub fn uploader(caller: &Caller) -> crate::auth::Uploader<'_> {
-    crate::auth::Uploader {
-        name: caller.name(),
-        admin: caller.is_admin(),
+        self.0.uploader()
     }
 }
 

@@ -167,11 +167,7 @@ pub(super) async fn create(
         ));
     }
     let record = images(&store, limits)
-        .create(
-            (&owner, &cluster, &kind),
-            new,
-            super::access::uploader(&caller),
-        )
+        .create((&owner, &cluster, &kind), new, caller.uploader())
         .await?;
     use crate::names::url_segment as seg;
     let location = format!(
