@@ -248,7 +248,7 @@ fn images_are_pulled_by_digest_cached_and_served_from_the_built_image() {
     let deadline = foothold_e2e::Deadline::start("container_images", Duration::from_secs(2400));
     deadline.phase("build the binaries");
     build_binaries();
-    deadline.phase("fetch, build, serve, boot");
+    deadline.phase("the registry, the spec, a half-fetched layer");
     let agent_bin = target().join("debug/foothold-agent");
     let build_bin = target().join("debug/foothold-build");
     let tmp = tempfile::tempdir_in(target()).unwrap();
@@ -337,6 +337,7 @@ outputs:
     )
     .unwrap();
 
+    deadline.phase("fetch: linux/amd64 only, resumed, verified; a cache hit offline");
     let registry_host = registry.host.clone();
     let fetch = |cache: &Path| {
         run(Command::new(&build_bin)
@@ -417,6 +418,7 @@ outputs:
     );
     std::fs::write(&layer, good).unwrap();
 
+    deadline.phase("the image's Debian base (bookworm)");
     // This image is on bookworm (the others on trixie: the builder makes either): its Debian base is made first,
     // as any build would, so that the offline build below finds it in the cache.
     let loaded = foothold_image_builder::spec::load(&spec).unwrap();
@@ -435,6 +437,7 @@ outputs:
     )
     .unwrap();
 
+    deadline.phase("the image built offline: raw, and .raw.xz");
     // The built image's data partition serves them under their names; the offline build needs no registry.
     let out_dir = dir.join("out");
     run(Command::new(&build_bin)
@@ -450,6 +453,7 @@ outputs:
         &std::fs::read_to_string(out_dir.join("images-test.raw.manifest.json")).unwrap(),
     )
     .unwrap();
+    deadline.phase("xz -d gives back the raw");
     // `compression: xz`: the raw is also written as .raw.xz, whose manifest names the raw it decompresses to;
     // `xz -d` gives back that raw bit for bit (the one booted below).
     let xz = out_dir.join("images-test.raw.xz");
@@ -492,6 +496,7 @@ outputs:
         manifest["inputs"]["images[2]"]["digest"],
         src.long["digest"]
     );
+    deadline.phase("the data partition served: skopeo, fsck, the sha512 image");
     let offset = manifest["partitions"]
         .as_array()
         .unwrap()
@@ -611,6 +616,7 @@ outputs:
     );
     drop(served);
 
+    deadline.phase("booted: HTTPS with the first boot's certificate");
     // Booted: the agent is ready and serves HTTPS (agentTls) with the certificate made at first boot.
     let serial = dir.join("console.log");
     let port = free_port();

@@ -64,7 +64,7 @@ fn watch_panics() {
 pub struct Deadline(Arc<Inner>);
 
 /// Writes a line to the real standard error, past the test harness's capture.
-fn say(line: &str) {
+pub fn say(line: &str) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "{line}");
     let _ = err.flush();

@@ -8,7 +8,11 @@
 //! 4. `kube-proxy` on every host, with a kubeconfig the control-plane host makes;
 //! 5. `pod network`: once the controller manager has given every node its pod range, the bridge plugin on each
 //!    node and routes to the others' ranges;
-//! 6. every node `Ready`, then the admin kubeconfig is read back: the caller writes it into the Secret.
+//! 6. every node `Ready`: the caller writes the admin kubeconfig into the Secret.
+//!
+//! After `kubeadm init` the installer reads the admin kubeconfig and watches the nodes through the new
+//! cluster's API from where it runs, not with kubectl on the control-plane host: that host is the busiest of a
+//! cluster coming up, and each kubectl there is a Go program's start and a TLS handshake on it.
 //!
 //! A failure ends the run and names the host, the step and the output's tail. One control-plane host: a
 //! second would need kubeadm's certificate upload, which is not built.
@@ -19,6 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
+use k8s_openapi::api::core::v1::Node as KubeNode;
+use kube::config::{KubeConfigOptions, Kubeconfig};
 use russh::keys::PrivateKey;
 
 use crate::installer::host::{self, ADMIN_CONF, CA_CERT, DONE};
@@ -199,18 +205,6 @@ impl Node<'_> {
             .find_map(|l| l.strip_prefix(DONE).map(|d| d.trim().to_owned()))
             .ok_or_else(|| self.fail(step, format!("the script ended without saying {DONE}")))
     }
-
-    /// `kubectl` on the control-plane host with the admin kubeconfig; its standard output.
-    async fn kubectl(&self, step: &'static str, args: &str) -> Result<String, Failure> {
-        let out = self
-            .capture(
-                step,
-                &format!("kubectl --kubeconfig={ADMIN_CONF} {args}\n"),
-                Duration::from_secs(120),
-            )
-            .await?;
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
 }
 
 const CONNECT: Duration = Duration::from_secs(60);
@@ -221,10 +215,11 @@ const KUBEADM: Duration = Duration::from_secs(40 * 60);
 const SHORT: Duration = Duration::from_secs(5 * 60);
 /// How long the nodes have to get their pod ranges, and then to be Ready.
 const NODES: Duration = Duration::from_secs(20 * 60);
-/// Between two looks at the nodes: each starts kubectl on the control-plane host, the busiest host of a cluster
-/// coming up (a Go program's start and a TLS handshake there, both dear on a slow or emulated host), and a node
-/// becomes Ready in minutes, not seconds.
-const NODES_POLL: Duration = Duration::from_secs(15);
+/// Between two looks at the nodes: a list the API server answers from its cache, over a kept connection.
+const NODES_POLL: Duration = Duration::from_secs(3);
+/// One request to the new cluster's API: its server may be restarting (kubelet restarts it when a slow host
+/// answers its probes late), and a request that hangs is tried again.
+const API_REQUEST: Duration = Duration::from_secs(20);
 
 /// Every result of joining `futures`, or the first failure among them.
 async fn all<T>(
@@ -233,37 +228,71 @@ async fn all<T>(
     join_all(futures).await.into_iter().collect()
 }
 
-/// Polls `kubectl get nodes` on `cp` (name and one jsonpath field per line) until `done` holds for every host
-/// of the inventory, or `NODES` passes.
+/// The new cluster's admin kubeconfig, read from the control-plane host, and a client of its API.
+async fn cluster_api(cp: &Node<'_>) -> Result<(String, kube::Client), Failure> {
+    const STEP: &str = "read the admin kubeconfig";
+    let out = cp
+        .capture(STEP, &format!("cat {ADMIN_CONF}\n"), SHORT)
+        .await?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let bad = |e: String| cp.fail(STEP, format!("{ADMIN_CONF}: {e}"));
+    let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| bad(e.to_string()))?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|e| bad(e.to_string()))?;
+    config.connect_timeout = Some(API_REQUEST);
+    config.read_timeout = Some(API_REQUEST);
+    let client = kube::Client::try_from(config).map_err(|e| bad(e.to_string()))?;
+    Ok((text, client))
+}
+
+/// The `Ready` condition's status of a node, if it has one.
+fn ready(n: &KubeNode) -> Option<String> {
+    n.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.clone())
+}
+
+/// The pod range the controller manager gave a node, if any yet.
+fn pod_range(n: &KubeNode) -> Option<String> {
+    n.spec.as_ref()?.pod_cidr.clone()
+}
+
+/// Lists the cluster's nodes (name and `field` of each) until `done` holds for every host of the inventory, or
+/// `NODES` passes.
 async fn wait_nodes(
+    api: &kube::Client,
     cp: &Node<'_>,
     inv: &Inventory,
     step: &'static str,
-    field: &str,
+    field: fn(&KubeNode) -> Option<String>,
     done: impl Fn(&str) -> bool,
 ) -> Result<Vec<(String, String)>, Failure> {
     let deadline = Instant::now() + NODES;
-    let args = format!(
-        "get nodes -o jsonpath='{{range .items[*]}}{{.metadata.name}}{{\" \"}}{field}{{\"\\n\"}}{{end}}'"
-    );
+    let nodes: kube::Api<KubeNode> = kube::Api::all(api.clone());
     loop {
-        // The API server may be restarting (kubelet restarts it when a slow host answers its probes late):
-        // a refused request is retried until the deadline, and named if it is the last thing seen.
-        let said = match cp.kubectl(step, &args).await {
-            Ok(said) => said,
+        // The API server may be restarting: a failed request is retried until the deadline, and named if it is
+        // the last thing seen.
+        let said = match nodes.list(&Default::default()).await {
+            Ok(list) => list,
             Err(e) if Instant::now() < deadline => {
                 tracing::warn!(error = %e, "{step}: the API server did not answer; retrying");
                 tokio::time::sleep(NODES_POLL).await;
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                return Err(cp.fail(step, format!("the cluster's API: {e}")));
+            }
         };
         let seen: Vec<(String, String)> = said
-            .lines()
-            .filter_map(|l| {
-                let (n, v) = l.split_once(' ')?;
-                Some((n.to_owned(), v.trim().to_owned()))
-            })
+            .items
+            .iter()
+            .filter_map(|n| Some((n.metadata.name.clone()?, field(n).unwrap_or_default())))
             .collect();
         let missing: Vec<&str> = inv
             .members()
@@ -275,12 +304,13 @@ async fn wait_nodes(
             return Ok(seen);
         }
         if Instant::now() >= deadline {
+            let said: Vec<String> = seen.iter().map(|(n, v)| format!("{n} {v}")).collect();
             return Err(cp.fail(
                 step,
                 format!(
                     "within {NODES:?}, not yet for {} (the cluster said: {})",
                     missing.join(", "),
-                    said.trim().replace('\n', "; ")
+                    said.join("; ")
                 ),
             ));
         }
@@ -362,6 +392,7 @@ async fn converge(
         .step("kubeadm init", &host::init(p.cluster, &init), KUBEADM)
         .await?;
     report(cp, "kubeadm init", &done);
+    let (admin, api) = cluster_api(cp).await?;
 
     // The token the joins use: made anew by each run (the one in a first run's init configuration may have
     // expired by a later run's), with the CA's hash read from the control-plane host.
@@ -415,7 +446,7 @@ async fn converge(
     }))
     .await?;
 
-    let ranges = wait_nodes(cp, inv, "pod ranges", "{.spec.podCIDR}", |v| !v.is_empty()).await?;
+    let ranges = wait_nodes(&api, cp, inv, "pod ranges", pod_range, |v| !v.is_empty()).await?;
     let range_of = |n: &Node| {
         ranges
             .iter()
@@ -446,25 +477,11 @@ async fn converge(
     }))
     .await?;
 
-    wait_nodes(
-        cp,
-        inv,
-        "nodes Ready",
-        "{.status.conditions[?(@.type==\"Ready\")].status}",
-        |v| v == "True",
-    )
-    .await?;
+    wait_nodes(&api, cp, inv, "nodes Ready", ready, |v| v == "True").await?;
     for n in nodes {
         report(n, "node", "Ready");
     }
-    let admin = cp
-        .capture(
-            "read the admin kubeconfig",
-            &format!("cat {ADMIN_CONF}\n"),
-            SHORT,
-        )
-        .await?;
-    Ok(String::from_utf8_lossy(&admin.stdout).into_owned())
+    Ok(admin)
 }
 
 /// What the controller manager gives a node: `a.b.c.d/n`.
@@ -504,6 +521,26 @@ pub async fn publish(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nodes_pod_range_and_readiness_are_read_from_the_api_object() {
+        let node: KubeNode = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "worker-0"},
+            "spec": {"podCIDR": "10.244.1.0/24"},
+            "status": {"conditions": [
+                {"type": "MemoryPressure", "status": "False"},
+                {"type": "Ready", "status": "True"}
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(pod_range(&node).as_deref(), Some("10.244.1.0/24"));
+        assert_eq!(ready(&node).as_deref(), Some("True"));
+        // Just registered: no range yet, no conditions yet.
+        let fresh: KubeNode =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "worker-0"}})).unwrap();
+        assert_eq!(pod_range(&fresh), None);
+        assert_eq!(ready(&fresh), None);
+    }
 
     fn release() -> Release {
         let text = crate::installer::release::sample("http://10.0.0.1:5000/files").to_string();
