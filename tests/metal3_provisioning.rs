@@ -526,13 +526,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         (&key, &dir),
         &on_master,
     );
-    let try_on_master = |command: &str| {
-        try_run(
-            ns.command("ssh")
-                .args(foothold_e2e::ssh_args(&master_address, 22, &key, command)),
-        )
-    };
-    let workload = bpa::workload_nodes(&try_on_master, &conf)
+    let workload = bpa::workload_nodes(site_of, &conf)
         .unwrap_or_else(|e| panic!("the workload cluster once Ready: {e}"));
     assert_eq!(workload, "master-0=True");
 
@@ -562,7 +556,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
             ],
         ),
     );
-    let workload = bpa::workload_nodes(&try_on_master, &conf)
+    let workload = bpa::workload_nodes(site_of, &conf)
         .unwrap_or_else(|e| panic!("the workload cluster once Ready: {e}"));
     assert_eq!(workload, "master-0=True worker-0=True");
 
@@ -623,7 +617,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         "the workload cluster's master after its reboot",
         Duration::from_secs(600),
         || {
-            let now = bpa::workload_nodes(&try_on_master, &conf);
+            let now = bpa::workload_nodes(site_of, &conf);
             let done = now
                 .as_deref()
                 .is_ok_and(|n| n.split(' ').any(|s| s == "master-0=True"));

@@ -9,7 +9,7 @@ use base64::Engine as _;
 
 use foothold_e2e::native_site::{wait_for, Site, APPLIANCE};
 use foothold_e2e::netns::Namespace;
-use foothold_e2e::upload_hello_packages;
+use foothold_e2e::{try_run, upload_hello_packages};
 
 use super::nodes::Node;
 /// The Provisioning `c1` of the BPA (the agent's reconciler on this appliance): the first node its master, asked
@@ -361,17 +361,28 @@ pub(super) fn installs_the_cluster(
     conf
 }
 
-/// The workload cluster's nodes and their Ready conditions (`master-0=True worker-0=True`), asked on the master
-/// with the kubeconfig the BPA's installer wrote (`node` runs a command there); an error while it does not answer.
+/// The workload cluster's nodes and their Ready conditions (`master-0=True worker-0=True`), asked from the
+/// provisioning network (the namespace `ns`) with the kubeconfig the BPA's installer wrote and the appliance's
+/// kubectl; an error while the cluster does not answer. Not asked on the master: a login and a kubectl there
+/// every few seconds is a load of its own on an emulated host whose control plane is coming up.
 pub(super) fn workload_nodes(
-    node: &dyn Fn(&str) -> Result<String, String>,
+    (ns, site, dir): (&Namespace, &Site, &Path),
     conf: &str,
 ) -> Result<String, String> {
-    let conf = base64::engine::general_purpose::STANDARD.encode(conf);
-    node(&format!(
-        "echo {conf} | base64 -d > c1.kubeconfig && kubectl --request-timeout=20s --kubeconfig c1.kubeconfig get nodes \
-         -o jsonpath='{{range .items[*]}}{{.metadata.name}}={{.status.conditions[?(@.type==\"Ready\")].status}} {{end}}'"
-    ))
+    let kubeconfig = dir.join("c1.kubeconfig");
+    std::fs::write(&kubeconfig, conf).unwrap();
+    try_run(
+        ns.command(site.root.join("usr/local/bin/kubectl"))
+            .arg("--request-timeout=20s")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args([
+                "get",
+                "nodes",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}",
+            ]),
+    )
     .map(|s| s.trim().to_owned())
 }
 

@@ -176,8 +176,8 @@ pub fn build(spec: &Path, out: &Path) {
         .arg(out));
 }
 
-/// Waits until `ready` says yes (its value), polling every 5 s, printing each new state `state` names; fails
-/// naming the last state after `limit`.
+/// Waits until `ready` says yes (its value), polling every 5 s, printing each new state `state` names (past the
+/// harness's capture: a CI log shows where the minutes went); fails naming the last state after `limit`.
 pub fn wait_for<T>(
     what: &str,
     limit: Duration,
@@ -188,10 +188,10 @@ pub fn wait_for<T>(
     loop {
         let (now, done) = state();
         if now != last {
-            eprintln!(
+            crate::deadline::say(&format!(
                 "metal3_provisioning: {:>4} s  {what}: {now}",
                 started.elapsed().as_secs()
-            );
+            ));
             last = now;
         }
         if let Some(v) = done {

@@ -14,7 +14,9 @@ use crate::cmd::CommandExt as _;
 /// Debian packages the agent runs or imports beyond the boot essentials: its Python libraries (the Depends of
 /// Debian's package that it imports: tooz through its burn-in module, which its hardware manager imports) and
 /// the commands its inspection, cleaning and deploy call (lshw, dmidecode, lsblk, sgdisk, parted, wipefs,
-/// hdparm, nvme, smartctl, mdadm, efibootmgr, qemu-img, mkfs.vfat for the config drive).
+/// hdparm, nvme, smartctl, mdadm, efibootmgr, qemu-img, mkfs.vfat for the config drive; hwclock, which it runs
+/// before it powers the host off at the end of a deploy: without it that power-off fails and Ironic waits 30 s
+/// before forcing one; hexdump, for the disk identifier it reports after writing the image).
 pub const PACKAGES: &[&str] = &[
     "python3-cryptography",
     "python3-eventlet",
@@ -49,6 +51,10 @@ pub const PACKAGES: &[&str] = &[
     "qemu-utils",
     "smartmontools",
     "util-linux",
+    // hwclock (trixie moved it out of util-linux).
+    "util-linux-extra",
+    // hexdump.
+    "bsdextrautils",
 ];
 
 /// The agent's unit (Foothold's: Debian's runs it through an init script of OpenStack's packaging tools).
@@ -144,6 +150,12 @@ mod tests {
         assert!(UNITS.contains(&UNIT));
         // The Python libraries the agent imports at start are installed, not only its commands.
         for p in ["python3-oslo.service", "python3-tooz", "python3-zeroconf"] {
+            assert!(PACKAGES.contains(&p), "{p}");
+        }
+        // And the commands it runs at a deploy's end: hwclock before its soft power-off (without it the power-off
+        // failed, `No such file or directory: 'hwclock'`, and Ironic forced one after 30 s), hexdump after the
+        // image is written.
+        for p in ["util-linux-extra", "bsdextrautils"] {
             assert!(PACKAGES.contains(&p), "{p}");
         }
     }

@@ -54,12 +54,6 @@ const CA_INITRD: &str = "foothold-ironic-ca";
 
 /// Seconds between Ironic's syncs of every node's power state (Ironic's default: 60).
 const SYNC_POWER_STATE_SECONDS: u32 = 300;
-/// The deploy ramdisk's heartbeat bound, sent to it at lookup (Ironic's default: 300). It heartbeats every 0.3 to
-/// 0.6 of it, and a step Ironic starts on a ramdisk already up (a fast-track cleaning or deploy) waits for the next
-/// heartbeat: at 300 s each such start waited 90 to 180 s, at 60 s it waits 18 to 36. A thousand hosts in the
-/// ramdisk at once send about 37 heartbeats a second. Fast track's own bound (`[deploy]fast_track_timeout`, how
-/// long after a heartbeat the ramdisk counts as up) stays at its 300 s: a slow host keeps its fast track.
-const RAMDISK_HEARTBEAT_SECONDS: u32 = 60;
 /// BareMetalHosts BMO reconciles at once (its default: the cores, at least 2, at most 8).
 const BMO_CONCURRENCY: u32 = 8;
 
@@ -262,9 +256,7 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
          # message bus, no Keystone, Redfish and IPMI BMCs, live ISOs by the ramdisk deploy, disk images by the\n\
          # direct deploy when there is a deploy ramdisk.\n\
          {defaults}\n\
-         [api]\nhost_ip = {host}\nport = {port}\n{ssl_api}\
-         # The deploy ramdisk heartbeats every 0.3 to 0.6 of this; a fast-track step waits for the next one.\n\
-         ramdisk_heartbeat_timeout = {RAMDISK_HEARTBEAT_SECONDS}\n\n\
+         [api]\nhost_ip = {host}\nport = {port}\n{ssl_api}\n\
          [conductor]\n# Cleaning needs the deploy ramdisk; without one BareMetalHosts say automatedCleaningMode: disabled.\n\
          automated_clean = {clean}\n{allowed}\
          # The deploy ramdisk is zstd-compressed on purpose (the kernel unpacks it; PXE fetches a third of it):\n\

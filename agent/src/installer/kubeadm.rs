@@ -246,8 +246,15 @@ fn subject_public_key_info(der: &[u8]) -> Option<&[u8]> {
     }
 }
 
-/// The kubelet as the appliance runs its own: systemd's cgroups (containerd's runc is configured the same).
-const KUBELET: &str = "---\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n";
+/// The kubelet as the appliance runs its own: systemd's cgroups (containerd's runc is configured the same). A
+/// container that keeps failing is restarted at least every 15 s, not after up to 300 s: the controller manager
+/// exits when the API server is not healthy within 10 s of its start, which on a slow or emulated control-plane
+/// host it is not at first, and kubelet's back-off (10, 20, 40, 80 s…) then kept it down minutes after the API
+/// server was up (seen as the nodes' pod ranges coming two minutes after `kubeadm init`, and after each reboot).
+/// `KubeletCrashLoopBackOffMax` is beta and on by default from Kubernetes 1.35. kubeadm stores this in the
+/// cluster: the hosts that join get it too.
+const KUBELET: &str = "---\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n\
+                       crashLoopBackOff:\n  maxContainerRestartPeriod: 15s\n";
 
 #[cfg(test)]
 mod tests {
@@ -281,6 +288,7 @@ mod tests {
             "controlPlaneEndpoint: \"10.0.0.5:6443\"\n",
             "  podSubnet: \"10.244.0.0/16\"\n",
             "cgroupDriver: systemd\n",
+            "crashLoopBackOff:\n  maxContainerRestartPeriod: 15s\n",
         ] {
             assert!(y.contains(want), "{want:?} in\n{y}");
         }

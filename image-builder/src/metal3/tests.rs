@@ -299,14 +299,6 @@ fn scale_settings_are_where_ironic_and_bmo_read_them() {
         ini_value(conf, "DEFAULT", "sync_power_state_interval"),
         None
     );
-    let heartbeat = RAMDISK_HEARTBEAT_SECONDS.to_string();
-    assert_eq!(
-        ini_value(conf, "api", "ramdisk_heartbeat_timeout"),
-        Some(heartbeat.as_str()),
-        "{conf}"
-    );
-    // Fast track's bound must outlast the longest gap between two heartbeats (0.6 of the bound above).
-    assert_eq!(ini_value(conf, "deploy", "fast_track_timeout"), None);
     assert_eq!(
         ini_value(conf, "nova", "send_power_notifications"),
         Some("false")
