@@ -70,6 +70,14 @@ pub fn say(line: &str) {
     let _ = err.flush();
 }
 
+/// [`say`] with `format!`'s arguments: `foothold_e2e::say!("{test}: ready in {} s", secs)`.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::deadline::say(&format!($($arg)*))
+    };
+}
+
 /// Seconds since the epoch.
 fn now() -> u64 {
     std::time::SystemTime::now()

@@ -377,10 +377,10 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         &[(nodes[0].name, "available"), (nodes[1].name, "available")],
         Duration::from_secs(1500),
     );
-    foothold_e2e::deadline::say(&format!(
+    foothold_e2e::say!(
         "metal3_provisioning: registered to available (inspected, cleaned) in {} s",
         started.elapsed().as_secs()
-    ));
+    );
     // What inspection found is each VM's: its CPUs, memory, NIC (with the appliance's lease) and disk.
     let mut inspected = Vec::new();
     for (n, host) in nodes.iter().zip(&hosts) {
@@ -607,10 +607,10 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         addresses[0],
         "the node's address changed"
     );
-    foothold_e2e::deadline::say(&format!(
+    foothold_e2e::say!(
         "metal3_provisioning: rebooted and ready again in {} s",
         started.elapsed().as_secs()
-    ));
+    );
     // It is the workload cluster's master: from its disk, its control plane and its node come back (the
     // worker's node, its host being cleaned, does not).
     wait_for(
@@ -624,10 +624,10 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
             (format!("{now:?}"), done.then_some(()))
         },
     );
-    foothold_e2e::deadline::say(&format!(
+    foothold_e2e::say!(
         "metal3_provisioning: the workload cluster's master Ready again {} s after the reboot",
         started.elapsed().as_secs()
-    ));
+    );
     disk::the_same_after_a_reboot(
         &on_master,
         node.name,
@@ -643,8 +643,8 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         !has_partition_table(&disk_head(&worker.disk, &dir)),
         "the disk still has a partition table after cleaning"
     );
-    foothold_e2e::deadline::say(&format!(
+    foothold_e2e::say!(
         "metal3_provisioning: the worker deprovisioned and cleaned {} s after its image was removed",
         started.elapsed().as_secs()
-    ));
+    );
 }

@@ -157,10 +157,10 @@ pub(super) fn makes_a_cluster_of_the_master(
     );
     assert!(message.contains(&unfit), "{message}");
     assert_eq!(field(site, "{.status.phase}"), "Pending");
-    foothold_e2e::deadline::say(&format!(
+    foothold_e2e::say!(
         "metal3_provisioning: the BPA refused the unfit master in {} s",
         started.elapsed().as_secs()
-    ));
+    );
 
     // A key the host does not know: refused before any step.
     let stranger = dir.join("stranger");
@@ -253,10 +253,10 @@ fn outcome(site: &Site, job: &str) -> (String, String) {
             done.then_some(phase),
         )
     });
-    foothold_e2e::deadline::say(&format!(
+    foothold_e2e::say!(
         "metal3_provisioning: the BPA's Job {job} {phase} in {} s",
         started.elapsed().as_secs()
-    ));
+    );
     (phase, logs())
 }
 
@@ -438,10 +438,10 @@ pub(super) fn installs_software(
         ])
         .unwrap_or_else(|e| e)
     );
-    foothold_e2e::deadline::say(&format!(
+    foothold_e2e::say!(
         "metal3_provisioning: the Software installed in {} s",
         started.elapsed().as_secs()
-    ));
+    );
     let [master, worker] = on;
     assert_eq!(
         master("dpkg-query -W -f '${Status} ${Version}' hello-foothold; echo; hello-tool"),

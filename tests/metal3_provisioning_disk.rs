@@ -48,11 +48,11 @@ pub(super) fn booted_from_disk(
         "{} is not named as its BareMetalHost (the config drive): {marker}",
         n.name
     );
-    foothold_e2e::deadline::say(&format!(
+    foothold_e2e::say!(
         "metal3_provisioning: {} booted from disk and ready {} s after its image was set: {marker}",
         n.name,
         started.elapsed().as_secs()
-    ));
+    );
     let address = lease(&site.root, n.mac);
     assert_eq!(
         address, inspected,

@@ -188,10 +188,10 @@ pub fn wait_for<T>(
     loop {
         let (now, done) = state();
         if now != last {
-            crate::deadline::say(&format!(
+            crate::say!(
                 "metal3_provisioning: {:>4} s  {what}: {now}",
                 started.elapsed().as_secs()
-            ));
+            );
             last = now;
         }
         if let Some(v) = done {
