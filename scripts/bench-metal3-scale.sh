@@ -4,7 +4,8 @@
 # technique Metal3 uses for its own scale tests) to Provisioned with a live ISO. Prints the appliance's memory at
 # idle with Kubernetes + BMO + Ironic + agent (target <= 3 GiB), the time from applying the hosts to all
 # available and to all provisioned (target <= 15 min), and the appliance's peak memory and mean CPU meanwhile
-# (target <= 4 GiB). Needs root and what scripts/install-test-tools.sh installs (sushy-tools).
+# (target <= 4 GiB), then the calls the fake BMC answered by kind. Needs root and what
+# scripts/install-test-tools.sh installs (sushy-tools).
 # Two ways to run the appliance (MODE):
 #   vm      (default) the image booted in qemu, isolated; under TCG here, which measures qemu's emulation as much
 #           as Metal3;
@@ -302,4 +303,20 @@ for p in pids:
 print("CPU time since start: " + ", ".join(parts))
 PY
 fi
+# What the BMCs were asked, from the fake BMC's request log: a configuration that calls them more shows here
+# before anywhere else (the hosts' ids folded, so each kind of call is one line).
+python3 - "$bench/bmc.log" "$hosts" <<'PY'
+import collections, re, sys
+path, hosts = sys.argv[1], int(sys.argv[2])
+kinds = collections.Counter()
+for line in open(path, errors="replace"):
+    m = re.search(r'"(GET|POST|PATCH|PUT|DELETE) (\S+) HTTP/[\d.]+" (\d+)', line)
+    if m:
+        route = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "{id}", m[2])
+        kinds[f"{m[1]} {route} {m[3]}"] += 1
+total = sum(kinds.values())
+print(f"calls the fake BMC answered: {total} ({total / hosts:.1f} a host); the most frequent:")
+for kind, n in kinds.most_common(8):
+    print(f"  {n:8d}  {n / hosts:6.1f} a host  {kind}")
+PY
 echo "progress: $bench/progress.log"

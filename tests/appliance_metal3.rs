@@ -224,27 +224,10 @@ pub fn provision(
                 .ok_or(v.to_string())
         },
     );
-    // Ironic's database in write-ahead-log mode, which the launcher sets (Ironic 29's own listener never does):
-    // bytes 18 and 19 of an SQLite header are 2 in WAL mode, 1 with a rollback journal.
-    let header = a.ssh("sudo od -An -tu1 -j18 -N2 /var/lib/ironic/ironic.sqlite");
-    assert_eq!(
-        header.split_whitespace().collect::<Vec<_>>(),
-        ["2", "2"],
-        "Ironic's database is not in WAL mode: {header}"
-    );
-    // The launcher's other changes, against the image's own Ironic, oslo.db and Pecan; and the running Ironic
-    // keeps its database open between transactions (oslo.db alone opens and closes it for each).
-    let said = a.ssh(&format!(
-        "sudo python3 - <<'EOF'\n{}\nEOF",
-        include_str!("fixtures/ironic_launcher_check.py")
-    ));
+    // As root: without D-Bus (none in the image) only root's tools reach what systemd runs.
+    let said =
+        foothold_e2e::check_ironic_launcher(|c| a.ssh(&format!("sudo sh <<'ROOT'\n{c}\nROOT")));
     eprintln!("{said}");
-    // As root: without D-Bus (none in the image) only root's systemctl reaches systemd.
-    let fds = a.ssh("sudo sh -c 'ls -l /proc/$(systemctl show -p MainPID --value ironic)/fd'");
-    assert!(
-        fds.lines().any(|l| l.ends_with("/ironic.sqlite")),
-        "Ironic holds no connection to its database:\n{fds}"
-    );
     let crds = a.kubectl(&["get", "crd", "-o", "name"]).unwrap();
     for crd in [
         "baremetalhosts.metal3.io",

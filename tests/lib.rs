@@ -437,6 +437,31 @@ pub fn build_deb(dir: &Path, name: &str, version: &str) -> PathBuf {
     deb
 }
 
+/// What Ironic's launcher (`rootfs/usr/local/lib/foothold/ironic`) changes, checked on a running appliance
+/// whose root shell commands `as_root` runs: its database in write-ahead-log mode (bytes 18 and 19 of an SQLite
+/// header are 2 in WAL mode, 1 with a rollback journal; Ironic 29's own listener never sets it), each of its
+/// changes against the image's own Ironic, oslo.db, SQLAlchemy, Pecan and jsonschema
+/// (`fixtures/ironic_launcher_check.py`), and the running Ironic holding its database open between
+/// transactions (oslo.db alone opens and closes it for each). Returns what the checks printed.
+pub fn check_ironic_launcher(as_root: impl Fn(&str) -> String) -> String {
+    let header = as_root("od -An -tu1 -j18 -N2 /var/lib/ironic/ironic.sqlite");
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        ["2", "2"],
+        "Ironic's database is not in WAL mode: {header}"
+    );
+    let said = as_root(&format!(
+        "python3 - <<'EOF'\n{}\nEOF",
+        include_str!("fixtures/ironic_launcher_check.py")
+    ));
+    let fds = as_root("ls -l /proc/$(pgrep -of '/usr/local/lib/foothold/ironic --config-file')/fd");
+    assert!(
+        fds.lines().any(|l| l.ends_with("/ironic.sqlite")),
+        "Ironic holds no connection to its database:\n{fds}"
+    );
+    said
+}
+
 /// Waits up to `limit` for the ready marker on the console log `console` (a file a VM's serial port writes);
 /// returns its line.
 pub fn wait_for_marker(console: &Path, limit: Duration) -> String {

@@ -234,6 +234,11 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     assert_eq!(ironic_status(None), "401");
     assert_eq!(ironic_status(Some((&bmo_user, &wrong))), "401");
     assert_eq!(ironic_status(Some((&bmo_user, &bmo_password))), "200");
+    // Ironic's launcher, its changes checked against the root's own Ironic, in the site's namespaces.
+    let said = foothold_e2e::check_ironic_launcher(|c| {
+        run(site.command("chroot").arg(&root).args(["sh", "-c", c]))
+    });
+    foothold_e2e::say!("{said}");
     // The agent's /readyz verifies Ironic the same way; the agent is verified with the site CA.
     let readyz = wait_for("the agent's /readyz", Duration::from_secs(120), || {
         let body = try_run(
