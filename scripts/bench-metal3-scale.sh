@@ -15,7 +15,8 @@
 #           CoreDNS, which Metal3 does not use. Memory is then the appliance processes' resident sum.
 # Usage: scripts/bench-metal3-scale.sh [hosts]   (IMAGE=<appliance .raw> uses that image instead of building
 # packages/appliance.yaml; for MODE=vm it must take the SSH key in BENCH_DIR/id_ed25519 for its user foothold;
-# LIMIT_SECONDS=3600 ends the wait for all provisioned, reporting how many were by then; PROVISIONING=1 builds
+# LIMIT_SECONDS=3600 ends the wait for all provisioned, reporting how many were by then; BMO_CONCURRENCY=N has
+# BMO reconcile N hosts at once (MODE=native); PROVISIONING=1 builds
 # the appliance as a site that provisions to disk runs it: the provisioning network's DHCP on and the deploy
 # ramdisk of packages/ipa.yaml in it, so Ironic is configured for inspection, cleaning and disk images and its
 # API is HTTPS on the provisioning address; the hosts here still skip inspection and cleaning, which a fake BMC
@@ -77,6 +78,11 @@ PY
   fi
   if [ "$mode" = native ]; then
     root_extract "$image" "$root"
+    # BMO_CONCURRENCY=N: BMO reconciles N hosts at once instead of the image's setting.
+    if [ -n "${BMO_CONCURRENCY:-}" ]; then
+      sed -i "s/^BMO_CONCURRENCY=.*/BMO_CONCURRENCY=$BMO_CONCURRENCY/" "$root/etc/foothold/metal3.env"
+      grep -q "^BMO_CONCURRENCY=$BMO_CONCURRENCY\$" "$root/etc/foothold/metal3.env"
+    fi
     # The rest runs in the appliance's namespaces; everything started there ends with it.
     BENCH_INSIDE=1 BENCH_DIR="$bench" exec unshare --mount --net --pid --fork --kill-child "$0" "$hosts"
   fi
