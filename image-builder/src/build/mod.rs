@@ -113,7 +113,8 @@ pub fn build(loaded: &Loaded, settings: &Settings, progress: &Progress) -> Resul
         let raw_hash = s.spawn(move || hashed(raw.to_owned()));
         let compressed = wanted_compressed.map(|c| {
             s.spawn(move || {
-                let (out, tool) = outputs::compressed(raw, c, b.progress)?;
+                let level = spec.compression_level().expect("compressed");
+                let (out, tool) = outputs::compressed(raw, c, level, b.progress)?;
                 Ok((hashed(out)?, tool))
             })
         });

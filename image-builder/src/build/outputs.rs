@@ -21,11 +21,12 @@ use crate::spec::Compression;
 pub fn compressed(
     raw: &Path,
     c: Compression,
+    level: u8,
     progress: &Progress,
 ) -> Result<(PathBuf, (&'static str, String))> {
     let tool = compressor(c).expect("compression is not none").0;
-    progress.step("compress", &format!("{tool} of the raw image"));
-    let out = compress_raw(raw, c)?;
+    progress.step("compress", &format!("{tool} -{level} of the raw image"));
+    let out = compress_raw(raw, c, level)?;
     let version = match c {
         // zstd's --version is a banner; -qV is the bare number.
         Compression::Zstd => format!("zstd {}", tool_version("zstd", "-qV")),
@@ -107,6 +108,7 @@ pub fn manifests(
             output["compression"] = json!(compression);
         }
         if compressed_raw {
+            output["compressionLevel"] = json!(spec.compression_level());
             let (sha256, size) = &digests[raw];
             output["uncompressed"] = json!({
                 "file": raw.file_name().map(|n| n.to_string_lossy().into_owned()),
@@ -203,9 +205,9 @@ fn compressor(c: Compression) -> Option<(&'static str, &'static str, &'static st
     }
 }
 
-/// `<raw>.zst` or `<raw>.xz`, written under a temporary name, synced and renamed. Both compressors run on
-/// every core and give the same bytes for any number of threads, so the output stays reproducible.
-fn compress_raw(raw: &Path, c: Compression) -> Result<PathBuf> {
+/// `<raw>.zst` or `<raw>.xz` at `level`, written under a temporary name, synced and renamed. Both compressors
+/// run on every core and give the same bytes for any number of threads, so the output stays reproducible.
+fn compress_raw(raw: &Path, c: Compression, level: u8) -> Result<PathBuf> {
     let (tool, ext, package) = compressor(c).context("no compression")?;
     let name = raw
         .file_name()
@@ -214,12 +216,8 @@ fn compress_raw(raw: &Path, c: Compression) -> Result<PathBuf> {
     let out = raw.with_file_name(format!("{name}.{ext}"));
     let tmp = raw.with_file_name(format!(".{name}.{ext}.tmp"));
     let file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let level = match c {
-        Compression::Xz => "-6",
-        _ => "-10",
-    };
     Command::new(tool)
-        .args(["-q", "-T0", level, "-c"])
+        .args(["-q", "-T0", &format!("-{level}"), "-c"])
         .arg(raw)
         .stdout(file.try_clone()?)
         .run()
@@ -256,9 +254,13 @@ mod tests {
         f.write_all(&data).unwrap();
         drop(f);
         let raw_sha256 = crate::sparse::sha256(&raw).unwrap();
-        for (c, one_thread) in [(Compression::Zstd, "-T1"), (Compression::Xz, "-T+1")] {
+        for (c, level, one_thread) in [
+            (Compression::Zstd, 10, "-T1"),
+            (Compression::Xz, 6, "-T+1"),
+            (Compression::Xz, 1, "-T+1"),
+        ] {
             let (tool, ext, _) = compressor(c).unwrap();
-            let out = compress_raw(&raw, c).unwrap();
+            let out = compress_raw(&raw, c, level).unwrap();
             assert_eq!(out, dir.path().join(format!("disk.raw.{ext}")));
             assert!(!dir.path().join(format!(".disk.raw.{ext}.tmp")).exists());
             let back = Command::new(tool)
@@ -272,9 +274,8 @@ mod tests {
                 raw_sha256,
                 "{tool}"
             );
-            let level = if c == Compression::Xz { "-6" } else { "-10" };
             let single = Command::new(tool)
-                .args(["-q", one_thread, level, "-c"])
+                .args(["-q", one_thread, &format!("-{level}"), "-c"])
                 .arg(&raw)
                 .output()
                 .unwrap();

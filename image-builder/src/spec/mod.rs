@@ -291,6 +291,10 @@ pub struct Outputs {
     /// The ISO's squashfs is zstd-compressed either way.
     #[serde(default)]
     pub compression: Compression,
+    /// How hard the raw image is compressed: zstd 1–19 (default 10), xz 0–9 (default 6); lower is faster and
+    /// larger. Only with `compression`; the qcow2's clusters take their codec's own level.
+    #[serde(default)]
+    pub compression_level: Option<u8>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -300,6 +304,26 @@ pub enum Compression {
     None,
     Zstd,
     Xz,
+}
+
+impl Compression {
+    /// Its name in a spec.
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Zstd => "zstd",
+            Compression::Xz => "xz",
+        }
+    }
+
+    /// The levels the compressor takes and its default one; `None` for no compression.
+    pub fn levels(self) -> Option<(std::ops::RangeInclusive<u8>, u8)> {
+        match self {
+            Compression::None => None,
+            Compression::Zstd => Some((1..=19, 10)),
+            Compression::Xz => Some((0..=9, 6)),
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -453,6 +477,13 @@ impl Spec {
 
     pub fn disk_size(&self) -> u64 {
         parse_size(&self.outputs.disk_size).expect("validated")
+    }
+
+    /// The level the raw image is compressed at: the spec's, else the compressor's default; `None` when it is
+    /// not compressed.
+    pub fn compression_level(&self) -> Option<u8> {
+        let (_, default) = self.outputs.compression.levels()?;
+        Some(self.outputs.compression_level.unwrap_or(default))
     }
 }
 

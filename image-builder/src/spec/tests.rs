@@ -75,6 +75,40 @@ fn a_minimal_spec_parses_and_validates() {
     assert_eq!(s.outputs.compression, Compression::None);
     let z = parse(&format!("{GOOD}  compression: zstd\n")).unwrap();
     assert_eq!(z.outputs.compression, Compression::Zstd);
+    assert_eq!(s.compression_level(), None);
+    assert_eq!(z.compression_level(), Some(10));
+    let x = parse(&format!("{GOOD}  compression: xz\n  compressionLevel: 1\n")).unwrap();
+    x.validate().unwrap();
+    assert_eq!(x.compression_level(), Some(1));
+}
+
+#[test]
+fn a_compression_level_is_one_its_compressor_takes() {
+    let level = |c: &str, l: u8| {
+        parse(&format!(
+            "{GOOD}  compression: {c}\n  compressionLevel: {l}\n"
+        ))
+        .unwrap()
+        .validate()
+    };
+    assert_eq!(
+        level("xz", 10).unwrap_err(),
+        "outputs.compressionLevel: 10 is not a level of xz (0 to 9)"
+    );
+    assert_eq!(
+        level("zstd", 0).unwrap_err(),
+        "outputs.compressionLevel: 0 is not a level of zstd (1 to 19)"
+    );
+    level("zstd", 19).unwrap();
+    level("xz", 0).unwrap();
+    let e = parse(&format!("{GOOD}  compressionLevel: 3\n"))
+        .unwrap()
+        .validate()
+        .unwrap_err();
+    assert!(
+        e.contains("outputs.compressionLevel") && e.contains("compression is none"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -152,6 +152,22 @@ impl Spec {
             let (field, f) = i.files();
             validate_source(&field, &f, pins)?;
         }
+        if let Some(level) = self.outputs.compression_level {
+            let c = self.outputs.compression;
+            let Some((levels, _)) = c.levels() else {
+                return Err(format!(
+                    "outputs.compressionLevel: {level} given, but outputs.compression is none (nothing is compressed)"
+                ));
+            };
+            if !levels.contains(&level) {
+                return Err(format!(
+                    "outputs.compressionLevel: {level} is not a level of {} ({} to {})",
+                    c.name(),
+                    levels.start(),
+                    levels.end()
+                ));
+            }
+        }
         let disk =
             parse_size(&self.outputs.disk_size).map_err(|e| format!("outputs.diskSize: {e}"))?;
         let data = self.data_size()?;
