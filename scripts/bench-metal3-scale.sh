@@ -4,7 +4,8 @@
 # technique Metal3 uses for its own scale tests) to Provisioned with a live ISO. Prints the appliance's memory at
 # idle with Kubernetes + BMO + Ironic + agent (target <= 3 GiB), the time from applying the hosts to all
 # available and to all provisioned (target <= 15 min), and the appliance's peak memory and mean CPU meanwhile
-# (target <= 4 GiB), then the calls the fake BMC answered by kind. Needs root and what
+# (target <= 4 GiB), then the calls the fake BMC answered by kind and (MODE=native) how long hosts stayed in
+# each provisioning state. Needs root and what
 # scripts/install-test-tools.sh installs (sushy-tools).
 # Two ways to run the appliance (MODE):
 #   vm      (default) the image booted in qemu, isolated; under TCG here, which measures qemu's emulation as much
@@ -325,4 +326,8 @@ print(f"calls the fake BMC answered: {total} ({total / hosts:.1f} a host); the m
 for kind, n in kinds.most_common(8):
     print(f"  {n:8d}  {n / hosts:6.1f} a host  {kind}")
 PY
+if [ "$mode" = native ]; then
+  # Where a host's time went: how long hosts stayed in each provisioning state, from BMO's log.
+  python3 scripts/bmo-state-times.py "$bench/baremetal-operator.log"
+fi
 echo "progress: $bench/progress.log"

@@ -576,6 +576,29 @@ mod tests {
             "seconds": 12})
     }
 
+    /// `scripts/bmo-state-times.py` (the Metal3 benchmark's last table) on BMO's log lines: the state machine's
+    /// lines only (not the provisioner's of the same message), a host's time from entering a state to leaving
+    /// it, epoch and ISO 8601 times alike, a state not yet left not counted.
+    #[test]
+    fn the_benchmark_s_state_times_come_from_bmo_s_state_machine_lines() {
+        let out = run(Command::new("python3")
+            .arg(workspace().join("scripts/bmo-state-times.py"))
+            .arg(workspace().join("tests/fixtures/bmo-states.log")));
+        let rows: Vec<Vec<&str>> = out
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ["registering", "2", "45", "s", "60", "s", "60", "s"],
+                ["available", "1", "70", "s", "70", "s", "70", "s"],
+            ],
+            "{out}"
+        );
+    }
+
     #[test]
     fn an_input_built_here_passes_and_a_cache_filled_by_hand_fails_the_provenance_check() {
         let here = foothold_image_builder::fetch::machine_id();
