@@ -133,7 +133,7 @@ fn set_by_the_config_drive(
             .unwrap_or_else(|| panic!("{name}: no {label} on vda: {blocks}"))
     };
     assert!(labelled("config-2") > 0, "{name}: {blocks}");
-    // The image's data partition is 16 MiB (the whole image 2 GiB); grown, it fills the disk up to the config
+    // The image's data partition is 16 MiB (the whole image 4 GiB); grown, it fills the disk up to the config
     // drive.
     assert!(labelled("foothold-data") > 4 << 30, "{name}: {blocks}");
 }
