@@ -558,6 +558,8 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
             &[
                 "master-0 kubeadm init: already initialised",
                 "worker-0 kubeadm join: joined",
+                "master-0 cluster DNS: CoreDNS answers the cluster's names only (already): no resolver on \
+                 master-0 (/etc/resolv.conf), worker-0 (/etc/resolv.conf)",
             ],
         ),
     );
@@ -583,6 +585,20 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
             "{name}: kubelet reclaimed disk: {said}"
         );
     }
+
+    // The cluster's DNS: CoreDNS Ready, never restarted (with kubeadm's Corefile it exits at every start on
+    // hosts with no resolver, and kubelet starts it again and again).
+    let dns = wait_for("CoreDNS Ready", Duration::from_secs(300), || {
+        let now = bpa::workload_dns(site_of, &conf);
+        let done = now
+            .as_deref()
+            .is_ok_and(|pods| !pods.is_empty() && pods.lines().all(|p| p.contains(" ready=true ")));
+        (format!("{now:?}"), done.then(|| now.unwrap()))
+    });
+    assert!(
+        dns.lines().all(|p| p.ends_with(" restarts=0")),
+        "CoreDNS restarted: {dns}"
+    );
 
     // The Provisioning goes (its finalizer removes the Job it made); the cluster stays on the hosts.
     bpa::deleted(&site, &job);

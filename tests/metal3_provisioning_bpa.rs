@@ -214,6 +214,10 @@ pub(super) fn makes_a_cluster_of_the_master(
             &[
                 "master-0 prepare: prepared for Kubernetes v1.35.4 (unchanged)",
                 "master-0 kubeadm init: initialised",
+                // Foothold's nodes have no resolver (the site is offline): CoreDNS without an upstream, or it
+                // would exit at every start ("no nameservers found").
+                "master-0 cluster DNS: CoreDNS answers the cluster's names only: no resolver on master-0 \
+                 (/etc/resolv.conf)",
             ],
         ),
     )
@@ -366,8 +370,45 @@ pub(super) fn installs_the_cluster(
 /// kubectl; an error while the cluster does not answer. Not asked on the master: a login and a kubectl there
 /// every few seconds is a load of its own on an emulated host whose control plane is coming up.
 pub(super) fn workload_nodes(
+    site_of: (&Namespace, &Site, &Path),
+    conf: &str,
+) -> Result<String, String> {
+    workload_get(
+        site_of,
+        conf,
+        &[
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}",
+        ],
+    )
+}
+
+/// The workload cluster's CoreDNS pods, each as `<name> ready=<true|false> restarts=<n>`, one per line.
+pub(super) fn workload_dns(
+    site_of: (&Namespace, &Site, &Path),
+    conf: &str,
+) -> Result<String, String> {
+    workload_get(
+        site_of,
+        conf,
+        &[
+            "pods",
+            "-n",
+            "kube-system",
+            "-l",
+            "k8s-app=kube-dns",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} ready={.status.containerStatuses[0].ready} restarts={.status.containerStatuses[0].restartCount}{\"\\n\"}{end}",
+        ],
+    )
+}
+
+/// `kubectl get <args>` on the workload cluster, as [`workload_nodes`] asks it.
+fn workload_get(
     (ns, site, dir): (&Namespace, &Site, &Path),
     conf: &str,
+    args: &[&str],
 ) -> Result<String, String> {
     let kubeconfig = dir.join("c1.kubeconfig");
     std::fs::write(&kubeconfig, conf).unwrap();
@@ -376,12 +417,8 @@ pub(super) fn workload_nodes(
             .arg("--request-timeout=20s")
             .arg("--kubeconfig")
             .arg(&kubeconfig)
-            .args([
-                "get",
-                "nodes",
-                "-o",
-                "jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}",
-            ]),
+            .arg("get")
+            .args(args),
     )
     .map(|s| s.trim().to_owned())
 }

@@ -5,10 +5,11 @@
 //! 1. `prepare` every host at once: binaries, kernel settings, containerd for kubelet, kubelet's unit;
 //! 2. `kubeadm init` on the control-plane host;
 //! 3. `kubeadm join` on every other host at once, trusting the cluster CA by its hash;
-//! 4. `kube-proxy` on every host, with a kubeconfig the control-plane host makes;
-//! 5. `pod network`: once the controller manager has given every node its pod range, the bridge plugin on each
+//! 4. `cluster DNS`: CoreDNS without an upstream when a host has no resolver (`dns`);
+//! 5. `kube-proxy` on every host, with a kubeconfig the control-plane host makes;
+//! 6. `pod network`: once the controller manager has given every node its pod range, the bridge plugin on each
 //!    node and routes to the others' ranges;
-//! 6. every node `Ready`: the caller writes the admin kubeconfig into the Secret.
+//! 7. every node `Ready`: the caller writes the admin kubeconfig into the Secret.
 //!
 //! After `kubeadm init` the installer reads the admin kubeconfig and watches the nodes through the new
 //! cluster's API from where it runs, not with kubectl on the control-plane host: that host is the busiest of a
@@ -27,6 +28,7 @@ use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use russh::keys::PrivateKey;
 
+use crate::installer::dns;
 use crate::installer::host::{self, ADMIN_CONF, CA_CERT, DONE};
 use crate::installer::inventory::{Host, Inventory};
 use crate::installer::kubeadm;
@@ -428,6 +430,8 @@ async fn converge(
         .await?;
     }
 
+    cluster_dns(cp, nodes, &api, &report).await?;
+
     let conf = cp
         .capture(
             "kube-proxy kubeconfig",
@@ -482,6 +486,52 @@ async fn converge(
         report(n, "node", "Ready");
     }
     Ok(admin)
+}
+
+/// Step `cluster DNS` (`dns`): CoreDNS without an upstream when a host has no resolver for it to forward to.
+async fn cluster_dns(
+    cp: &Node<'_>,
+    nodes: &[Node<'_>],
+    api: &kube::Client,
+    report: &(dyn Fn(&Node, &str, &str) + Sync),
+) -> Result<(), Failure> {
+    const STEP: &str = "cluster DNS";
+    let script = dns::resolvers_script();
+    let counts = all(nodes.iter().map(|n| {
+        let script = &script;
+        async move {
+            let said = n.step(STEP, script, SHORT).await?;
+            let (count, file) = dns::parse_resolvers(&said).map_err(|e| n.fail(STEP, e))?;
+            Ok((n.host.name.as_str(), count, file))
+        }
+    }))
+    .await?;
+    let without: Vec<String> = counts
+        .iter()
+        .filter(|(_, count, _)| *count == 0)
+        .map(|(name, _, file)| format!("{name} ({file})"))
+        .collect();
+    if without.is_empty() {
+        report(
+            cp,
+            STEP,
+            "CoreDNS forwards other names to the hosts' resolvers",
+        );
+        return Ok(());
+    }
+    let changed = dns::answer_cluster_names_only(api)
+        .await
+        .map_err(|e| cp.fail(STEP, e))?;
+    let what = if changed { "" } else { " (already)" };
+    report(
+        cp,
+        STEP,
+        &format!(
+            "CoreDNS answers the cluster's names only{what}: no resolver on {}",
+            without.join(", ")
+        ),
+    );
+    Ok(())
 }
 
 /// What the controller manager gives a node: `a.b.c.d/n`.

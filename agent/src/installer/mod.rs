@@ -15,6 +15,7 @@
 //! - `host`: the scripts `install-cluster` runs on a host, one per step, each idempotent.
 //! - `cluster`: `install-cluster`'s steps over every host (prepare, kubeadm init and join, kube-proxy, the pod
 //!   network, every node Ready), and the kubeconfig Secret.
+//! - `dns`: CoreDNS's Corefile without an upstream on hosts with no resolver (an offline site's).
 //! - `cli`: both commands' arguments (from the Jobs' environment) and what they print.
 //!
 //! The appliance serves what `install-cluster` takes (`foothold-build`'s `workload` phase): kubeadm's
@@ -25,6 +26,7 @@
 
 pub mod cli;
 pub mod cluster;
+pub mod dns;
 pub mod host;
 pub mod inventory;
 pub mod kubeadm;
