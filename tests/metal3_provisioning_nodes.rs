@@ -70,11 +70,11 @@ pub(super) const IMAGES_PORT: u16 = 8080;
 /// appended to a file across boots (the ramdisk's, then the installed system's). virtualbmc sets the boot
 /// device by redefining the domain from its XML, which libvirt refuses for a firmware it chose itself: the IPMI
 /// node names OVMF. sushy-tools rewrites a named loader when Ironic sets the boot mode (to a Secure Boot build
-/// that needs SMM): the Redfish node lets libvirt choose (notes: ../shared/metal3-notes.md). The CPU is qemu's
-/// `max`, as in every other boot under TCG here (the builder's `-cpu max`, the site's `mode='maximum'`): without
-/// a `<cpu>`, libvirt gives TCG `qemu64`, which has no AES-NI, PCLMULQDQ or SSSE3, and the workload control
-/// plane's Go TLS (etcd, the API server, every client) runs its generic code: under qemu's TCG here, AES-GCM
-/// 5.5 times and SHA-256 2.9 times slower than with `max`.
+/// that needs SMM): the Redfish node lets libvirt choose (notes: ../shared/metal3-notes.md). No `<cpu>`: libvirt
+/// gives TCG `qemu64`. qemu's `max` (the builder's `-cpu max`) was tried here on 2026-11-29 for its AES-NI (the
+/// control plane's Go TLS runs generic code without it) and made the workload cluster slower: `kubeadm init`
+/// 813 s against 505–518, the master-alone cluster 1,174 s against 865–880; under TCG its processes start
+/// 1.8 times slower (a fork and exec benchmark booted as init: docs/results.md).
 pub(super) fn domain_xml(node: &Node) -> String {
     let firmware = match node.bmc {
         Bmc::Ipmi => format!(
@@ -92,9 +92,7 @@ pub(super) fn domain_xml(node: &Node) -> String {
     format!(
         "<domain type='qemu'>\n  <name>{domain}</name>\n  <uuid>{uuid}</uuid>\n\
          <memory unit='MiB'>{MEMORY_MIB}</memory>\n  <vcpu>{vcpus}</vcpu>\n  {firmware}\n\
-         <features><acpi/></features>\n\
-         <cpu mode='maximum' check='none'><topology sockets='1' dies='1' cores='{vcpus}' threads='1'/></cpu>\n\
-         <devices>\n\
+         <features><acpi/></features>\n  <devices>\n\
          <disk type='file' device='disk'>\n      <driver name='qemu' type='qcow2'/>\n      <source file='{disk}'/>\n\
          <target dev='vda' bus='virtio'/>\n    </disk>\n\
          <interface type='ethernet'>\n      <mac address='{mac}'/>\n      <target dev='{tap}' managed='no'/>\n\
