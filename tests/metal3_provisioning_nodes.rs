@@ -71,10 +71,8 @@ pub(super) const IMAGES_PORT: u16 = 8080;
 /// device by redefining the domain from its XML, which libvirt refuses for a firmware it chose itself: the IPMI
 /// node names OVMF. sushy-tools rewrites a named loader when Ironic sets the boot mode (to a Secure Boot build
 /// that needs SMM): the Redfish node lets libvirt choose (notes: ../shared/metal3-notes.md). No `<cpu>`: libvirt
-/// gives TCG `qemu64`. qemu's `max` (the builder's `-cpu max`) was tried here on 2026-11-29 for its AES-NI (the
-/// control plane's Go TLS runs generic code without it) and made the workload cluster slower: `kubeadm init`
-/// 813 s against 505–518, the master-alone cluster 1,174 s against 865–880; under TCG its processes start
-/// 1.8 times slower (a fork and exec benchmark booted as init: docs/results.md).
+/// gives TCG `qemu64`. qemu's `max` (the builder's `-cpu max`), tried for its AES-NI, did not make the workload
+/// cluster faster, and under TCG its processes start slower (docs/results.md, 2026-11-29).
 pub(super) fn domain_xml(node: &Node) -> String {
     let firmware = match node.bmc {
         Bmc::Ipmi => format!(
