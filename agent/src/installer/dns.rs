@@ -192,25 +192,21 @@ mod tests {
             ),
         )
         .unwrap();
-        let script =
-            resolvers_script().replace("/var/lib/kubelet/config.yaml", config.to_str().unwrap());
-        let out = std::process::Command::new("sh")
-            .args(["-c", &script])
-            .output()
-            .unwrap();
-        let said = String::from_utf8(out.stdout).unwrap();
-        let line = said.trim().strip_prefix(DONE).unwrap().trim();
+        // The script as it runs on a host, with kubelet's configuration at `config`: what it printed.
+        let said = |config: &std::path::Path| {
+            let script = resolvers_script()
+                .replace("/var/lib/kubelet/config.yaml", config.to_str().unwrap());
+            let out = std::process::Command::new("sh")
+                .args(["-c", &script])
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let line = said(&config);
+        let line = line.trim().strip_prefix(DONE).unwrap().trim();
         assert_eq!(parse_resolvers(line), Ok((2, resolv.display().to_string())));
         // No configuration: /etc/resolv.conf, whatever it holds here.
-        let script = resolvers_script().replace(
-            "/var/lib/kubelet/config.yaml",
-            dir.path().join("missing").to_str().unwrap(),
-        );
-        let out = std::process::Command::new("sh")
-            .args(["-c", &script])
-            .output()
-            .unwrap();
-        let said = String::from_utf8(out.stdout).unwrap();
+        let said = said(&dir.path().join("missing"));
         assert!(said.trim().ends_with(" /etc/resolv.conf"), "{said}");
     }
 }
