@@ -28,6 +28,7 @@ use k8s_openapi::api::core::v1::Node as KubeNode;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use russh::keys::PrivateKey;
 
+use crate::installer::api::retrying;
 use crate::installer::dns;
 use crate::installer::host::{self, ADMIN_CONF, CA_CERT, DONE};
 use crate::installer::inventory::{Host, Inventory};
@@ -277,20 +278,11 @@ async fn wait_nodes(
 ) -> Result<Vec<(String, String)>, Failure> {
     let deadline = Instant::now() + NODES;
     let nodes: kube::Api<KubeNode> = kube::Api::all(api.clone());
+    let all_of_them = kube::api::ListParams::default();
     loop {
-        // The API server may be restarting: a failed request is retried until the deadline, and named if it is
-        // the last thing seen.
-        let said = match nodes.list(&Default::default()).await {
-            Ok(list) => list,
-            Err(e) if Instant::now() < deadline => {
-                tracing::warn!(error = %e, "{step}: the API server did not answer; retrying");
-                tokio::time::sleep(NODES_POLL).await;
-                continue;
-            }
-            Err(e) => {
-                return Err(cp.fail(step, format!("the cluster's API: {e}")));
-            }
-        };
+        let said = retrying(step, deadline, || nodes.list(&all_of_them))
+            .await
+            .map_err(|e| cp.fail(step, format!("the cluster's API: {e}")))?;
         let seen: Vec<(String, String)> = said
             .items
             .iter()

@@ -6,13 +6,14 @@
 //!
 //! So after the joins, before any node is Ready (CoreDNS's pods wait for a Ready node, so they start once, with
 //! the final Corefile), the installer asks every host which resolvers kubelet gives pods there, and when one has
-//! none, takes the `forward` out of the Corefile: CoreDNS answers the cluster's names, and answers others with
-//! an error instead of exiting. With resolvers on every host, kubeadm's Corefile stays as it is.
+//! none, takes the `forward` out of the Corefile: it keeps the cluster's zone and loses only the upstream it could
+//! not use. With resolvers on every host, kubeadm's Corefile stays as it is.
 
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
+use crate::installer::api::retrying;
 use crate::installer::host::DONE;
 
 /// The script that prints `FOOTHOLD-STEP <n> <file>`: the number of `nameserver` lines in the resolver file
@@ -66,51 +67,32 @@ pub fn without_upstream(corefile: &str) -> Option<String> {
 
 /// How long the API server has to take the change: it may be restarting just after the joins.
 const PATCH: Duration = Duration::from_secs(10 * 60);
-const RETRY: Duration = Duration::from_secs(5);
 
 /// Takes the upstream out of the `coredns` ConfigMap's Corefile (kube-system), retrying while the API server
-/// does not answer. `Ok(false)` when there was none to take out.
+/// does not answer. `Ok(false)` when there was none to take out. The installer is the cluster's only writer
+/// while it installs: the Corefile read is the one patched.
 pub async fn answer_cluster_names_only(api: &kube::Client) -> Result<bool, String> {
     use kube::api::{Api, Patch, PatchParams};
+    const STEP: &str = "cluster DNS";
     let maps: Api<ConfigMap> = Api::namespaced(api.clone(), "kube-system");
     let deadline = Instant::now() + PATCH;
-    let retry = |e: String| async move {
-        if Instant::now() >= deadline {
-            return Err(format!("within {PATCH:?}: {e}"));
-        }
-        tracing::warn!(error = %e, "cluster DNS: the API server did not answer; retrying");
-        tokio::time::sleep(RETRY).await;
-        Ok(())
+    let map = retrying(STEP, deadline, || maps.get("coredns"))
+        .await
+        .map_err(|e| format!("the ConfigMap kube-system/coredns: {e}"))?;
+    let corefile = map
+        .data
+        .as_ref()
+        .and_then(|d| d.get("Corefile"))
+        .ok_or("the ConfigMap kube-system/coredns has no Corefile")?;
+    let Some(changed) = without_upstream(corefile) else {
+        return Ok(false);
     };
-    loop {
-        let map = match maps.get("coredns").await {
-            Ok(m) => m,
-            Err(e) => {
-                retry(format!("the ConfigMap kube-system/coredns: {e}")).await?;
-                continue;
-            }
-        };
-        let corefile = map
-            .data
-            .as_ref()
-            .and_then(|d| d.get("Corefile"))
-            .ok_or("the ConfigMap kube-system/coredns has no Corefile")?;
-        let Some(changed) = without_upstream(corefile) else {
-            return Ok(false);
-        };
-        // The resourceVersion read makes a change made since then a conflict, read again.
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": map.metadata.resource_version},
-            "data": {"Corefile": changed},
-        });
-        match maps
-            .patch("coredns", &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            Ok(_) => return Ok(true),
-            Err(e) => retry(format!("patching kube-system/coredns: {e}")).await?,
-        }
-    }
+    let patch = Patch::Merge(serde_json::json!({"data": {"Corefile": changed}}));
+    let params = PatchParams::default();
+    retrying(STEP, deadline, || maps.patch("coredns", &params, &patch))
+        .await
+        .map_err(|e| format!("patching kube-system/coredns: {e}"))?;
+    Ok(true)
 }
 
 #[cfg(test)]

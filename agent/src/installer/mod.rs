@@ -15,6 +15,7 @@
 //! - `host`: the scripts `install-cluster` runs on a host, one per step, each idempotent.
 //! - `cluster`: `install-cluster`'s steps over every host (prepare, kubeadm init and join, kube-proxy, the pod
 //!   network, every node Ready), and the kubeconfig Secret.
+//! - `api`: calls to the new cluster's API, made again while its server restarts.
 //! - `dns`: CoreDNS's Corefile without an upstream on hosts with no resolver (an offline site's).
 //! - `cli`: both commands' arguments (from the Jobs' environment) and what they print.
 //!
@@ -24,6 +25,7 @@
 //! binary in an image, served by the appliance's own registry) as the Jobs' default, with the release file and
 //! the site CA handed to the Job.
 
+pub mod api;
 pub mod cli;
 pub mod cluster;
 pub mod dns;
