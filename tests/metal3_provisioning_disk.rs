@@ -59,11 +59,23 @@ pub(super) fn booted_from_disk(
         "{}: the installed OS's address is not the one in status.hardware",
         n.name
     );
-    let out = ssh(ns, key, &address, "hostname; findmnt -no SOURCE /");
+    let out = ssh(
+        ns,
+        key,
+        &address,
+        "hostname; findmnt -no SOURCE /; cat /sys/devices/system/clocksource/clocksource0/current_clocksource",
+    );
     assert!(out.starts_with(&format!("{}\n", n.name)), "{out}");
     assert!(
         out.contains("/dev/vda"),
         "{}'s root is not on its disk: {out}",
+        n.name
+    );
+    // The domain's one socket (nodes.rs, domain_xml): the HPET instead makes every clock read of the control
+    // plane a trip into qemu's device model.
+    assert!(
+        out.ends_with("tsc\n"),
+        "{} keeps time with another clock than its TSC: {out}",
         n.name
     );
     // OpenSSH trusting only the site SSH CA for the node's address logs in, and refuses it trusting another CA.
