@@ -46,6 +46,21 @@ fn done(s: &mut String, what: &str) {
     );
 }
 
+/// `units` enabled unless they are, and systemd reloaded only when this script wrote a file under
+/// `/etc/systemd/system` or enabled a unit: a reload runs every generator and reads every unit again (about 8 s on
+/// an emulated control-plane host, where the control plane waits for PID 1 meanwhile), and a run of the installer
+/// over a host it already set up changes nothing.
+fn enable(s: &mut String, units: &[&str]) {
+    s.push_str("reload=\"\"\ncase \"$changed\" in */etc/systemd/system/*) reload=1 ;; esac\n");
+    for unit in units {
+        let _ = writeln!(
+            s,
+            "systemctl is-enabled -q {unit} || {{ systemctl enable -q --no-reload {unit}; reload=1; }}"
+        );
+    }
+    s.push_str("[ -z \"$reload\" ] || systemctl daemon-reload\n");
+}
+
 const KUBELET_UNIT: &str = "[Unit]\nDescription=kubelet: the Kubernetes node agent (installed by foothold-agent install-cluster)\n\
 Wants=network-online.target containerd.service\nAfter=network-online.target containerd.service\n\n\
 [Service]\nExecStart=/usr/local/bin/kubelet\nRestart=always\nRestartSec=5\n\n[Install]\nWantedBy=multi-user.target\n";
@@ -127,7 +142,7 @@ pub fn prepare(r: &Release) -> String {
         KUBELET_KUBEADM,
         0o644,
     );
-    s.push_str("systemctl daemon-reload\nsystemctl enable -q kubelet.service\n");
+    enable(&mut s, &["kubelet.service"]);
     done(&mut s, &format!("prepared for Kubernetes {}", r.version));
     s
 }
@@ -251,9 +266,9 @@ pub fn kube_proxy(node: &str, pod_subnet: &str, kubeconfig: &str) -> String {
         ),
         0o644,
     );
+    enable(&mut s, &["kube-proxy.service"]);
     s.push_str(
-        "systemctl daemon-reload\nsystemctl enable -q kube-proxy.service\n\
-         if [ -n \"$changed\" ]; then systemctl restart kube-proxy.service; else systemctl start kube-proxy.service; fi\n",
+        "if [ -n \"$changed\" ]; then systemctl restart kube-proxy.service; else systemctl start kube-proxy.service; fi\n",
     );
     done(&mut s, "kube-proxy running");
     s
@@ -285,9 +300,8 @@ pub fn network(pod_cidr: &str, routes: &[(String, String)]) -> String {
         &pod_routes_unit(routes),
         0o644,
     );
-    s.push_str(
-        "systemctl daemon-reload\nsystemctl enable -q foothold-pod-routes.service\nsystemctl restart foothold-pod-routes.service\n",
-    );
+    enable(&mut s, &["foothold-pod-routes.service"]);
+    s.push_str("systemctl restart foothold-pod-routes.service\n");
     done(&mut s, &format!("pod network {pod_cidr}"));
     s
 }
@@ -374,7 +388,58 @@ mod tests {
         }
         assert!(s.contains("sandbox_image = \"registry.k8s.io/pause:3.10.1\""));
         assert!(s.contains("SystemdCgroup = true"));
-        assert!(s.contains("systemctl enable -q kubelet.service\n"));
+        assert!(s.contains("systemctl enable -q --no-reload kubelet.service;"));
+    }
+
+    /// A unit written or enabled makes one reload; a second run, with nothing to change, none.
+    #[test]
+    fn systemd_is_reloaded_only_when_a_unit_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let calls = dir.path().join("calls");
+        let enabled = dir.path().join("enabled");
+        // systemctl as far as these scripts use it: `is-enabled` answers from a marker `enable` makes.
+        std::fs::write(
+            bin.join("systemctl"),
+            format!(
+                "#!/bin/sh\necho \"$*\" >> '{calls}'\n\
+                 case \"$1\" in is-enabled) [ -e '{enabled}' ] ;; enable) touch '{enabled}' ;; esac\n",
+                calls = calls.display(),
+                enabled = enabled.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            bin.join("systemctl"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let mut s = format!("PATH='{}':\"$PATH\"\n", bin.display());
+        s.push_str(&head());
+        put(
+            &mut s,
+            "/etc/systemd/system/x.service",
+            "[Service]\nExecStart=/bin/true\n",
+            0o644,
+        );
+        enable(&mut s, &["x.service"]);
+        let run = || {
+            let _ = std::fs::remove_file(&calls);
+            sh(dir.path(), &s);
+            std::fs::read_to_string(&calls).unwrap()
+        };
+        assert_eq!(
+            run(),
+            "is-enabled -q x.service\nenable -q --no-reload x.service\ndaemon-reload\n"
+        );
+        assert_eq!(run(), "is-enabled -q x.service\n");
+        // The unit disabled by hand: enabled again, and systemd told.
+        std::fs::remove_file(&enabled).unwrap();
+        assert_eq!(
+            run(),
+            "is-enabled -q x.service\nenable -q --no-reload x.service\ndaemon-reload\n"
+        );
     }
 
     #[test]
