@@ -72,10 +72,8 @@ pub(super) const IMAGES_PORT: u16 = 8080;
 /// node names OVMF. sushy-tools rewrites a named loader when Ironic sets the boot mode (to a Secure Boot build
 /// that needs SMM): the Redfish node lets libvirt choose (notes: ../shared/metal3-notes.md). No CPU model:
 /// libvirt gives TCG `qemu64`. qemu's `max` (the builder's `-cpu max`), tried for its AES-NI, did not make the
-/// workload cluster faster, and under TCG its processes start slower (docs/results.md, 2026-11-29). One socket:
-/// libvirt's default topology gives each vCPU a socket of its own, and Linux takes the TSCs of a CPU without an
-/// invariant TSC on several sockets for unsynchronised, so it kept time with the emulated HPET (every clock read
-/// a trip into qemu's device model), as `image-builder/src/qemu.rs` says of the builder's VMs.
+/// workload cluster faster, and under TCG its processes start slower (docs/results.md, 2026-11-29). One socket,
+/// as the site's domains: else Linux keeps time with the emulated HPET (`site::one_socket`).
 pub(super) fn domain_xml(node: &Node) -> String {
     let firmware = match node.bmc {
         Bmc::Ipmi => format!(
@@ -94,7 +92,7 @@ pub(super) fn domain_xml(node: &Node) -> String {
         "<domain type='qemu'>\n  <name>{domain}</name>\n  <uuid>{uuid}</uuid>\n\
          <memory unit='MiB'>{MEMORY_MIB}</memory>\n  <vcpu>{vcpus}</vcpu>\n  {firmware}\n\
          <features><acpi/></features>\n\
-         <cpu><topology sockets='1' dies='1' cores='{vcpus}' threads='1'/></cpu>\n  <devices>\n\
+         <cpu>{topology}</cpu>\n  <devices>\n\
          <disk type='file' device='disk'>\n      <driver name='qemu' type='qcow2'/>\n      <source file='{disk}'/>\n\
          <target dev='vda' bus='virtio'/>\n    </disk>\n\
          <interface type='ethernet'>\n      <mac address='{mac}'/>\n      <target dev='{tap}' managed='no'/>\n\
@@ -104,6 +102,9 @@ pub(super) fn domain_xml(node: &Node) -> String {
         domain = node.domain,
         uuid = node.uuid,
         vcpus = node.vcpus,
+        topology = foothold_image_builder::site::one_socket(
+            u32::try_from(node.vcpus).expect("a node's vCPUs"),
+        ),
         disk = node.disk.display(),
         mac = node.mac,
         tap = node.tap,

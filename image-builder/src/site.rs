@@ -64,6 +64,14 @@ fn xml_escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// A libvirt domain's CPU topology for `vcpus` vCPUs on one socket. Without it libvirt gives each vCPU a socket of
+/// its own, and Linux takes the TSCs of a CPU without an invariant TSC (TCG's) on several sockets for
+/// unsynchronised: it marks the TSC unstable at boot and keeps time with the emulated HPET, every clock read a trip
+/// into qemu's device model. qemu's own command line says the same with [`crate::qemu`]'s `-smp`.
+pub fn one_socket(vcpus: u32) -> String {
+    format!("<topology sockets='1' dies='1' cores='{vcpus}' threads='1'/>")
+}
+
 /// The node's libvirt domain. Why each part:
 /// - q35 with `<os firmware='efi'>`, Secure Boot and enrolled keys off: Metal3's live ISOs boot UEFI, and
 ///   libvirt picks the OVMF build that matches (sushy-tools' boot-mode calls need firmware libvirt knows).
@@ -131,7 +139,7 @@ pub fn domain_xml(node: &ComputeNode, net: &NodeNetwork, console: &Path) -> Stri
     <boot dev='cdrom'/>{boot_disk}
   </os>
   <features><acpi/><apic/></features>
-  <cpu mode='maximum' check='none'><topology sockets='1' dies='1' cores='{vcpus}' threads='1'/></cpu>
+  <cpu mode='maximum' check='none'>{topology}</cpu>
   <on_poweroff>destroy</on_poweroff>
   <devices>
     <disk type='file' device='cdrom'>
@@ -154,6 +162,7 @@ pub fn domain_xml(node: &ComputeNode, net: &NodeNetwork, console: &Path) -> Stri
         uuid = xml_escape(&node.uuid),
         memory = node.memory_mib,
         vcpus = node.vcpus,
+        topology = one_socket(node.vcpus),
         netdev = xml_escape(&netdev),
         mac = xml_escape(&node.mac),
     );
