@@ -270,29 +270,17 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         );
     }
 
-    deadline
-        .phase("the node image, trusting the appliance's CA, served on the provisioning network");
+    // The node image is built while the hosts are inspected and cleaned (it is needed from provisioning on; the
+    // builder mostly waits on the disk, the inspection on the emulated hosts).
     let key = dir.join("id_ed25519");
     run(Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-f"])
         .arg(&key));
     let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
-    let ca = site_ca.clone();
-    let image = build_node_image_prefetching(&dir, &ca, None, "qcow2", "[]");
-    let images = image.parent().unwrap().to_owned();
-    let images_ns = ns.neighbour("m3-images", "images0", &format!("{IMAGES}/24"));
-    let _images_server = Running(
-        images_ns
-            .command("python3")
-            .args(["-m", "http.server", "--bind", IMAGES])
-            .arg(IMAGES_PORT.to_string())
-            .arg("--directory")
-            .arg(&images)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(site_dir.join("images.log")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let node_image = {
+        let (dir, ca) = (dir.clone(), site_ca.clone());
+        std::thread::spawn(move || build_node_image_prefetching(&dir, &ca, None, "qcow2", "[]"))
+    };
 
     deadline.phase("the nodes' domains and their BMCs");
     for n in &nodes {
@@ -451,6 +439,27 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         "stringData": {"networkData": disk::network_data(nodes[0].mac, &inspected[0]).to_string()},
     });
     site.kubectl_apply(&secret.to_string());
+
+    deadline.phase(
+        "the node image, trusting the appliance's CA (built during inspection), served on the provisioning network",
+    );
+    let image = node_image
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p));
+    let images = image.parent().unwrap().to_owned();
+    let images_ns = ns.neighbour("m3-images", "images0", &format!("{IMAGES}/24"));
+    let _images_server = Running(
+        images_ns
+            .command("python3")
+            .args(["-m", "http.server", "--bind", IMAGES])
+            .arg(IMAGES_PORT.to_string())
+            .arg("--directory")
+            .arg(&images)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(site_dir.join("images.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
 
     deadline
         .phase("provisioning: the master installed, the worker's wrong checksum fails naming it");
