@@ -255,29 +255,20 @@ impl Deadline {
         *self.0.current.lock().unwrap() = Some((name.to_owned(), Instant::now()));
     }
 
-    /// A diagnosis of the two newest `console*.log` in `dir` (the boots under way, which may run in pairs): the
-    /// last 40 lines of each.
+    /// A diagnosis of the newest `console*.log` in `dir` (the boot under way): its last 40 lines.
     pub fn diagnose_consoles_in(&self, dir: &std::path::Path) {
         let dir = dir.to_owned();
-        self.diagnose("the newest consoles (their last 40 lines)", move || {
-            let mut consoles: Vec<_> = std::fs::read_dir(&dir)
+        self.diagnose("the newest console (its last 40 lines)", move || {
+            let newest = std::fs::read_dir(&dir)
                 .into_iter()
                 .flatten()
                 .flatten()
                 .filter(|e| e.file_name().to_string_lossy().starts_with("console"))
-                .filter_map(|e| Some((e.metadata().and_then(|m| m.modified()).ok()?, e.path())))
-                .collect();
-            if consoles.is_empty() {
-                return format!("no console log in {}", dir.display());
+                .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok());
+            match newest {
+                Some(e) => format!("{}:\n{}", e.path().display(), tail_file(&e.path(), 40)),
+                None => format!("no console log in {}", dir.display()),
             }
-            consoles.sort();
-            consoles
-                .iter()
-                .rev()
-                .take(2)
-                .map(|(_, path)| format!("{}:\n{}", path.display(), tail_file(path, 40)))
-                .collect::<Vec<_>>()
-                .join("\n")
         });
     }
 

@@ -7,8 +7,8 @@
 //! built with systemd-boot and zstd compression from a USB stick under UEFI (the raw decompressed from its .zst).
 //! Each boot must print the ready marker on its serial console, naming the firmware;
 //! then, through a port forward, skopeo pulls the image that was baked into the data partition and gets the
-//! input layout's digests, and the agent answers /readyz. The boots but the last run in pairs, one vCPU each,
-//! side by side. qemu is killed when each boot's checks end; every wait is bounded.
+//! input layout's digests, and the agent answers /readyz. qemu is killed when each boot's checks end; every wait
+//! is bounded.
 
 use std::path::Path;
 use std::process::Command;
@@ -134,23 +134,6 @@ fn boot_and_check(mut o: RunOptions, dir: &Path, layout: &Path, manifest_digest:
     );
     drop(vm);
     line
-}
-
-/// Runs `a` and `b` at once, each on a thread of its own, and returns both answers once both are done; a panic of
-/// either is the caller's (the other runs to its end first: its waits are bounded).
-fn side_by_side<A: Send, B: Send>(
-    a: impl FnOnce() -> A + Send,
-    b: impl FnOnce() -> B + Send,
-) -> (A, B) {
-    std::thread::scope(|s| {
-        let a = s.spawn(a);
-        let b = s.spawn(b);
-        let (a, b) = (a.join(), b.join());
-        match (a, b) {
-            (Ok(a), Ok(b)) => (a, b),
-            (Err(p), _) | (_, Err(p)) => std::panic::resume_unwind(p),
-        }
-    })
 }
 
 /// The data partition's size from the ready marker (`data-bytes=N`).
@@ -288,17 +271,20 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     std::fs::remove_dir_all(&offline).unwrap();
     std::fs::remove_file(&bundle).unwrap();
 
-    // The boots run in pairs, side by side with one vCPU each: under TCG a boot is bound by the host's two cores,
-    // and two 1-vCPU boots together take about what one 2-vCPU boot and a half does (docs/results.md,
-    // 2026-11-29). Each boot's checks are its own; a pair ends when both have.
-    let console = |name: &str| tmp.path().join(format!("console-{name}.log"));
-    let one_cpu = |image: &Path, media: Media, bios: bool, name: &str| RunOptions {
-        media,
-        bios,
-        cpus: 1,
-        ..boot_options(image, console(name))
+    let boot = |image: &Path, media: Media, bios: bool| {
+        deadline.phase(&format!(
+            "boot {} ({media:?}, {})",
+            image.file_name().unwrap().to_string_lossy(),
+            if bios { "BIOS" } else { "UEFI" }
+        ));
+        let console = tmp.path().join(format!("console-{}.log", free_port()));
+        let o = RunOptions {
+            media,
+            bios,
+            ..boot_options(image, console)
+        };
+        boot_and_check(o, tmp.path(), &layout, &manifest_digest)
     };
-    let check = |o: RunOptions| boot_and_check(o, tmp.path(), &layout, &manifest_digest);
     // The qcow2 holds the raw image's disk, so its boot from a virtio disk under UEFI is the raw's too; a 6 GiB
     // qcow2 over it is a bigger disk, where the data partition grows to the end at first boot. Where KVM
     // half-works (its probe passes, then OVMF dies with "KVM internal error" and qemu stalls) the boot starts
@@ -313,21 +299,18 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         .arg(&qcow2)
         .arg(&bigger)
         .arg("6G"));
-    // The raw image is what is written to a USB stick: under BIOS it boots from one, whose size is the image's,
-    // so the data partition stays as built.
-    deadline.phase(
-        "boot bigger.qcow2 (Disk, UEFI, KVM failing first) beside foothold-lab.raw (Usb, BIOS)",
-    );
+    deadline.phase("boot bigger.qcow2 (Disk, UEFI, KVM failing first)");
     let broken = tmp.path().join("broken-kvm");
-    let (line, raw_line) = side_by_side(
-        || {
-            check(RunOptions {
-                qemu: qemu_with_broken_kvm(&broken),
-                accel: AccelChoice::Auto,
-                ..one_cpu(&bigger, Media::Disk, false, "broken-kvm")
-            })
+    let console = tmp.path().join("console-broken-kvm.log");
+    let line = boot_and_check(
+        RunOptions {
+            qemu: qemu_with_broken_kvm(&broken),
+            accel: AccelChoice::Auto,
+            ..boot_options(&bigger, console)
         },
-        || check(one_cpu(&raw, Media::Usb, true, "raw-usb-bios")),
+        tmp.path(),
+        &layout,
+        &manifest_digest,
     );
     assert_eq!(
         std::fs::read_to_string(broken.join("calls.log")).unwrap(),
@@ -338,7 +321,10 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         data_bytes(&line) > 2 << 30,
         "the data partition did not grow: {line}"
     );
-    let built = data_bytes(&raw_line);
+    // The raw image is what is written to a USB stick: under BIOS it boots from one, whose size is the image's,
+    // so the data partition stays as built.
+    let line = boot(&raw, Media::Usb, true);
+    let built = data_bytes(&line);
     assert!(
         built < 300 << 20,
         "the 256 MiB data partition of a 3 GiB image reports {built} bytes"
@@ -349,20 +335,20 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     // the live root. The other two ways in (El Torito's EFI image from a CD, the hybrid MBR from a stick under
     // BIOS) are each booted until GRUB has started the live kernel with its entry's command line.
     let iso = a.join("foothold-lab.iso");
-    deadline.phase("boot foothold-lab.iso (Cdrom, BIOS) beside foothold-lab.iso (Usb, UEFI)");
-    side_by_side(
-        || check(one_cpu(&iso, Media::Cdrom, true, "iso-cd-bios")),
-        || check(one_cpu(&iso, Media::Usb, false, "iso-usb-uefi")),
-    );
-    deadline.phase(
-        "boot foothold-lab.iso (Cdrom, UEFI) beside foothold-lab.iso (Usb, BIOS), to the kernel",
-    );
-    let to_the_kernel = |media: Media, bios: bool| {
+    boot(&iso, Media::Cdrom, true);
+    boot(&iso, Media::Usb, false);
+    for (media, bios) in [(Media::Cdrom, false), (Media::Usb, true)] {
         let firmware = if bios { "BIOS" } else { "UEFI" };
-        let name = format!("iso-{media:?}-{firmware}-kernel");
-        let o = one_cpu(&iso, media, bios, &name);
-        let console = o.serial_log.clone().unwrap();
-        let mut vm = foothold_image_builder::qemu::Vm::start(o).unwrap();
+        deadline.phase(&format!(
+            "boot foothold-lab.iso ({media:?}, {firmware}) to the kernel"
+        ));
+        let console = tmp.path().join(format!("console-{}.log", free_port()));
+        let mut vm = foothold_image_builder::qemu::Vm::start(RunOptions {
+            media,
+            bios,
+            ..boot_options(&iso, console.clone())
+        })
+        .unwrap();
         let limit = std::time::Instant::now() + std::time::Duration::from_secs(600);
         loop {
             let status = vm.poll().unwrap();
@@ -383,11 +369,7 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
             );
             std::thread::sleep(std::time::Duration::from_millis(500));
         }
-    };
-    side_by_side(
-        || to_the_kernel(Media::Cdrom, false),
-        || to_the_kernel(Media::Usb, true),
-    );
+    }
     std::fs::remove_dir_all(&a).unwrap();
 
     // The same spec with systemd-boot (UEFI only, no BIOS boot partition, the kernel and initrd on the ESP) and
@@ -506,11 +488,7 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         !refused.status.success() && err.contains("boots under UEFI only"),
         "{err}"
     );
-    // A UEFI-only disk is for a USB stick too: it boots from one (alone, with the default two vCPUs).
-    deadline.phase("boot foothold-lab.raw of systemd-boot (Usb, UEFI)");
-    let line = check(RunOptions {
-        media: Media::Usb,
-        ..boot_options(&raw, console("systemd-boot-usb-uefi"))
-    });
+    // A UEFI-only disk is for a USB stick too: it boots from one.
+    let line = boot(&raw, Media::Usb, false);
     assert!(line.contains("loader=systemd-boot-"), "{line}");
 }
