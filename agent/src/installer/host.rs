@@ -178,24 +178,6 @@ fn put_patches(s: &mut String) {
     }
 }
 
-/// The images kubeadm's configuration `config` needs, pulled side by side into containerd's `k8s.io` namespace
-/// (kubelet's, through the same mirror configuration) before kubeadm runs: its preflight pulls them one after
-/// another, each download, decompression and digest check alone (about 105 s for the six of a control plane on
-/// an emulated 2-vCPU host, where they overlap on both CPUs). A pull that fails is left to kubeadm's own, which
-/// names it.
-fn pull_side_by_side(s: &mut String, config: &str) {
-    let _ = write!(
-        s,
-        "pulls=''
-for image in $(kubeadm config images list --config {config} 2>/dev/null); do
-           ctr -n k8s.io images pull --hosts-dir /etc/containerd/certs.d \"$image\" >/dev/null 2>&1 &
-           pulls=\"$pulls $!\"
-done
-for p in $pulls; do wait \"$p\" || true; done
-"
-    );
-}
-
 /// Step `kubeadm init` on the first control-plane host with `config` (`kubeadm::init`). Skipped when this host
 /// initialised `cluster` before (then it waits for its API server); a control plane left half-made by a failed
 /// run is reset first.
@@ -211,10 +193,8 @@ pub fn init(cluster: &str, config: &str) -> String {
         s,
         "reset=''\nif [ -e /etc/kubernetes/manifests/kube-apiserver.yaml ] || [ -e {ADMIN_CONF} ]; then\n  \
          kubeadm reset -f >&2\n  reset=' (after resetting the control plane a failed run left)'\nfi\n\
-         "
+         kubeadm init --config {DIR}/init.yaml >&2\n"
     );
-    pull_side_by_side(&mut s, &format!("{DIR}/init.yaml"));
-    let _ = writeln!(s, "kubeadm init --config {DIR}/init.yaml >&2");
     wait_ready(&mut s, ADMIN_CONF, 900);
     let _ = write!(
         s,
@@ -484,60 +464,6 @@ mod tests {
                 "{s}"
             );
         }
-    }
-
-    /// The control plane's images are pulled at once, not one after another, and a failed pull does not fail
-    /// the step (kubeadm pulls it again and names the failure).
-    #[test]
-    fn the_control_planes_images_are_pulled_side_by_side_before_kubeadm() {
-        let dir = tempfile::tempdir().unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
-        let log = dir.path().join("log");
-        let script = |name: &str, body: String| {
-            std::fs::write(bin.join(name), format!("#!/bin/sh\n{body}")).unwrap();
-            std::fs::set_permissions(
-                bin.join(name),
-                std::os::unix::fs::PermissionsExt::from_mode(0o755),
-            )
-            .unwrap();
-        };
-        script(
-            "kubeadm",
-            "[ \"$1 $2 $3\" = 'config images list' ] && printf 'r/a:1\\nr/b:1\\nr/c:1\\n'\n".into(),
-        );
-        // Each pull waits (at most 10 s) until all three have started: pulled one after another, none would
-        // see the others start. The pull of c fails.
-        script(
-            "ctr",
-            format!(
-                "for image; do :; done\necho \"start $image\" >> '{log}'\n\
-                 i=0; until [ \"$(grep -c start '{log}')\" -ge 3 ]; do i=$((i+1)); [ $i -le 100 ] || exit 1; sleep 0.1; done\n\
-                 echo \"end $image $*\" >> '{log}'\n[ \"$image\" != r/c:1 ]\n",
-                log = log.display()
-            ),
-        );
-        let mut s = format!("PATH='{}':\"$PATH\"\n", bin.display());
-        s.push_str(&head());
-        pull_side_by_side(&mut s, "/x/init.yaml");
-        s.push_str("echo pulled\n");
-        assert_eq!(sh(dir.path(), &s), "pulled\n");
-        let log = std::fs::read_to_string(&log).unwrap();
-        let lines: Vec<&str> = log.lines().collect();
-        assert_eq!(lines.len(), 6, "{log}");
-        assert!(lines[..3].iter().all(|l| l.starts_with("start ")), "{log}");
-        for image in ["r/a:1", "r/b:1", "r/c:1"] {
-            assert!(
-                log.contains(&format!(
-                    "end {image} -n k8s.io images pull --hosts-dir /etc/containerd/certs.d {image}\n"
-                )),
-                "{log}"
-            );
-        }
-        let s = init("c1", "kind: InitConfiguration\n");
-        let pull = s.find("ctr -n k8s.io images pull").unwrap();
-        assert!(s.find("kubeadm reset -f").unwrap() < pull, "{s}");
-        assert!(pull < s.find("kubeadm init --config").unwrap(), "{s}");
     }
 
     #[test]
