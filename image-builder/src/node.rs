@@ -51,20 +51,11 @@ fn cloud_config(login: Option<&str>) -> String {
 
 /// The units a node enables instead of the agent's.
 pub const UNITS: &[&str] = &[
-    "var-lib-foothold-containerd.mount",
     "var-lib-containerd.mount",
-    "var-lib-kubelet.mount",
     "containerd.service",
     "foothold-apt-source.service",
     "foothold-node-ready.service",
 ];
-
-/// Where the data partition is mounted.
-const DATA: &str = "/var/lib/foothold";
-
-/// The directories of a node's data partition that containerd's store and kubelet's directory are bound from
-/// (`/var/lib/<name>`), with their modes: made in the image, as a bind mount's source must exist.
-pub const DATA_DIRS: &[(&str, u32)] = &[("containerd", 0o711), ("kubelet", 0o700)];
 
 /// apt's option naming the CA for the mirror's host (`Acquire::https::<host>::CaInfo`: no scheme, no port).
 /// An IPv6 address cannot be a name in apt's `::`-separated configuration tree: for one, the CA is the one all
@@ -105,39 +96,18 @@ pub fn render(n: &Node, login: Option<&str>) -> Vec<(String, String, u32)> {
             0o644,
         ),
     ];
-    // containerd's store and kubelet's directory (images, pods' volumes and writable layers: what grows with the
-    // workload) are on the data partition, which grows to the end of the node's disk at its first boot, and the
-    // root file system stays the image's size. The live system has no data partition (its store is in the ISO's
-    // squashfs) and its root is live-boot's overlay, which containers' overlay snapshots cannot stack on:
-    // containerd's store is a tmpfs there, memory as the rest of the node.
+    // The live system's root is live-boot's overlay, and overlayfs cannot be the upper layer of another: the
+    // containers' snapshots (overlayfs too) need a file system of their own. Memory, as the rest of the node.
+    // Installed on disk, the node keeps its images on its root file system, across reboots.
     files.push((
-        "/etc/systemd/system/var-lib-foothold-containerd.mount".into(),
+        "/etc/systemd/system/var-lib-containerd.mount".into(),
         "[Unit]\nDescription=containerd's store in memory (the live root is an overlay, which containers' overlays cannot stack on)\n\
-         ConditionKernelCommandLine=boot=live\n\n\
-         [Mount]\nWhat=tmpfs\nWhere=/var/lib/foothold/containerd\nType=tmpfs\nOptions=mode=0711\n\n\
+         ConditionKernelCommandLine=boot=live\nBefore=containerd.service\n\n\
+         [Mount]\nWhat=tmpfs\nWhere=/var/lib/containerd\nType=tmpfs\nOptions=mode=0711\n\n\
          [Install]\nWantedBy=local-fs.target\n"
             .into(),
         0o644,
     ));
-    for (dir, unit, before) in [
-        (
-            "containerd",
-            "var-lib-containerd.mount",
-            "containerd.service",
-        ),
-        ("kubelet", "var-lib-kubelet.mount", "kubelet.service"),
-    ] {
-        files.push((
-            format!("/etc/systemd/system/{unit}"),
-            format!(
-                "[Unit]\nDescription=/var/lib/{dir} on the data partition, which grows to the end of the disk\n\
-                 RequiresMountsFor={DATA}/{dir}\nBefore={before}\n\n\
-                 [Mount]\nWhat={DATA}/{dir}\nWhere=/var/lib/{dir}\nType=none\nOptions=bind\n\n\
-                 [Install]\nWantedBy=local-fs.target\n"
-            ),
-            0o644,
-        ));
-    }
     files.push((
         "/etc/systemd/system/containerd.service.d/10-foothold-store.conf".into(),
         "[Unit]\nRequiresMountsFor=/var/lib/containerd\n".into(),
@@ -193,10 +163,10 @@ mod tests {
             .1
             .contains("config_path = \"/etc/containerd/certs.d\""));
         // Containers run on a file system of their own, not on the live root's overlay.
-        assert!(files.iter().any(|f| f.0
-            == "/etc/systemd/system/var-lib-foothold-containerd.mount"
-            && f.1
-                .contains("What=tmpfs\nWhere=/var/lib/foothold/containerd\n")));
+        assert!(files
+            .iter()
+            .any(|f| f.0 == "/etc/systemd/system/var-lib-containerd.mount"
+                && f.1.contains("What=tmpfs\nWhere=/var/lib/containerd\n")));
         let file = |path: &str| {
             files
                 .iter()
@@ -249,33 +219,16 @@ mod tests {
         let cfg: serde_json::Value = serde_saphyr::from_str(text).unwrap();
         assert!(cfg["system_info"].get("default_user").is_none(), "{text}");
         assert!(PACKAGES.contains(&"cloud-init"));
-        // containerd's store is in memory on the live ISO only; on disk it and kubelet's directory are bound
-        // from the data partition (the units enabled, their sources made in the image).
-        let unit = |name: &str| {
-            &files
-                .iter()
-                .find(|f| f.0 == format!("/etc/systemd/system/{name}"))
-                .unwrap_or_else(|| panic!("no {name}"))
-                .1
-        };
-        let tmpfs = unit("var-lib-foothold-containerd.mount");
+        // containerd's store is in memory on the live ISO only.
+        let mount = &files
+            .iter()
+            .find(|f| f.0 == "/etc/systemd/system/var-lib-containerd.mount")
+            .unwrap()
+            .1;
         assert!(
-            tmpfs.contains("\nConditionKernelCommandLine=boot=live\n"),
-            "{tmpfs}"
+            mount.contains("\nConditionKernelCommandLine=boot=live\n"),
+            "{mount}"
         );
-        for (dir, _) in DATA_DIRS {
-            let bind = unit(&format!("var-lib-{dir}.mount"));
-            assert!(
-                bind.contains(&format!(
-                    "\nRequiresMountsFor=/var/lib/foothold/{dir}\n"
-                )) && bind.contains(&format!(
-                    "\nWhat=/var/lib/foothold/{dir}\nWhere=/var/lib/{dir}\nType=none\nOptions=bind\n"
-                )) && !bind.contains("Condition"),
-                "{bind}"
-            );
-            assert!(UNITS.contains(&format!("var-lib-{dir}.mount").as_str()));
-        }
-        assert!(UNITS.contains(&"var-lib-foothold-containerd.mount"));
     }
 
     #[test]

@@ -163,13 +163,6 @@ pub fn stage(
         list.push('\n');
     }
     fs::write(data.join(PROTECTED_FILE), list)?;
-    if spec.components.node.is_some() && spec.components.ipa.is_none() {
-        use std::os::unix::fs::PermissionsExt as _;
-        for (dir, mode) in crate::node::DATA_DIRS {
-            fs::create_dir_all(data.join(dir))?;
-            fs::set_permissions(data.join(dir), fs::Permissions::from_mode(*mode))?;
-        }
-    }
     clamp_mtimes(&data, epoch)?;
     Ok(data)
 }
