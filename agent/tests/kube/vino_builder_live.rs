@@ -5,9 +5,10 @@ use crate::support;
 use crate::support::kube::{env, until};
 use crate::vino::{node, start_agent};
 use foothold_agent::crd::vino::Vino;
+use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
@@ -204,13 +205,58 @@ async fn vino_builder_follows_the_node_plan_with_its_own_account() {
     .await;
     let daemonsets = Api::<DaemonSet>::namespaced(client.clone(), &ns);
     let builder = std::sync::Mutex::new(Some(_builder));
-    // The last report the builder made on its plan before the plan went.
-    let last_report = std::sync::Mutex::new(None);
-    vinos.delete("v", &DeleteParams::default()).await.unwrap();
-    until("the Vino gone", || async {
-        if let Some(s) = builder_status(&maps, &plan_map).await {
-            *last_report.lock().unwrap() = Some(s);
+    // The plan's last state is what its deletion event carries: a watch sees it whatever the timing, where
+    // polling could miss a report the reconciler acted on at once.
+    let from = maps
+        .get(&plan_map)
+        .await
+        .unwrap()
+        .resource_version()
+        .unwrap();
+    let watch = WatchParams::default()
+        .fields(&format!("metadata.name={plan_map}"))
+        .timeout(120);
+    let mut events = maps.watch(&watch, &from).await.unwrap().boxed();
+    let deleted = tokio::spawn(async move {
+        while let Some(event) = events.try_next().await.unwrap() {
+            match event {
+                WatchEvent::Deleted(cm) => return cm,
+                WatchEvent::Error(e) => panic!("watching the plan: {e:?}"),
+                _ => {}
+            }
         }
+        panic!("the plan's watch ended before the plan was deleted");
+    });
+    // The builder paused, the deletion waits for it: the plan is emptied, the reconciler says it waits, and the
+    // DaemonSet and the plan stay (without the drain they go at once, with the builder's last report on the plan
+    // still naming its VM).
+    let pid = builder.lock().unwrap().as_ref().unwrap().0.id().to_string();
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([name, &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {name} {pid}: {status}");
+    };
+    signal("-STOP");
+    vinos.delete("v", &DeleteParams::default()).await.unwrap();
+    let agent_log = tmp.path().join("agent-b.log");
+    until("the reconciler waiting for the paused builder", || async {
+        let log = std::fs::read_to_string(&agent_log).unwrap_or_default();
+        log.lines()
+            .any(|l| l.contains("cleanup waits") && l.contains(&n1))
+            .then_some(())
+    })
+    .await;
+    let plan = maps.get(&plan_map).await.unwrap();
+    let planned: Value = serde_json::from_str(&plan.data.unwrap()["plan.json"]).unwrap();
+    assert_eq!(
+        (&planned["vms"], &planned["networks"]),
+        (&json!([]), &json!([]))
+    );
+    assert!(daemonsets.get_opt("v-vino").await.unwrap().is_some());
+    signal("-CONT");
+    until("the Vino gone", || async {
         if daemonsets.get_opt("v-vino").await.unwrap().is_none() {
             drop(builder.lock().unwrap().take()); // killed with its DaemonSet
         }
@@ -218,7 +264,16 @@ async fn vino_builder_follows_the_node_plan_with_its_own_account() {
     })
     .await;
     drop(builder);
-    let last = last_report.into_inner().unwrap().unwrap();
+    let plan = tokio::time::timeout(std::time::Duration::from_secs(60), deleted)
+        .await
+        .expect("the plan's deletion event within 60 s of the Vino's")
+        .unwrap();
+    let last: Value = serde_json::from_str(
+        plan.annotations()
+            .get("vino.airshipit.org/builder-status")
+            .expect("the deleted plan has the builder's report"),
+    )
+    .unwrap();
     assert_eq!(
         (&last["domains"], &last["networks"]),
         (&json!([]), &json!([])),
