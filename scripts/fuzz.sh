@@ -3,7 +3,7 @@
 # stable one: `scripts/fuzz.sh [--seconds N] [target ...]` (default 60 s each; --runs N stops at N executions).
 # New inputs that reach new code go to fuzz/corpus/<target>/ (commit them: CI replays the corpus on stable);
 # a crash is copied to fuzz/regressions/<target>/ (commit it with its fix) and the script exits 1. Prints, per
-# target: executions, executions per second, corpus files and the date, for the README.
+# target: executions, executions per second, corpus files and the date, for the results log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=60

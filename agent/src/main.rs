@@ -105,7 +105,7 @@ struct KubeArgs {
     /// Seconds a leader's lease lasts without renewal before another agent may take over.
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..))]
     lease_duration_seconds: u64,
-    /// Image of the BPA installer Jobs (see the installer contract in the README); the default is the one an
+    /// Image of the BPA installer Jobs (see the installer contract in docs/controllers.md); the default is the one an
     /// appliance built by foothold-build serves: `foothold-agent install` with the appliance's release file.
     #[arg(long, default_value = foothold_names::INSTALLER_IMAGE)]
     installer_image: String,

@@ -1,5 +1,5 @@
 //! BPA's objects, pure and typed: the installer's inventory ConfigMap, the rules of its account, and the
-//! installer Job (the contract in the README: environment, mounts).
+//! installer Job (the contract in docs/controllers.md: environment, mounts).
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;

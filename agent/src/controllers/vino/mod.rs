@@ -67,7 +67,7 @@ pub fn former_crd_refusal() -> String {
     format!(
         "ViNO not started: the CRD {FORMER_CRD} (Foothold's former plural) is installed, and Vino is now served \
          as vinoes.airship.airshipit.org, Airship's name; the two cannot both serve kind Vino. Move the Vinos \
-         (README, \"Moving Vinos to vinoes\"): save them (kubectl get vinos -A -o yaml), remove their \
+         (docs/controllers.md, \"Moving Vinos to vinoes\"): save them (kubectl get vinos -A -o yaml), remove their \
          finalizers and delete each with --cascade=orphan (its BareMetalHosts, IPPools and Secrets stay), delete \
          the CRD {FORMER_CRD}, apply foothold-agent crds, create the saved Vinos again; then restart the agent"
     )

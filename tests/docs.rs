@@ -1,0 +1,170 @@
+//! The documentation's shape, checked on every run: the README stays short (what Foothold is, the two commands,
+//! links), and every relative link in the README and `docs/` reaches a file of the repository and, when it names
+//! a heading (`file.md#heading`), a heading of that file, by the anchors GitHub makes of headings.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The README's length limit (issue 49): more than this is a manual, which goes in `docs/`.
+const README_MAX_LINES: usize = 200;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The README and every Markdown file of `docs/`.
+fn pages() -> Vec<PathBuf> {
+    let root = repo();
+    let mut out = vec![root.join("README.md")];
+    let docs = root.join("docs");
+    for e in std::fs::read_dir(&docs).unwrap_or_else(|e| panic!("{}: {e}", docs.display())) {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "md") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The lines of `text` outside its fenced code blocks (links and headings there are examples, not the page's),
+/// with their line numbers.
+fn prose(text: &str) -> Vec<(usize, &str)> {
+    let mut fenced = false;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            if l.trim_start().starts_with("```") {
+                fenced = !fenced;
+                return false;
+            }
+            !fenced
+        })
+        .map(|(i, l)| (i + 1, l))
+        .collect()
+}
+
+/// GitHub's anchor of a heading: lower case, spaces to hyphens, punctuation other than `-` and `_` dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+fn anchors(text: &str) -> BTreeSet<String> {
+    prose(text)
+        .into_iter()
+        .filter_map(|(_, l)| {
+            let hashes = l.len() - l.trim_start_matches('#').len();
+            (1..=6)
+                .contains(&hashes)
+                .then(|| l[hashes..].strip_prefix(' '))
+                .flatten()
+                .map(anchor)
+        })
+        .collect()
+}
+
+/// The targets of the `[text](target)` links of a line, inline code spans left out.
+fn link_targets(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_code = false;
+    let b = line.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'`' => in_code = !in_code,
+            b']' if !in_code && b.get(i + 1) == Some(&b'(') => {
+                if let Some(end) = line[i + 2..].find(')') {
+                    out.push(line[i + 2..i + 2 + end].to_owned());
+                    i += 2 + end;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+#[test]
+fn the_readme_is_short() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines <= README_MAX_LINES,
+        "README.md has {lines} lines, more than {README_MAX_LINES}: how a thing works goes in docs/, \
+         measurements in docs/results.md"
+    );
+}
+
+#[test]
+fn every_relative_link_reaches_a_file_and_heading() {
+    let mut broken = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let dir = page.parent().unwrap();
+        for (n, line) in prose(&text) {
+            for target in link_targets(line) {
+                if target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                let (file, heading) = match target.split_once('#') {
+                    Some((f, h)) => (f, Some(h)),
+                    None => (target.as_str(), None),
+                };
+                let path = if file.is_empty() {
+                    page.clone()
+                } else {
+                    dir.join(file)
+                };
+                let place = format!(
+                    "{}:{n}: ({target})",
+                    page.strip_prefix(repo()).unwrap().display()
+                );
+                let Ok(path) = path.canonicalize() else {
+                    broken.push(format!("{place}: no such file"));
+                    continue;
+                };
+                if !path.starts_with(repo()) {
+                    broken.push(format!("{place}: outside the repository"));
+                    continue;
+                }
+                if let Some(heading) = heading {
+                    let target_text = std::fs::read_to_string(&path).unwrap_or_default();
+                    if !anchors(&target_text).contains(heading) {
+                        broken.push(format!("{place}: no heading with that anchor"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn anchors_and_links_are_read_as_github_reads_them() {
+    assert_eq!(anchor("A compute node's image"), "a-compute-nodes-image");
+    assert_eq!(
+        anchor("The image builder (`foothold-build`)"),
+        "the-image-builder-foothold-build"
+    );
+    assert_eq!(
+        anchors("# One\n```\n# not a heading\n```\n## Two words\n#not either\n"),
+        BTreeSet::from(["one".to_owned(), "two-words".to_owned()])
+    );
+    assert_eq!(
+        link_targets("see [a](a.md#x), `[b](not.md)` and [c](https://e/)"),
+        ["a.md#x", "https://e/"]
+    );
+}
