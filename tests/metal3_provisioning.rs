@@ -510,6 +510,9 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         host_state(&failed)
     );
     assert_eq!(failed["status"]["errorType"], "provisioning error");
+    // One boot of the deploy ramdisk served the Redfish node's inspection, its cleaning and the deploy that
+    // failed (fast track over virtual media, the launcher's change).
+    nodes::one_ramdisk_boot_before_deploy(&site_dir.join("ironic.log"), worker.name);
     // Put right, it recovers (BMO deprovisions it, then installs it) while the master goes on.
     patch_host(
         &site,

@@ -127,3 +127,67 @@ pub(super) fn disk_head(disk: &Path, dir: &Path) -> Vec<u8> {
 pub(super) fn has_partition_table(head: &[u8]) -> bool {
     head[510..512] == [0x55, 0xaa] || &head[512..520] == b"EFI PART"
 }
+
+/// The Redfish node's deploy ramdisk ISO was inserted once before its deploy began, by Ironic's log (`log`): the
+/// ISO stayed inserted after inspection, so cleaning, which BMO starts once the image is set, used the running
+/// ramdisk. The IPMI node boots by iPXE, so every insertion is the Redfish node's; the count stops at its deploy's
+/// start (a failed deploy's clean-up boots the ramdisk again, with an error on the node).
+pub(super) fn one_ramdisk_boot_before_deploy(log: &Path, name: &str) {
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    let (node, inserted) = insertions_before_deploy(&log)
+        .unwrap_or_else(|| panic!("{name}: no virtual media inserted in Ironic's log"));
+    assert_eq!(
+        inserted, 1,
+        "{name}: the deploy ramdisk's ISO inserted {inserted} times before its deploy began, not once (Ironic node {node})"
+    );
+}
+
+/// The Ironic node of the first virtual-media insertion in `log`, and the insertions before that node's deploy.
+fn insertions_before_deploy(log: &str) -> Option<(String, usize)> {
+    let inserted = |l: &&str| l.contains("Inserted boot media");
+    let node = log
+        .lines()
+        .find(inserted)?
+        .split("/redfish/boot-")
+        .nth(1)?
+        .get(..36)?
+        .to_owned();
+    let deploying =
+        |l: &&str| l.contains(&node) && l.contains("moved to provision state \"deploying\"");
+    let count = log
+        .lines()
+        .take_while(|l| !deploying(l))
+        .filter(inserted)
+        .count();
+    Some((node, count))
+}
+
+#[test]
+fn insertions_are_counted_up_to_the_deploy() {
+    let insert = |n: &str| {
+        format!("INFO redfish.boot Inserted boot media http://a:6180/redfish/boot-{n}.iso into CD for node {n}\n")
+    };
+    let moved = |n: &str, s: &str| {
+        format!("INFO Node {n} moved to provision state \"{s}\" from state \"x\"\n")
+    };
+    let a = "552e49e1-1c12-4816-80f5-e9b051161a3f";
+    let b = "c0363a1a-d190-4c35-9d51-1d2c1a7e7d10";
+    let once = [
+        insert(a),
+        moved(b, "deploying"),
+        moved(a, "cleaning"),
+        moved(a, "deploying"),
+        insert(a),
+    ]
+    .concat();
+    assert_eq!(insertions_before_deploy(&once), Some((a.to_owned(), 1)));
+    let twice = [
+        insert(a),
+        moved(a, "cleaning"),
+        insert(a),
+        moved(a, "deploying"),
+    ]
+    .concat();
+    assert_eq!(insertions_before_deploy(&twice), Some((a.to_owned(), 2)));
+    assert_eq!(insertions_before_deploy(&moved(a, "deploying")), None);
+}
