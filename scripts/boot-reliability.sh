@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Boots an image N times under TCG, as the tests do, and reports each boot's seconds to its ready marker and
 # the guest kernel panics qemu's TCG caused (`foothold-build run` boots again once after one; a second ends
-# the boot). Ends with one line: boots, failures, panics, and the median and slowest boot.
+# the boot). Ends with one line: boots, failures, panics, and the median and slowest boot. The console and
+# `run`'s output of a boot that failed or saw a panic are kept in FOOTHOLD_BOOT_LOGS (default
+# /var/tmp/foothold-boot-reliability), named in its line.
 #
 # Usage: scripts/boot-reliability.sh IMAGE [N] [-- extra `foothold-build run` arguments]
 #   N defaults to 20. FOOTHOLD_BUILD names the builder (default target/release/foothold-build), FOOTHOLD_QEMU
@@ -23,6 +25,7 @@ builder=${FOOTHOLD_BUILD:-target/release/foothold-build}
 [ -x "$builder" ] || die "$builder: no builder (cargo build --release -p foothold-agent -p foothold-image-builder)"
 [ -f "$image" ] || die "$image: no such image"
 qemu=${FOOTHOLD_QEMU:-qemu-system-x86_64}
+kept=${FOOTHOLD_BOOT_LOGS:-/var/tmp/foothold-boot-reliability}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -39,12 +42,20 @@ for i in $(seq 1 "$n"); do
   seconds=$(echo "$(date +%s.%N) - $start" | bc)
   p=$(grep -c 'the guest kernel panicked' "$work/run-$i.log" || true)
   panics=$((panics + p))
+  logs=
+  if [ "$rc" -ne 0 ] || [ "$p" -gt 0 ]; then
+    mkdir -p "$kept"
+    logs="$kept/$(date -u +%Y%m%dT%H%M%SZ)-boot-$i"
+    cp "$work/console-$i.log" "$logs.console.log" 2>/dev/null || true
+    cp "$work/run-$i.log" "$logs.run.log"
+    logs=" (logs: $logs.*)"
+  fi
   if [ "$rc" -eq 0 ]; then
     echo "$seconds" >>"$work/seconds"
-    printf 'boot %2d: ready in %6.1f s, %d guest panics\n' "$i" "$seconds" "$p"
+    printf 'boot %2d: ready in %6.1f s, %d guest panics%s\n' "$i" "$seconds" "$p" "$logs"
   else
     failed=$((failed + 1))
-    printf 'boot %2d: FAILED after %6.1f s, %d guest panics: %s\n' "$i" "$seconds" "$p" "$(tail -1 "$work/run-$i.log")"
+    printf 'boot %2d: FAILED after %6.1f s, %d guest panics%s: %s\n' "$i" "$seconds" "$p" "$logs" "$(tail -1 "$work/run-$i.log")"
     grep -A3 'the guest kernel panicked' "$work/run-$i.log" | head -8 || true
   fi
 done
