@@ -2,22 +2,14 @@
 //! links), and every relative link in the README and `docs/` reaches a file of the repository and, when it names
 //! a heading (`file.md#heading`), a heading of that file, by the anchors GitHub makes of headings.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The README's length limit (issue 49): more than this is a manual, which goes in `docs/`.
 const README_MAX_LINES: usize = 200;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .unwrap()
-}
-
-/// The README and every Markdown file of `docs/`.
-fn pages() -> Vec<PathBuf> {
-    let root = repo();
+/// The README and every Markdown file of `docs/`, under `root` (the workspace, canonical).
+fn pages(root: &Path) -> Vec<PathBuf> {
     let mut out = vec![root.join("README.md")];
     let docs = root.join("docs");
     for e in std::fs::read_dir(&docs).unwrap_or_else(|e| panic!("{}: {e}", docs.display())) {
@@ -99,7 +91,7 @@ fn link_targets(line: &str) -> Vec<String> {
 
 #[test]
 fn the_readme_is_short() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(foothold_e2e::workspace().join("README.md")).unwrap();
     let lines = readme.lines().count();
     assert!(
         lines <= README_MAX_LINES,
@@ -110,8 +102,11 @@ fn the_readme_is_short() {
 
 #[test]
 fn every_relative_link_reaches_a_file_and_heading() {
+    let root = foothold_e2e::workspace().canonicalize().unwrap();
+    // Each linked file's anchors, read once.
+    let mut headings: BTreeMap<PathBuf, BTreeSet<String>> = BTreeMap::new();
     let mut broken = Vec::new();
-    for page in pages() {
+    for page in pages(&root) {
         let text = std::fs::read_to_string(&page).unwrap();
         let dir = page.parent().unwrap();
         for (n, line) in prose(&text) {
@@ -130,19 +125,21 @@ fn every_relative_link_reaches_a_file_and_heading() {
                 };
                 let place = format!(
                     "{}:{n}: ({target})",
-                    page.strip_prefix(repo()).unwrap().display()
+                    page.strip_prefix(&root).unwrap().display()
                 );
                 let Ok(path) = path.canonicalize() else {
                     broken.push(format!("{place}: no such file"));
                     continue;
                 };
-                if !path.starts_with(repo()) {
+                if !path.starts_with(&root) {
                     broken.push(format!("{place}: outside the repository"));
                     continue;
                 }
                 if let Some(heading) = heading {
-                    let target_text = std::fs::read_to_string(&path).unwrap_or_default();
-                    if !anchors(&target_text).contains(heading) {
+                    let known = headings.entry(path.clone()).or_insert_with(|| {
+                        anchors(&std::fs::read_to_string(&path).unwrap_or_default())
+                    });
+                    if !known.contains(heading) {
                         broken.push(format!("{place}: no heading with that anchor"));
                     }
                 }
