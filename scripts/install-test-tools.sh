@@ -20,7 +20,7 @@ mkdir -p "$tools" "$cache"
 apt_need skopeo:skopeo podman:podman containerd:containerd ctr:containerd curl:curl openssl:openssl \
   haproxy:haproxy ssh:openssh-client ssh-keygen:openssh-client virsh:libvirt-clients xmllint:libxml2-utils \
   docker-registry:docker-registry htpasswd:apache2-utils busybox:busybox-static ip:iproute2 nsenter:util-linux \
-  e2fsck:e2fsprogs debugfs:e2fsprogs cc:gcc unzip:unzip
+  e2fsck:e2fsprogs debugfs:e2fsprogs cc:gcc unzip:unzip man:man-db
 
 # sshd for the installer's SSH tests, which start their own on 127.0.0.1. The package must not start one on
 # the host's interfaces: where the machine has no policy-rc.d, one that forbids starting services is in place

@@ -8,6 +8,7 @@
 pub mod apt;
 pub mod archive;
 pub mod auth;
+pub mod cli;
 pub mod controllers;
 pub mod crd;
 pub mod digest;

@@ -5,8 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::builder::TypedValueParser as _;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use foothold_agent::{
     controllers, fsck, http, import, installer, mirror_config, store, vino_builder,
 };
@@ -75,118 +74,6 @@ impl From<LimitArgs> for http::limits::ClientLimits {
     }
 }
 
-#[derive(clap::Args)]
-struct KubeArgs {
-    /// Kubeconfig for the controllers. Default: KUBECONFIG, ~/.kube/config, then the in-cluster service
-    /// account. Until the apiserver answers, the HTTP services serve and /readyz says the controllers wait.
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
-    /// Controllers to run, comma separated: bpa (Provisioning and Software), sip (SIPCluster), vino (Vino).
-    #[arg(
-        long,
-        value_parser = clap::builder::PossibleValuesParser::new(controllers::Kind::ALL.map(|k| k.as_str()))
-            .map(|s| s.parse::<controllers::Kind>().expect("a possible value")),
-        value_delimiter = ',',
-        default_value = "bpa,sip,vino"
-    )]
-    controllers: Vec<controllers::Kind>,
-    /// Run no controllers (the HTTP services only).
-    #[arg(long, conflicts_with = "controllers")]
-    no_controllers: bool,
-    /// Watch only this namespace (default: all).
-    #[arg(long)]
-    namespace: Option<String>,
-    /// This agent's identity in the leader Lease (default: host name and process id).
-    #[arg(long)]
-    identity: Option<String>,
-    /// Namespace of the leader Lease.
-    #[arg(long, default_value = "kube-system")]
-    lease_namespace: String,
-    /// Seconds a leader's lease lasts without renewal before another agent may take over.
-    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(3..))]
-    lease_duration_seconds: u64,
-    /// Image of the BPA installer Jobs (see the installer contract in docs/controllers.md); the default is the one an
-    /// appliance built by foothold-build serves: `foothold-agent install` with the appliance's release file.
-    #[arg(long, default_value = foothold_names::INSTALLER_IMAGE)]
-    installer_image: String,
-    /// Who the installer logs in to the hosts as (INSTALLER_SSH_USER of its Jobs); anyone but root needs
-    /// password-less sudo there.
-    #[arg(long, default_value = "root")]
-    installer_ssh_user: String,
-    /// Default image of ViNO's vino-builder container (runs `foothold-agent vino-builder`; needs virsh).
-    #[arg(long, default_value = "127.0.0.1:5000/foothold/vino-builder:latest")]
-    vino_builder_image: String,
-    /// Secret (in each Provisioning's namespace) holding the SSH key the installer uses.
-    #[arg(long, default_value = "ssh-key-secret")]
-    ssh_key_secret: String,
-    /// The site SSH CA's public key file (the appliance's /etc/foothold/ssh-ca/ca.pub, made by `foothold-agent
-    /// ssh-host-key`): installer Jobs get it as SSH_HOST_CA and refuse hosts without a host certificate from it.
-    /// Unset: they take host keys on first use.
-    #[arg(long, value_name = "FILE")]
-    ssh_host_ca: Option<PathBuf>,
-    /// This agent's URL as compute nodes reach it (e.g. http://10.0.0.1:5000): Software package downloads
-    /// point there. Default: the --listen address, unless it is a wildcard (0.0.0.0, ::) or port 0.
-    #[arg(long, value_parser = parse_advertise_url)]
-    advertise_url: Option<String>,
-}
-
-fn parse_advertise_url(s: &str) -> Result<String, String> {
-    let rest = s
-        .strip_prefix("http://")
-        .or_else(|| s.strip_prefix("https://"))
-        .ok_or("must start with http:// or https://")?;
-    let host = rest.trim_end_matches('/');
-    if host.is_empty() || host.contains(['/', '?', '#']) || host.contains(char::is_whitespace) {
-        return Err("must be scheme://host[:port] without a path".into());
-    }
-    Ok(s.trim_end_matches('/').to_owned())
-}
-
-impl KubeArgs {
-    fn settings(
-        self,
-        listen: SocketAddr,
-        tls: bool,
-    ) -> anyhow::Result<Option<controllers::Settings>> {
-        if self.no_controllers {
-            return Ok(None);
-        }
-        let ssh_host_ca = match &self.ssh_host_ca {
-            None => None,
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("--ssh-host-ca {}", path.display()))?;
-                foothold_agent::ssh_ca::HostCa::parse(&text)
-                    .map_err(|e| anyhow::anyhow!("--ssh-host-ca {}: {e}", path.display()))?;
-                Some(text.trim().to_owned())
-            }
-        };
-        let identity = self.identity.unwrap_or_else(|| {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|h| h.trim().to_owned())
-                .unwrap_or_else(|_| "foothold".into());
-            format!("{host}-{}", std::process::id())
-        });
-        Ok(Some(controllers::Settings {
-            kubeconfig: self.kubeconfig,
-            controllers: self.controllers,
-            namespace: self.namespace,
-            identity,
-            lease_namespace: self.lease_namespace,
-            lease_duration: std::time::Duration::from_secs(self.lease_duration_seconds),
-            installer_image: self.installer_image,
-            installer_ssh_user: self.installer_ssh_user,
-            vino_builder_image: self.vino_builder_image,
-            ssh_key_secret: self.ssh_key_secret,
-            ssh_host_ca,
-            advertise_url: self.advertise_url.or_else(|| {
-                (!listen.ip().is_unspecified() && listen.port() != 0)
-                    .then(|| format!("{}://{listen}", if tls { "https" } else { "http" }))
-            }),
-        }))
-    }
-}
-
 #[derive(Subcommand)]
 enum Command {
     /// Serve the registry, the file server, the BPA upload API (REST and tus), /metrics and /readyz over HTTP or
@@ -230,8 +117,17 @@ enum Command {
         #[command(flatten)]
         limits: LimitArgs,
         #[command(flatten)]
-        kube: Box<KubeArgs>,
+        kube: Box<controllers::cli::KubeArgs>,
+        /// YAML file of these flags by their long names (`max-uploads: 64`, `certificate: [a=/x, b=/y]`,
+        /// `no-controllers: true`). A flag given on the command line, or by its FOOTHOLD_* variable (shown with
+        /// each flag), wins over the file. Default: /etc/foothold/agent.yaml when it exists.
+        #[arg(long, env = "FOOTHOLD_CONFIG", value_name = "FILE")]
+        config: Option<PathBuf>,
     },
+    /// Print the completion script of this command for a shell, e.g. `source <(foothold-agent completion bash)`.
+    Completion { shell: foothold_names::cli::Shell },
+    /// Write the man pages of this command and each subcommand (foothold-agent-serve.1, ...) into a directory.
+    Man { dir: PathBuf },
     /// Import an OCI image layout directory (skopeo `oci:`, buildah, foothold-build) into the data directory.
     Import {
         /// The OCI image layout directory (with oci-layout and index.json).
@@ -402,6 +298,14 @@ struct VinoBuilderArgs {
     resync_seconds: u64,
 }
 
+/// `serve`'s configuration file, read when it exists and --config names no other.
+const CONFIG: &str = "/etc/foothold/agent.yaml";
+
+/// The command line: `serve`'s flags each also a FOOTHOLD_* variable.
+fn command() -> clap::Command {
+    Cli::command().mut_subcommand("serve", foothold_agent::cli::with_env)
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -414,7 +318,15 @@ fn main() -> ExitCode {
     // One TLS provider for the whole process (served TLS and the kube client), chosen here
     // rather than left to whichever rustls backends the dependency graph happens to enable.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    match run(Cli::parse()) {
+    let args = std::env::args_os().collect();
+    let cli = match foothold_agent::cli::matches(command(), args, std::path::Path::new(CONFIG)) {
+        Ok(m) => Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit()),
+        Err(e) => {
+            eprintln!("foothold-agent: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("foothold-agent: {e:#}");
@@ -584,6 +496,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             foothold_agent::auth::cli::run(args, &mut std::io::stdout().lock())?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Completion { shell } => {
+            foothold_names::cli::completion(command(), shell, &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir } => {
+            for page in foothold_agent::cli::write_man_pages(command(), &dir)
+                .with_context(|| format!("writing man pages into {}", dir.display()))?
+            {
+                println!("{}", page.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Crds => {
             print!("{}", foothold_agent::crd::yaml());
             Ok(ExitCode::SUCCESS)
@@ -601,6 +525,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ready_check_ca,
             limits,
             kube,
+            config: _,
         } => {
             let ready_checks =
                 foothold_agent::neighbors::Neighbors::new(ready_checks, ready_check_ca.as_deref())?;

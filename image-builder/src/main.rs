@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use foothold_image_builder::{build, cache_lock, progress::Progress, qemu, spec};
 
 #[derive(Parser)]
@@ -207,6 +207,10 @@ enum Cmd {
     /// Relay stdin and stdout to a TCP address (what qemu runs for each connection of a --guest-forward).
     #[command(hide = true)]
     Relay { addr: String },
+    /// Print the completion script of this command for a shell, e.g. `source <(foothold-build completion bash)`.
+    Completion { shell: foothold_names::cli::Shell },
+    /// Write the man pages of this command and each subcommand (foothold-build-build.1, ...) into a directory.
+    Man { dir: PathBuf },
 }
 
 /// How container images are pulled (build and fetch).
@@ -276,6 +280,24 @@ fn main() -> ExitCode {
 
 fn real_main() -> Result<ExitCode> {
     match Cli::parse().command {
+        Cmd::Completion { shell } => {
+            foothold_names::cli::completion(Cli::command(), shell, &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Man { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("making {}", dir.display()))?;
+            for (name, page) in foothold_names::cli::man_pages(Cli::command())? {
+                let path = dir.join(name);
+                let tmp = dir.join(format!(
+                    ".{}.tmp",
+                    path.file_name().unwrap_or_default().to_string_lossy()
+                ));
+                std::fs::write(&tmp, page).with_context(|| format!("writing {}", tmp.display()))?;
+                foothold_image_builder::files::publish(&tmp, &path)?;
+                println!("{}", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Build {
             spec: path,
             bundle,

@@ -1,8 +1,11 @@
 //! The names Foothold's parts agree on, in one place for the agent and the image builder: the kinds of BPA
-//! image records and the rule for their owner, cluster and image names. The agent serves what the builder
+//! image records and the rule for their owner, cluster and image names; and their command lines' shared
+//! conventions (`cli`: completion scripts and man pages). The agent serves what the builder
 //! writes into its store, so a name one accepts the other must accept too.
 
 #![forbid(unsafe_code)]
+
+pub mod cli;
 
 use std::fmt;
 use std::str::FromStr;

@@ -3,6 +3,7 @@
 //! it to `/readyz` and `/metrics`.
 
 pub mod bpa;
+pub mod cli;
 pub mod common;
 pub mod lease;
 pub mod settings;

@@ -7,6 +7,7 @@ mod support;
 
 mod apt;
 mod archive;
+mod cli;
 mod clients;
 mod conformance;
 mod connection;

@@ -69,7 +69,7 @@ impl Configuration {
         self.files.iter().find(|f| f.path == path)
     }
 
-    fn add(&mut self, path: impl Into<String>, text: impl Into<String>, mode: u32) {
+    pub(super) fn add(&mut self, path: impl Into<String>, text: impl Into<String>, mode: u32) {
         self.files.push(File {
             path: path.into(),
             text: text.into(),
@@ -125,7 +125,7 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
     // A compute node or a deploy ramdisk runs no agent service: its environment and TLS names would be read by
     // nothing.
     if spec.components.node.is_none() && spec.components.ipa.is_none() {
-        agent(spec, &mut c);
+        super::agent_conf::agent(spec, &mut c);
     }
     if let Some(k) = &spec.components.kubernetes {
         // containerd pulls through the agent for the usual registries and those of the image's containers.
@@ -326,81 +326,6 @@ pub fn installs_workload_clusters(spec: &Spec) -> bool {
             .is_some_and(|k| k.etcd.is_some())
 }
 
-/// The agent: the token made at first boot is the admin credential, the operator's named ones are in
-/// /etc/foothold/credentials.yaml (`foothold-agent credentials`), and the images the build imported only an
-/// admin writes; HTTPS if asked, with the certificate the site CA
-/// issues for the provisioning address too (foothold-pki.service; reloaded when renewed). `/metrics` reports
-/// the expiry of that certificate, of the site CA and of those Kubernetes and Ironic serve with.
-fn agent(spec: &Spec, c: &mut Configuration) {
-    c.system_users.push(AGENT_USER.into());
-    let mut args = [
-        "--token-file",
-        "/etc/foothold/token",
-        "--credentials",
-        "/etc/foothold/credentials.yaml",
-        "--protected-repositories",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.push(format!("/var/lib/foothold/{}", super::data::PROTECTED_FILE));
-    if spec.components.agent_tls {
-        args.extend(
-            [
-                "--tls-cert",
-                "/etc/foothold/tls/cert.pem",
-                "--tls-key",
-                "/etc/foothold/tls/key.pem",
-                "--certificate",
-                "site-ca=/etc/foothold/tls/ca.pem",
-            ]
-            .map(String::from),
-        );
-    }
-    if spec.components.kubernetes.is_some() {
-        args.extend(
-            [
-                "--certificate",
-                "kubernetes-ca=/etc/kubernetes/pki/ca.crt",
-                "--certificate",
-                "kube-apiserver=/etc/kubernetes/pki/apiserver.crt",
-            ]
-            .map(String::from),
-        );
-    }
-    if spec.components.metal3.is_some() {
-        args.extend(crate::metal3::ready_checks(spec));
-    }
-    // Software's package URLs name the agent where the compute nodes reach it.
-    if let Some(p) = &spec.network.provisioning {
-        let scheme = if spec.components.agent_tls {
-            "https"
-        } else {
-            "http"
-        };
-        args.push("--advertise-url".into());
-        args.push(format!(
-            "{scheme}://{}:5000",
-            p.address.split('/').next().unwrap_or_default()
-        ));
-    }
-    args.extend(spec.components.agent_args.iter().cloned());
-    c.add(
-        "/etc/foothold/agent.env",
-        format!(
-            "FOOTHOLD_LISTEN=0.0.0.0:5000\nFOOTHOLD_AGENT_ARGS={}\n",
-            args.join(" ")
-        ),
-        0o644,
-    );
-    let names: Vec<String> = spec
-        .network
-        .provisioning
-        .iter()
-        .map(|p| format!("IP:{}", p.address.split('/').next().unwrap_or_default()))
-        .collect();
-    c.add("/etc/foothold/tls-names", names.join(",") + "\n", 0o644);
-}
-
 /// The system user `foothold-agent.service` runs as.
 pub const AGENT_USER: &str = "foothold-agent";
 
@@ -547,9 +472,13 @@ mod tests {
             .file("/etc/systemd/network/10-provisioning.network")
             .is_none());
         assert_eq!(
-            c.file("/etc/foothold/agent.env").unwrap().text,
-            "FOOTHOLD_LISTEN=0.0.0.0:5000\nFOOTHOLD_AGENT_ARGS=--token-file /etc/foothold/token --credentials \
-             /etc/foothold/credentials.yaml --protected-repositories /var/lib/foothold/protected-repositories\n"
+            c.file("/etc/foothold/agent.yaml").unwrap().text,
+            "# foothold-agent serve's flags by their long names (`foothold-agent serve --help`), written by\n\
+             # foothold-build from the appliance spec. A flag's FOOTHOLD_* variable (a drop-in's Environment=) wins\n\
+             # over this file.\n\
+             listen: \"0.0.0.0:5000\"\ndata: \"/var/lib/foothold\"\ntoken-file: \"/etc/foothold/token\"\n\
+             credentials: \"/etc/foothold/credentials.yaml\"\n\
+             protected-repositories: \"/var/lib/foothold/protected-repositories\"\n"
         );
         assert_eq!(c.file("/etc/machine-id").unwrap().mode, 0o444);
         assert!(c.units.iter().any(|u| u == "foothold-agent.service"));
@@ -589,12 +518,14 @@ mod tests {
             .unwrap()
             .text
             .contains("Name=enp1s0\n"));
-        assert_eq!(
-            c.file("/etc/foothold/agent.env").unwrap().text,
-            "FOOTHOLD_LISTEN=0.0.0.0:5000\nFOOTHOLD_AGENT_ARGS=--token-file /etc/foothold/token --credentials \
-             /etc/foothold/credentials.yaml --protected-repositories /var/lib/foothold/protected-repositories --tls-cert \
-             /etc/foothold/tls/cert.pem --tls-key /etc/foothold/tls/key.pem --certificate \
-             site-ca=/etc/foothold/tls/ca.pem --advertise-url https://172.22.0.1:5000 --no-controllers\n"
+        let conf = &c.file("/etc/foothold/agent.yaml").unwrap().text;
+        assert!(
+            conf.contains(
+                "tls-cert: \"/etc/foothold/tls/cert.pem\"\ntls-key: \"/etc/foothold/tls/key.pem\"\n\
+                 certificate: \"site-ca=/etc/foothold/tls/ca.pem\"\n\
+                 advertise-url: \"https://172.22.0.1:5000\"\nno-controllers: true\n"
+            ),
+            "{conf}"
         );
         assert_eq!(
             c.file("/etc/foothold/tls-names").unwrap().text,
@@ -646,10 +577,14 @@ mod tests {
             assert!(c.units.iter().any(|u| u == unit), "{unit}: {:?}", c.units);
         }
         assert!(c.file("/etc/ironic/ironic.conf").is_some());
-        let env = &c.file("/etc/foothold/agent.env").unwrap().text;
+        let conf = &c.file("/etc/foothold/agent.yaml").unwrap().text;
         assert!(
-            env.contains("--ready-check ironic=http://127.0.0.1:6385/ --ready-check baremetal-operator=http://127.0.0.1:9440/readyz"),
-            "{env}"
+            conf.contains("ready-check: [\"ironic=http://127.0.0.1:6385/\", \"baremetal-operator=http://127.0.0.1:9440/readyz\"]\n"),
+            "{conf}"
+        );
+        assert!(
+            conf.contains("certificate: [\"kubernetes-ca=/etc/kubernetes/pki/ca.crt\", \"kube-apiserver=/etc/kubernetes/pki/apiserver.crt\"]\n"),
+            "{conf}"
         );
     }
 
@@ -672,7 +607,7 @@ mod tests {
             assert!(!c.units.iter().any(|u| u == unit), "{unit}: {:?}", c.units);
         }
         assert!(c.file("/etc/foothold/mirror.env").is_some());
-        assert!(c.file("/etc/foothold/agent.env").is_none());
+        assert!(c.file("/etc/foothold/agent.yaml").is_none());
         spec.components.node = None;
         let c = render(&spec, &ids());
         // The appliance: the agent, and the site's certificates renewed at boot and daily.

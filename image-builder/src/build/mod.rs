@@ -26,6 +26,7 @@ use crate::cmd::CommandExt as _;
 use crate::progress::Progress;
 use crate::spec::{Compression, Format, Loaded};
 
+mod agent_conf;
 mod boot;
 pub mod configure;
 mod context;

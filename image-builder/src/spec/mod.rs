@@ -1,12 +1,14 @@
 //! The appliance spec (`packages/*.yaml`): what goes into an image, every remote input pinned by sha256.
 //! `load` reports problems with the file, line and field; `schema` is the JSON Schema of the format.
 
+mod agent_args;
 mod inputs;
 mod ipa;
 mod metal3;
 mod node;
 mod validate;
 
+pub use agent_args::agent_flags;
 pub use inputs::{FileComponent, Input, Serve, ServeKind};
 pub use ipa::Ipa;
 pub use node::{Node, SITE_CA};
@@ -117,7 +119,9 @@ pub struct Components {
     /// Serve the agent over HTTPS with the key and certificate made at first boot (default: plain HTTP).
     #[serde(default)]
     pub agent_tls: bool,
-    /// Extra arguments for `foothold-agent serve`.
+    /// Extra flags for `foothold-agent serve` (`--name value`, `--name=value` or `--name`), written with
+    /// Foothold's own into the agent's configuration file; a flag given twice is a list there, as on a command
+    /// line.
     #[serde(default)]
     pub agent_args: Vec<String>,
     /// Files placed into the image.

@@ -52,6 +52,8 @@ impl Spec {
                 self.base.mirror
             ));
         }
+        super::agent_flags(&self.components.agent_args)
+            .map_err(|e| format!("components.agentArgs{e}"))?;
         for (i, p) in self.base.packages.iter().enumerate() {
             if p.is_empty() || p.contains([' ', ',']) {
                 return Err(format!("base.packages[{i}]: {p:?} is not a package name"));

@@ -1,0 +1,225 @@
+//! The command line's conventions, on the real binary: `serve`'s flags from a configuration file and
+//! FOOTHOLD_* variables (the command line winning over the environment, which wins over the file), bash
+//! completion in a bash that sourced the script, and man pages `man` renders.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::{agent_bin, http, Agent};
+
+/// A port nothing listens on now (bound, then let go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn token_file(dir: &Path, name: &str) -> String {
+    let path = dir.join(format!("{name}.token"));
+    std::fs::write(&path, name).unwrap();
+    path.display().to_string()
+}
+
+/// Whether `token` may start an upload: the admin token the agent took is the one its file holds.
+fn writes_with(agent: &Agent, token: &str) -> u16 {
+    http()
+        .post(&agent.url("/v2/cli/blobs/uploads/"))
+        .header("Authorization", &format!("Bearer {token}"))
+        .send_empty()
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[test]
+fn serve_takes_its_flags_from_the_command_line_then_the_environment_then_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file_port = free_port();
+    let config = dir.path().join("agent.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "# the appliance's file is like this one\nlisten: 127.0.0.1:{file_port}\ndata: {}\n\
+             no-controllers: true\ntoken-file: {}\n",
+            data.display(),
+            token_file(dir.path(), "from-file"),
+        ),
+    )
+    .unwrap();
+    let serve = |env: &[(&str, String)], args: &[&str]| {
+        let mut cmd = Command::new(agent_bin());
+        cmd.args(["serve", "--config"]).arg(&config).args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Agent::spawn(cmd, &data, None)
+    };
+
+    // The file alone.
+    let mut agent = serve(&[], &[]);
+    assert_eq!(agent.addr.port(), file_port);
+    assert_eq!(writes_with(&agent, "from-file"), 202);
+    assert_eq!(writes_with(&agent, "from-env"), 401);
+    agent.kill();
+
+    // The environment over the file.
+    let env = [
+        ("FOOTHOLD_LISTEN", "127.0.0.1:0".to_owned()),
+        ("FOOTHOLD_TOKEN_FILE", token_file(dir.path(), "from-env")),
+    ];
+    let mut agent = serve(&env, &[]);
+    assert_ne!(
+        agent.addr.port(),
+        file_port,
+        "FOOTHOLD_LISTEN lost to the file"
+    );
+    assert_eq!(writes_with(&agent, "from-env"), 202);
+    assert_eq!(writes_with(&agent, "from-file"), 401);
+    agent.kill();
+
+    // The command line over both.
+    let cli_port = free_port();
+    let cli_token = token_file(dir.path(), "from-cli");
+    let listen = format!("127.0.0.1:{cli_port}");
+    let agent = serve(&env, &["--listen", &listen, "--token-file", &cli_token]);
+    assert_eq!(agent.addr.port(), cli_port);
+    assert_eq!(writes_with(&agent, "from-cli"), 202);
+    assert_eq!(writes_with(&agent, "from-env"), 401);
+}
+
+#[test]
+fn a_wrong_configuration_file_is_named_with_its_key_and_nothing_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.yaml");
+    let run = |env: Option<&Path>| {
+        let mut cmd = Command::new(agent_bin());
+        cmd.arg("serve").arg("--data").arg(dir.path().join("data"));
+        match env {
+            Some(file) => cmd.env("FOOTHOLD_CONFIG", file),
+            None => cmd.arg("--config").arg(&config),
+        };
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (text, want) in [
+        ("max-uploads: many\n", "max-uploads: invalid value 'many'"),
+        (
+            "listen: [a, b]\n",
+            "listen: takes one value, the file gives 2",
+        ),
+        ("lisen: 127.0.0.1:5000\n", "lisen: not a flag of `serve`"),
+        (
+            "sendfile: sometimes\n",
+            "sendfile: invalid value 'sometimes'",
+        ),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let (code, stderr) = run(None);
+        assert_eq!(code, Some(2), "{text}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("foothold-agent: {}: {want}", config.display())),
+            "{text}: {stderr}"
+        );
+    }
+    assert!(
+        !dir.path().join("data").exists(),
+        "a refused start made its data directory"
+    );
+    // Named by the environment and missing.
+    let missing = dir.path().join("absent.yaml");
+    let (code, stderr) = run(Some(&missing));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}: No such file", missing.display())),
+        "{stderr}"
+    );
+}
+
+/// What bash completes for the words `line` of `foothold-agent`, in a bash that sourced the script: the
+/// function `complete -p` names called as bash calls it.
+fn complete(line: &[&str]) -> Vec<String> {
+    let script = format!(
+        "source <('{}' completion bash) || exit 9\n\
+         COMP_WORDS=({})\nCOMP_CWORD={}\nCOMP_LINE=\"${{COMP_WORDS[*]}}\"\nCOMP_POINT=${{#COMP_LINE}}\n\
+         f=$(complete -p foothold-agent | sed -n 's/.* -F \\([^ ]*\\) .*/\\1/p')\n\
+         \"$f\" foothold-agent \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"\n\
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        agent_bin().display(),
+        line.join(" "),
+        line.len() - 1,
+    );
+    let out = Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn bash_completes_subcommands_and_flags() {
+    assert_eq!(complete(&["foothold-agent", "se"]), ["serve"]);
+    assert_eq!(
+        complete(&["foothold-agent", "serve", "--max-up"]),
+        ["--max-uploads"]
+    );
+    let creds = complete(&["foothold-agent", "credentials", ""]);
+    for sub in ["add", "list", "remove"] {
+        assert!(creds.iter().any(|c| c == sub), "{sub}: {creds:?}");
+    }
+}
+
+#[test]
+fn man_pages_render_with_every_flag_and_its_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(agent_bin())
+        .arg("man")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let serve = dir.path().join("foothold-agent-serve.1");
+    assert!(listed.lines().any(|l| Path::new(l) == serve), "{listed}");
+    assert!(
+        dir.path().join("foothold-agent-credentials-add.1").exists(),
+        "{listed}"
+    );
+    let page = Command::new("man")
+        .arg("-l")
+        .arg(&serve)
+        .env("MANWIDTH", "200")
+        .output()
+        .unwrap();
+    assert!(
+        page.status.success(),
+        "{}",
+        String::from_utf8_lossy(&page.stderr)
+    );
+    let text = String::from_utf8_lossy(&page.stdout);
+    for want in [
+        "--max-uploads",
+        "FOOTHOLD_MAX_UPLOADS",
+        "--config",
+        "FOOTHOLD_CONFIG",
+    ] {
+        assert!(text.contains(want), "{want}:\n{text}");
+    }
+}
