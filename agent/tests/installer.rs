@@ -5,13 +5,12 @@
 
 mod support;
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use foothold_agent::installer::ssh::{load_key, Connection, KnownHosts, SshError, Target};
-use support::{run, tool, wait_for};
+use support::{free_port, run, tool, wait_for};
 
 /// An sshd on 127.0.0.1 that lets root in with the keys in `authorized`; killed on drop.
 struct Sshd {
@@ -93,14 +92,6 @@ fn key_and_stranger(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let authorized = dir.join("authorized_keys");
     std::fs::copy(key.with_extension("pub"), &authorized).unwrap();
     (key, stranger, authorized)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn target(port: u16) -> Target {

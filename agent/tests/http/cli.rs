@@ -5,16 +5,11 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::support::{agent_bin, http, Agent};
+use crate::support::{agent_bin, free_port, http, Agent};
 
-/// A port nothing listens on now (bound, then let go).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+#[path = "../../../names/tests/support/cli.rs"]
+mod cli_support;
+use cli_support::{bash_complete, man_page};
 
 fn token_file(dir: &Path, name: &str) -> String {
     let path = dir.join(format!("{name}.token"));
@@ -141,42 +136,15 @@ fn a_wrong_configuration_file_is_named_with_its_key_and_nothing_starts() {
     );
 }
 
-/// What bash completes for the words `line` of `foothold-agent`, in a bash that sourced the script: the
-/// function `complete -p` names called as bash calls it.
-fn complete(line: &[&str]) -> Vec<String> {
-    let script = format!(
-        "source <('{}' completion bash) || exit 9\n\
-         COMP_WORDS=({})\nCOMP_CWORD={}\nCOMP_LINE=\"${{COMP_WORDS[*]}}\"\nCOMP_POINT=${{#COMP_LINE}}\n\
-         f=$(complete -p foothold-agent | sed -n 's/.* -F \\([^ ]*\\) .*/\\1/p')\n\
-         \"$f\" foothold-agent \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"\n\
-         printf '%s\\n' \"${{COMPREPLY[@]}}\"",
-        agent_bin().display(),
-        line.join(" "),
-        line.len() - 1,
-    );
-    let out = Command::new("bash")
-        .args(["--norc", "--noprofile", "-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
 #[test]
 fn bash_completes_subcommands_and_flags() {
-    assert_eq!(complete(&["foothold-agent", "se"]), ["serve"]);
+    let bin = agent_bin();
+    assert_eq!(bash_complete(&bin, &["foothold-agent", "se"]), ["serve"]);
     assert_eq!(
-        complete(&["foothold-agent", "serve", "--max-up"]),
+        bash_complete(&bin, &["foothold-agent", "serve", "--max-up"]),
         ["--max-uploads"]
     );
-    let creds = complete(&["foothold-agent", "credentials", ""]);
+    let creds = bash_complete(&bin, &["foothold-agent", "credentials", ""]);
     for sub in ["add", "list", "remove"] {
         assert!(creds.iter().any(|c| c == sub), "{sub}: {creds:?}");
     }
@@ -185,35 +153,7 @@ fn bash_completes_subcommands_and_flags() {
 #[test]
 fn man_pages_render_with_every_flag_and_its_variable() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(agent_bin())
-        .arg("man")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let listed = String::from_utf8_lossy(&out.stdout);
-    let serve = dir.path().join("foothold-agent-serve.1");
-    assert!(listed.lines().any(|l| Path::new(l) == serve), "{listed}");
-    assert!(
-        dir.path().join("foothold-agent-credentials-add.1").exists(),
-        "{listed}"
-    );
-    let page = Command::new("man")
-        .arg("-l")
-        .arg(&serve)
-        .env("MANWIDTH", "200")
-        .output()
-        .unwrap();
-    assert!(
-        page.status.success(),
-        "{}",
-        String::from_utf8_lossy(&page.stderr)
-    );
-    let text = String::from_utf8_lossy(&page.stdout);
+    let text = man_page(&agent_bin(), dir.path(), "foothold-agent-serve.1");
     for want in [
         "--max-uploads",
         "FOOTHOLD_MAX_UPLOADS",
@@ -222,4 +162,5 @@ fn man_pages_render_with_every_flag_and_its_variable() {
     ] {
         assert!(text.contains(want), "{want}:\n{text}");
     }
+    assert!(dir.path().join("foothold-agent-credentials-add.1").exists());
 }

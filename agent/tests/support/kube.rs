@@ -6,6 +6,7 @@
 //! The processes are started from a thread that lives as long as the test binary, with `PR_SET_PDEATHSIG`,
 //! so they die with the binary however it ends; their directory is removed by the next binary that starts.
 
+use super::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -151,14 +152,6 @@ impl KubeEnv {
             .expect("creating the test namespace");
         name
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Removes directories left by earlier test binaries whose process is gone.

@@ -87,6 +87,15 @@ pub fn metric(metrics: &str, series: &str) -> u64 {
         .unwrap()
 }
 
+/// A 127.0.0.1 port nothing listens on now (bound, then let go).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn agent_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_foothold-agent"))
 }
