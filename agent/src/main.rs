@@ -527,6 +527,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             kube,
             config: _,
         } => {
+            // clap holds the pair together on the command line and in the environment, not in a configuration
+            // file's defaults: one alone would serve plain HTTP.
+            if tls_cert.is_some() != tls_key.is_some() {
+                anyhow::bail!("--tls-cert and --tls-key go together: one is set without the other");
+            }
             let ready_checks =
                 foothold_agent::neighbors::Neighbors::new(ready_checks, ready_check_ca.as_deref())?;
             let cfg = http::ServeConfig {

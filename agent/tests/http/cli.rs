@@ -126,6 +126,14 @@ fn a_wrong_configuration_file_is_named_with_its_key_and_nothing_starts() {
         !dir.path().join("data").exists(),
         "a refused start made its data directory"
     );
+    // A certificate without its key would serve plain HTTP: refused, as on the command line.
+    std::fs::write(&config, "tls-cert: /etc/foothold/tls/cert.pem\n").unwrap();
+    let (code, stderr) = run(None);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--tls-cert and --tls-key go together"),
+        "{stderr}"
+    );
     // Named by the environment and missing.
     let missing = dir.path().join("absent.yaml");
     let (code, stderr) = run(Some(&missing));
