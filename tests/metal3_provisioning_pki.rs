@@ -257,11 +257,26 @@ pub(super) fn own_kubeconfigs(site: &foothold_e2e::native_site::Site, root: &Pat
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap();
+    // The agent's unit names its flags' file (`serve --config`); BMO's its kubeconfig on the command line.
+    let agent_yaml = String::from_utf8(read(root, "/etc/foothold/agent.yaml")).unwrap();
+    let in_agent_yaml = |key: &str| {
+        agent_yaml.lines().find_map(|l| {
+            let value = l.strip_prefix(key)?.strip_prefix(':')?.trim();
+            Some(serde_json::from_str::<String>(value).unwrap_or_else(|e| {
+                panic!("{key} in /etc/foothold/agent.yaml is not one quoted string ({e}): {l}")
+            }))
+        })
+    };
+    assert_eq!(
+        in_agent_yaml("kubeconfig").as_deref(),
+        Some("/etc/kubernetes/foothold-agent.conf"),
+        "the agent's kubeconfig in /etc/foothold/agent.yaml:\n{agent_yaml}"
+    );
     for (user, program, conf) in [
         (
             "foothold-agent",
             "foothold-agent serve",
-            "/etc/kubernetes/foothold-agent.conf",
+            "--config /etc/foothold/agent.yaml",
         ),
         (
             "baremetal-operator",
