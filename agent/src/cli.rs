@@ -5,7 +5,7 @@
 //! become the flags' defaults.
 //!
 //! Also where `man DIR` writes (the pages and the completion scripts are `foothold_names::cli`'s, for both
-//! binaries).
+//! binaries), and how every command logs (`--log-format`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -214,6 +214,31 @@ fn scalar(v: serde_json::Value) -> Option<String> {
         serde_json::Value::Number(n) => Some(n.to_string()),
         serde_json::Value::Bool(b) => Some(b.to_string()),
         _ => None,
+    }
+}
+
+/// How log lines are written on standard error (`--log-format`, or FOOTHOLD_LOG_FORMAT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// A line for people: time, level, target, message and fields.
+    Text,
+    /// One JSON object a line (`timestamp`, `level`, `target`, `fields` with `message`), for log collectors.
+    Json,
+}
+
+/// Logging on standard error in `format`, filtered by FOOTHOLD_LOG (tracing's filter syntax; default `info`).
+/// Data a command reports goes to standard output, never here.
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FOOTHOLD_LOG")
+        .unwrap_or_else(|_| "info".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().init(),
     }
 }
 

@@ -8,7 +8,9 @@ use crate::digest::{Algorithm, Digest};
 use crate::store::blobs::hash_file;
 use crate::store::Meta;
 
-#[derive(Debug, Default)]
+/// What `fsck` found (also its `-o json|yaml` report, with these fields in camelCase).
+#[derive(Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Report {
     pub blobs_checked: u64,
     pub bytes_hashed: u64,

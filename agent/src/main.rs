@@ -17,6 +17,9 @@ use foothold_agent::{
     about = "Foothold site agent: for offline compute nodes, a registry mirror, a file server and image upload API over one content store, and the BPA, SIP and ViNO reconcilers"
 )]
 struct Cli {
+    /// How log lines are written on standard error: text, or one JSON object a line for log collectors.
+    #[arg(long, global = true, value_enum, env = "FOOTHOLD_LOG_FORMAT", default_value_t = foothold_agent::cli::LogFormat::Text)]
+    log_format: foothold_agent::cli::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -165,6 +168,8 @@ enum Command {
     Fsck {
         #[command(flatten)]
         data: DataArg,
+        #[command(flatten)]
+        output: foothold_names::cli::OutputArg,
     },
     /// Print the CustomResourceDefinitions the agent's reconcilers serve (Provisioning, Software, SIPCluster,
     /// Vino, IPPool) as YAML, for `kubectl apply -f -`. Metal3 installs BareMetalHost's.
@@ -307,14 +312,6 @@ fn command() -> clap::Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FOOTHOLD_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     // One TLS provider for the whole process (served TLS and the kube client), chosen here
     // rather than left to whichever rustls backends the dependency graph happens to enable.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -326,6 +323,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    foothold_agent::cli::init_logging(cli.log_format);
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -599,20 +597,23 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("/files/{owner}/{cluster}/{kind}/{name} {digest}");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Fsck { data } => {
+        Command::Fsck { data, output } => {
             let dir = data.dir();
             let report = fsck::check(&dir)?;
-            for p in &report.problems {
-                println!("problem: {p}");
-            }
-            println!(
-                "fsck {}: {} blobs ({} bytes) hashed, {} unreferenced, {} problems",
-                dir.display(),
-                report.blobs_checked,
-                report.bytes_hashed,
-                report.unreferenced,
-                report.problems.len()
-            );
+            output.write(&mut std::io::stdout(), &report, |out| {
+                for p in &report.problems {
+                    writeln!(out, "problem: {p}")?;
+                }
+                writeln!(
+                    out,
+                    "fsck {}: {} blobs ({} bytes) hashed, {} unreferenced, {} problems",
+                    dir.display(),
+                    report.blobs_checked,
+                    report.bytes_hashed,
+                    report.unreferenced,
+                    report.problems.len()
+                )
+            })?;
             Ok(if report.problems.is_empty() {
                 ExitCode::SUCCESS
             } else {

@@ -1,10 +1,53 @@
 //! The conventions both command lines follow: a `completion SHELL` subcommand printing the shell's completion
-//! script, and a `man DIR` subcommand writing a man page for the command and each subcommand.
+//! script, a `man DIR` subcommand writing a man page for the command and each subcommand, and `-o text|json|yaml`
+//! on a command that reports something (the report on standard output, logs on standard error).
 
 use clap::Command;
 
 /// The shells `completion` writes for.
 pub type Shell = clap_complete::Shell;
+
+/// How a command prints its report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// Lines for people.
+    #[default]
+    Text,
+    /// One JSON document, for programs (`jq`).
+    Json,
+    /// The same fields as YAML.
+    Yaml,
+}
+
+/// `-o`/`--output` of a command that reports something.
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub struct OutputArg {
+    /// How to print the report: text, or json or yaml (the same fields) for programs.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+impl OutputArg {
+    /// Writes `report` to `out` as asked: `text` writes the text form, JSON and YAML are `report`'s fields.
+    pub fn write<T: serde::Serialize>(
+        self,
+        out: &mut dyn std::io::Write,
+        report: &T,
+        text: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        match self.output {
+            Output::Text => text(out),
+            Output::Json => {
+                serde_json::to_writer_pretty(&mut *out, report).map_err(std::io::Error::other)?;
+                writeln!(out)
+            }
+            Output::Yaml => {
+                let yaml = serde_saphyr::to_string(report).map_err(std::io::Error::other)?;
+                out.write_all(yaml.as_bytes())
+            }
+        }
+    }
+}
 
 /// Writes `cmd`'s completion script for `shell` to `out`.
 pub fn completion(mut cmd: Command, shell: Shell, out: &mut dyn std::io::Write) {

@@ -74,13 +74,32 @@ pub enum CredentialsCommand {
     },
     /// Remove a credential: its token stops working within seconds.
     Remove { name: String },
-    /// The credentials: name, scope, what they write, when made.
-    List,
+    /// The credentials: name, scope, what they write, when made (never their tokens' hashes).
+    List {
+        #[command(flatten)]
+        output: foothold_names::cli::OutputArg,
+    },
     /// Whether reads (/v2, /files, /apt, BPA records) need a credential.
     Reads {
         #[arg(value_enum)]
         reads: Reads,
     },
+}
+
+/// `credentials list`'s report.
+#[derive(serde::Serialize)]
+struct Listed<'a> {
+    reads: &'a str,
+    credentials: Vec<ListedEntry<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct ListedEntry<'a> {
+    name: &'a str,
+    scope: &'a str,
+    repositories: &'a [String],
+    owners: &'a [String],
+    created: Option<&'a str>,
 }
 
 /// Runs a `credentials` command; what it prints goes to `out`.
@@ -90,25 +109,42 @@ pub fn run(args: CredentialsArgs, out: &mut dyn std::io::Write) -> anyhow::Resul
     let mut file = CredentialsFile::load_or_empty(path)?;
     let fail = |m: String| anyhow::anyhow!("{}: {m}", path.display());
     match args.command {
-        CredentialsCommand::List => {
-            writeln!(out, "reads: {}", reads_name(file.reads))?;
-            for e in &file.credentials {
-                let writes = [&e.repositories[..], &e.owners[..]]
+        CredentialsCommand::List { output } => {
+            let listed = Listed {
+                reads: reads_name(file.reads),
+                credentials: file
+                    .credentials
                     .iter()
-                    .zip(["repositories", "owners"])
-                    .filter(|(l, _)| !l.is_empty())
-                    .map(|(l, what)| format!("{what} {}", l.join(",")))
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                writeln!(
-                    out,
-                    "{}\t{}\t{}\t{}",
-                    e.name,
-                    e.scope.as_str(),
-                    if writes.is_empty() { "-" } else { &writes },
-                    e.created.as_deref().unwrap_or("-")
-                )?;
-            }
+                    .map(|e| ListedEntry {
+                        name: &e.name,
+                        scope: e.scope.as_str(),
+                        repositories: &e.repositories,
+                        owners: &e.owners,
+                        created: e.created.as_deref(),
+                    })
+                    .collect(),
+            };
+            output.write(out, &listed, |out| {
+                writeln!(out, "reads: {}", listed.reads)?;
+                for e in &listed.credentials {
+                    let writes = [e.repositories, e.owners]
+                        .iter()
+                        .zip(["repositories", "owners"])
+                        .filter(|(l, _)| !l.is_empty())
+                        .map(|(l, what)| format!("{what} {}", l.join(",")))
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    writeln!(
+                        out,
+                        "{}\t{}\t{}\t{}",
+                        e.name,
+                        e.scope,
+                        if writes.is_empty() { "-" } else { &writes },
+                        e.created.unwrap_or("-")
+                    )?;
+                }
+                Ok(())
+            })?;
             return Ok(());
         }
         CredentialsCommand::Add {

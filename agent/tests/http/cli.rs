@@ -1,6 +1,6 @@
 //! The command line's conventions, on the real binary: `serve`'s flags from a configuration file and
 //! FOOTHOLD_* variables (the command line winning over the environment, which wins over the file), bash
-//! completion in a bash that sourced the script, and man pages `man` renders.
+//! completion in a bash that sourced the script, man pages `man` renders, and logs as JSON lines.
 
 use std::path::Path;
 use std::process::Command;
@@ -171,4 +171,71 @@ fn man_pages_render_with_every_flag_and_its_variable() {
         assert!(text.contains(want), "{want}:\n{text}");
     }
     assert!(dir.path().join("foothold-agent-credentials-add.1").exists());
+}
+
+#[test]
+fn log_format_json_writes_each_log_line_as_one_json_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(agent_bin())
+        .args(["serve", "--no-controllers", "--listen", "127.0.0.1:0"])
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .args(["--log-format", "json"])
+        .env("FOOTHOLD_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let addr = loop {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("no `listening` line within 30 s ({e}); lines: {seen:#?}"));
+        let object: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("a log line that is not JSON ({e}): {line}"));
+        for key in ["timestamp", "level", "target"] {
+            assert!(object[key].is_string(), "no {key}: {line}");
+        }
+        seen.push(line);
+        if object["fields"]["message"] == "listening" {
+            break object["fields"]["addr"].as_str().unwrap().to_owned();
+        }
+    };
+    // The address it logged is the one it serves on.
+    let status = http()
+        .get(&format!("http://{addr}/healthz"))
+        .call()
+        .unwrap()
+        .status();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(status, 200);
+
+    // A format it does not have: refused before anything runs, naming the ones it has.
+    let out = Command::new(agent_bin())
+        .args(["fsck", "--data"])
+        .arg(dir.path().join("data"))
+        .env("FOOTHOLD_LOG_FORMAT", "xml")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid value 'xml' for '--log-format")
+            && stderr.contains("[possible values: text, json]"),
+        "{stderr}"
+    );
 }

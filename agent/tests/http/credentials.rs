@@ -99,6 +99,31 @@ fn scoped_credentials_push_where_they_may_and_nowhere_else() {
         "{list}"
     );
     assert!(list.contains("nodes\tread\t-\t"), "{list}");
+    // The same as JSON and YAML for programs, without the tokens' hashes.
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&mut credentials(&file, &["list", "-o", "json"]))).unwrap();
+    assert_eq!(json["reads"], "anonymous", "{json}");
+    let ci_entry = json["credentials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "ci")
+        .unwrap_or_else(|| panic!("no ci: {json}"));
+    assert_eq!(ci_entry["scope"], "write");
+    assert_eq!(
+        ci_entry["repositories"],
+        serde_json::json!(["apps/", "foothold/"])
+    );
+    assert_eq!(ci_entry["owners"], serde_json::json!(["acme"]));
+    assert!(ci_entry["created"].is_string(), "{json}");
+    let yaml = stdout(&mut credentials(&file, &["list", "--output", "yaml"]));
+    assert!(
+        yaml.starts_with("reads: anonymous\n") && yaml.contains("name: nodes"),
+        "{yaml}"
+    );
+    for text in [json.to_string(), yaml] {
+        assert!(!text.contains("sha256"), "{text}");
+    }
     // Bad input names the file and the reason.
     let out = credentials(&file, &["add", "x", "--scope", "write"])
         .output()

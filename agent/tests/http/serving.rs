@@ -457,6 +457,24 @@ fn fsck_names_corrupt_and_missing_blobs() {
         "{report}"
     );
     assert!(report.contains("2 problems"), "{report}");
+    // The same report as JSON for programs, with the same exit status.
+    let out = Command::new(agent_bin())
+        .args(["fsck", "-o", "json", "--data"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let problems = json["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 2, "{json}");
+    assert!(
+        problems.iter().any(|p| p
+            .as_str()
+            .unwrap()
+            .contains(&format!("blob {} is corrupt", image.layer_digests[0]))),
+        "{json}"
+    );
+    assert!(json["blobsChecked"].as_u64().unwrap() > 0, "{json}");
 }
 
 /// `--data` defaults to ./foothold-data, or /var/lib/foothold when systemd runs the agent (INVOCATION_ID).
