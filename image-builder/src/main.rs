@@ -1,6 +1,6 @@
 //! `foothold-build`: argument parsing; the work is in the library.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -107,8 +107,11 @@ enum Cmd {
         #[arg(long)]
         allow_unpinned: bool,
     },
-    /// Print the spec format's JSON Schema.
+    /// Print the spec format's JSON Schema (committed as packages/spec.schema.json, for editors).
     Schema,
+    /// Write the spec format's apiVersion and kind into a spec written before them (which still loads, with a
+    /// warning), in place; the rest of the file stays as it is.
+    Migrate { spec: PathBuf },
     /// Boot an image in qemu: UEFI by default, serial console here, agent ports forwarded.
     Run {
         image: PathBuf,
@@ -313,7 +316,7 @@ fn real_main() -> Result<ExitCode> {
             // A bundle is unpacked into `<out>/.bundle`, the build's cache: its lock is taken first.
             let (loaded, cache, _lock) = match (path, bundle) {
                 (Some(path), _) => {
-                    let loaded = spec::load(&path)?;
+                    let loaded = load_spec(&path, spec::Pins::Required)?;
                     let cache = cache_dir(cache)?;
                     let lock = cache_lock::lock(&cache)?;
                     (loaded, cache, lock)
@@ -351,7 +354,7 @@ fn real_main() -> Result<ExitCode> {
             json,
             pull,
         } => {
-            let loaded = spec::load(&path)?;
+            let loaded = load_spec(&path, spec::Pins::Required)?;
             let cache = cache_dir(cache)?;
             let _lock = cache_lock::lock(&cache)?;
             let progress = Progress::new(json);
@@ -423,7 +426,7 @@ fn real_main() -> Result<ExitCode> {
             cache,
             source_date_epoch,
         } => {
-            let loaded = spec::load(&path)?;
+            let loaded = load_spec(&path, spec::Pins::Required)?;
             let cache = cache_dir(cache)?;
             let _lock = cache_lock::lock(&cache)?;
             let settings = build::Settings {
@@ -449,7 +452,7 @@ fn real_main() -> Result<ExitCode> {
             } else {
                 spec::Pins::Required
             };
-            let loaded = spec::load_with(&path, pins)?;
+            let loaded = load_spec(&path, pins)?;
             print_document(&serde_json::to_string_pretty(&loaded.spec)?)
         }
         Cmd::Site {
@@ -482,6 +485,37 @@ fn real_main() -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Schema => print_document(&serde_json::to_string_pretty(&spec::schema())?),
+        Cmd::Migrate { spec: path } => {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let old = spec::load_text(&path, &text, spec::Pins::Optional)?;
+            let (version, kind) = (
+                spec::version::ApiVersion::CURRENT,
+                spec::version::Kind::Image,
+            );
+            let done = format!("{} {kind:?}", version.as_str());
+            if old.warnings.is_empty() {
+                println!("{}: already {done}", path.display());
+                return Ok(ExitCode::SUCCESS);
+            }
+            let new_text = spec::version::migrate_text(
+                &text,
+                old.spec.api_version.is_some(),
+                old.spec.kind.is_some(),
+            );
+            // The new text must say the same, with the two fields set: nothing else may change.
+            let new = spec::load_text(&path, &new_text, spec::Pins::Optional)?;
+            let mut want = old.spec;
+            (want.api_version, want.kind) = (Some(version), Some(kind));
+            anyhow::ensure!(
+                new.spec == want && new.warnings.is_empty(),
+                "{}: the migrated text would not read as the same spec; not written",
+                path.display()
+            );
+            foothold_image_builder::pin::write_in_place(&path, new_text.as_bytes())?;
+            println!("{}: now {done}", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Run {
             image,
             bios,
@@ -585,6 +619,15 @@ fn real_main() -> Result<ExitCode> {
 }
 
 /// Writes a document to standard output. A reader that stops early (`| head`) is not an error.
+/// The spec at `path`, its warnings (an old format, say) printed on standard error.
+fn load_spec(path: &Path, pins: spec::Pins) -> Result<spec::Loaded> {
+    let loaded = spec::load_with(path, pins)?;
+    for w in &loaded.warnings {
+        eprintln!("foothold-build: {}: warning: {w}", path.display());
+    }
+    Ok(loaded)
+}
+
 fn print_document(text: &str) -> Result<ExitCode> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();

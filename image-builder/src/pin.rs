@@ -347,7 +347,7 @@ pub fn edit(text: &str, changes: &[Change]) -> Result<String> {
 }
 
 /// Replaces the file with `bytes` atomically, keeping its permissions.
-fn write_in_place(path: &Path, bytes: &[u8]) -> Result<()> {
+pub fn write_in_place(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write as _;
     let dir = path
         .parent()

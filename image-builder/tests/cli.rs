@@ -1,7 +1,8 @@
 //! `foothold-build`'s command-line conventions on the real binary: bash completion in a bash that sourced the
-//! script, and man pages `man` renders.
+//! script, man pages `man` renders, and `migrate` writing the spec format's version into an older spec.
 
 use std::path::Path;
+use std::process::Command;
 
 #[path = "../../names/tests/support/cli.rs"]
 mod cli_support;
@@ -30,4 +31,50 @@ fn man_pages_render() {
     for want in ["--offline", "--bundle", "FOOTHOLD_CACHE"] {
         assert!(text.contains(want), "{want}:\n{text}");
     }
+}
+
+#[test]
+fn an_old_spec_loads_with_a_warning_and_migrate_writes_the_format_in_and_nothing_else() {
+    let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packages/lab.yaml");
+    let current = std::fs::read_to_string(&lab).unwrap();
+    let old: String = current
+        .lines()
+        .filter(|l| !l.starts_with("apiVersion:") && !l.starts_with("kind:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(old, current, "packages/lab.yaml has no apiVersion and kind");
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("lab.yaml");
+    std::fs::write(&spec, &old).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(builder())
+            .args(args)
+            .arg(&spec)
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        (text(&out.stdout), text(&out.stderr))
+    };
+    let (_, stderr) = run(&["check", "--allow-unpinned"]);
+    assert!(
+        stderr.contains(&format!(
+            "{}: warning: no apiVersion and kind: read as foothold.io/v1alpha1 Image; `foothold-build migrate`",
+            spec.display()
+        )),
+        "{stderr}"
+    );
+    let (stdout, _) = run(&["migrate"]);
+    assert!(
+        stdout.contains("now foothold.io/v1alpha1 Image"),
+        "{stdout}"
+    );
+    assert_eq!(std::fs::read_to_string(&spec).unwrap(), current);
+    let (stdout, _) = run(&["migrate"]);
+    assert!(
+        stdout.contains("already foothold.io/v1alpha1 Image"),
+        "{stdout}"
+    );
+    let (_, stderr) = run(&["check", "--allow-unpinned"]);
+    assert!(!stderr.contains("warning"), "{stderr}");
 }

@@ -138,7 +138,7 @@ fn fetch_all_names_the_spec_field_of_a_failure() {
     std::fs::write(
         &spec,
         format!(
-            "name: site\nbase: {{suite: bookworm}}\nhostname: site\noutputs: {{formats: [raw], diskSize: 4GiB}}\ncomponents:\n  files:\n    - url: http://127.0.0.1:{p}/ok\n      sha256: {hex}\n      dest: /usr/local/bin/ok\n    - url: http://127.0.0.1:{p}/bad\n      sha256: {bad}\n      serve: {{kind: os_images, name: bad.img}}\n",
+            "apiVersion: foothold.io/v1alpha1\nkind: Image\nname: site\nbase: {{suite: bookworm}}\nhostname: site\noutputs: {{formats: [raw], diskSize: 4GiB}}\ncomponents:\n  files:\n    - url: http://127.0.0.1:{p}/ok\n      sha256: {hex}\n      dest: /usr/local/bin/ok\n    - url: http://127.0.0.1:{p}/bad\n      sha256: {bad}\n      serve: {{kind: os_images, name: bad.img}}\n",
             p = server.port,
             bad = "1".repeat(64)
         ),
@@ -161,7 +161,7 @@ fn one_file_spec(dir: &std::path::Path, port: u16, hex: &str) -> std::path::Path
     std::fs::write(
         &spec,
         format!(
-            "name: site\nbase: {{suite: bookworm}}\nhostname: site\noutputs: {{formats: [raw], diskSize: 4GiB}}\ncomponents:\n  files:\n    - url: http://127.0.0.1:{port}/a\n      sha256: {hex}\n      dest: /usr/local/bin/a\n",
+            "apiVersion: foothold.io/v1alpha1\nkind: Image\nname: site\nbase: {{suite: bookworm}}\nhostname: site\noutputs: {{formats: [raw], diskSize: 4GiB}}\ncomponents:\n  files:\n    - url: http://127.0.0.1:{port}/a\n      sha256: {hex}\n      dest: /usr/local/bin/a\n",
         ),
     )
     .unwrap();

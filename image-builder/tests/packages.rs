@@ -1,4 +1,5 @@
-//! The appliance specs in `packages/`: each reads and validates (pins aside), and the appliance is pinned.
+//! The appliance specs in `packages/`: each reads and validates (pins aside) in the current format, the
+//! appliance is pinned, and the JSON Schema published beside them for editors is the builder's.
 
 use std::path::{Path, PathBuf};
 
@@ -14,7 +15,13 @@ fn every_spec_in_packages_validates_pins_aside() {
     for entry in std::fs::read_dir(packages()).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "yaml") {
-            spec::load_with(&path, Pins::Optional).unwrap_or_else(|e| panic!("{e}"));
+            let loaded = spec::load_with(&path, Pins::Optional).unwrap_or_else(|e| panic!("{e}"));
+            assert!(
+                loaded.warnings.is_empty(),
+                "{}: {:?}",
+                path.display(),
+                loaded.warnings
+            );
             seen.push(path.file_name().unwrap().to_string_lossy().into_owned());
         }
     }
@@ -50,4 +57,16 @@ fn the_appliance_is_pinned_and_its_local_inputs_are_in_the_repository() {
             assert!(f.recipe().is_some(), "{field} is not built from source");
         }
     }
+}
+
+#[test]
+fn the_published_schema_is_the_builders() {
+    let path = packages().join("spec.schema.json");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let now = serde_json::to_string_pretty(&spec::schema()).unwrap() + "\n";
+    assert!(
+        committed == now,
+        "{} is not what `foothold-build schema` prints: run `foothold-build schema > packages/spec.schema.json`",
+        path.display()
+    );
 }

@@ -7,6 +7,7 @@ mod ipa;
 mod metal3;
 mod node;
 mod validate;
+pub mod version;
 
 pub use agent_args::agent_flags;
 pub use inputs::{FileComponent, Input, Serve, ServeKind};
@@ -27,6 +28,13 @@ use sha2::{Digest, Sha256};
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Spec {
+    /// The spec format's version: `foothold.io/v1alpha1`. Without it (a spec older than the field) the spec is
+    /// read as that version, with a warning; `foothold-build migrate` writes it in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<version::ApiVersion>,
+    /// What the file describes: `Image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<version::Kind>,
     /// Output files are `<name>.raw`, `<name>.qcow2`, `<name>.iso`.
     pub name: String,
     pub base: Base,
@@ -554,6 +562,9 @@ pub struct Loaded {
     pub path: PathBuf,
     pub dir: PathBuf,
     pub sha256: String,
+    /// What the spec should change but the builder took as it is (an old spec without `apiVersion`), for the
+    /// command to print.
+    pub warnings: Vec<String>,
 }
 
 impl Loaded {
@@ -595,10 +606,13 @@ pub fn load_text(path: &Path, text: &str, pins: Pins) -> Result<Loaded, SpecErro
         dir
     };
     Ok(Loaded {
-        spec,
         path: path.to_owned(),
         dir,
         sha256: hex::encode(Sha256::digest(text.as_bytes())),
+        warnings: version::warning(spec.api_version, spec.kind)
+            .into_iter()
+            .collect(),
+        spec,
     })
 }
 
