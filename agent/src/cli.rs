@@ -242,12 +242,12 @@ pub fn init_logging(format: LogFormat) {
     }
 }
 
-/// Writes the man pages `foothold_names::cli::man_pages` renders for `cmd` into `dir`, each whole or not at
-/// all; returns their paths.
-pub fn write_man_pages(cmd: Command, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+/// Writes the man pages `foothold_names::cli::man_pages` renders for `cmd` into `dir` (or with `markdown` its
+/// one Markdown page), each whole or not at all; returns their paths.
+pub fn write_man_pages(cmd: Command, dir: &Path, markdown: bool) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut written = Vec::new();
-    for (name, page) in foothold_names::cli::man_pages(cmd)? {
+    for (name, page) in foothold_names::cli::pages(cmd, markdown)? {
         let path = dir.join(name);
         crate::apt::write_file(&path, &page, 0o644)?;
         written.push(path);

@@ -130,7 +130,12 @@ enum Command {
     /// Print the completion script of this command for a shell, e.g. `source <(foothold-agent completion bash)`.
     Completion { shell: foothold_names::cli::Shell },
     /// Write the man pages of this command and each subcommand (foothold-agent-serve.1, ...) into a directory.
-    Man { dir: PathBuf },
+    Man {
+        dir: PathBuf,
+        /// One Markdown page of every command instead (foothold-agent.md: docs/reference/ holds it).
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Import an OCI image layout directory (skopeo `oci:`, buildah, foothold-build) into the data directory.
     Import {
         /// The OCI image layout directory (with oci-layout and index.json).
@@ -498,8 +503,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             foothold_names::cli::completion(command(), shell, &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Man { dir } => {
-            for page in foothold_agent::cli::write_man_pages(command(), &dir)
+        Command::Man { dir, markdown } => {
+            for page in foothold_agent::cli::write_man_pages(command(), &dir, markdown)
                 .with_context(|| format!("writing man pages into {}", dir.display()))?
             {
                 println!("{}", page.display());

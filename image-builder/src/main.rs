@@ -213,7 +213,12 @@ enum Cmd {
     /// Print the completion script of this command for a shell, e.g. `source <(foothold-build completion bash)`.
     Completion { shell: foothold_names::cli::Shell },
     /// Write the man pages of this command and each subcommand (foothold-build-build.1, ...) into a directory.
-    Man { dir: PathBuf },
+    Man {
+        dir: PathBuf,
+        /// One Markdown page of every command instead (foothold-build.md: docs/reference/ holds it).
+        #[arg(long)]
+        markdown: bool,
+    },
 }
 
 /// How container images are pulled (build and fetch).
@@ -287,9 +292,9 @@ fn real_main() -> Result<ExitCode> {
             foothold_names::cli::completion(Cli::command(), shell, &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Man { dir } => {
+        Cmd::Man { dir, markdown } => {
             std::fs::create_dir_all(&dir).with_context(|| format!("making {}", dir.display()))?;
-            for (name, page) in foothold_names::cli::man_pages(Cli::command())? {
+            for (name, page) in foothold_names::cli::pages(Cli::command(), markdown)? {
                 let path = dir.join(name);
                 let tmp = dir.join(format!(
                     ".{}.tmp",

@@ -189,7 +189,7 @@ fn matches_reads_the_subcommand_s_file() {
 fn man_pages_are_written_for_every_subcommand() {
     use clap::CommandFactory as _;
     let dir = tempfile::tempdir().unwrap();
-    let pages = write_man_pages(Tool::command(), &dir.path().join("man1")).unwrap();
+    let pages = write_man_pages(Tool::command(), &dir.path().join("man1"), false).unwrap();
     let names: Vec<String> = pages
         .iter()
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())

@@ -239,3 +239,32 @@ fn log_format_json_writes_each_log_line_as_one_json_object() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_command_reference_in_docs_is_the_binary_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(agent_bin())
+        .args(["man", "--markdown"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated = std::fs::read_to_string(dir.path().join("foothold-agent.md")).unwrap();
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference/foothold-agent.md");
+    assert!(
+        std::fs::read_to_string(&docs).unwrap_or_default() == generated,
+        "{} differs from the binary's: run `foothold-agent man --markdown docs/reference`",
+        docs.display()
+    );
+    for want in [
+        "## `foothold-agent serve`",
+        "`FOOTHOLD_MAX_UPLOADS`",
+        "## `foothold-agent credentials add`",
+    ] {
+        assert!(generated.contains(want), "{want}");
+    }
+}
