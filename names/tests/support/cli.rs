@@ -1,9 +1,20 @@
 //! What the two binaries' tests of their command-line conventions share (included by `#[path]` into
-//! `agent/tests/http/cli.rs` and `image-builder/tests/cli.rs`): driving bash's completion as bash does, and
-//! rendering a man page with `man`.
+//! `agent/tests/http/cli.rs` and `image-builder/tests/cli.rs`): driving bash's completion as bash does,
+//! rendering a man page with `man`, and checking the generated command reference in `docs/reference/`.
 
 use std::path::Path;
 use std::process::Command;
+
+/// `cmd`'s output, once it exited 0 (else its stderr is the failure).
+fn succeeded(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
 
 /// What bash completes for `words` of the command `bin` (the last word the one being completed), in a bash
 /// that sourced `bin completion bash`: the function `complete -p` names, called as bash calls it.
@@ -20,15 +31,7 @@ pub fn bash_complete(bin: &Path, words: &[&str]) -> Vec<String> {
         quoted.join(" "),
         words.len() - 1,
     );
-    let out = Command::new("bash")
-        .args(["--norc", "--noprofile", "-c", &script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeded(Command::new("bash").args(["--norc", "--noprofile", "-c", &script]));
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| !l.is_empty())
@@ -38,28 +41,42 @@ pub fn bash_complete(bin: &Path, words: &[&str]) -> Vec<String> {
 
 /// Runs `bin man DIR`, checks it listed `page` among what it wrote, and returns what `man -l` renders of it.
 pub fn man_page(bin: &Path, dir: &Path, page: &str) -> String {
-    let out = Command::new(bin).arg("man").arg(dir).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeded(Command::new(bin).arg("man").arg(dir));
     let listed = String::from_utf8_lossy(&out.stdout);
     let path = dir.join(page);
     assert!(
         listed.lines().any(|l| Path::new(l) == path),
         "{page}: {listed}"
     );
-    let text = Command::new("man")
-        .arg("-l")
-        .arg(&path)
-        .env("MANWIDTH", "200")
-        .output()
-        .unwrap();
-    assert!(
-        text.status.success(),
-        "{}",
-        String::from_utf8_lossy(&text.stderr)
+    let text = succeeded(
+        Command::new("man")
+            .arg("-l")
+            .arg(&path)
+            .env("MANWIDTH", "200"),
     );
     String::from_utf8_lossy(&text.stdout).into_owned()
+}
+
+/// Checks that `docs/reference/<name>.md` is what `bin man --markdown` writes now, and that it has `wants`.
+pub fn reference_is_current(bin: &Path, wants: &[&str]) {
+    let name = bin.file_name().unwrap().to_string_lossy().into_owned();
+    let dir = tempfile::tempdir().unwrap();
+    succeeded(
+        Command::new(bin)
+            .args(["man", "--markdown"])
+            .arg(dir.path()),
+    );
+    let generated = std::fs::read_to_string(dir.path().join(format!("{name}.md"))).unwrap();
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("docs/reference")
+        .join(format!("{name}.md"));
+    assert!(
+        std::fs::read_to_string(&docs).unwrap_or_default() == generated,
+        "{} differs from the binary's: run `{name} man --markdown docs/reference`",
+        docs.display()
+    );
+    for want in wants {
+        assert!(generated.contains(want), "{want}");
+    }
 }
