@@ -179,6 +179,15 @@ impl Metrics {
     pub fn render(&self, uploads_open: u64) -> String {
         let mut out = String::new();
         out.push_str(
+            "# HELP foothold_build_info The agent's version, as a label (the value is 1).\n",
+        );
+        out.push_str("# TYPE foothold_build_info gauge\n");
+        let _ = writeln!(
+            out,
+            "foothold_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
+        out.push_str(
             "# HELP foothold_http_requests_total HTTP requests by route, method and status.\n",
         );
         out.push_str("# TYPE foothold_http_requests_total counter\n");

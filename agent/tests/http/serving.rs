@@ -416,6 +416,10 @@ fn metrics_count_requests_bytes_and_open_uploads() {
         "foothold_bytes_served_total{path=\"mapped\"} 0",
         "foothold_bytes_served_total{path=\"copied\"} 0",
         "foothold_upload_sessions_open 1",
+        &format!(
+            "foothold_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        ),
     ]);
 }
 
