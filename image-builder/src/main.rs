@@ -499,7 +499,7 @@ fn real_main() -> Result<ExitCode> {
                 spec::version::Kind::Image,
             );
             let done = format!("{} {kind:?}", version.as_str());
-            if old.warnings.is_empty() {
+            if old.spec.api_version.is_some() && old.spec.kind.is_some() {
                 println!("{}: already {done}", path.display());
                 return Ok(ExitCode::SUCCESS);
             }
@@ -623,7 +623,6 @@ fn real_main() -> Result<ExitCode> {
     }
 }
 
-/// Writes a document to standard output. A reader that stops early (`| head`) is not an error.
 /// The spec at `path`, its warnings (an old format, say) printed on standard error.
 fn load_spec(path: &Path, pins: spec::Pins) -> Result<spec::Loaded> {
     let loaded = spec::load_with(path, pins)?;
@@ -633,6 +632,7 @@ fn load_spec(path: &Path, pins: spec::Pins) -> Result<spec::Loaded> {
     Ok(loaded)
 }
 
+/// Writes a document to standard output. A reader that stops early (`| head`) is not an error.
 fn print_document(text: &str) -> Result<ExitCode> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();

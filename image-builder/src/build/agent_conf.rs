@@ -1,10 +1,7 @@
 //! The agent's service in an image: its user, and `serve`'s flags in the configuration file the unit names.
 
 use super::configure::{Configuration, AGENT_USER};
-use crate::spec::Spec;
-
-/// `foothold-agent serve`'s configuration file in an image (`foothold-agent.service` runs `serve --config` it).
-pub const CONFIG: &str = "/etc/foothold/agent.yaml";
+use crate::spec::{Spec, AGENT_CONFIG};
 
 /// The agent: the token made at first boot is the admin credential, the operator's named ones are in
 /// /etc/foothold/credentials.yaml (`foothold-agent credentials`), and the images the build imported only an
@@ -70,7 +67,7 @@ pub(super) fn agent(spec: &Spec, c: &mut Configuration) {
     args.extend(spec.components.agent_args.iter().cloned());
     // `validate` refused agentArgs that are not flags; Foothold's own are.
     let flags = crate::spec::agent_flags(&args).expect("validated agentArgs");
-    c.add(CONFIG, yaml(&flags), 0o644);
+    c.add(AGENT_CONFIG, yaml(&flags), 0o644);
     let names: Vec<String> = spec
         .network
         .provisioning

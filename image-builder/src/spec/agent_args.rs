@@ -1,6 +1,10 @@
 //! `components.agentArgs` read as `foothold-agent serve`'s flags, which the image's agent takes from its
 //! configuration file.
 
+/// `foothold-agent serve`'s configuration file in an image (`foothold-agent.service` runs `serve --config` it;
+/// the builder writes it from Foothold's flags and these).
+pub const AGENT_CONFIG: &str = "/etc/foothold/agent.yaml";
+
 /// `args` as flags, in order: (long name, value), a flag alone (`--no-controllers`) without one. A flag is
 /// `--name value`, `--name=value` (for a value that starts with `--`) or `--name` followed by another flag or
 /// nothing. The error names the argument's index and why.
@@ -34,7 +38,7 @@ pub fn agent_flags(args: &[String]) -> Result<Vec<(String, Option<String>)>, Str
         if name == "config" {
             return Err(format!(
                 "[{i}]: --config: the image's agent reads its flags from {}",
-                "/etc/foothold/agent.yaml"
+                AGENT_CONFIG
             ));
         }
         flags.push((name.to_owned(), value));

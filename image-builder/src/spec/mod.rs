@@ -9,7 +9,7 @@ mod node;
 mod validate;
 pub mod version;
 
-pub use agent_args::agent_flags;
+pub use agent_args::{agent_flags, AGENT_CONFIG};
 pub use inputs::{FileComponent, Input, Serve, ServeKind};
 pub use ipa::Ipa;
 pub use node::{Node, SITE_CA};
