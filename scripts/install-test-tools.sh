@@ -2,7 +2,7 @@
 # Installs every tool the test suite needs on a Debian machine that has only Rust (as root): registry clients,
 # libvirt and the builder's tools from Debian; the Go toolchain the pins need (scripts/go-version); oras,
 # tuspy and schemathesis in a venv, sushy-tools in another, virtualbmc in a third; crane, the OCI conformance
-# suite and gotmpl-oracle built with Go; Metal3's source archives linked from ../shared/third_party. kube-apiserver and etcd come
+# suite, gotmpl-oracle and promql-check built with Go; Metal3's source archives linked from ../shared/third_party. kube-apiserver and etcd come
 # from scripts/kube-test-tools.sh, which needs the builder (scripts/test.sh runs both).
 #
 # What is built or installed lands once per machine under ~/.cache/foothold/tools/<tool>-<version>-<go or
@@ -144,15 +144,16 @@ fi
 # Go test tools, each built once per version and toolchain.
 go_need
 gov=$(go env GOVERSION)
-# go_tool <name> <version> <package or ./dir>: builds it from scripts/go-tools' pinned module set.
+# go_tool <name> <version> <package or ./dir> [module]: builds it from the pinned module set of scripts/go-tools
+# (or of the module directory given).
 go_tool() {
-  local name=$1 version=$2 pkg=$3 dir
+  local name=$1 version=$2 pkg=$3 module=${4:-scripts/go-tools} dir
   dir="$cache/$name-$version-$gov"
   if [ ! -x "$dir/$name" ]; then
     echo "install-test-tools: building $name $version with $gov"
     mkdir -p "$dir"
     # The conformance module has no checksum-database entry; go.sum pins its hash.
-    (cd scripts/go-tools && GOFLAGS=-mod=readonly GONOSUMDB=github.com/opencontainers/distribution-spec/conformance \
+    (cd "$module" && GOFLAGS=-mod=readonly GONOSUMDB=github.com/opencontainers/distribution-spec/conformance \
       go build -trimpath -o "$dir/$name.partial" "$pkg")
     mv "$dir/$name.partial" "$dir/$name"
   fi
@@ -165,4 +166,8 @@ go_tool oci-conformance "$(required github.com/opencontainers/distribution-spec/
 # Go's text/template with sprig, as Airship's ViNO renders networkData: agent/tests/gotmpl_oracle.rs.
 go_tool gotmpl-oracle "$(cat scripts/go-tools/go.sum scripts/go-tools/gotmpl-oracle/main.go | sha256sum | cut -c1-12)" \
   ./gotmpl-oracle
+# Prometheus's rule-file and PromQL parsers, which read monitoring/'s alerts and dashboard for
+# agent/tests/http/monitoring.rs; a module of its own, so Prometheus's requirements stay out of the tools' above.
+go_tool promql-check "$(cat scripts/promql-check/go.sum scripts/promql-check/main.go | sha256sum | cut -c1-12)" \
+  . scripts/promql-check
 echo "install-test-tools: ready ($tools; built and installed once under $cache)"

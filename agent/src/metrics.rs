@@ -1,5 +1,11 @@
-//! Prometheus text metrics: requests by route, method and status; bytes served; open upload sessions.
+//! Prometheus text metrics: requests by route, method and status, and their durations; bytes served; open
+//! upload sessions; reconciles and their durations; certificates' expiry; the `process_*` set (`process`).
 //! Hand-rolled to keep the hot path at one mutex-free atomic add for bytes.
+
+mod histogram;
+pub mod process;
+
+pub use histogram::{Histogram, BUCKETS};
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -26,6 +32,15 @@ pub fn method_label(method: &axum::http::Method) -> &'static str {
     }
 }
 
+/// `value` as a label's value in the text format: `\`, `"` and line feeds escaped (values that come from
+/// objects in the API server).
+fn label_value(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// The three kinds of upload the expiry sweep looks after.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UploadKind {
@@ -48,15 +63,20 @@ struct UploadStats {
 pub struct Metrics {
     /// Keys are all static: a client cannot add series (a made-up method counts as "other").
     requests: Mutex<BTreeMap<(&'static str, &'static str, u16), u64>>,
+    /// Time to each response's head, by route and method (not status: a series per status and bucket would be
+    /// many series for little).
+    request_durations: Mutex<BTreeMap<(&'static str, &'static str), Histogram>>,
     /// Bytes sent from memory-mapped blob files and from `pread` buffers (see `store::blobs::ReadPath`).
     bytes_mapped: AtomicU64,
     bytes_copied: AtomicU64,
     bytes_sendfile: AtomicU64,
     bytes_buffered: AtomicU64,
-    /// Per controller: reconciles, their total seconds, and errors by cause.
-    reconciles: Mutex<BTreeMap<&'static str, (u64, f64)>>,
+    /// Per controller: reconciles' durations (and so their count), and errors by cause.
+    reconciles: Mutex<BTreeMap<&'static str, Histogram>>,
     reconcile_errors: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     leader: AtomicU64,
+    /// BareMetalHosts by (provisioning state, error type), as the leading agent last saw them.
+    hosts: Mutex<BTreeMap<(String, String), u64>>,
     /// Times a limit on what clients may cost was reached, by limit.
     limits: Mutex<BTreeMap<&'static str, u64>>,
     uploads: Mutex<UploadStats>,
@@ -67,10 +87,24 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Counts a request; `method` is a [`method_label`].
-    pub fn request(&self, route: &'static str, method: &'static str, status: u16) {
+    /// Counts a request whose response's head took `took`; `method` is a [`method_label`].
+    pub fn request(
+        &self,
+        route: &'static str,
+        method: &'static str,
+        status: u16,
+        took: std::time::Duration,
+    ) {
         let mut r = self.requests.lock().unwrap_or_else(|p| p.into_inner());
         *r.entry((route, method, status)).or_default() += 1;
+        drop(r);
+        let mut d = self
+            .request_durations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        d.entry((route, method))
+            .or_default()
+            .observe(took.as_secs_f64());
     }
 
     pub fn served(&self, path: ReadPath, bytes: u64) {
@@ -95,9 +129,7 @@ impl Metrics {
 
     pub fn reconciled(&self, controller: &'static str, took: std::time::Duration) {
         let mut r = self.reconciles.lock().unwrap_or_else(|p| p.into_inner());
-        let e = r.entry(controller).or_default();
-        e.0 += 1;
-        e.1 += took.as_secs_f64();
+        r.entry(controller).or_default().observe(took.as_secs_f64());
     }
 
     pub fn reconcile_error(&self, controller: &'static str, cause: &'static str) {
@@ -172,6 +204,11 @@ impl Metrics {
             .clone()
     }
 
+    /// The BareMetalHosts' counts by (provisioning state, error type), replacing the last.
+    pub fn set_hosts(&self, counts: BTreeMap<(String, String), u64>) {
+        *self.hosts.lock().unwrap_or_else(|p| p.into_inner()) = counts;
+    }
+
     pub fn set_leader(&self, leading: bool) {
         self.leader.store(u64::from(leading), Ordering::Relaxed);
     }
@@ -198,6 +235,20 @@ impl Metrics {
             .iter()
         {
             let _ = writeln!(out, "foothold_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}");
+        }
+        out.push_str("# HELP foothold_http_request_duration_seconds Time from a request's arrival to its response's head, by route and method (a body streamed after it is not counted).\n");
+        out.push_str("# TYPE foothold_http_request_duration_seconds histogram\n");
+        for ((route, method), h) in self
+            .request_durations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            h.render(
+                &mut out,
+                "foothold_http_request_duration_seconds",
+                &format!("route=\"{route}\",method=\"{method}\""),
+            );
         }
         out.push_str("# HELP foothold_bytes_served_total Blob and file bytes sent to clients, by how they were read: \"sendfile\" (from the file to the socket, no copy in the process), \"mapped\" (memory-mapped, no copy in user space), \"copied\" (pread) or \"buffered\" (to a client on this host, through a buffer of the thread's).\n");
         out.push_str("# TYPE foothold_bytes_served_total counter\n");
@@ -274,6 +325,16 @@ impl Metrics {
             "foothold_controller_leader {}",
             self.leader.load(Ordering::Relaxed)
         );
+        out.push_str("# HELP foothold_baremetalhosts BareMetalHosts the leading agent sees, by provisioning state and error type (empty when none).\n");
+        out.push_str("# TYPE foothold_baremetalhosts gauge\n");
+        for ((state, error), n) in self.hosts.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = writeln!(
+                out,
+                "foothold_baremetalhosts{{state=\"{}\",error_type=\"{}\"}} {n}",
+                label_value(state),
+                label_value(error)
+            );
+        }
         let reconciles = self
             .reconciles
             .lock()
@@ -281,21 +342,22 @@ impl Metrics {
             .clone();
         out.push_str("# HELP foothold_reconciles_total Reconciles run, by controller.\n");
         out.push_str("# TYPE foothold_reconciles_total counter\n");
-        for (c, (n, _)) in &reconciles {
-            let _ = writeln!(out, "foothold_reconciles_total{{controller=\"{c}\"}} {n}");
+        for (c, h) in &reconciles {
+            let _ = writeln!(
+                out,
+                "foothold_reconciles_total{{controller=\"{c}\"}} {}",
+                h.count()
+            );
         }
         out.push_str(
             "# HELP foothold_reconcile_duration_seconds Time spent reconciling, by controller.\n",
         );
-        out.push_str("# TYPE foothold_reconcile_duration_seconds summary\n");
-        for (c, (n, secs)) in &reconciles {
-            let _ = writeln!(
-                out,
-                "foothold_reconcile_duration_seconds_sum{{controller=\"{c}\"}} {secs}"
-            );
-            let _ = writeln!(
-                out,
-                "foothold_reconcile_duration_seconds_count{{controller=\"{c}\"}} {n}"
+        out.push_str("# TYPE foothold_reconcile_duration_seconds histogram\n");
+        for (c, h) in &reconciles {
+            h.render(
+                &mut out,
+                "foothold_reconcile_duration_seconds",
+                &format!("controller=\"{c}\""),
             );
         }
         out.push_str(
@@ -314,5 +376,53 @@ impl Metrics {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_from_objects_are_escaped() {
+        assert_eq!(
+            label_value("externally provisioned"),
+            "externally provisioned"
+        );
+        assert_eq!(label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn durations_are_histograms_by_route_and_method_and_by_controller() {
+        let m = Metrics::default();
+        m.request("manifest", "GET", 200, std::time::Duration::from_millis(3));
+        m.request("manifest", "GET", 404, std::time::Duration::from_millis(40));
+        m.reconciled("bpa", std::time::Duration::from_millis(200));
+        m.set_hosts(BTreeMap::from([(
+            ("registering".to_owned(), "registration error".to_owned()),
+            1,
+        )]));
+        let out = m.render(0);
+        assert!(out.contains("# TYPE foothold_http_request_duration_seconds histogram\n"));
+        assert!(out.contains(
+            "foothold_http_request_duration_seconds_bucket{route=\"manifest\",method=\"GET\",le=\"0.005\"} 1\n"
+        ), "{out}");
+        assert!(out.contains(
+            "foothold_http_request_duration_seconds_count{route=\"manifest\",method=\"GET\"} 2\n"
+        ), "{out}");
+        assert!(out.contains("# TYPE foothold_reconcile_duration_seconds histogram\n"));
+        assert!(
+            out.contains(
+                "foothold_reconcile_duration_seconds_bucket{controller=\"bpa\",le=\"0.25\"} 1\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("foothold_reconciles_total{controller=\"bpa\"} 1\n"),
+            "{out}"
+        );
+        assert!(out.contains(
+            "foothold_baremetalhosts{state=\"registering\",error_type=\"registration error\"} 1\n"
+        ), "{out}");
     }
 }

@@ -5,6 +5,7 @@
 pub mod bpa;
 pub mod cli;
 pub mod common;
+pub mod hosts;
 pub mod lease;
 pub mod settings;
 pub mod sip;
@@ -185,6 +186,7 @@ pub async fn run(
             }
         }
         metrics.set_leader(false);
+        metrics.set_hosts(Default::default());
         shared.set(State::Standby {
             leader: String::new(),
         });
@@ -220,6 +222,13 @@ async fn run_controllers(
                 tasks.push(vino::run(client.clone(), settings.clone(), metrics.clone()).boxed())
             }
         }
+    }
+    if settings
+        .controllers
+        .iter()
+        .any(|k| matches!(k, Kind::Bpa | Kind::Sip))
+    {
+        tasks.push(hosts::run(client.clone(), settings.clone(), metrics.clone()).boxed());
     }
     if tasks.is_empty() {
         std::future::pending::<()>().await;

@@ -103,6 +103,9 @@ pub struct BareMetalHostStatus {
     pub provisioning: Option<Provisioning>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware: Option<HardwareDetails>,
+    /// BMO's class of the host's error (`registration error`, `provisioning error`, …); none when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

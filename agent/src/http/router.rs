@@ -105,11 +105,10 @@ async fn metrics(State(state): State<AppState>) -> Response {
     state
         .metrics
         .limit_count("uploads", state.store.uploads_refused());
-    (
-        [("content-type", "text/plain; version=0.0.4")],
-        state.metrics.render(open),
-    )
-        .into_response()
+    let mut text = state.metrics.render(open);
+    crate::metrics::process::render(&mut text);
+    crate::metrics::process::render_store_filesystem(&mut text, state.store.root());
+    ([("content-type", "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// Bodies up to this size (by Content-Length) are read before the handler runs.
@@ -239,7 +238,9 @@ async fn observe(State(state): State<AppState>, mut req: Request, next: Next) ->
     };
     let resp = next.run(req).await;
     let status = resp.status().as_u16();
-    state.metrics.request(route, method, status);
+    state
+        .metrics
+        .request(route, method, status, started.elapsed());
     if let Some(super::limits::LimitReached(limit)) = resp.extensions().get() {
         state.metrics.limit_reached(limit);
     }

@@ -201,6 +201,11 @@ impl Store {
         })
     }
 
+    /// The data directory the store lives in (its blobs, uploads and database).
+    pub fn root(&self) -> &std::path::Path {
+        self.files.root()
+    }
+
     /// How many chunks were refused by [`Store::limit_uploads`].
     pub fn uploads_refused(&self) -> u64 {
         self.uploads_refused

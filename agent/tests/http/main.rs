@@ -19,6 +19,7 @@ mod hostile;
 mod icn_rest;
 mod import;
 mod limits;
+mod monitoring;
 mod openapi;
 mod registry_api;
 mod registry_refs;

@@ -9,10 +9,11 @@ use crate::support;
 use crate::support::kube::{env, until, WAIT};
 use crate::support::Agent;
 
+use foothold_agent::crd::metal3::BareMetalHost;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,6 +79,20 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_dies() {
         .metrics()
         .lines()
         .any(|l| l == "foothold_controller_leader 0"));
+    // The leader counts the namespace's BareMetalHosts by state and error type; the standby counts none.
+    let hosts = |a: &Agent, want: &str| {
+        support::wait_for(&format!("{} reporting {want}", a.url("")), WAIT, || {
+            a.metrics().lines().any(|l| l == want).then_some(())
+        })
+    };
+    hosts(
+        &first,
+        "foothold_baremetalhosts{state=\"provisioned\",error_type=\"\"} 1",
+    );
+    assert!(
+        !second.metrics().contains("foothold_baremetalhosts{"),
+        "the standby counted hosts"
+    );
 
     // The leader dies mid-flight; the standby takes the lease over and finishes the work.
     first.kill();
@@ -104,6 +119,25 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_when_it_dies() {
     assert!(second
         .metrics()
         .contains("foothold_reconciles_total{controller=\"bpa\"}"));
+    // A host in error, as BMO would report it, is counted so by the new leader.
+    Api::<BareMetalHost>::namespaced(client.clone(), &ns)
+        .patch_status(
+            "n",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"errorType": "provisioning error", "errorMessage": "image checksum"}})),
+        )
+        .await
+        .unwrap();
+    hosts(
+        &second,
+        "foothold_baremetalhosts{state=\"provisioned\",error_type=\"provisioning error\"} 1",
+    );
+    assert!(
+        !second
+            .metrics()
+            .contains("foothold_baremetalhosts{state=\"provisioned\",error_type=\"\"}"),
+        "the host is still counted without its error"
+    );
     assert_eq!(
         jobs.list(&ListParams::default()).await.unwrap().items.len(),
         1,
