@@ -2,18 +2,22 @@
 //! Kubernetes built here from its Go sources comes up with no network but qemu's own forwards to 127.0.0.1.
 //!
 //! The build runs from a bundle in a network namespace of its own, with no Go toolchain on its PATH: everything
-//! built from source was built by the fetch. One boot of the raw image under UEFI carries most checks: through the forwarded apiserver port, kubectl on
-//! this host (the one the build made) finds `/readyz` ok, the node Ready and CoreDNS Running; a pod whose image
-//! was baked into the agent's registry under `docker.io/library/busybox` resolves a Service name through CoreDNS
-//! and completes, pulled by containerd through the agent (its metrics count the manifest GET, and containerd
-//! holds the layout's digest); the agent's controllers lead on this apiserver; Metal3 (baremetal-operator built
-//! from source, Ironic from Debian) provisions a libvirt compute node with `packages/node.yaml`'s live ISO,
-//! uploaded to the agent, and the node pulls from the appliance; a fake BMC with a wrong password shows the
-//! registration error, and a SIPCluster claims both hosts (`appliance_metal3.rs`); the BPA's Job, Foothold's
-//! installer image from the appliance's registry, makes two provisioned nodes a Kubernetes cluster and installs
-//! a Software on them (`appliance_bpa.rs`). Every wait is bounded. (For CI's time, which went to the BPA's
-//! cluster, the appliance's ISO is not built or booted here — `lab_media.rs` boots the same builder's ISOs from
-//! CD and USB under BIOS and UEFI — and the disk is not booted a second time to find the cluster still there.)
+//! built from source was built by the fetch. One boot of the raw image under UEFI carries every check: through
+//! the forwarded apiserver port, kubectl on this host (the one the build made) finds `/readyz` ok, the node
+//! Ready and CoreDNS Running; a pod whose image was baked into the agent's registry under
+//! `docker.io/library/busybox` resolves a Service name through CoreDNS and completes, pulled by containerd
+//! through the agent (its metrics count the manifest GET, and containerd holds the layout's digest); the site
+//! SSH CA certifies a host key; the agent's controllers lead on this apiserver.
+//!
+//! The test CI runs then checks Metal3 as only the booted image shows it (its services under systemd, a BMC
+//! that refuses a host's credentials). The second test, not run by CI for its time, goes on from the same boot
+//! to the whole live-ISO site: Metal3 (baremetal-operator built from source, Ironic from Debian) provisions two
+//! libvirt compute nodes with `packages/node.yaml`'s live ISO, uploaded to the agent, and the nodes pull from
+//! the appliance; a SIPCluster claims them (`appliance_metal3.rs`); the BPA's Job, Foothold's installer image
+//! from the appliance's registry, makes them a Kubernetes cluster and installs a Software on them
+//! (`appliance_bpa.rs`). Metal3 installing nodes to disk, and the BPA on them, is `metal3_provisioning.rs`'s.
+//! Every wait is bounded. (The appliance's ISO is not built or booted here — `lab_media.rs` boots the same
+//! builder's ISOs from CD and USB under BIOS and UEFI.)
 
 #[path = "appliance_bpa.rs"]
 mod bpa;
@@ -35,9 +39,11 @@ use serde_json::Value;
 
 /// How long a boot under TCG may take to a Ready node (the boot benchmark measures the real figure).
 const BOOT_LIMIT: Duration = Duration::from_secs(1200);
-/// The whole test, from the Go builds of an empty cache (about 15 minutes) to the last check: past it the
-/// diagnosis is printed and the test fails, before CI's own limit. Passing runs took 32 to 55 minutes.
-const OVERALL_LIMIT: Duration = Duration::from_secs(4200);
+/// The test CI runs, from the Go builds of an empty cache (about 15 minutes) through the boot's own limit to
+/// the last check: past it the diagnosis is printed and the test fails, before CI's own limit.
+const OVERALL_LIMIT: Duration = Duration::from_secs(3000);
+/// The ignored test with the live-ISO nodes and the BPA: passing runs took 32 to 55 minutes.
+const FULL_LIMIT: Duration = Duration::from_secs(4200);
 
 /// Every service of the appliance systemd restarted, how often, and the lines each logged before its exits (one
 /// in a restart loop is never "failed"): printed in the diagnosis, and at the end of a run that passed.
@@ -233,12 +239,18 @@ const POD: &str = r#"{"apiVersion": "v1", "kind": "Pod",
  "spec": {"restartPolicy": "Never", "containers": [{"name": "lookup", "image": "docker.io/library/busybox:1.35",
    "command": ["/bin/busybox", "nslookup", "kubernetes.default.svc.cluster.local"]}]}}"#;
 
+/// The appliance built offline and booted, its Kubernetes and agent checked (`built_and_booted`), then what only a
+/// booted image shows of Metal3: Ironic and baremetal-operator up under systemd, their CRDs applied, Ironic's
+/// launcher as the image carries it, and a BareMetalHost whose BMC refuses its credentials in a registration
+/// error that names the cause, registered once its Secret is right. Metal3 provisioning nodes is
+/// `metal3_provisioning.rs`'s (to disk, on the appliance's own units); the live-ISO nodes and the BPA on them are
+/// the ignored test below.
 #[test]
 fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_it() {
     // It yields to the other end-to-end tests: CI runs it only when it fits beside all those still to run
     // (cargo runs it first), by what each took here last. A machine that has not run it yet assumes CI's whole
-    // 90 minutes, so CI never starts it there: run it once outside CI (`scripts/test.sh the_appliance_runs`, no
-    // budget there) and CI goes by what it took.
+    // 90 minutes, so CI never starts it there (its Go builds from an empty cache would push the metal3 test out):
+    // run it once outside CI (`scripts/test.sh the_appliance_runs`, no budget there) and CI goes by what it took.
     if !foothold_e2e::deadline::budget_allows_after_the_rest(
         "appliance",
         std::time::Duration::from_secs(5400),
@@ -246,6 +258,64 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         return;
     }
     let deadline = Deadline::start("appliance", OVERALL_LIMIT);
+    let b = built_and_booted(&deadline);
+    deadline.phase("Metal3: its services, and a BMC that refuses the host's credentials");
+    metal3::services_ready(&b.a);
+    metal3::registration_error(&b.a, &b.dir, b.site_ports.fake);
+    b.report_restarts();
+}
+
+/// The whole site on the booted appliance, as it ran in CI until its time went to `metal3_provisioning.rs`:
+/// Metal3 provisions two libvirt nodes with `packages/node.yaml`'s live ISO by Redfish virtual media, SIP claims
+/// them, the BPA makes them a cluster after three failing generations and installs a Software, and both are
+/// deprovisioned. About an hour here, with three VMs on two cores.
+#[test]
+#[ignore = "not in CI for its time (about 3,700 s here): the live-ISO path through Metal3, and the BPA on those \
+            nodes; run it with `scripts/test.sh the_appliance_provisions -- --ignored`"]
+fn the_appliance_provisions_live_iso_nodes_and_the_bpa_makes_them_a_cluster() {
+    let deadline = Deadline::start("appliance-live-iso", FULL_LIMIT);
+    let b = built_and_booted(&deadline);
+    deadline.phase("Metal3: inspection-free registration, SIP, two live-ISO nodes provisioned");
+    deadline.diagnose(
+        "the compute nodes' consoles (the last 20 lines of each)",
+        || {
+            foothold_e2e::libvirt::consoles_of_this_process()
+                .iter()
+                .map(|c| format!("{}:\n{}\n", c.display(), tail_file(c, 20)))
+                .collect()
+        },
+    );
+    metal3::services_ready(&b.a);
+    let hosts = metal3::provision(&b.a, &workspace(), &b.dir, &b.site_ports, &b.busybox);
+    deadline.phase("BPA: three failing generations, a cluster, a Software");
+    bpa::check(&b.a, &hosts, &b.site_ports, &b.dir, &b.manifest);
+    deadline.phase("deprovisioning");
+    metal3::deprovision(&b.a, hosts);
+    b.report_restarts();
+}
+
+/// The appliance as [`built_and_booted`] leaves it, with what the Metal3 parts need of its build.
+struct Booted {
+    a: Appliance,
+    dir: PathBuf,
+    manifest: Value,
+    busybox: String,
+    site_ports: metal3::SitePorts,
+    _tmp: tempfile::TempDir,
+}
+
+impl Booted {
+    /// A report, not a check: an SSH failure here is printed, not a failure of a run that passed.
+    fn report_restarts(&self) {
+        let restarts = try_run(&mut self.a.ssh_command(RESTARTS)).unwrap_or_else(|e| e);
+        eprintln!("appliance: services restarted:\n{restarts}");
+    }
+}
+
+/// `packages/appliance.yaml` fetched (the Go builds), bundled and built from the bundle with no network, its
+/// build manifest checked; its raw image booted under UEFI to `kubernetes=ready`; Kubernetes, CoreDNS, a pod
+/// pulled through the agent, the CPUs, the site SSH CA, and the agent's controllers leading, checked.
+fn built_and_booted(deadline: &Deadline) -> Booted {
     deadline.phase("build the binaries");
     build_binaries();
     let ws = workspace();
@@ -427,7 +497,7 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         &kubectl,
         dir,
     );
-    a.diagnose(&deadline);
+    a.diagnose(deadline);
     deadline.phase("Kubernetes, CoreDNS, a pod through the mirror");
     assert_eq!(a.kubectl(&["get", "--raw", "/readyz"]).unwrap(), "ok");
     let server: Value =
@@ -545,23 +615,12 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
                 .ok_or(v.to_string())
         },
     );
-    // Metal3: BMO and Ironic drive real BareMetalHosts; SIP claims them; the BPA makes two of them a cluster.
-    deadline.phase("Metal3: inspection-free registration, SIP, two live-ISO nodes provisioned");
-    deadline.diagnose(
-        "the compute nodes' consoles (the last 20 lines of each)",
-        || {
-            foothold_e2e::libvirt::consoles_of_this_process()
-                .iter()
-                .map(|c| format!("{}:\n{}\n", c.display(), tail_file(c, 20)))
-                .collect()
-        },
-    );
-    let hosts = metal3::provision(&a, &ws, dir, &site_ports, &busybox);
-    deadline.phase("BPA: three failing generations, a cluster, a Software");
-    bpa::check(&a, &hosts, &site_ports, dir, &manifest);
-    deadline.phase("deprovisioning");
-    metal3::deprovision(&a, hosts);
-    // A report, not a check: an SSH failure here is printed, not a failure of a run that passed.
-    let restarts = try_run(&mut a.ssh_command(RESTARTS)).unwrap_or_else(|e| e);
-    eprintln!("appliance: services restarted:\n{restarts}");
+    Booted {
+        a,
+        dir: dir.to_owned(),
+        manifest,
+        busybox,
+        site_ports,
+        _tmp: tmp,
+    }
 }

@@ -61,17 +61,18 @@ fn hardware_details(node: &ComputeNode, link: (&str, &str)) -> String {
     .to_string()
 }
 
+/// The address BMO is given for the system `uuid` of the BMC the appliance reaches at guest port `port`: Redfish
+/// with virtual media.
+fn bmc(port: u16, uuid: &str) -> String {
+    format!("redfish-virtualmedia+http://{GUEST_FORWARD_ADDRESS}:{port}/redfish/v1/Systems/{uuid}")
+}
+
 /// The SIP fixture's hosts as real BMO manages them: node-00 the virtual site's `node`, node-01 the fake
 /// system; their BMCs by UUID with virtual media, no inspection and no cleaning (no IPA ramdisk), UEFI. node-00
 /// stays off until it is provisioned. Then node-02, the site's `worker`, for the BPA only (not in SIP's pool).
 /// node-00 and node-02 carry their hardware details.
 fn fixture(ws: &Path, node: &ComputeNode, worker: &ComputeNode) -> String {
     let text = std::fs::read_to_string(ws.join("tests/fixtures/sip-two-hosts.yaml")).unwrap();
-    let bmc = |port: u16, uuid: &str| {
-        format!(
-            "redfish-virtualmedia+http://{GUEST_FORWARD_ADDRESS}:{port}/redfish/v1/Systems/{uuid}"
-        )
-    };
     let fake = fake_system();
     text.replace(
         "redfish+http://127.0.0.1:8000/redfish/v1/Systems/node-00",
@@ -195,23 +196,9 @@ pub struct SitePorts {
     pub ssh: [u16; 2],
 }
 
-/// The site's hosts Metal3 provisioned, node-00 (`node`) and node-02 (`worker`), running until [`deprovision`].
-pub struct Provisioned {
-    pub site: Site,
-    pub node: ComputeNode,
-    pub worker: ComputeNode,
-    site_bmc: Sushy,
-    _fake_bmc: Sushy,
-}
-
-/// `busybox`: the digest of the image the appliance's registry holds as `docker.io/library/busybox:1.35`.
-pub fn provision(
-    a: &Appliance,
-    ws: &Path,
-    dir: &Path,
-    ports: &SitePorts,
-    busybox: &str,
-) -> Provisioned {
+/// Ironic and baremetal-operator up on the booted appliance, as its agent's `/readyz` reports them; Ironic's
+/// launcher, as the image carries it, checked against the image's own Ironic; Metal3's CRDs applied.
+pub fn services_ready(a: &Appliance) {
     // BMO and Ironic, as the agent's /readyz reports them.
     wait_for(
         "Ironic and baremetal-operator ready in the agent's /readyz",
@@ -237,7 +224,89 @@ pub fn provision(
     ] {
         assert!(crds.contains(crd), "{crd} not applied: {crds}");
     }
+}
 
+/// A BareMetalHost (node-01, the fake system) whose BMC, a sushy-tools fake on this host at `port` (the
+/// appliance reaches it at [`FAKE_BMC_GUEST_PORT`]), refuses the password in its Secret: BMO reports a
+/// registration error that names the cause; with the Secret put right the host registers and is available.
+pub fn registration_error(a: &Appliance, dir: &Path, port: u16) {
+    let system = fake_system();
+    let _bmc = Sushy::fake(dir, port, std::slice::from_ref(&system), "admin", "pw-0");
+    let host = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: site}}\n\
+         ---\napiVersion: v1\nkind: Secret\nmetadata: {{name: node-01-bmc, namespace: site}}\n\
+         stringData: {{username: admin, password: not-pw-0}}\n\
+         ---\napiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata: {{name: node-01, namespace: site}}\n\
+         spec:\n  bootMode: UEFI\n  inspectionMode: disabled\n  automatedCleaningMode: disabled\n  online: false\n  \
+         bootMACAddress: \"{mac}\"\n  bmc: {{address: \"{bmc}\", credentialsName: node-01-bmc}}\n",
+        mac = system.mac,
+        bmc = bmc(FAKE_BMC_GUEST_PORT, &system.uuid),
+    );
+    let path = dir.join("node-01.yaml");
+    std::fs::write(&path, host).unwrap();
+    let started = Instant::now();
+    wait_for("node-01 to apply", Duration::from_secs(120), || {
+        a.kubectl(&["apply", "-f", path.to_str().unwrap()])
+    });
+    let error = wait_for(
+        "node-01's registration error",
+        Duration::from_secs(300),
+        || {
+            let s = bmh(a, "node-01", ".status.errorType}|{.status.errorMessage")?;
+            s.starts_with("registration error|")
+                .then_some(s.clone())
+                .ok_or(s)
+        },
+    );
+    assert!(
+        error.contains("401") && error.contains("Incorrect username or password"),
+        "{error}"
+    );
+    eprintln!(
+        "metal3: node-01's registration error {:.0} s after its creation: {error}",
+        started.elapsed().as_secs_f64()
+    );
+    fix_password(a);
+    let took = wait_state(a, "node-01", "available", Duration::from_secs(600));
+    assert_eq!(bmh(a, "node-01", ".status.errorType").unwrap(), "");
+    eprintln!(
+        "metal3: node-01 available {:.0} s after its Secret was put right",
+        took.as_secs_f64()
+    );
+}
+
+/// node-01's Secret given the fake BMC's password.
+fn fix_password(a: &Appliance) {
+    a.kubectl(&[
+        "-n",
+        "site",
+        "patch",
+        "secret",
+        "node-01-bmc",
+        "--type=merge",
+        "-p",
+        r#"{"stringData": {"password": "pw-0"}}"#,
+    ])
+    .unwrap();
+}
+
+/// The site's hosts Metal3 provisioned, node-00 (`node`) and node-02 (`worker`), running until [`deprovision`].
+pub struct Provisioned {
+    pub site: Site,
+    pub node: ComputeNode,
+    pub worker: ComputeNode,
+    site_bmc: Sushy,
+    _fake_bmc: Sushy,
+}
+
+/// `busybox`: the digest of the image the appliance's registry holds as `docker.io/library/busybox:1.35`.
+pub fn provision(
+    a: &Appliance,
+    ws: &Path,
+    dir: &Path,
+    ports: &SitePorts,
+    busybox: &str,
+) -> Provisioned {
     // The virtual site: one compute node reaching the appliance's agent at the provisioning address the node
     // image is built for, and its BMC, which fetches media from the agent as the appliance's CA vouches.
     let ca = dir.join("site-ca.pem");
@@ -333,17 +402,7 @@ pub fn provision(
         error.contains("401") && error.contains("Incorrect username or password"),
         "{error}"
     );
-    a.kubectl(&[
-        "-n",
-        "site",
-        "patch",
-        "secret",
-        "node-01-bmc",
-        "--type=merge",
-        "-p",
-        r#"{"stringData": {"password": "pw-0"}}"#,
-    ])
-    .unwrap();
+    fix_password(a);
     wait_state(a, "node-01", "available", Duration::from_secs(600));
     assert_eq!(bmh(a, "node-01", ".status.errorType").unwrap(), "");
 

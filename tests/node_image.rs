@@ -151,8 +151,8 @@ fn apt_requests(port: u16, ca: &Path) -> u64 {
 }
 
 #[test]
-#[ignore = "not in CI for its time: appliance.rs boots the same ISO through Metal3 and installs a Software \
-            through a real Job; run it with `cargo test -p foothold-e2e --test node_image -- --ignored`"]
+#[ignore = "not in CI for its time (nor is appliance.rs's live-ISO test, which boots the same ISO through \
+            Metal3); run it with `cargo test -p foothold-e2e --test node_image -- --ignored`"]
 fn the_node_image_boots_and_pulls_through_the_mirror_with_the_site_ca() {
     let deadline = foothold_e2e::Deadline::start("node_image", Duration::from_secs(2400));
     deadline.phase("build the binaries");
