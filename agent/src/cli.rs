@@ -243,11 +243,20 @@ pub fn init_logging(format: LogFormat) {
 }
 
 /// Writes the man pages `foothold_names::cli::man_pages` renders for `cmd` into `dir` (or with `markdown` its
-/// one Markdown page), each whole or not at all; returns their paths.
+/// Markdown page and the generated reference's, `crate::reference`), each whole or not at all; returns their
+/// paths.
 pub fn write_man_pages(cmd: Command, dir: &Path, markdown: bool) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut written = Vec::new();
-    for (name, page) in foothold_names::cli::pages(cmd, markdown)? {
+    let mut pages = foothold_names::cli::pages(cmd, markdown)?;
+    if markdown {
+        pages.extend(
+            crate::reference::pages()
+                .into_iter()
+                .map(|(name, text)| (name.to_owned(), text.into_bytes())),
+        );
+    }
+    for (name, page) in pages {
         let path = dir.join(name);
         crate::apt::write_file(&path, &page, 0o644)?;
         written.push(path);

@@ -27,6 +27,7 @@ pub mod mirror_config;
 pub mod names;
 pub mod neighbors;
 pub mod pki;
+pub mod reference;
 pub mod ssh_ca;
 pub mod store;
 pub mod uploads;

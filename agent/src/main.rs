@@ -132,7 +132,8 @@ enum Command {
     /// Write the man pages of this command and each subcommand (foothold-agent-serve.1, ...) into a directory.
     Man {
         dir: PathBuf,
-        /// One Markdown page of every command instead (foothold-agent.md: docs/reference/ holds it).
+        /// The reference as Markdown instead: every command (foothold-agent.md), /metrics, the REST API and the
+        /// CRDs (foothold-agent-metrics.md, -rest.md, -crds.md); docs/reference/ holds them.
         #[arg(long)]
         markdown: bool,
     },

@@ -87,6 +87,24 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Metrics with one series of every labelled metric, for the generated reference
+    /// (`crate::reference`): what each metric's labels are shows only in its series.
+    pub fn example() -> Metrics {
+        let m = Metrics::default();
+        let second = std::time::Duration::from_secs(1);
+        m.request("manifest", "GET", 200, second);
+        m.reconciled("bpa", second);
+        m.reconcile_error("bpa", "api");
+        m.limit_reached("connections");
+        m.set_certificate_expiry("agent", Some(std::time::UNIX_EPOCH));
+        m.write_by("admin");
+        m.set_hosts(BTreeMap::from([(
+            ("available".to_owned(), String::new()),
+            1,
+        )]));
+        m
+    }
+
     /// Counts a request whose response's head took `took`; `method` is a [`method_label`].
     pub fn request(
         &self,

@@ -57,25 +57,30 @@ pub fn man_page(bin: &Path, dir: &Path, page: &str) -> String {
     String::from_utf8_lossy(&text.stdout).into_owned()
 }
 
-/// Checks that `docs/reference/<name>.md` is what `bin man --markdown` writes now, and that it has `wants`.
+/// Checks that every page `bin man --markdown` writes now is the same in `docs/reference/`, and that
+/// `<name>.md` has `wants`.
 pub fn reference_is_current(bin: &Path, wants: &[&str]) {
     let name = bin.file_name().unwrap().to_string_lossy().into_owned();
     let dir = tempfile::tempdir().unwrap();
-    succeeded(
+    let out = succeeded(
         Command::new(bin)
             .args(["man", "--markdown"])
             .arg(dir.path()),
     );
-    let generated = std::fs::read_to_string(dir.path().join(format!("{name}.md"))).unwrap();
     let docs = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("..")
-        .join("docs/reference")
-        .join(format!("{name}.md"));
-    assert!(
-        std::fs::read_to_string(&docs).unwrap_or_default() == generated,
-        "{} differs from the binary's: run `{name} man --markdown docs/reference`",
-        docs.display()
-    );
+        .join("docs/reference");
+    let written = String::from_utf8_lossy(&out.stdout).into_owned();
+    for page in written.lines().map(Path::new) {
+        let file = page.file_name().unwrap();
+        let generated = std::fs::read_to_string(page).unwrap();
+        assert!(
+            std::fs::read_to_string(docs.join(file)).unwrap_or_default() == generated,
+            "{} differs from the binary's: run `{name} man --markdown docs/reference`",
+            docs.join(file).display()
+        );
+    }
+    let generated = std::fs::read_to_string(dir.path().join(format!("{name}.md"))).unwrap();
     for want in wants {
         assert!(generated.contains(want), "{want}");
     }
