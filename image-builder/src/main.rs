@@ -165,6 +165,10 @@ enum Cmd {
         /// The qemu binary.
         #[arg(long, env = "FOOTHOLD_QEMU", default_value = qemu::QEMU)]
         qemu: PathBuf,
+        /// Where a KVM that failed a boot is remembered (kvm-failures.json), so that the next auto boot goes
+        /// straight to TCG. Default ~/.cache/foothold.
+        #[arg(long, env = "FOOTHOLD_CACHE")]
+        cache: Option<PathBuf>,
     },
     /// Write a virtual site for a lab into a new directory: compute nodes as libvirt domains (<name>-node-<i>.xml,
     /// UEFI, booting what their BMC inserts, isolated but for the appliance's agent at 172.22.0.1:5000),
@@ -536,6 +540,7 @@ fn real_main() -> Result<ExitCode> {
             isolated,
             accel,
             qemu: qemu_binary,
+            cache,
         } => {
             if !image.is_file() {
                 anyhow::bail!("{}: no such image", image.display());
@@ -603,6 +608,7 @@ fn real_main() -> Result<ExitCode> {
                 accel,
                 qemu: qemu_binary,
                 kvm_first_output: qemu::KVM_FIRST_OUTPUT,
+                kvm_record: Some(cache_dir(cache)?.join("kvm-failures.json")),
             })?;
             eprintln!("foothold-build run: qemu under {}", vm.accel());
             if waits {

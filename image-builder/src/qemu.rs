@@ -11,13 +11,13 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::str::FromStr;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 
 mod child;
 mod console;
+pub mod kvm;
 mod relay;
 
 use console::{file_len, first_line, read_lossy, tail};
@@ -173,35 +173,6 @@ pub fn probe_kvm(qemu: &Path, bios: bool, timeout: Duration) -> Result<(), Strin
     verdict
 }
 
-/// What this process knows of KVM, per qemu binary and firmware (`bios`): a probe's verdict, or the failure of
-/// a boot whose probe passed. Every boot of a test run asks; a host where KVM failed one boot is not asked to
-/// fail the next (SeaBIOS alone may run under a KVM that stalls once it reads a disk).
-type KvmVerdicts = Vec<((PathBuf, bool), Result<(), String>)>;
-static KVM_VERDICTS: Mutex<KvmVerdicts> = Mutex::new(Vec::new());
-
-/// `probe_kvm` once per qemu binary and firmware in this process, unless a boot failed first.
-fn kvm_verdict(qemu: &Path, bios: bool) -> Result<(), String> {
-    let mut verdicts = KVM_VERDICTS.lock().unwrap_or_else(|e| e.into_inner());
-    let key = (qemu.to_owned(), bios);
-    if let Some((_, verdict)) = verdicts.iter().find(|(k, _)| *k == key) {
-        return verdict.clone();
-    }
-    let verdict = probe_kvm(qemu, bios, PROBE_TIMEOUT);
-    if let Err(why) = &verdict {
-        eprintln!("qemu: not using KVM ({why}); booting under TCG");
-    }
-    verdicts.push((key, verdict.clone()));
-    verdict
-}
-
-/// KVM failed a boot of this qemu and firmware: later boots in this process go straight to TCG.
-fn remember_kvm_failure(qemu: &Path, bios: bool, why: &str) {
-    let mut verdicts = KVM_VERDICTS.lock().unwrap_or_else(|e| e.into_inner());
-    let key = (qemu.to_owned(), bios);
-    verdicts.retain(|(k, _)| *k != key);
-    verdicts.push((key, Err(format!("a boot under KVM failed: {why}"))));
-}
-
 /// OVMF prints its boot manager's first line in about a second under KVM (nine under TCG).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -282,6 +253,9 @@ pub struct RunOptions {
     pub qemu: PathBuf,
     /// Under `auto`: a KVM boot whose console is still empty after this long is restarted under TCG.
     pub kvm_first_output: Duration,
+    /// Where KVM's failures are remembered across runs on this host (`kvm::`; `foothold-build run` keeps
+    /// `<cache>/kvm-failures.json`). None: only in this process.
+    pub kvm_record: Option<PathBuf>,
 }
 
 impl RunOptions {
@@ -302,6 +276,7 @@ impl RunOptions {
             accel: AccelChoice::Auto,
             qemu: PathBuf::from(QEMU),
             kvm_first_output: KVM_FIRST_OUTPUT,
+            kvm_record: None,
         }
     }
 }
@@ -431,10 +406,14 @@ impl Vm {
         let accel = match opts.accel {
             AccelChoice::Kvm => Accel::Kvm,
             AccelChoice::Tcg => Accel::Tcg,
-            AccelChoice::Auto => match kvm_verdict(&opts.qemu, opts.bios) {
-                Ok(()) => Accel::Kvm,
-                Err(_) => Accel::Tcg,
-            },
+            AccelChoice::Auto => {
+                match kvm::verdict(&opts.qemu, opts.bios, opts.kvm_record.as_deref(), || {
+                    probe_kvm(&opts.qemu, opts.bios, PROBE_TIMEOUT)
+                }) {
+                    Ok(()) => Accel::Kvm,
+                    Err(_) => Accel::Tcg,
+                }
+            }
         };
         let scratch = tempfile::Builder::new()
             .prefix("foothold-vm-")
@@ -524,7 +503,12 @@ impl Vm {
 
     fn restart_under_tcg(&mut self, why: String) -> Result<()> {
         eprintln!("qemu: KVM failed this boot ({why}); booting it again under TCG");
-        remember_kvm_failure(&self.opts.qemu, self.opts.bios, &why);
+        kvm::remember_failure(
+            &self.opts.qemu,
+            self.opts.bios,
+            &why,
+            self.opts.kvm_record.as_deref(),
+        );
         self.fallback = Some(why);
         self.restart(Accel::Tcg)
     }

@@ -50,6 +50,8 @@ impl Site {
         let mut c = Command::new(env!("CARGO_BIN_EXE_foothold-build"));
         c.arg("run").arg(self.path("site.raw")).args(args);
         c.env("FOOTHOLD_QEMU", self.path("qemu"));
+        // KVM's failures are remembered in the site's own cache, not this machine's.
+        c.env("FOOTHOLD_CACHE", self.path("cache"));
         match accel_env {
             Some(v) => c.env("FOOTHOLD_ACCEL", v),
             None => c.env_remove("FOOTHOLD_ACCEL"),
@@ -96,6 +98,52 @@ fn run_boots_again_under_tcg_when_kvm_fails_the_boot_and_says_so_once() {
         text(&out.stdout)
     );
     assert_eq!(site.calls(), "kvm probe\nkvm boot\ntcg boot\n");
+}
+
+/// A KVM that failed a boot is remembered on this host: the next `run` goes straight to TCG, without the probe
+/// or the failing boot, and says why and how to try KVM again; `--accel kvm` still tries it.
+#[test]
+fn a_run_after_kvm_failed_a_boot_goes_straight_to_tcg_and_says_why() {
+    let site = Site::new();
+    let log = site.path("console.log");
+    let args = ["--serial-log", log.to_str().unwrap()];
+    let out = site.run(&args, None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(site.calls(), "kvm probe\nkvm boot\ntcg boot\n");
+    assert!(site.path("cache/kvm-failures.json").is_file());
+
+    let out = site.run(&args, None);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        site.calls(),
+        "kvm probe\nkvm boot\ntcg boot\ntcg boot\n",
+        "the second run probed or booted KVM: {err}"
+    );
+    assert!(
+        err.contains("KVM failed a boot of this qemu and firmware here")
+            && err.contains("KVM internal error")
+            && err.contains("--accel kvm tries it now"),
+        "{err}"
+    );
+
+    // The record is per firmware: SeaBIOS is probed afresh.
+    let out = site.run(&["--serial-log", log.to_str().unwrap(), "--bios"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        site.calls()
+            .ends_with("tcg boot\nkvm probe\nkvm boot\ntcg boot\n"),
+        "{}",
+        site.calls()
+    );
+
+    // Forced, KVM is tried whatever the record says.
+    let out = site.run(
+        &["--serial-log", log.to_str().unwrap(), "--accel", "kvm"],
+        None,
+    );
+    assert!(!out.status.success());
+    assert!(site.calls().ends_with("kvm boot\n"), "{}", site.calls());
 }
 
 #[test]
