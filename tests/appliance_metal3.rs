@@ -248,6 +248,22 @@ pub fn registration_error(a: &Appliance, dir: &Path, port: u16) {
     wait_for("node-01 to apply", Duration::from_secs(120), || {
         a.kubectl(&["apply", "-f", path.to_str().unwrap()])
     });
+    let error = refused(a);
+    eprintln!(
+        "metal3: node-01's registration error {:.0} s after its creation: {error}",
+        started.elapsed().as_secs_f64()
+    );
+    fix_password(a);
+    let took = wait_state(a, "node-01", "available", Duration::from_secs(600));
+    assert_eq!(bmh(a, "node-01", ".status.errorType").unwrap(), "");
+    eprintln!(
+        "metal3: node-01 available {:.0} s after its Secret was put right",
+        took.as_secs_f64()
+    );
+}
+
+/// Waits for node-01's registration error, which names the BMC's refusal of its Secret's password; returns it.
+fn refused(a: &Appliance) -> String {
     let error = wait_for(
         "node-01's registration error",
         Duration::from_secs(300),
@@ -262,17 +278,7 @@ pub fn registration_error(a: &Appliance, dir: &Path, port: u16) {
         error.contains("401") && error.contains("Incorrect username or password"),
         "{error}"
     );
-    eprintln!(
-        "metal3: node-01's registration error {:.0} s after its creation: {error}",
-        started.elapsed().as_secs_f64()
-    );
-    fix_password(a);
-    let took = wait_state(a, "node-01", "available", Duration::from_secs(600));
-    assert_eq!(bmh(a, "node-01", ".status.errorType").unwrap(), "");
-    eprintln!(
-        "metal3: node-01 available {:.0} s after its Secret was put right",
-        took.as_secs_f64()
-    );
+    error
 }
 
 /// node-01's Secret given the fake BMC's password.
@@ -388,20 +394,7 @@ pub fn provision(
         started.elapsed().as_secs_f64().max(available.as_secs_f64())
     );
     wait_state(a, "node-02", "available", Duration::from_secs(600));
-    let error = wait_for(
-        "node-01's registration error",
-        Duration::from_secs(300),
-        || {
-            let s = bmh(a, "node-01", ".status.errorType}|{.status.errorMessage")?;
-            s.starts_with("registration error|")
-                .then_some(s.clone())
-                .ok_or(s)
-        },
-    );
-    assert!(
-        error.contains("401") && error.contains("Incorrect username or password"),
-        "{error}"
-    );
+    refused(a);
     fix_password(a);
     wait_state(a, "node-01", "available", Duration::from_secs(600));
     assert_eq!(bmh(a, "node-01", ".status.errorType").unwrap(), "");
