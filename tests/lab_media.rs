@@ -95,6 +95,19 @@ fn boot_and_check(mut o: RunOptions, dir: &Path, layout: &Path, manifest_digest:
         &std::fs::read(&input).unwrap()[100..123],
         "{what}: ranged read"
     );
+    // README's walk-through, as written there, against this boot.
+    let said = readme_walkthrough(&host, &dir.join(format!("walkthrough-{port}")));
+    for want in [
+        "\"http\":\"ok\"".to_owned(),
+        format!("{}  node-tool", sha256_file(&input)),
+        "foothold_build_info{version=".to_owned(),
+        manifest_digest.to_owned(),
+    ] {
+        assert!(
+            said.contains(&want),
+            "{what}: README's walk-through: no {want:?} in\n{said}"
+        );
+    }
     let pulled = dir.join(format!("pulled-{port}"));
     run(Command::new("skopeo").args([
         "copy",
@@ -134,6 +147,25 @@ fn boot_and_check(mut o: RunOptions, dir: &Path, layout: &Path, manifest_digest:
     );
     drop(vm);
     line
+}
+
+/// README's walk-through (the `sh` block after `<!-- walkthrough -->`), run as written there against the agent
+/// at `host` instead of 127.0.0.1:5000, in a new directory `dir`; what it printed.
+fn readme_walkthrough(host: &str, dir: &Path) -> String {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+    let (_, after) = readme
+        .split_once("<!-- walkthrough -->\n```sh\n")
+        .expect("README has its walk-through block");
+    let (script, _) = after.split_once("```").unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    run(Command::new("bash")
+        .args([
+            "-euo",
+            "pipefail",
+            "-c",
+            &script.replace("127.0.0.1:5000", host),
+        ])
+        .current_dir(dir))
 }
 
 /// The data partition's size from the ready marker (`data-bytes=N`).
