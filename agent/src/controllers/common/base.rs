@@ -10,7 +10,7 @@ use futures_util::StreamExt as _;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::runtime::finalizer::{finalizer, Error as FinalizerError, Event as Finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
@@ -89,8 +89,7 @@ impl Base {
             })
             .await
         } else {
-            finalizer(&api, finalizer_name, obj, |event| f(event, ns))
-                .await
+            gone_is_removed(finalizer(&api, finalizer_name, obj, |event| f(event, ns)).await)
                 .map_err(|e| Error::Finalizer(Box::new(e)))
         };
         self.metrics.reconciled(self.controller, started.elapsed());
@@ -109,6 +108,20 @@ impl Base {
         tracing::warn!(controller = self.controller, object = %key(obj), %error, "reconcile failed");
         self.metrics.reconcile_error(self.controller, error.cause());
         Action::requeue(self.failures.failed(key(obj)))
+    }
+}
+
+/// A finalizer whose removal found the object gone (404: another reconcile of the same deletion removed it
+/// first, and the API server finished the deletion) is removed: that is what the removal was for, not a
+/// failure to log, count and retry.
+fn gone_is_removed(
+    result: Result<Action, FinalizerError<Error>>,
+) -> Result<Action, FinalizerError<Error>> {
+    match result {
+        Err(FinalizerError::RemoveFinalizer(kube::Error::Api(s))) if s.is_not_found() => {
+            Ok(Action::await_change())
+        }
+        other => other,
     }
 }
 
@@ -269,8 +282,55 @@ pub fn backoff(failures: u32) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::{backoff, Failures};
+    use super::{backoff, Base, Failures};
+    use std::sync::Arc;
     use std::time::Duration;
+
+    use axum::http::Method;
+    use kube::runtime::controller::Action;
+    use serde_json::json;
+
+    use crate::controllers::common::testing::{mock_client, serve, settings, Step};
+    use crate::crd::sip::SIPCluster;
+
+    /// A deletion whose cleanup ran, and whose finalizer removal found the object already gone (another
+    /// reconcile of it removed the finalizer first): the reconcile succeeds, nothing to log or retry. Any other
+    /// failure of the removal stays one.
+    #[tokio::test]
+    async fn a_finalizer_removal_that_finds_the_object_gone_is_done() {
+        let sip: SIPCluster = serde_json::from_value(json!({
+            "apiVersion": "airship.airshipit.org/v1", "kind": "SIPCluster",
+            "metadata": {"name": "edge", "namespace": "site", "uid": "u1",
+                         "deletionTimestamp": "2026-11-30T00:00:00Z",
+                         "finalizers": ["sip.foothold.io/cleanup"]},
+            "spec": {"nodes": {}, "services": {}},
+        }))
+        .unwrap();
+        for (status, reason, ok) in [(404, "NotFound", true), (500, "InternalError", false)] {
+            let (client, handle) = mock_client();
+            let base = Base::new("sip", client, Arc::new(settings()), Arc::default());
+            let scenario = tokio::spawn(serve(
+                handle,
+                vec![Step {
+                    method: Method::PATCH,
+                    path: "/namespaces/site/sipclusters/edge",
+                    status,
+                    body: json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                 "reason": reason, "message": "sipclusters \"edge\" not found", "code": status}),
+                }],
+            ));
+            let r = base
+                .reconcile(
+                    Arc::new(sip.clone()),
+                    ("sip.foothold.io/cleanup", &[]),
+                    |_, _| async { Ok(Action::await_change()) },
+                )
+                .await;
+            drop(base);
+            scenario.await.unwrap();
+            assert_eq!(r.is_ok(), ok, "{status}: {r:?}");
+        }
+    }
 
     #[test]
     fn backoff_doubles_from_one_second_up_to_256_seconds() {
