@@ -76,6 +76,22 @@ pub(crate) fn get_json(agent: &Agent, path: &str) -> Value {
 }
 
 /// Makes the Provisioning's cluster Ready the way the installer would: kubeconfig Secret, then Job success.
+/// The Job the Software `tools` names in its status once it starts with `prefix` (its generations: the rest is
+/// the package manifest's digest).
+async fn job_of(sws: &Api<Software>, prefix: &str) -> String {
+    until(
+        &format!("a Job {prefix}… in the Software's status"),
+        || async {
+            sws.get_opt("tools")
+                .await
+                .unwrap()
+                .and_then(|s| s.status?.job_name)
+                .filter(|n| n.starts_with(prefix))
+        },
+    )
+    .await
+}
+
 async fn install_cluster(client: &kube::Client, ns: &str, prov: &str, cluster: &str) {
     Api::<Secret>::namespaced(client.clone(), ns).create(&PostParams::default(), &serde_json::from_value(json!({
         "metadata": {"name": format!("{cluster}-kubeconfig")}, "stringData": {"kubeconfig": "apiVersion: v1\n"},
@@ -190,9 +206,10 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
         &kubectl[1000..],
     );
 
-    // Everything uploaded: the manifest and the Job.
+    // Everything uploaded: the manifest and the Job, named by the generations and the manifest's digest.
+    let g1 = job_of(&sws, "tools-install-g1-p1-").await;
     let job = until("the package installer Job", || async {
-        jobs.get_opt("tools-install-g1-p1").await.unwrap()
+        jobs.get_opt(&g1).await.unwrap()
     })
     .await;
     let manifest = Api::<ConfigMap>::namespaced(client.clone(), &ns)
@@ -279,7 +296,7 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
     waiting_attempt(
         &client,
         &ns,
-        "tools-install-g1-p1",
+        &g1,
         owner,
         Some(("CreateContainerConfigError", missing)),
     )
@@ -298,12 +315,12 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
             (
                 "False".into(),
                 "InstallerWaiting".into(),
-                format!("package installer Job tools-install-g1-p1 cannot start: pod tools-install-g1-p1-w4h9q: CreateContainerConfigError: {missing}")
+                format!("package installer Job {g1} cannot start: pod {g1}-w4h9q: CreateContainerConfigError: {missing}")
             )
         )
     );
 
-    job_status(&client, &ns, "tools-install-g1-p1", true).await;
+    job_status(&client, &ns, &g1, true).await;
     let s = until("Software Installed", || async {
         sws.get_opt("tools")
             .await
@@ -339,6 +356,59 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
     assert_eq!(other["provisioning"], json!([]));
     assert_eq!(other["software"], json!([]));
 
+    // New content for a package it names (the tool's record deleted and uploaded again, changed): the
+    // installer runs again with a new Job, for the same generations; the old one goes, and only the new one is
+    // left once it finished.
+    let manifest_digest = |m: &ConfigMap| {
+        support::sha256_digest(m.data.as_ref().unwrap()["packages.json"].as_bytes())
+    };
+    let before = manifest_digest(
+        &Api::<ConfigMap>::namespaced(client.clone(), &ns)
+            .get("tools-packages")
+            .await
+            .unwrap(),
+    );
+    let tool2 = b"#!/bin/sh\necho tool 2\n".to_vec();
+    let record = agent.url("/v1/baremetalcluster/tenant-a/c2/binary_images/tool");
+    let r = support::http().delete(&record).call().unwrap();
+    assert_eq!(r.status(), 204);
+    upload(&agent, "tenant-a", "c2", "tool", tool2.len(), &tool2);
+    let updated = until("a Job for the new content", || async {
+        let name = job_of(&sws, "tools-install-g1-p1-").await;
+        (name != g1).then_some(name)
+    })
+    .await;
+    until("the Job for the old content gone", || async {
+        jobs.get_opt(&g1).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let after = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .get("tools-packages")
+        .await
+        .unwrap();
+    assert_ne!(manifest_digest(&after), before);
+    assert!(
+        after.data.as_ref().unwrap()["packages.json"].contains(&sha(&tool2)),
+        "the manifest names the new content"
+    );
+    job_status(&client, &ns, &updated, true).await;
+    until("Software Installed again", || async {
+        sws.get_opt("tools")
+            .await
+            .unwrap()
+            .filter(|s| sw_phase(s) == Some("Installed"))
+    })
+    .await;
+    let names: Vec<String> = jobs
+        .list(&of_sw)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|j| j.name_any())
+        .collect();
+    assert_eq!(names, std::slice::from_ref(&updated));
+
     // A spec change installs again with a new Job; the old one goes.
     sws.patch(
         "tools",
@@ -347,19 +417,20 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
     )
     .await
     .unwrap();
+    let g2 = job_of(&sws, "tools-install-g2-p1-").await;
     until("the generation-2 Job", || async {
-        jobs.get_opt("tools-install-g2-p1").await.unwrap()
+        jobs.get_opt(&g2).await.unwrap()
     })
     .await;
     until("the generation-1 Job gone", || async {
-        jobs.get_opt("tools-install-g1-p1")
+        jobs.get_opt(&updated)
             .await
             .unwrap()
             .is_none()
             .then_some(())
     })
     .await;
-    job_status(&client, &ns, "tools-install-g2-p1", false).await;
+    job_status(&client, &ns, &g2, false).await;
     let s = until("Software Failed", || async {
         sws.get_opt("tools")
             .await

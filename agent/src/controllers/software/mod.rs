@@ -10,8 +10,9 @@
 //! inventory at `/etc/foothold/inventory/hosts.ini`, the package manifest (JSON: owner, cluster, packages with
 //! name, version, groups, url, sha256) at `/etc/foothold/packages/packages.json`, the workload cluster's
 //! kubeconfig at `/etc/foothold/kubeconfig/kubeconfig`, and the SSH key at `/etc/foothold/ssh`. It installs
-//! each package on the hosts of its groups and exits 0 when all are installed. A new Software generation, or
-//! a reinstalled cluster (a new Provisioning generation), runs a new Job.
+//! each package on the hosts of its groups and exits 0 when all are installed. A new Software generation, a
+//! reinstalled cluster (a new Provisioning generation), or new content for a package it names (another upload
+//! under the same name: the manifest's digest is in the Job's name) runs a new Job; the old one goes.
 
 pub mod observe;
 pub mod plan;
@@ -173,8 +174,13 @@ impl Reconciler for Ctx {
                         )],
                     );
                     let prov_generation = prov.metadata.generation.unwrap_or(0);
-                    let job_name =
-                        child_name(&name, &format!("install-g{generation}-p{prov_generation}"));
+                    let job_name = child_name(
+                        &name,
+                        &format!(
+                            "install-g{generation}-p{prov_generation}-{}",
+                            manifest_id(manifest)
+                        ),
+                    );
                     status.job_name = Some(job_name.clone());
                     action = run_job(sw, prov, ns, ctx, &job_name, manifest, &mut status).await?;
                 } else {
@@ -232,6 +238,15 @@ impl Reconciler for Ctx {
         .await;
         Ok(Action::await_change())
     }
+}
+
+/// The first 8 hex digits of the package manifest's sha256: part of the Job's name, so that new content for a
+/// package the Software names (an upload replacing it) runs the installer again. The installer leaves a host
+/// whose package is already that version (a Debian package's, by dpkg) or content (a binary's sha256) alone,
+/// so only the hosts that differ change, one host after another.
+fn manifest_id(manifest: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(manifest.as_bytes()))[..8].to_owned()
 }
 
 /// Why the Software waits or fails before any Job: `(phase, reason, message)`.
