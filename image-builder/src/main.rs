@@ -79,6 +79,7 @@ enum Cmd {
         /// bundle. Each is then printed as `<field> <path in the cache>`.
         #[arg(long, conflicts_with = "bundle")]
         only: Vec<String>,
+        /// Progress as JSON events on standard output (each input fetched or built, with its origin).
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -95,6 +96,7 @@ enum Cmd {
         /// Cache directory (default ~/.cache/foothold).
         #[arg(long, env = "FOOTHOLD_CACHE")]
         cache: Option<PathBuf>,
+        /// Progress as JSON events on standard output (each input downloaded, built or resolved).
         #[arg(long)]
         json: bool,
         #[command(flatten)]
