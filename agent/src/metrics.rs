@@ -59,13 +59,19 @@ struct UploadStats {
     reclaimed_bytes: u64,
 }
 
+/// The requests of one route and method.
+#[derive(Clone, Default)]
+struct Requests {
+    by_status: BTreeMap<u16, u64>,
+    durations: Histogram,
+}
+
 #[derive(Default)]
 pub struct Metrics {
     /// Keys are all static: a client cannot add series (a made-up method counts as "other").
-    requests: Mutex<BTreeMap<(&'static str, &'static str, u16), u64>>,
-    /// Time to each response's head, by route and method (not status: a series per status and bucket would be
-    /// many series for little).
-    request_durations: Mutex<BTreeMap<(&'static str, &'static str), Histogram>>,
+    /// By route and method: requests by status, and the time to each response's head (not by status: a series
+    /// per status and bucket would be many series for little). One lock per request.
+    requests: Mutex<BTreeMap<(&'static str, &'static str), Requests>>,
     /// Bytes sent from memory-mapped blob files and from `pread` buffers (see `store::blobs::ReadPath`).
     bytes_mapped: AtomicU64,
     bytes_copied: AtomicU64,
@@ -114,15 +120,9 @@ impl Metrics {
         took: std::time::Duration,
     ) {
         let mut r = self.requests.lock().unwrap_or_else(|p| p.into_inner());
-        *r.entry((route, method, status)).or_default() += 1;
-        drop(r);
-        let mut d = self
-            .request_durations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        d.entry((route, method))
-            .or_default()
-            .observe(took.as_secs_f64());
+        let e = r.entry((route, method)).or_default();
+        *e.by_status.entry(status).or_default() += 1;
+        e.durations.observe(took.as_secs_f64());
     }
 
     pub fn served(&self, path: ReadPath, bytes: u64) {
@@ -246,23 +246,20 @@ impl Metrics {
             "# HELP foothold_http_requests_total HTTP requests by route, method and status.\n",
         );
         out.push_str("# TYPE foothold_http_requests_total counter\n");
-        for ((route, method, status), n) in self
+        let requests = self
             .requests
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
-            let _ = writeln!(out, "foothold_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}");
+            .clone();
+        for ((route, method), r) in &requests {
+            for (status, n) in &r.by_status {
+                let _ = writeln!(out, "foothold_http_requests_total{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} {n}");
+            }
         }
         out.push_str("# HELP foothold_http_request_duration_seconds Time from a request's arrival to its response's head, by route and method (a body streamed after it is not counted).\n");
         out.push_str("# TYPE foothold_http_request_duration_seconds histogram\n");
-        for ((route, method), h) in self
-            .request_durations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
-            h.render(
+        for ((route, method), r) in &requests {
+            r.durations.render(
                 &mut out,
                 "foothold_http_request_duration_seconds",
                 &format!("route=\"{route}\",method=\"{method}\""),

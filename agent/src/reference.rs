@@ -54,13 +54,13 @@ fn metrics_page(text: &str) -> String {
                 kinds.push((name.to_owned(), kind.to_owned()));
             }
         } else if let Some((series, _)) = line.split_once('{') {
-            let name = kinds
+            // A histogram's or summary's series carry a suffix after its name.
+            let name = ["_bucket", "_sum", "_count"]
                 .iter()
-                .rev()
-                .map(|(n, _)| n)
-                .find(|n| series.starts_with(n.as_str()))
-                .cloned()
-                .unwrap_or_else(|| series.to_owned());
+                .filter_map(|suffix| series.strip_suffix(suffix))
+                .find(|base| kinds.iter().any(|(n, _)| n == base))
+                .unwrap_or(series)
+                .to_owned();
             let set = labels.entry(name).or_default();
             for pair in line[series.len() + 1..]
                 .split('}')

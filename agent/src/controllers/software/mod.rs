@@ -245,8 +245,7 @@ impl Reconciler for Ctx {
 /// whose package is already that version (a Debian package's, by dpkg) or content (a binary's sha256) alone,
 /// so only the hosts that differ change, one host after another.
 fn manifest_id(manifest: &str) -> String {
-    use sha2::Digest as _;
-    hex::encode(sha2::Sha256::digest(manifest.as_bytes()))[..8].to_owned()
+    crate::digest::Digest::of_bytes(manifest.as_bytes()).hex()[..8].to_owned()
 }
 
 /// Why the Software waits or fails before any Job: `(phase, reason, message)`.
