@@ -17,11 +17,12 @@
 # Usage: scripts/bench-metal3-scale.sh [hosts]   (IMAGE=<appliance .raw> uses that image instead of building
 # packages/appliance.yaml; for MODE=vm it must take the SSH key in BENCH_DIR/id_ed25519 for its user foothold;
 # LIMIT_SECONDS=3600 ends the wait for all provisioned, reporting how many were by then; BMO_CONCURRENCY=N has
-# BMO reconcile N hosts at once (MODE=native); PROVISIONING=1 builds
-# the appliance as a site that provisions to disk runs it: the provisioning network's DHCP on and the deploy
-# ramdisk of packages/ipa.yaml in it, so Ironic is configured for inspection, cleaning and disk images and its
-# API is HTTPS on the provisioning address; the hosts here still skip inspection and cleaning, which a fake BMC
-# cannot boot a ramdisk for; MODE=native only, where that address is put on loopback)
+# BMO reconcile N hosts at once (MODE=native). The appliance is built as packages/appliance.yaml has it, a site
+# that provisions to disk: the provisioning network's DHCP on and the deploy ramdisk of packages/ipa.yaml in it,
+# so Ironic is configured for inspection, cleaning and disk images and its API is HTTPS on the provisioning
+# address (MODE=native puts that address on loopback); the hosts here still skip inspection and cleaning, which
+# a fake BMC cannot boot a ramdisk for. LIVE_ISO=1 builds it without both, as a site that boots live ISOs only:
+# the default for MODE=vm, whose VM has no provisioning NIC here)
 set -euo pipefail
 # A command that fails ends the run (and, in native mode, every unit with it): say which.
 trap 'echo "bench-metal3-scale: line $LINENO: a command failed (exit status $?)" >&2' ERR
@@ -32,9 +33,9 @@ mkdir -p "$bench"
 bench=$(cd "$bench" && pwd)
 mode=${MODE:-vm}
 case $mode in vm|native) ;; *) echo "bench-metal3-scale: MODE=$mode: vm or native" >&2; exit 2 ;; esac
-provisioning=${PROVISIONING:-}
-if [ -n "$provisioning" ] && [ "$mode" != native ]; then
-  echo "bench-metal3-scale: PROVISIONING=1 needs MODE=native (the VM has no provisioning NIC)" >&2; exit 2
+live_iso=${LIVE_ISO:-$([ "$mode" = vm ] && echo 1 || echo 0)}
+if [ "$live_iso" != 1 ] && [ "$mode" != native ]; then
+  echo "bench-metal3-scale: MODE=vm needs LIVE_ISO=1 (the VM has no provisioning NIC)" >&2; exit 2
 fi
 build=target/release/foothold-build
 sushy=$(pwd)/target/tools/bin/sushy-emulator
@@ -52,26 +53,25 @@ if [ -z "${BENCH_INSIDE:-}" ]; then
   [ -f "$key" ] || ssh-keygen -q -t ed25519 -N '' -f "$key"
   image=${IMAGE:-}
   if [ -z "$image" ]; then
-    sed -e "s|path: \.\./|path: $(pwd)/|" -e "s|authorizedKeys: \[\]|authorizedKeys: [\"$(cat "$key.pub")\"]|" \
+    sed -e "s|path: \.\./out/ipa/|path: $bench/ipa/|" -e "s|path: \.\./|path: $(pwd)/|" \
+      -e "s|authorizedKeys: \[\]|authorizedKeys: [\"$(cat "$key.pub")\"]|" \
       -e 's/formats: \[raw, qcow2, iso\]/formats: [raw]/' packages/appliance.yaml > "$bench/appliance.yaml"
-    if [ -n "$provisioning" ]; then
-      if [ ! -s "$bench/ipa/foothold-ipa.initramfs" ]; then
-        "$build" build packages/ipa.yaml --out "$bench/ipa" > "$bench/ipa-build.log" 2>&1
-      fi
-      python3 - "$bench/appliance.yaml" "$bench/ipa" <<'PY'
-import sys
-path, ipa = sys.argv[1], sys.argv[2]
+    if [ "$live_iso" = 1 ]; then
+      python3 - "$bench/appliance.yaml" <<'PY'
+import re, sys
+path = sys.argv[1]
 text = open(path).read()
-for old, new in [
-    ("    address: 172.22.0.1/24\n", "    address: 172.22.0.1/24\n    dhcp: {range: 172.22.0.10-172.22.0.100}\n"),
-    ("  metal3:\n", "  metal3:\n    deployRamdisk:\n" + "".join(
-        f"      {part}: {{path: {ipa}/foothold-ipa.{part}}}\n" for part in ("kernel", "initramfs", "esp"))),
+for what, pattern in [
+    ("the provisioning network's dhcp", r"\n    dhcp: \{[^}]*\}\n"),
+    ("metal3.deployRamdisk", r"\n    deployRamdisk:\n(      .*\n)+"),
 ]:
-    if old not in text:
-        sys.exit(f"bench-metal3-scale: packages/appliance.yaml has no {old.strip()!r} to extend")
-    text = text.replace(old, new, 1)
+    text, n = re.subn(pattern, "\n", text, count=1)
+    if n != 1:
+        sys.exit(f"bench-metal3-scale: packages/appliance.yaml has no {what} to take out")
 open(path, "w").write(text)
 PY
+    elif [ ! -s "$bench/ipa/foothold-ipa.initramfs" ]; then
+      "$build" build packages/ipa.yaml --out "$bench/ipa" > "$bench/ipa-build.log" 2>&1
     fi
     rm -rf "$bench/out"
     "$build" build "$bench/appliance.yaml" --out "$bench/out" > "$bench/build.log" 2>&1
@@ -89,7 +89,7 @@ PY
   fi
 else
   root_enter "$root"
-  # Ironic's API on the provisioning address (PROVISIONING=1), which the booted appliance has on its NIC.
+  # Ironic's API on the provisioning address (unless LIVE_ISO=1), which the booted appliance has on its NIC.
   ironic_ip=$(sed -n 's/^host_ip = //p' "$root/etc/ironic/ironic.conf")
   [ "$ironic_ip" = 127.0.0.1 ] || ip addr add "$ironic_ip/32" dev lo
 fi

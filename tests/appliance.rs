@@ -30,11 +30,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use foothold_e2e::deadline::tail_file;
+use foothold_e2e::netns::{HostTap, Namespace, TapAdopter};
 use foothold_e2e::{
     boot_options, build_binaries, busybox_layout, free_port, run, target, try_run, workspace,
     Deadline,
 };
-use foothold_image_builder::qemu::{GuestForward, RunOptions, Vm};
+use foothold_image_builder::qemu::{GuestForward, ProvisioningNic, RunOptions, Vm};
 use serde_json::Value;
 
 /// How long a boot under TCG may take to a Ready node (the boot benchmark measures the real figure).
@@ -44,6 +45,8 @@ const BOOT_LIMIT: Duration = Duration::from_secs(1200);
 const OVERALL_LIMIT: Duration = Duration::from_secs(3000);
 /// The ignored test with the live-ISO nodes and the BPA: passing runs took 32 to 55 minutes.
 const FULL_LIMIT: Duration = Duration::from_secs(4200);
+/// The MAC of the appliance's provisioning NIC.
+const APPLIANCE_MAC: &str = "52:54:00:fd:01:01";
 
 /// Every service of the appliance systemd restarted, how often, and the lines each logged before its exits (one
 /// in a restart loop is never "failed"): printed in the diagnosis, and at the end of a run that passed.
@@ -261,6 +264,8 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
     let b = built_and_booted(&deadline);
     deadline.phase("Metal3: its services, and a BMC that refuses the host's credentials");
     metal3::services_ready(&b.a);
+    deadline.phase("the provisioning network, as a compute node on it sees the appliance");
+    metal3::provisioning_network(&b.a, &b.provisioning, &b.dir);
     metal3::registration_error(&b.a, &b.dir, b.site_ports.fake);
     b.report_restarts();
 }
@@ -301,6 +306,10 @@ struct Booted {
     manifest: Value,
     busybox: String,
     site_ports: metal3::SitePorts,
+    /// The provisioning network: the bridge the appliance's ens4 is on.
+    provisioning: Namespace,
+    _adopter: TapAdopter,
+    _tap: HostTap,
     _tmp: tempfile::TempDir,
 }
 
@@ -330,8 +339,13 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
     let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
     let layout = dir.join("busybox");
     let busybox = busybox_layout(&layout);
+    // Its deploy ramdisk, which the spec takes from out/ipa: built here into the test's directory.
+    deadline.phase("the deploy ramdisk (packages/ipa.yaml)");
+    let ipa = dir.join("ipa");
+    foothold_e2e::native_site::build(&ws.join("packages/ipa.yaml"), &ipa);
     let text = std::fs::read_to_string(ws.join("packages/appliance.yaml"))
         .unwrap()
+        .replace("path: ../out/ipa/", &format!("path: {}/", ipa.display()))
         .replace("path: ../", &format!("path: {}/", ws.display()))
         .replace(
             "authorizedKeys: []",
@@ -481,6 +495,11 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
             host_port: site_ports.ssh[i],
         });
     }
+    // Its provisioning NIC (ens4) on a bridge in a network namespace of the test's: a tap made here, which qemu
+    // opens and the namespace then takes.
+    let provisioning = Namespace::new("appliance", "br0");
+    let tap = HostTap::new(&format!("fhap{}", std::process::id()));
+    let adopter = provisioning.adopt_tap(&tap.0);
     deadline.phase("first boot to kubernetes=ready");
     let console = dir.join("console-1.log");
     deadline.diagnose("the appliance's console (its last 40 lines)", move || {
@@ -491,6 +510,10 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
         RunOptions {
             guest_forwards,
             relay: Some(target().join("debug/foothold-build")),
+            provisioning: Some(ProvisioningNic {
+                tap: tap.0.clone(),
+                mac: Some(APPLIANCE_MAC.into()),
+            }),
             ..options(&disk, "console-1.log")
         },
         &key,
@@ -615,12 +638,19 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
                 .ok_or(v.to_string())
         },
     );
+    assert!(
+        adopter.adopted() >= 1,
+        "the provisioning tap never reached its namespace"
+    );
     Booted {
         a,
         dir: dir.to_owned(),
         manifest,
         busybox,
         site_ports,
+        provisioning,
+        _adopter: adopter,
+        _tap: tap,
         _tmp: tmp,
     }
 }

@@ -18,6 +18,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use foothold_e2e::libvirt::Site;
+use foothold_e2e::native_site::APPLIANCE;
+use foothold_e2e::netns::Namespace;
 use foothold_e2e::sushy::{Sushy, System};
 use foothold_e2e::{build_node_image, target, upload_os_image, wait_for_marker};
 use foothold_image_builder::qemu::GUEST_FORWARD_ADDRESS;
@@ -223,6 +225,85 @@ pub fn services_ready(a: &Appliance) {
         "dataimages.metal3.io",
     ] {
         assert!(crds.contains(crd), "{crd} not applied: {crds}");
+    }
+}
+
+/// The MAC of the compute node that asks the appliance's DHCP for a lease.
+const NODE_MAC: &str = "52:54:00:fd:01:10";
+
+/// The provisioning network as a compute node on it sees the booted appliance (its ens4 on the test's bridge):
+/// the appliance's dnsmasq leases it an address from the spec's range and records the lease; from that address
+/// Ironic's API and the agent answer over HTTPS verified with the site CA, Ironic's HTTP root serves the iPXE boot
+/// script, and the API server and SSH are closed to it (the firewall drops them: the connection times out).
+pub fn provisioning_network(a: &Appliance, ns: &Namespace, dir: &Path) {
+    let node = ns.dhcp_client("apnode", "apnode0", NODE_MAC);
+    let started = Instant::now();
+    let address = wait_for(
+        "a lease from the appliance's dnsmasq",
+        Duration::from_secs(300),
+        || node.lease(None),
+    );
+    eprintln!(
+        "appliance: the node {NODE_MAC} leased {address} on the provisioning network after {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    let host: u8 = address
+        .strip_prefix("172.22.0.")
+        .and_then(|h| h.parse().ok())
+        .unwrap_or_else(|| panic!("{address}: not in 172.22.0.0/24"));
+    assert!(
+        (10..=100).contains(&host),
+        "{address}: outside the spec's range"
+    );
+    let leases = a.ssh("sudo cat /var/lib/foothold-dnsmasq/leases");
+    assert!(
+        leases
+            .lines()
+            .any(|l| l.contains(&format!(" {NODE_MAC} {address} "))),
+        "the appliance's lease file: {leases}"
+    );
+    let ca = dir.join("site-ca.pem");
+    std::fs::write(&ca, a.ssh("sudo cat /etc/foothold/tls/ca.pem")).unwrap();
+    let curl = |url: &str, extra: &[&str]| {
+        node.command("curl")
+            .args(["-sS", "--max-time", "20", "--cacert"])
+            .arg(&ca)
+            .args(extra)
+            .arg(url)
+            .output()
+            .unwrap()
+    };
+    let ok = |url: &str| {
+        let out = curl(url, &["--fail"]);
+        assert!(
+            out.status.success(),
+            "{url} from the provisioning network: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let ironic = ok(&format!("https://{APPLIANCE}:6385/"));
+    assert!(
+        ironic.contains("\"versions\""),
+        "Ironic's API root: {ironic}"
+    );
+    let agent = ok(&format!("https://{APPLIANCE}:5000/readyz"));
+    assert!(
+        agent.contains("\"services\""),
+        "the agent's /readyz: {agent}"
+    );
+    let script = ok(&format!("http://{APPLIANCE}:6180/boot.ipxe"));
+    assert!(script.starts_with("#!ipxe"), "the boot script: {script}");
+    // Dropped, not refused: curl's "timeout" (28), in a bounded 5 s.
+    for closed in ["https://172.22.0.1:6443/readyz", "telnet://172.22.0.1:22"] {
+        let out = curl(closed, &["--connect-timeout", "5", "-k"]);
+        assert_eq!(
+            out.status.code(),
+            Some(28),
+            "{closed} from the provisioning network: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 

@@ -243,39 +243,10 @@ fn compute_nodes_get_a_lease_and_ipxe_under_bios_and_uefi_from_the_appliances_dn
     // their own (networkd's, from their machine ids), and must get the address inspection recorded. Two
     // clients (busybox's udhcpc) on one MAC, each with another client id, in a namespace of their own on the
     // bridge.
-    let node = Namespace::new("pxenode", "unused");
-    ns.ip(&[
-        "link", "add", "vb0", "type", "veth", "peer", "name", "vn0", "netns", &node.name,
-    ]);
-    ns.ip(&["link", "set", "vb0", "master", "br0", "up"]);
-    node.ip(&["link", "set", "vn0", "address", "52:54:00:fd:00:01", "up"]);
-    let leased = |client_id: &str| -> String {
-        let out = node
-            .command("busybox")
-            .args([
-                "udhcpc",
-                "-i",
-                "vn0",
-                "-n",
-                "-q",
-                "-f",
-                "-t",
-                "5",
-                "-T",
-                "2",
-                "-s",
-                "/bin/true",
-            ])
-            .args(["-C", "-x", &format!("0x3d:{client_id}")])
-            .output()
-            .unwrap();
-        let log = String::from_utf8_lossy(&out.stderr).into_owned()
-            + &String::from_utf8_lossy(&out.stdout);
-        log.lines()
-            .find_map(|l| l.split("lease of ").nth(1))
-            .and_then(|rest| rest.split(' ').next())
-            .unwrap_or_else(|| panic!("udhcpc got no lease:\n{log}"))
-            .to_owned()
+    let node = ns.dhcp_client("pxenode", "vb0", "52:54:00:fd:00:01");
+    let leased = |client_id: &str| {
+        node.lease(Some(client_id))
+            .unwrap_or_else(|e| panic!("{e}"))
     };
     let ramdisk = leased("ff00000001000102030405");
     let installed = leased("ff00000002000102030405");

@@ -171,6 +171,14 @@ enum Cmd {
         /// straight to TCG. Default ~/.cache/foothold.
         #[arg(long, env = "FOOTHOLD_CACHE")]
         cache: Option<PathBuf>,
+        /// A second NIC on this existing tap device (on your provisioning bridge, or moved into a network
+        /// namespace once qemu holds it): the appliance's provisioning network. It sits in PCIe slot 4, so the
+        /// guest names it ens4, as packages/appliance.yaml expects.
+        #[arg(long, value_name = "TAP")]
+        provisioning_tap: Option<String>,
+        /// The provisioning NIC's MAC address (default: qemu's).
+        #[arg(long, value_name = "MAC", requires = "provisioning_tap")]
+        provisioning_mac: Option<String>,
     },
     /// Write a virtual site for a lab into a new directory: compute nodes as libvirt domains (<name>-node-<i>.xml,
     /// UEFI, booting what their BMC inserts, isolated but for the appliance's agent at 172.22.0.1:5000),
@@ -543,6 +551,8 @@ fn real_main() -> Result<ExitCode> {
             accel,
             qemu: qemu_binary,
             cache,
+            provisioning_tap,
+            provisioning_mac,
         } => {
             if !image.is_file() {
                 anyhow::bail!("{}: no such image", image.display());
@@ -611,6 +621,10 @@ fn real_main() -> Result<ExitCode> {
                 qemu: qemu_binary,
                 kvm_first_output: qemu::KVM_FIRST_OUTPUT,
                 kvm_record: Some(cache_dir(cache)?.join("kvm-failures.json")),
+                provisioning: provisioning_tap.map(|tap| qemu::ProvisioningNic {
+                    tap,
+                    mac: provisioning_mac,
+                }),
             })?;
             eprintln!("foothold-build run: qemu under {}", vm.accel());
             if waits {

@@ -18,10 +18,12 @@ use anyhow::{bail, Context as _, Result};
 mod child;
 mod console;
 pub mod kvm;
+mod provisioning;
 mod relay;
 
 use console::{file_len, first_line, read_lossy, tail};
 pub use console::{kernel_panic, KernelPanic, FAILED_MARKER, READY_MARKER};
+pub use provisioning::{ProvisioningNic, PROVISIONING_SLOT};
 pub use relay::{guestfwd, relay};
 
 pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
@@ -256,6 +258,8 @@ pub struct RunOptions {
     /// Where KVM's failures are remembered across runs on this host (`kvm::`; `foothold-build run` keeps
     /// `<cache>/kvm-failures.json`). None: only in this process.
     pub kvm_record: Option<PathBuf>,
+    /// A second NIC on an existing tap device: the appliance's provisioning network (see [`PROVISIONING_SLOT`]).
+    pub provisioning: Option<ProvisioningNic>,
 }
 
 impl RunOptions {
@@ -277,6 +281,7 @@ impl RunOptions {
             qemu: PathBuf::from(QEMU),
             kvm_first_output: KVM_FIRST_OUTPUT,
             kvm_record: None,
+            provisioning: None,
         }
     }
 }
@@ -365,6 +370,9 @@ pub fn command(o: &RunOptions, accel: Accel, scratch: &Path) -> Result<Command> 
         "-device",
         "virtio-net-pci,netdev=n0",
     ]);
+    if let Some(p) = &o.provisioning {
+        provisioning::args(&mut c, p)?;
+    }
     match &o.serial_log {
         Some(p) => c.arg("-serial").arg(format!("file:{}", p.display())),
         // The terminal, and a copy of what the guest prints for the watcher.

@@ -267,7 +267,7 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
 /// it, and the address is configured regardless.
 fn network(spec: &Spec, c: &mut Configuration) {
     let matcher = |iface: &str| {
-        if iface.len() == 17 && iface.matches(':').count() == 5 {
+        if crate::firewall::is_mac(iface) {
             format!("MACAddress={iface}")
         } else {
             format!("Name={iface}")

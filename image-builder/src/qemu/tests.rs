@@ -75,6 +75,58 @@ fn each_medium_attaches_the_image_its_own_way() {
 }
 
 #[test]
+fn the_provisioning_nic_is_in_slot_4_on_its_tap_and_bad_names_are_refused() {
+    let with = |tap: &str, mac: Option<&str>| {
+        let o = RunOptions {
+            provisioning: Some(ProvisioningNic {
+                tap: tap.into(),
+                mac: mac.map(Into::into),
+            }),
+            bios: true,
+            ..RunOptions::new(PathBuf::from("/i/site.raw"))
+        };
+        command(&o, Accel::Tcg, Path::new("/nonexistent")).map(|c| {
+            c.get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+        })
+    };
+    let a = with("fh-prov0", Some("52:54:00:fd:00:0a")).unwrap();
+    let at = |s: &str| {
+        a.iter()
+            .position(|x| x == s)
+            .unwrap_or_else(|| panic!("{s}: {a:?}"))
+    };
+    // The root port with hot-plug slot 4 (the guest's `ens4`), visible only with native PCIe hot-plug.
+    let port = at("pcie-root-port,id=prov,chassis=4,slot=4,bus=pcie.0,addr=0x4");
+    assert_eq!(a[port - 1], "-device");
+    assert_eq!(
+        a[at("ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off") - 1],
+        "-global"
+    );
+    at("tap,id=p0,ifname=fh-prov0,script=no,downscript=no");
+    at("virtio-net-pci,netdev=p0,bus=prov,mac=52:54:00:fd:00:0a");
+    // The user network stays the first NIC.
+    assert!(at("virtio-net-pci,netdev=n0") < port);
+    // Without one, none of it.
+    let plain = args("/i/site.raw", Media::Disk);
+    assert!(!plain
+        .iter()
+        .any(|x| x.contains("prov") || x.contains("hotplug")));
+    // What would break qemu's option syntax, or is no interface name or MAC, is refused with the reason.
+    for (tap, mac, says) in [
+        ("fh,prov", None, "not an interface name"),
+        ("a-name-of-16-chr", None, "not an interface name"),
+        ("", None, "not an interface name"),
+        ("fh0", Some("52:54:00:fd:00"), "not a MAC address"),
+        ("fh0", Some("52:54:00:fd:00:0a,x=1"), "not a MAC address"),
+    ] {
+        let e = with(tap, mac).unwrap_err().to_string();
+        assert!(e.contains(says), "{tap:?} {mac:?}: {e}");
+    }
+}
+
+#[test]
 fn accel_choices_parse_and_name_the_alternatives() {
     assert_eq!("auto".parse(), Ok(AccelChoice::Auto));
     assert_eq!("kvm".parse(), Ok(AccelChoice::Kvm));
