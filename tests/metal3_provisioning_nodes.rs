@@ -4,11 +4,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use foothold_e2e::run;
+use foothold_image_builder::virtual_site::{self, BridgedNode, NodeBmc};
 
-/// The BMCs' address on the provisioning network: virtualbmc's IPMI port and sushy-tools' Redfish one.
-pub(super) const BMC: &str = "172.22.0.2";
-pub(super) const IPMI_PORT: u16 = 6230;
-pub(super) const REDFISH_PORT: u16 = 8000;
+/// The BMCs' address on the provisioning network: virtualbmc's IPMI port and sushy-tools' Redfish one, as on
+/// the virtual site.
+pub(super) use foothold_image_builder::virtual_site::{
+    BMC_ADDRESS as BMC, IPMI_PORT, REDFISH_PORT,
+};
 pub(super) const MEMORY_MIB: u64 = 3072;
 pub(super) const DISK_GIB: u64 = 10;
 
@@ -51,12 +53,24 @@ impl Node {
 
     /// The BMC's address, as a BareMetalHost names it.
     pub(super) fn bmc_address(&self) -> String {
-        match self.bmc {
-            Bmc::Ipmi => format!("ipmi://{BMC}:{IPMI_PORT}"),
-            Bmc::Redfish => format!(
-                "redfish-virtualmedia+http://{BMC}:{REDFISH_PORT}/redfish/v1/Systems/{}",
-                self.uuid
-            ),
+        self.bridged().bmc_address()
+    }
+
+    /// The node as the virtual site has its nodes.
+    fn bridged(&self) -> BridgedNode {
+        BridgedNode {
+            domain: self.domain.clone(),
+            uuid: self.uuid.clone(),
+            mac: self.mac.into(),
+            tap: self.tap.into(),
+            vcpus: u32::try_from(self.vcpus).expect("a node's vCPUs"),
+            memory_mib: u32::try_from(MEMORY_MIB).expect("a node's memory"),
+            disk: self.disk.clone(),
+            console: self.console.clone(),
+            bmc: match self.bmc {
+                Bmc::Ipmi => NodeBmc::Ipmi { port: IPMI_PORT },
+                Bmc::Redfish => NodeBmc::Redfish,
+            },
         }
     }
 }
@@ -66,50 +80,10 @@ impl Node {
 pub(super) const IMAGES: &str = "172.22.0.3";
 pub(super) const IMAGES_PORT: u16 = 8080;
 
-/// The node's domain: UEFI without Secure Boot, TCG, its disk, its NIC on the namespace's tap, its console
-/// appended to a file across boots (the ramdisk's, then the installed system's). virtualbmc sets the boot
-/// device by redefining the domain from its XML, which libvirt refuses for a firmware it chose itself: the IPMI
-/// node names OVMF. sushy-tools rewrites a named loader when Ironic sets the boot mode (to a Secure Boot build
-/// that needs SMM): the Redfish node lets libvirt choose (notes: ../shared/metal3-notes.md). No CPU model:
-/// libvirt gives TCG `qemu64`. qemu's `max` (the builder's `-cpu max`), tried for its AES-NI, did not make the
-/// workload cluster faster, and under TCG its processes start slower (docs/results.md, 2026-11-29). One socket,
-/// as the site's domains: else Linux keeps time with the emulated HPET (`site::one_socket`).
+/// The node's domain, as the virtual site's (`virtual_site::domain_xml`: UEFI, TCG, its disk, its NIC on the
+/// namespace's tap, its console appended to a file across boots).
 pub(super) fn domain_xml(node: &Node) -> String {
-    let firmware = match node.bmc {
-        Bmc::Ipmi => format!(
-            "<os>\n    <type arch='x86_64' machine='q35'>hvm</type>\n\
-             <loader readonly='yes' type='pflash'>/usr/share/OVMF/OVMF_CODE_4M.fd</loader>\n\
-             <nvram template='/usr/share/OVMF/OVMF_VARS_4M.fd'>/var/lib/libvirt/qemu/nvram/{}_VARS.fd</nvram>\n\
-             <boot dev='hd'/>\n  </os>",
-            node.domain
-        ),
-        Bmc::Redfish => "<os firmware='efi'>\n    <type arch='x86_64' machine='q35'>hvm</type>\n    <firmware>\n\
-             <feature enabled='no' name='secure-boot'/>\n      <feature enabled='no' name='enrolled-keys'/>\n\
-             </firmware>\n    <boot dev='hd'/>\n  </os>"
-            .to_owned(),
-    };
-    format!(
-        "<domain type='qemu'>\n  <name>{domain}</name>\n  <uuid>{uuid}</uuid>\n\
-         <memory unit='MiB'>{MEMORY_MIB}</memory>\n  <vcpu>{vcpus}</vcpu>\n  {firmware}\n\
-         <features><acpi/></features>\n\
-         <cpu>{topology}</cpu>\n  <devices>\n\
-         <disk type='file' device='disk'>\n      <driver name='qemu' type='qcow2'/>\n      <source file='{disk}'/>\n\
-         <target dev='vda' bus='virtio'/>\n    </disk>\n\
-         <interface type='ethernet'>\n      <mac address='{mac}'/>\n      <target dev='{tap}' managed='no'/>\n\
-         <model type='virtio'/>\n    </interface>\n\
-         <serial type='file'>\n      <source path='{console}' append='on'/>\n      <target port='0'/>\n    </serial>\n\
-         </devices>\n</domain>\n",
-        domain = node.domain,
-        uuid = node.uuid,
-        vcpus = node.vcpus,
-        topology = foothold_image_builder::site::one_socket(
-            u32::try_from(node.vcpus).expect("a node's vCPUs"),
-        ),
-        disk = node.disk.display(),
-        mac = node.mac,
-        tap = node.tap,
-        console = node.console.display(),
-    )
+    virtual_site::domain_xml(&node.bridged())
 }
 
 /// The first MiB of the node's disk (read while the VM runs: a shared read).

@@ -29,6 +29,7 @@ pub mod site;
 pub mod source;
 pub mod sparse;
 pub mod spec;
+pub mod virtual_site;
 
 /// The builder's version, reported in image manifests.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

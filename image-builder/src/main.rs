@@ -181,25 +181,22 @@ enum Cmd {
         provisioning_mac: Option<String>,
     },
     /// Write a virtual site for a lab into a new directory: compute nodes as libvirt domains (<name>-node-<i>.xml,
-    /// UEFI, booting what their BMC inserts, isolated but for the appliance's agent at 172.22.0.1:5000),
-    /// sushy-tools' configuration as their Redfish BMC (sushy.conf, bmc.htpasswd, user admin, the password in
-    /// bmc-password), and their Secrets and BareMetalHosts (hosts.yaml). scripts/virtual-site.sh starts it all
-    /// beside an appliance.
+    /// UEFI, a qcow2 disk the script makes, their NIC on the tap fhnode<i> of the provisioning network's bridge),
+    /// their BMCs on that network at 172.22.0.2 (sushy-tools' Redfish for even nodes: sushy.conf, bmc.htpasswd;
+    /// virtualbmc's IPMI for odd ones, port 6230 up; user admin, the password in bmc-password), and the Secret and
+    /// BareMetalHosts (hosts.yaml: inspected, cleaned, UEFI). Prints each node: domain, UUID, MAC, tap, BMC.
+    /// scripts/virtual-site.sh starts it all beside an appliance.
     Site {
-        /// The new directory; libvirt's QEMU user must be able to run the relay copied there, e.g.
-        /// /var/lib/libvirt/images/site.
+        /// The new directory (libvirt's QEMU user must be able to read it), e.g. /var/lib/libvirt/images/site.
         dir: PathBuf,
         #[arg(long, default_value_t = 1)]
         nodes: u16,
-        /// Each node's memory (MiB).
-        #[arg(long, default_value_t = 1536)]
+        /// Each node's memory (MiB); the deploy ramdisk runs in it, so 2048 or more.
+        #[arg(long, default_value_t = 3072)]
         memory: u32,
-        /// The appliance's agent on 127.0.0.1 (its forward of port 5000), which the nodes reach as their mirror.
-        #[arg(long, default_value_t = 5000)]
-        agent_port: u16,
-        /// The BMC's port on 127.0.0.1; boot the appliance with --guest-forward 8001:<this>.
-        #[arg(long, default_value_t = 8001)]
-        bmc_port: u16,
+        /// Each node's vCPUs.
+        #[arg(long, default_value_t = 1)]
+        cpus: u32,
         /// The BareMetalHosts' namespace.
         #[arg(long, default_value = "default")]
         namespace: String,
@@ -478,24 +475,26 @@ fn real_main() -> Result<ExitCode> {
             dir,
             nodes,
             memory,
-            agent_port,
-            bmc_port,
+            cpus,
             namespace,
         } => {
-            let made = foothold_image_builder::site::write(
+            use foothold_image_builder::virtual_site;
+            let made = virtual_site::write(
                 &dir,
-                &foothold_image_builder::site::SiteOptions {
+                &virtual_site::SiteOptions {
                     nodes,
                     memory_mib: memory,
-                    agent_port,
-                    bmc_port,
+                    vcpus: cpus,
                     namespace,
-                    relay: std::env::current_exe().context("finding this program, the relay")?,
                 },
             )
             .with_context(|| format!("writing the site {}", dir.display()))?;
             for n in made {
-                println!("{} {} {}", n.name, n.uuid, n.mac);
+                let bmc = match n.bmc {
+                    virtual_site::NodeBmc::Ipmi { port } => format!("ipmi:{port}"),
+                    virtual_site::NodeBmc::Redfish => "redfish".into(),
+                };
+                println!("{} {} {} {} {bmc}", n.domain, n.uuid, n.mac, n.tap);
             }
             Ok(ExitCode::SUCCESS)
         }

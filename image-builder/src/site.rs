@@ -1,15 +1,14 @@
-//! The virtual site: compute nodes as libvirt domains, sushy-tools as their Redfish BMC, and the
-//! BareMetalHosts that hand them to the appliance's Metal3 — what a lab or a test needs to run a site on one
-//! machine. This module writes the documents (domain XML, sushy's configuration, the manifests); it starts
-//! nothing. A node is isolated like the appliance: qemu user networking with `restrict=on`, its only way out the
-//! guest forwards it is given (the appliance's agent, say), so no test traffic reaches the host's interfaces.
+//! Compute nodes isolated like the appliance, for tests of live media: libvirt domains on qemu user networking with
+//! `restrict=on`, their only way out the guest forwards they are given (the appliance's agent, say), so no test
+//! traffic reaches the host's interfaces; sushy-tools' configuration as their Redfish BMC. This module writes
+//! the documents; it starts nothing. The virtual site on a provisioning network, as `foothold-build site` writes
+//! it, is [`crate::virtual_site`].
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 
-use crate::files::{publish_dir, write_file};
 use crate::qemu::GuestForward;
 
 /// A compute node: a libvirt domain (`<domain type='qemu'>`, so it runs where KVM does not) that boots UEFI
@@ -56,7 +55,7 @@ pub struct Link {
     pub mac: String,
 }
 
-fn xml_escape(s: &str) -> String {
+pub(crate) fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -222,43 +221,6 @@ pub fn sushy_config(bmc: &Bmc) -> String {
     )
 }
 
-/// What a BareMetalHost for `node` says, beyond its name.
-#[derive(Clone, Debug)]
-pub struct HostSpec<'a> {
-    pub namespace: &'a str,
-    /// The BMC as the appliance reaches it, e.g. `http://10.0.2.100:8000` (no trailing slash).
-    pub bmc: &'a str,
-    pub user: &'a str,
-    pub password: &'a str,
-}
-
-fn yaml_str(s: &str) -> String {
-    serde_json::Value::String(s.to_owned()).to_string()
-}
-
-/// The node's credentials Secret and BareMetalHost: its BMC by Redfish system UUID with virtual media, no
-/// inspection and no cleaning (live ISOs need no IPA ramdisk), UEFI, powered off until Metal3 provisions it.
-pub fn bare_metal_host(node: &ComputeNode, h: &HostSpec) -> String {
-    let secret = format!("{}-bmc", node.name);
-    format!(
-        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {secret}\n  namespace: {ns}\ntype: Opaque\n\
-         stringData:\n  username: {user}\n  password: {password}\n---\n\
-         apiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata:\n  name: {name}\n  namespace: {ns}\n\
-         spec:\n  online: false\n  bootMode: UEFI\n  bootMACAddress: {mac}\n  inspectionMode: disabled\n  \
-         automatedCleaningMode: disabled\n  bmc:\n    address: {address}\n    credentialsName: {secret}\n",
-        secret = yaml_str(&secret),
-        ns = yaml_str(h.namespace),
-        user = yaml_str(h.user),
-        password = yaml_str(h.password),
-        name = yaml_str(&node.name),
-        mac = yaml_str(&node.mac),
-        address = yaml_str(&format!(
-            "redfish-virtualmedia+{}/redfish/v1/Systems/{}",
-            h.bmc, node.uuid
-        )),
-    )
-}
-
 /// One `htpasswd` line for `user` with a bcrypt digest of `password`: what sushy-tools (bcrypt only) and
 /// Apache's `htpasswd -B` agree on.
 pub fn htpasswd_line(user: &str, password: &str) -> Result<String> {
@@ -269,21 +231,6 @@ pub fn htpasswd_line(user: &str, password: &str) -> Result<String> {
 /// The port the appliance reaches the site's BMC at, on qemu's guest-forward address (`run --guest-forward
 /// 8001:<bmc port>`).
 pub const BMC_GUEST_PORT: u16 = 8001;
-
-/// What [`write`] makes a site of.
-#[derive(Clone, Debug)]
-pub struct SiteOptions {
-    pub nodes: u16,
-    pub memory_mib: u32,
-    /// The appliance's agent on this host (its forward of port 5000): where the nodes' mirror address leads.
-    pub agent_port: u16,
-    /// The BMC's port on 127.0.0.1.
-    pub bmc_port: u16,
-    /// The BareMetalHosts' namespace.
-    pub namespace: String,
-    /// `foothold-build`, copied into the site as the nodes' relay.
-    pub relay: PathBuf,
-}
 
 /// The nodes' mirror address: the appliance's address on its provisioning network, which node images are
 /// built for (`packages/node.yaml`) and its agent's certificate names.
@@ -303,89 +250,6 @@ pub fn site_network(agent_port: u16, relay: PathBuf) -> NodeNetwork {
         host_forwards: Vec::new(),
         link: None,
     }
-}
-
-/// Writes a virtual site into `dir` (which must not exist; the whole directory appears at once):
-/// `node-<i>.xml` (libvirt domains), `sushy.conf` + `bmc.htpasswd` (the BMC, user `admin`, a random password
-/// also in `bmc-password`), `hosts.yaml` (Secrets and BareMetalHosts for the appliance), `foothold-build` (the
-/// relay). `dir` must be where libvirt's QEMU user can run the relay, e.g. under /var/lib/libvirt/images.
-/// Returns the nodes.
-pub fn write(dir: &Path, o: &SiteOptions) -> Result<Vec<ComputeNode>> {
-    use std::os::unix::fs::PermissionsExt as _;
-    if dir.exists() {
-        bail!(
-            "{} exists: a site is written into a new directory",
-            dir.display()
-        );
-    }
-    let dir = std::path::absolute(dir).with_context(|| format!("resolving {}", dir.display()))?;
-    let name = dir
-        .file_name()
-        .context("the site's directory needs a name")?
-        .to_string_lossy()
-        .into_owned();
-    let tmp = dir.with_file_name(format!(".{name}.tmp"));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).with_context(|| format!("making {}", tmp.display()))?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
-    let relay = tmp.join("foothold-build");
-    std::fs::copy(&o.relay, &relay)
-        .with_context(|| format!("copying {} as the relay", o.relay.display()))?;
-    std::fs::set_permissions(&relay, std::fs::Permissions::from_mode(0o755))?;
-    let net = site_network(o.agent_port, dir.join("foothold-build"));
-    let password = uuid::Uuid::new_v4().simple().to_string();
-    let bmc = format!(
-        "http://{}:{BMC_GUEST_PORT}",
-        crate::qemu::GUEST_FORWARD_ADDRESS
-    );
-    let nodes: Vec<ComputeNode> = (0..o.nodes)
-        .map(|i| ComputeNode {
-            name: format!("{name}-node-{i}"),
-            uuid: uuid::Uuid::new_v4().to_string(),
-            mac: format!("52:54:00:22:{:02x}:{:02x}", i >> 8, i & 0xff),
-            memory_mib: o.memory_mib,
-            vcpus: 1,
-            disk: None,
-        })
-        .collect();
-    let mut hosts = Vec::new();
-    for n in &nodes {
-        let console = dir.join(format!("{}.console.log", n.name));
-        write_file(
-            &tmp.join(format!("{}.xml", n.name)),
-            &domain_xml(n, &net, &console),
-            0o644,
-        )?;
-        hosts.push(bare_metal_host(
-            n,
-            &HostSpec {
-                namespace: &o.namespace,
-                bmc: &bmc,
-                user: "admin",
-                password: &password,
-            },
-        ));
-    }
-    write_file(&tmp.join("hosts.yaml"), &hosts.join("---\n"), 0o600)?;
-    write_file(&tmp.join("bmc-password"), &format!("{password}\n"), 0o600)?;
-    write_file(
-        &tmp.join("bmc.htpasswd"),
-        &htpasswd_line("admin", &password)?,
-        0o600,
-    )?;
-    let config = sushy_config(&Bmc {
-        listen: "127.0.0.1".into(),
-        port: o.bmc_port,
-        auth_file: dir.join("bmc.htpasswd"),
-        nodes: nodes.iter().map(|n| n.uuid.clone()).collect(),
-        pool: "default".into(),
-        media_ca: Some(dir.join("site-ca.pem")),
-        state_dir: dir.join("bmc-state"),
-    });
-    write_file(&tmp.join("sushy.conf"), &config, 0o644)?;
-    std::fs::create_dir(tmp.join("bmc-state"))?;
-    publish_dir(&tmp, &dir)?;
-    Ok(nodes)
 }
 
 #[cfg(test)]
@@ -516,79 +380,5 @@ mod tests {
         assert!(c.contains("SUSHY_EMULATOR_VMEDIA_VERIFY_SSL = '/s/site-ca.pem'\n"));
         assert!(c.contains("SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\n"));
         assert_eq!(py_str("a'b\\"), "'a\\'b\\\\'");
-    }
-
-    #[test]
-    fn bare_metal_host_names_the_bmc_by_uuid_with_virtual_media() {
-        let y = bare_metal_host(
-            &node(),
-            &HostSpec {
-                namespace: "site",
-                bmc: "http://10.0.2.100:8001",
-                user: "admin",
-                password: "p\"w",
-            },
-        );
-        let docs: Vec<serde_json::Value> = y
-            .split("---\n")
-            .map(|d| serde_saphyr::from_str(d).unwrap())
-            .collect();
-        assert_eq!(docs[0]["stringData"]["password"], "p\"w");
-        assert_eq!(docs[1]["spec"]["bmc"]["credentialsName"], "node-0-bmc");
-        assert_eq!(
-            docs[1]["spec"]["bmc"]["address"],
-            "redfish-virtualmedia+http://10.0.2.100:8001/redfish/v1/Systems/27946b59-9e44-4fa7-8e91-f3527a1ef0a0"
-        );
-        assert_eq!(docs[1]["spec"]["bootMACAddress"], "02:00:00:00:20:00");
-        assert_eq!(docs[1]["spec"]["inspectionMode"], "disabled");
-        assert_eq!(docs[1]["spec"]["automatedCleaningMode"], "disabled");
-        assert_eq!(docs[1]["spec"]["online"], false);
-    }
-
-    #[test]
-    fn a_site_is_written_whole_into_a_new_directory() {
-        let tmp = tempfile::tempdir().unwrap();
-        let relay = tmp.path().join("relay");
-        std::fs::write(&relay, "#!/bin/sh\n").unwrap();
-        let dir = tmp.path().join("lab");
-        let o = SiteOptions {
-            nodes: 2,
-            memory_mib: 1024,
-            agent_port: 5000,
-            bmc_port: 8001,
-            namespace: "site".into(),
-            relay,
-        };
-        let nodes = write(&dir, &o).unwrap();
-        assert_eq!(nodes.len(), 2);
-        assert_eq!(nodes[1].name, "lab-node-1");
-        assert_eq!(nodes[1].mac, "52:54:00:22:00:01");
-        let xml = std::fs::read_to_string(dir.join("lab-node-0.xml")).unwrap();
-        assert!(xml.contains(&format!("<uuid>{}</uuid>", nodes[0].uuid)));
-        assert!(xml.contains(&format!(
-            "guestfwd=tcp:172.22.0.1:5000-cmd:{} relay 127.0.0.1:5000",
-            dir.join("foothold-build").display()
-        )));
-        let password = std::fs::read_to_string(dir.join("bmc-password")).unwrap();
-        let line = std::fs::read_to_string(dir.join("bmc.htpasswd")).unwrap();
-        let hash = line.trim().strip_prefix("admin:").unwrap();
-        assert!(bcrypt::verify(password.trim(), hash).unwrap());
-        let hosts = std::fs::read_to_string(dir.join("hosts.yaml")).unwrap();
-        assert_eq!(hosts.matches("kind: BareMetalHost").count(), 2);
-        assert!(hosts.contains(&format!(
-            "redfish-virtualmedia+http://10.0.2.100:8001/redfish/v1/Systems/{}",
-            nodes[1].uuid
-        )));
-        let conf = std::fs::read_to_string(dir.join("sushy.conf")).unwrap();
-        assert!(conf.contains("SUSHY_EMULATOR_LISTEN_PORT = 8001\n"));
-        assert!(dir.join("bmc-state").is_dir());
-        // Never over an existing site, and nothing left of the attempt.
-        let e = write(&dir, &o).unwrap_err();
-        assert!(e.to_string().contains("exists"), "{e}");
-        let names: Vec<_> = std::fs::read_dir(tmp.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names.len(), 2, "{names:?}");
     }
 }
