@@ -49,8 +49,12 @@ mkdir -p "$site/state" "$site/pool"
 
 site_pid=
 cleanup() {
+  # Everything is tried, whatever fails.
   trap - ERR
-  [ -n "$site_pid" ] && kill "$site_pid" 2>/dev/null
+  set +e
+  # unshare ignores SIGTERM while its child runs; killed, it takes its child (--kill-child), the namespace's PID 1,
+  # and with it everything in the namespace.
+  [ -n "$site_pid" ] && kill -KILL "$site_pid" 2>/dev/null
   [ -n "$site_pid" ] && wait "$site_pid" 2>/dev/null
   ip netns del "$ns" 2>/dev/null
   ip tuntap del dev "$appliance_tap" mode tap 2>/dev/null

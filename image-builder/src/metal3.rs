@@ -20,6 +20,8 @@ use crate::spec::{Spec, BMO_PLUGIN_DIR, DEPLOY_RAMDISK_DIR};
 
 /// Ironic's API port.
 pub const IRONIC_PORT: u16 = 6385;
+/// Ironic's working directory (`[DEFAULT] tempdir`), which `ironic.service` empties and makes at each start.
+pub const TEMPDIR: &str = "/var/lib/ironic/tmp";
 /// Ironic's API on an appliance that serves no provisioning network: BMO is its one client.
 pub const IRONIC_API: &str = "127.0.0.1:6385";
 /// BMO's health endpoint (`/healthz`, `/readyz`).
@@ -175,7 +177,12 @@ pub fn render(spec: &Spec) -> Vec<(String, String, u32)> {
         "[DEFAULT]\nhost = {host}\nauth_strategy = http_basic\n\
          # LoadCredential= in ironic.service: the file foothold-metal3-auth makes, readable by the service.\n\
          http_basic_auth_user_file = /run/credentials/ironic.service/htpasswd\n\
-         rpc_transport = none\nuse_stderr = true\nlog_file =\n",
+         rpc_transport = none\nuse_stderr = true\nlog_file =\n\
+         # Its working files (the virtual-media ISO it makes of the deploy ramdisk: the ramdisk copied, then the\n\
+         # ISO, about 400 MiB at once) on its state directory's disk, made empty at each start (ironic.service): the\n\
+         # private /tmp systemd gives a DynamicUser service was a tmpfs of 392 MiB on a 4 GiB appliance, and the\n\
+         # ISO did not fit.\n\
+         tempdir = {TEMPDIR}\n",
         host = spec.hostname
     );
     for (k, v) in INTERFACES {

@@ -165,7 +165,8 @@ pub fn write(dir: &Path, o: &SiteOptions) -> Result<Vec<BridgedNode>> {
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).with_context(|| format!("making {}", tmp.display()))?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
-    let password = uuid::Uuid::new_v4().simple().to_string();
+    // 20 characters: IPMI 2.0's limit for a password (ipmitool refuses a longer one).
+    let password = uuid::Uuid::new_v4().simple().to_string()[..20].to_owned();
     let nodes: Vec<BridgedNode> = (0..o.nodes)
         .map(|i| {
             let domain = format!("{name}-node-{i}");
@@ -313,6 +314,7 @@ mod tests {
         assert!(xml.contains(&format!("<uuid>{}</uuid>", nodes[0].uuid)));
         assert!(xml.contains(&format!("{}", dir.join("lab-node-0.qcow2").display())));
         let password = std::fs::read_to_string(dir.join("bmc-password")).unwrap();
+        assert_eq!(password.trim().len(), 20, "IPMI 2.0's longest password");
         let line = std::fs::read_to_string(dir.join("bmc.htpasswd")).unwrap();
         let hash = line.trim().strip_prefix("admin:").unwrap();
         assert!(bcrypt::verify(password.trim(), hash).unwrap());

@@ -37,8 +37,20 @@ fn the_appliance_is_pinned_and_its_local_inputs_are_in_the_repository() {
     let path = packages().join("appliance.yaml");
     // Every input pinned: it builds as committed.
     let loaded = spec::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    // The deploy ramdisk is packages/ipa.yaml's output, built into out/ipa first: named as that spec names it.
+    let ipa = spec::load(&packages().join("ipa.yaml")).unwrap_or_else(|e| panic!("{e}"));
     for (field, f) in loaded.spec.sources() {
         if let Some(p) = &f.path {
+            if let Ok(built) = p.strip_prefix("../out/ipa") {
+                let part = field.rsplit('.').next().unwrap();
+                assert!(field.starts_with("components.metal3.deployRamdisk."), "{field}");
+                assert_eq!(
+                    built.to_str().unwrap(),
+                    format!("{}.{part}", ipa.spec.name),
+                    "{field}"
+                );
+                continue;
+            }
             assert!(
                 loaded.resolve(p).is_file(),
                 "{field}: {} is missing",

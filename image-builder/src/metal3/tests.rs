@@ -116,6 +116,17 @@ fn with_a_deploy_ramdisk_and_the_provisioning_network_ironic_inspects_cleans_and
         format!("{DEPLOY_RAMDISK_DIR}/esp")
     );
     assert!(PACKAGES.contains(&"genisoimage"));
+    // The ISO is made in Ironic's state directory, which its unit makes (not in its private tmpfs /tmp).
+    assert_eq!(get("DEFAULT", "tempdir"), TEMPDIR);
+    let unit = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../rootfs/etc/systemd/system/ironic.service"),
+    )
+    .unwrap();
+    assert!(
+        unit.contains(&format!("ExecStartPre=/bin/mkdir -p {TEMPDIR}\n")),
+        "{unit}"
+    );
     // BMO names the deploy ramdisk on every node, from where the image holds it.
     let env = file("/etc/foothold/metal3.env");
     for line in [
