@@ -217,6 +217,21 @@ pub fn services_ready(a: &Appliance) {
     let said =
         foothold_e2e::check_ironic_launcher(|c| a.ssh(&format!("sudo sh <<'ROOT'\n{c}\nROOT")));
     eprintln!("{said}");
+    // Ironic makes each virtual-media ISO of the deploy ramdisk (about 400 MiB at once) in its working directory:
+    // on disk, with room, as Ironic's own mount namespace sees it (its private /tmp is a tmpfs a tenth of the
+    // memory, where the ISO did not fit).
+    let avail = a.ssh(
+        "sudo nsenter -t $(sudo systemctl show -p MainPID --value ironic) -m \
+         df -B1 --output=avail /var/lib/ironic/tmp | tail -1",
+    );
+    let avail: u64 = avail
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("Ironic's working directory: {avail}"));
+    assert!(
+        avail > 1 << 30,
+        "Ironic's working directory has {avail} bytes free"
+    );
     let crds = a.kubectl(&["get", "crd", "-o", "name"]).unwrap();
     for crd in [
         "baremetalhosts.metal3.io",

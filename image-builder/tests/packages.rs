@@ -43,7 +43,10 @@ fn the_appliance_is_pinned_and_its_local_inputs_are_in_the_repository() {
         if let Some(p) = &f.path {
             if let Ok(built) = p.strip_prefix("../out/ipa") {
                 let part = field.rsplit('.').next().unwrap();
-                assert!(field.starts_with("components.metal3.deployRamdisk."), "{field}");
+                assert!(
+                    field.starts_with("components.metal3.deployRamdisk."),
+                    "{field}"
+                );
                 assert_eq!(
                     built.to_str().unwrap(),
                     format!("{}.{part}", ipa.spec.name),
