@@ -1,5 +1,6 @@
 //! `foothold-build`: argument parsing; the work is in the library.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -102,12 +103,14 @@ enum Cmd {
         #[command(flatten)]
         pull: PullArgs,
     },
-    /// Check a spec and print it normalised as JSON.
+    /// Check a spec and print it normalised (text: as JSON).
     Check {
         spec: PathBuf,
         /// Accept url inputs and images that are not pinned yet (what `pin` fills in).
         #[arg(long)]
         allow_unpinned: bool,
+        #[command(flatten)]
+        output: foothold_names::cli::OutputArg,
     },
     /// Print the spec format's JSON Schema (committed as packages/spec.schema.json, for editors).
     Schema,
@@ -200,6 +203,8 @@ enum Cmd {
         /// The BareMetalHosts' namespace.
         #[arg(long, default_value = "default")]
         namespace: String,
+        #[command(flatten)]
+        output: foothold_names::cli::OutputArg,
     },
     /// What an agent needs to let the BPA's installer make workload clusters of the spec's Kubernetes, for an
     /// agent that is not the spec's own (a lab, a test): the images kubeadm names (an OCI layout for
@@ -462,6 +467,7 @@ fn real_main() -> Result<ExitCode> {
         Cmd::Check {
             spec: path,
             allow_unpinned,
+            output,
         } => {
             let pins = if allow_unpinned {
                 spec::Pins::Optional
@@ -469,7 +475,8 @@ fn real_main() -> Result<ExitCode> {
                 spec::Pins::Required
             };
             let loaded = load_spec(&path, pins)?;
-            print_document(&serde_json::to_string_pretty(&loaded.spec)?)
+            let json = serde_json::to_string_pretty(&loaded.spec)?;
+            report(output, &loaded.spec, |out| writeln!(out, "{json}"))
         }
         Cmd::Site {
             dir,
@@ -477,6 +484,7 @@ fn real_main() -> Result<ExitCode> {
             memory,
             cpus,
             namespace,
+            output,
         } => {
             use foothold_image_builder::virtual_site;
             let made = virtual_site::write(
@@ -489,14 +497,10 @@ fn real_main() -> Result<ExitCode> {
                 },
             )
             .with_context(|| format!("writing the site {}", dir.display()))?;
-            for n in made {
-                let bmc = match n.bmc {
-                    virtual_site::NodeBmc::Ipmi { port } => format!("ipmi:{port}"),
-                    virtual_site::NodeBmc::Redfish => "redfish".into(),
-                };
-                println!("{} {} {} {} {bmc}", n.domain, n.uuid, n.mac, n.tap);
-            }
-            Ok(ExitCode::SUCCESS)
+            let listed: Vec<_> = made.iter().map(virtual_site::BridgedNode::listed).collect();
+            report(output, &listed, |out| {
+                listed.iter().try_for_each(|l| writeln!(out, "{l}"))
+            })
         }
         Cmd::Relay { addr } => {
             qemu::relay(&addr)?;
@@ -654,13 +658,24 @@ fn load_spec(path: &Path, pins: spec::Pins) -> Result<spec::Loaded> {
 }
 
 /// Writes a document to standard output. A reader that stops early (`| head`) is not an error.
-fn print_document(text: &str) -> Result<ExitCode> {
-    use std::io::Write;
+/// `report` on standard output as `output` asks (`text` writes it); a reader that went away is not an error.
+fn report<T: serde::Serialize>(
+    output: foothold_names::cli::OutputArg,
+    report: &T,
+    text: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
-    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+    match output
+        .write(&mut out, report, text)
+        .and_then(|()| out.flush())
+    {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
             Err(anyhow::Error::new(e).context("writing to standard output"))
         }
         _ => Ok(ExitCode::SUCCESS),
     }
+}
+
+fn print_document(text: &str) -> Result<ExitCode> {
+    report(Default::default(), &(), |out| writeln!(out, "{text}"))
 }

@@ -62,6 +62,43 @@ impl BridgedNode {
     }
 }
 
+/// A node as `foothold-build site` reports it (`-o json|yaml`: these fields; text: one line each, in this order).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Listed {
+    pub domain: String,
+    pub uuid: String,
+    pub mac: String,
+    pub tap: String,
+    /// `redfish`, or `ipmi:<port>`.
+    pub bmc: String,
+}
+
+impl std::fmt::Display for Listed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} {} {} {}",
+            self.domain, self.uuid, self.mac, self.tap, self.bmc
+        )
+    }
+}
+
+impl BridgedNode {
+    /// What `foothold-build site` reports of the node.
+    pub fn listed(&self) -> Listed {
+        Listed {
+            domain: self.domain.clone(),
+            uuid: self.uuid.clone(),
+            mac: self.mac.clone(),
+            tap: self.tap.clone(),
+            bmc: match self.bmc {
+                NodeBmc::Ipmi { port } => format!("ipmi:{port}"),
+                NodeBmc::Redfish => "redfish".into(),
+            },
+        }
+    }
+}
+
 /// The node's domain: UEFI without Secure Boot, TCG, its disk, its NIC on its tap, its console appended to a
 /// file. virtualbmc sets the boot device by redefining the domain from its XML, which libvirt refuses for a
 /// firmware it chose itself: an IPMI node names OVMF. sushy-tools rewrites a named loader when Ironic sets the

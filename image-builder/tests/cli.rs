@@ -33,6 +33,44 @@ fn man_pages_render() {
     }
 }
 
+/// `-o json|yaml` on the commands that report: the same fields as data on standard output, the text form
+/// unchanged (`scripts/virtual-site.sh` reads `site`'s columns).
+#[test]
+fn reporting_commands_print_json_or_yaml_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = |args: &[&str]| {
+        let out = Command::new(builder()).args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let site = dir.path().join("lab");
+    let site = site.to_str().unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&out(&["site", site, "--nodes", "2", "-o", "json"])).unwrap();
+    assert_eq!(json[1]["domain"], "lab-node-1");
+    assert_eq!(json[1]["tap"], "fhnode1");
+    assert_eq!(json[1]["bmc"], "ipmi:6230");
+    assert_eq!(json[0]["bmc"], "redfish");
+    let other = dir.path().join("lab2");
+    let text = out(&["site", other.to_str().unwrap(), "--nodes", "1"]);
+    let columns: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(columns.len(), 5, "{text}");
+    assert_eq!((columns[0], columns[4]), ("lab2-node-0", "redfish"));
+
+    let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packages/lab.yaml");
+    let lab = lab.to_str().unwrap();
+    let as_json: serde_json::Value =
+        serde_json::from_str(&out(&["check", "--allow-unpinned", lab])).unwrap();
+    let as_yaml: serde_json::Value =
+        serde_saphyr::from_str(&out(&["check", "--allow-unpinned", lab, "-o", "yaml"])).unwrap();
+    assert_eq!(as_json, as_yaml);
+    assert_eq!(as_yaml["name"], "foothold-lab");
+}
+
 #[test]
 fn an_old_spec_loads_with_a_warning_and_migrate_writes_the_format_in_and_nothing_else() {
     let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packages/lab.yaml");
