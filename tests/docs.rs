@@ -100,6 +100,31 @@ fn the_readme_is_short() {
     );
 }
 
+/// The README's "Documentation" table is the index of `docs/`: every page there and in `docs/reference/` is
+/// linked from it, so a page nobody can find from the README fails here.
+#[test]
+fn every_page_of_the_docs_is_in_the_readmes_index() {
+    let root = foothold_e2e::workspace();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let index = readme
+        .split_once("\n## Documentation\n")
+        .map(|(_, rest)| rest.split("\n## ").next().unwrap_or(rest))
+        .expect("the README has a \"## Documentation\" section");
+    let mut missing = Vec::new();
+    for dir in ["docs", "docs/reference"] {
+        for e in std::fs::read_dir(root.join(dir)).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            if name.ends_with(".md") && !index.contains(&format!("({dir}/{name})")) {
+                missing.push(format!("{dir}/{name}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not linked from the README's Documentation table: {missing:?}"
+    );
+}
+
 #[test]
 fn every_relative_link_reaches_a_file_and_heading() {
     let root = foothold_e2e::workspace().canonicalize().unwrap();
