@@ -310,8 +310,11 @@ pub fn provisioning_network(a: &Appliance, ns: &Namespace, dir: &Path) {
     let script = ok(&format!("http://{APPLIANCE}:6180/boot.ipxe"));
     assert!(script.starts_with("#!ipxe"), "the boot script: {script}");
     // Dropped, not refused: curl's "timeout" (28), in a bounded 5 s.
-    for closed in ["https://172.22.0.1:6443/readyz", "telnet://172.22.0.1:22"] {
-        let out = curl(closed, &["--connect-timeout", "5", "-k"]);
+    for closed in [
+        format!("https://{APPLIANCE}:6443/readyz"),
+        format!("telnet://{APPLIANCE}:22"),
+    ] {
+        let out = curl(&closed, &["--connect-timeout", "5", "-k"]);
         assert_eq!(
             out.status.code(),
             Some(28),

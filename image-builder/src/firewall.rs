@@ -25,9 +25,13 @@ pub struct Opening {
     pub why: &'static str,
 }
 
-/// Whether `interface` is a MAC address rather than a name.
+/// Whether `interface` is a MAC address (six pairs of hex digits separated by colons) rather than a name.
 pub fn is_mac(interface: &str) -> bool {
-    interface.len() == 17 && interface.matches(':').count() == 5
+    let pairs: Vec<&str> = interface.split(':').collect();
+    pairs.len() == 6
+        && pairs
+            .iter()
+            .all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The name the provisioning interface has on the appliance.

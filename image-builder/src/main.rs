@@ -475,8 +475,12 @@ fn real_main() -> Result<ExitCode> {
                 spec::Pins::Required
             };
             let loaded = load_spec(&path, pins)?;
-            let json = serde_json::to_string_pretty(&loaded.spec)?;
-            report(output, &loaded.spec, |out| writeln!(out, "{json}"))
+            // Its text is its JSON.
+            report(output, &loaded.spec, |out| {
+                serde_json::to_writer_pretty(&mut *out, &loaded.spec)
+                    .map_err(std::io::Error::other)?;
+                writeln!(out)
+            })
         }
         Cmd::Site {
             dir,
@@ -657,8 +661,8 @@ fn load_spec(path: &Path, pins: spec::Pins) -> Result<spec::Loaded> {
     Ok(loaded)
 }
 
-/// Writes a document to standard output. A reader that stops early (`| head`) is not an error.
-/// `report` on standard output as `output` asks (`text` writes it); a reader that went away is not an error.
+/// `report` on standard output as `output` asks (`text` writes it). A reader that stops early (`| head`) is not
+/// an error.
 fn report<T: serde::Serialize>(
     output: foothold_names::cli::OutputArg,
     report: &T,
@@ -676,6 +680,7 @@ fn report<T: serde::Serialize>(
     }
 }
 
+/// Writes a document to standard output, as [`report`]'s text.
 fn print_document(text: &str) -> Result<ExitCode> {
     report(Default::default(), &(), |out| writeln!(out, "{text}"))
 }

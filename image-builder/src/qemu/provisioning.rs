@@ -33,7 +33,7 @@ pub(super) fn args(c: &mut Command, p: &ProvisioningNic) -> Result<()> {
         );
     }
     let mac = match &p.mac {
-        Some(m) if is_mac_address(m) => format!(",mac={m}"),
+        Some(m) if crate::firewall::is_mac(m) => format!(",mac={m}"),
         Some(m) => bail!("provisioning MAC {m:?}: not a MAC address (52:54:00:12:34:56)"),
         None => String::new(),
     };
@@ -49,13 +49,4 @@ pub(super) fn args(c: &mut Command, p: &ProvisioningNic) -> Result<()> {
         &format!("virtio-net-pci,netdev=p0,bus=prov{mac}"),
     ]);
     Ok(())
-}
-
-/// Six pairs of hex digits separated by colons.
-fn is_mac_address(s: &str) -> bool {
-    let pairs: Vec<&str> = s.split(':').collect();
-    pairs.len() == 6
-        && pairs
-            .iter()
-            .all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()))
 }
