@@ -117,6 +117,11 @@ impl Appliance {
             }
         );
         assert!(line.contains("kubernetes=ready"), "{what}: {line}");
+        // The agent runs as its own user: it reads its TLS key through its group and owns its data partition.
+        assert!(
+            line.contains(" agent-user=foothold-agent "),
+            "{what}: {line}"
+        );
         let mut a = Appliance {
             vm,
             ssh_port,
@@ -521,7 +526,10 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
         dir,
     );
     a.diagnose(deadline);
-    deadline.phase("Kubernetes, CoreDNS, a pod through the mirror");
+    deadline
+        .phase("the agent's first-boot certificate; Kubernetes, CoreDNS, a pod through the mirror");
+    let host = a.ssh("hostname");
+    foothold_e2e::serves_its_first_boot_certificate(a.agent_port, host.trim(), dir);
     assert_eq!(a.kubectl(&["get", "--raw", "/readyz"]).unwrap(), "ok");
     let server: Value =
         serde_json::from_str(&a.kubectl(&["get", "--raw", "/version"]).unwrap()).unwrap();

@@ -3,17 +3,14 @@
 //! a fresh cache: linux/amd64 only, resuming a half-downloaded layer, every blob verified. A second fetch with the
 //! registry gone makes no request. `foothold-build build` puts them into an image's data partition; that
 //! partition, read back with debugfs and served by another agent, gives skopeo the pinned digests, and the
-//! platform left out answers MANIFEST_UNKNOWN. Booted in qemu, the image serves HTTPS
-//! (`agentTls`) with the certificate made at first boot. `foothold-build pin` resolves the same registry's tags, and a file server's urls, into a spec.
+//! platform left out answers MANIFEST_UNKNOWN. (A booted image's HTTPS (`agentTls`) with the certificate
+//! made at first boot is checked on the appliance's boot: `appliance.rs`.) `foothold-build pin` resolves the same registry's tags, and a file server's urls, into a spec.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use foothold_e2e::{
-    boot_options, boot_until_ready, build_binaries, free_port, http_code, run, sha256_file, target,
-};
-use foothold_image_builder::qemu;
+use foothold_e2e::{build_binaries, free_port, http_code, run, sha256_file, target};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -624,77 +621,4 @@ outputs:
         "200"
     );
     drop(served);
-
-    deadline.phase("booted: HTTPS with the first boot's certificate");
-    // Booted: the agent is ready and serves HTTPS (agentTls) with the certificate made at first boot.
-    let serial = dir.join("console.log");
-    let port = free_port();
-    let (vm, line) = boot_until_ready(
-        "the image with agentTls",
-        qemu::RunOptions {
-            forwards: vec![(port, 5000)],
-            ..boot_options(&raw, serial.clone())
-        },
-    );
-    assert!(line.contains("host=images-test"), "{line}");
-    // The agent runs as its own user: it reads its TLS key through its group and owns its data partition.
-    assert!(line.contains(" agent-user=foothold-agent "), "{line}");
-    let ready: Value = serde_json::from_str(&run(Command::new("curl").args([
-        "-kfsS",
-        "--max-time",
-        "30",
-        &format!("https://127.0.0.1:{port}/readyz"),
-    ])))
-    .unwrap();
-    assert_eq!(ready["http"], "ok", "{ready}");
-    let pem = run(Command::new("sh").arg("-c").arg(format!(
-        "openssl s_client -connect 127.0.0.1:{port} -servername localhost </dev/null 2>/dev/null | openssl x509 -noout -ext subjectAltName,basicConstraints"
-    )));
-    for name in [
-        "DNS:images-test",
-        "DNS:localhost",
-        "IP Address:127.0.0.1",
-        "CA:FALSE",
-    ] {
-        assert!(
-            pem.contains(name),
-            "{name} in the first boot's certificate: {pem}"
-        );
-    }
-    // The chain it serves ends in the site CA (foothold-pki.service), which alone verifies it.
-    let chain = run(Command::new("sh").arg("-c").arg(format!(
-        "openssl s_client -connect 127.0.0.1:{port} -showcerts </dev/null 2>/dev/null"
-    )));
-    let ca = chain
-        .rfind("-----BEGIN CERTIFICATE-----")
-        .and_then(|start| {
-            let end = chain[start..].find("-----END CERTIFICATE-----")?;
-            Some(format!(
-                "{}-----END CERTIFICATE-----\n",
-                &chain[start..start + end]
-            ))
-        })
-        .unwrap_or_else(|| panic!("no certificate served: {chain}"));
-    let ca_file = dir.join("site-ca.pem");
-    std::fs::write(&ca_file, &ca).unwrap();
-    let ca_text = run(Command::new("openssl")
-        .args(["x509", "-noout", "-ext", "basicConstraints,keyUsage", "-in"])
-        .arg(&ca_file));
-    assert!(
-        ca_text.contains("CA:TRUE, pathlen:0") && ca_text.contains("Certificate Sign"),
-        "{ca_text}"
-    );
-    let metrics = run(Command::new("curl")
-        .args(["-fsS", "--max-time", "30", "--cacert"])
-        .arg(&ca_file)
-        .arg(format!("https://127.0.0.1:{port}/metrics")));
-    for name in ["agent", "site-ca"] {
-        assert!(
-            metrics.contains(&format!(
-                "foothold_certificate_expiry_seconds{{name=\"{name}\"}} "
-            )),
-            "{name}'s expiry in /metrics:\n{metrics}"
-        );
-    }
-    drop(vm);
 }

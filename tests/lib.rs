@@ -544,6 +544,70 @@ pub fn build_node_image_prefetching(
     out.join(format!("foothold-node.{format}"))
 }
 
+/// A booted image's agent, through the forward `port` on 127.0.0.1, serves HTTPS (`agentTls`) with the
+/// certificate `foothold-pki.service` made at first boot: a leaf (`CA:FALSE`) naming `host`, localhost and
+/// 127.0.0.1, whose chain ends in the site CA (`pathlen:0`, certificate signing), which alone verifies it (its
+/// PEM is written to `dir/served-site-ca.pem`); the agent's `/metrics` give both certificates' expiry.
+pub fn serves_its_first_boot_certificate(port: u16, host: &str, dir: &Path) {
+    let ready: serde_json::Value = serde_json::from_str(&run(Command::new("curl").args([
+        "-kfsS",
+        "--max-time",
+        "30",
+        &format!("https://127.0.0.1:{port}/readyz"),
+    ])))
+    .unwrap();
+    assert_eq!(ready["http"], "ok", "{ready}");
+    let pem = run(Command::new("sh").arg("-c").arg(format!(
+        "openssl s_client -connect 127.0.0.1:{port} -servername localhost </dev/null 2>/dev/null \
+         | openssl x509 -noout -ext subjectAltName,basicConstraints"
+    )));
+    for name in [
+        &format!("DNS:{host}"),
+        "DNS:localhost",
+        "IP Address:127.0.0.1",
+        "CA:FALSE",
+    ] {
+        assert!(
+            pem.contains(name),
+            "{name} in the first boot's certificate: {pem}"
+        );
+    }
+    let chain = run(Command::new("sh").arg("-c").arg(format!(
+        "openssl s_client -connect 127.0.0.1:{port} -showcerts </dev/null 2>/dev/null"
+    )));
+    let ca = chain
+        .rfind("-----BEGIN CERTIFICATE-----")
+        .and_then(|start| {
+            let end = chain[start..].find("-----END CERTIFICATE-----")?;
+            Some(format!(
+                "{}-----END CERTIFICATE-----\n",
+                &chain[start..start + end]
+            ))
+        })
+        .unwrap_or_else(|| panic!("no certificate served: {chain}"));
+    let ca_file = dir.join("served-site-ca.pem");
+    std::fs::write(&ca_file, &ca).unwrap();
+    let ca_text = run(Command::new("openssl")
+        .args(["x509", "-noout", "-ext", "basicConstraints,keyUsage", "-in"])
+        .arg(&ca_file));
+    assert!(
+        ca_text.contains("CA:TRUE, pathlen:0") && ca_text.contains("Certificate Sign"),
+        "{ca_text}"
+    );
+    let metrics = run(Command::new("curl")
+        .args(["-fsS", "--max-time", "30", "--cacert"])
+        .arg(&ca_file)
+        .arg(format!("https://127.0.0.1:{port}/metrics")));
+    for name in ["agent", "site-ca"] {
+        assert!(
+            metrics.contains(&format!(
+                "foothold_certificate_expiry_seconds{{name=\"{name}\"}} "
+            )),
+            "{name}'s expiry in /metrics:\n{metrics}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,16 +13,17 @@
 //! Ironic's API is HTTPS, verified with the certificate the appliance made. Each host is inspected (one boots
 //! the deploy ramdisk by PXE and iPXE from the appliance, with the certificate as a second initrd, the other
 //! from the ISO Ironic makes of it, by virtual media), its disks' metadata cleaned, and it becomes available with
-//! what inspection found. Given the node image with a wrong checksum, the worker's deploy fails naming it, and
-//! put right it recovers while the master goes on. Each is provisioned: the ramdisk writes the image and Metal3's
+//! what inspection found. Given an image with a wrong checksum, the worker's deploy fails naming it, and given
+//! the node image it recovers while the master goes on. Each is provisioned: the ramdisk writes the image and Metal3's
 //! config drive to the disk, and the node boots from it, named as its BareMetalHost, at the address inspection
 //! recorded (the master's static, from its network data), and reports ready; what the config drive set is
 //! checked on it (`metal3_provisioning_disk.rs`). Before the site starts, Kubernetes' first-boot certificates are renewed as
 //! they would be at the end of their year (`metal3_provisioning_pki.rs`): everything after runs on the renewed
 //! set. The BPA matches and checks the master by its inspected data and its installer Job, run on the
 //! appliance's own node, makes it a workload cluster while the worker recovers; the worker, installed, is added
-//! to the Ready cluster and joined; a `Software` is installed on both by its package installer Job
-//! (`metal3_provisioning_bpa.rs`). A reboot through the BareMetalHost brings the master back from its disk,
+//! to the Ready cluster and joined; a `Software` is installed on both by its package installer Job; taken out
+//! of the Provisioning, the worker is drained past a PodDisruptionBudget, reset and its Node deleted, its
+//! BareMetalHost released (`metal3_provisioning_bpa.rs`, `metal3_provisioning_leave.rs`). A reboot through the BareMetalHost brings the master back from its disk,
 //! the same, with its package and its workload node Ready; meanwhile deprovisioning cleans the worker's disk
 //! (checked on the VM's disk file) and makes it available again. Nothing leaves the namespace.
 
@@ -32,6 +33,8 @@ mod bpa;
 mod disk;
 #[path = "metal3_provisioning_firewall.rs"]
 mod firewall;
+#[path = "metal3_provisioning_leave.rs"]
+mod leave;
 #[path = "metal3_provisioning_nodes.rs"]
 mod nodes;
 #[path = "metal3_provisioning_pki.rs"]
@@ -464,13 +467,8 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     deadline
         .phase("provisioning: the master installed, the worker's wrong checksum fails naming it");
     let url = format!("http://{IMAGES}:{IMAGES_PORT}/foothold-node.qcow2");
-    let wrong = "0".repeat(64);
-    std::fs::write(
-        images.join("wrong.sha256sum"),
-        format!("{wrong}  foothold-node.qcow2\n"),
-    )
-    .unwrap();
-    let image_spec = |checksum: &str| serde_json::json!({"url": url, "checksum": checksum, "checksumType": "sha256", "format": "qcow2"});
+    let (small, wrong) = nodes::wrongly_summed_image(&images);
+    let image_spec = |url: &str, checksum: &str| serde_json::json!({"url": url, "checksum": checksum, "checksumType": "sha256", "format": "qcow2"});
     let user_data = |n: &Node| serde_json::json!({"name": format!("user-data-{}", n.name), "namespace": "default"});
     let (master, worker) = (&nodes[0], &nodes[1]);
     let started = Instant::now();
@@ -478,7 +476,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         &site,
         master.name,
         serde_json::json!({
-            "image": image_spec(&format!("{url}.sha256sum")),
+            "image": image_spec(&url, &format!("{url}.sha256sum")),
             "userData": user_data(master),
             "networkData": {"name": "network-data-master", "namespace": "default"},
         }),
@@ -487,7 +485,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         &site,
         worker.name,
         serde_json::json!({
-            "image": image_spec(&format!("http://{IMAGES}:{IMAGES_PORT}/wrong.sha256sum")),
+            "image": image_spec(&small, &format!("{small}.sha256sum")),
             "userData": user_data(worker),
         }),
     );
@@ -517,7 +515,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     patch_host(
         &site,
         worker.name,
-        serde_json::json!({"image": image_spec(&format!("{url}.sha256sum"))}),
+        serde_json::json!({"image": image_spec(&url, &format!("{url}.sha256sum"))}),
     );
     wait_for_hosts_past(
         &site,
@@ -610,8 +608,14 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     });
     foothold_e2e::say!("metal3_provisioning: CoreDNS: {}", dns.replace('\n', "; "));
 
-    // The Provisioning goes (its finalizer removes the Job it made); the cluster stays on the hosts.
-    bpa::deleted(&site, &job);
+    deadline.phase(
+        "the worker taken out of the cluster: drained past a PodDisruptionBudget, reset, released",
+    );
+    let job = leave::removes_the_worker(site_of, &nodes, &conf, &on_worker);
+
+    // The Provisioning goes (its finalizer removes the Job it made and releases the master's host); the cluster
+    // stays on it.
+    bpa::deleted(&site, &job, master.name);
 
     let node = master;
     deadline
@@ -651,8 +655,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         "metal3_provisioning: rebooted and ready again in {} s",
         started.elapsed().as_secs()
     );
-    // It is the workload cluster's master: from its disk, its control plane and its node come back (the
-    // worker's node, its host being cleaned, does not).
+    // It is the workload cluster's master: from its disk, its control plane and its node come back.
     wait_for(
         "the workload cluster's master after its reboot",
         Duration::from_secs(600),

@@ -16,7 +16,12 @@ use super::nodes::Node;
 /// for `master_cpus`, and the second, when `worker` is given, its worker, by their MACs, with hardware
 /// requirements the BPA checks against `status.hardware`. The master's `memory` requirement (its host has 3 GiB)
 /// follows `generation`, only to make each a new generation.
-fn provisioning(master: &Node, master_cpus: u64, worker: Option<&Node>, generation: u32) -> String {
+pub(super) fn provisioning(
+    master: &Node,
+    master_cpus: u64,
+    worker: Option<&Node>,
+    generation: u32,
+) -> String {
     let workers: Vec<serde_json::Value> = worker
         .iter()
         .map(|w| serde_json::json!({"worker-0": {"mac-address": w.mac, "cpu": w.vcpus}}))
@@ -34,7 +39,7 @@ fn provisioning(master: &Node, master_cpus: u64, worker: Option<&Node>, generati
 }
 
 /// The Provisioning `c1`'s `path` (a jsonpath), empty while it cannot be read.
-fn field(site: &Site, path: &str) -> String {
+pub(super) fn field(site: &Site, path: &str) -> String {
     site.kubectl(&[
         "get",
         "provisioning",
@@ -48,7 +53,7 @@ fn field(site: &Site, path: &str) -> String {
 const MATCHED: &str = "{.status.conditions[?(@.type==\"HostsMatched\")]";
 
 /// Applies `yaml` as generation `generation` of `c1` and waits for the BPA's answer to it (HostsMatched set).
-fn answer(site: &Site, yaml: &str, generation: u32) {
+pub(super) fn answer(site: &Site, yaml: &str, generation: u32) {
     let field = |path: &str| field(site, path);
     site.kubectl_apply(yaml);
     wait_for(
@@ -241,7 +246,7 @@ pub(super) fn adds_the_worker(site: &Site, nodes: &[Node], addresses: &[String])
 }
 
 /// The installer Job `job` runs to its end: the Provisioning's phase (`Ready` or `Failed`) and the Job's log.
-fn outcome(site: &Site, job: &str) -> (String, String) {
+pub(super) fn outcome(site: &Site, job: &str) -> (String, String) {
     let started = Instant::now();
     let logs = || {
         site.kubectl(&["logs", &format!("job/{job}"), "--tail=200"])
@@ -405,7 +410,7 @@ pub(super) fn workload_dns(
 }
 
 /// `kubectl get <args>` on the workload cluster, as [`workload_nodes`] asks it.
-fn workload_get(
+pub(super) fn workload_get(
     (ns, site, dir): (&Namespace, &Site, &Path),
     conf: &str,
     args: &[&str],
@@ -492,12 +497,25 @@ pub(super) fn installs_software(
     );
 }
 
-/// Deletes the Provisioning: its finalizer removes what it made, the installer Job `job` among it.
-pub(super) fn deleted(site: &Site, job: &str) {
+/// Deletes the Provisioning: its finalizer removes what it made, the installer Job `job` among it, and
+/// releases the BareMetalHost `bmh` its cluster was left on.
+pub(super) fn deleted(site: &Site, job: &str, bmh: &str) {
     site.kubectl(&["delete", "provisioning", "c1", "--timeout=120s"])
         .unwrap_or_else(|e| panic!("deleting the Provisioning: {e}"));
     wait_for("the installer Job gone", Duration::from_secs(120), || {
         let left = site.kubectl(&["get", "job", job, "-o", "name"]);
         (format!("{left:?}"), left.is_err().then_some(()))
     });
+    assert_eq!(
+        site.kubectl(&[
+            "get",
+            "baremetalhost",
+            bmh,
+            "-o",
+            "jsonpath={.spec.consumerRef}"
+        ])
+        .unwrap_or_else(|e| e),
+        "",
+        "{bmh} released with its Provisioning"
+    );
 }

@@ -86,6 +86,24 @@ pub(super) fn domain_xml(node: &Node) -> String {
     virtual_site::domain_xml(&node.bridged())
 }
 
+/// The worker's first image, in the images directory `images`: a 1 MiB qcow2 with a checksum file that is
+/// wrong; its URL and the wrong sum. The ramdisk downloads an image (three times) before it finds the sum
+/// wrong, so a small one fails the same way without the node image's downloads and hashing under TCG beside
+/// the master's install (the CPU both nodes share).
+pub(super) fn wrongly_summed_image(images: &Path) -> (String, String) {
+    run(Command::new("qemu-img")
+        .args(["create", "-q", "-f", "qcow2"])
+        .arg(images.join("small.qcow2"))
+        .arg("1M"));
+    let wrong = "0".repeat(64);
+    std::fs::write(
+        images.join("small.qcow2.sha256sum"),
+        format!("{wrong}  small.qcow2\n"),
+    )
+    .unwrap();
+    (format!("http://{IMAGES}:{IMAGES_PORT}/small.qcow2"), wrong)
+}
+
 /// The first MiB of the node's disk (read while the VM runs: a shared read).
 pub(super) fn disk_head(disk: &Path, dir: &Path) -> Vec<u8> {
     let out = dir.join("disk-head.raw");

@@ -1,7 +1,8 @@
 //! `packages/node.yaml`, the compute node's live ISO, built as committed by the real `foothold-build` (as root)
 //! and booted as Metal3 boots it: uploaded to a foothold-agent on this host as an `os_images` record, then
 //! sushy-tools (the virtual site's Redfish BMC, libvirt driver) inserts it from the agent's `/files` over TLS as
-//! virtual media and powers on a libvirt domain that boots it under UEFI. The node is isolated: its only way out
+//! virtual media and powers on a libvirt domain that boots it under UEFI (CI's one boot of a live root from a
+//! CD: `lab_media.rs` boots its ISO from a USB stick, and from a CD only to the kernel). The node is isolated: its only way out
 //! is a guest forward from the mirror address it was built for (172.22.0.1:5000) to the agent, which serves with
 //! a certificate for that address (the site CA in the image). At boot containerd pulls
 //! `docker.io/library/busybox:1.35`, an image only that agent has, by its original name through the mirror, and

@@ -45,6 +45,10 @@ pub struct KubeArgs {
     /// password-less sudo there.
     #[arg(long, default_value = "root")]
     pub installer_ssh_user: String,
+    /// How long an installer Job's drain of a host leaving a cluster may wait for its pods to go,
+    /// PodDisruptionBudgets permitting (DRAIN_TIMEOUT_SECONDS of its Jobs); then the Job fails naming the pods.
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+    pub drain_timeout_seconds: u64,
     /// Default image of ViNO's vino-builder container (runs `foothold-agent vino-builder`; needs virsh).
     #[arg(long, default_value = "127.0.0.1:5000/foothold/vino-builder:latest")]
     pub vino_builder_image: String,
@@ -108,6 +112,7 @@ impl KubeArgs {
             lease_duration: std::time::Duration::from_secs(self.lease_duration_seconds),
             installer_image: self.installer_image,
             installer_ssh_user: self.installer_ssh_user,
+            drain_timeout_seconds: self.drain_timeout_seconds,
             vino_builder_image: self.vino_builder_image,
             ssh_key_secret: self.ssh_key_secret,
             ssh_host_ca,

@@ -38,6 +38,8 @@ pub struct Settings {
     pub installer_image: String,
     /// Who the installer Jobs log in to the hosts as (their `INSTALLER_SSH_USER`).
     pub installer_ssh_user: String,
+    /// The installer Jobs' `DRAIN_TIMEOUT_SECONDS`: how long a leaving host's drain may wait.
+    pub drain_timeout_seconds: u64,
     /// Default image of the `vino-builder` container in ViNO DaemonSets (a Vino may name its own).
     pub vino_builder_image: String,
     /// The Secret (in the Provisioning's namespace) with the SSH key installers use (`id_rsa`).

@@ -131,6 +131,10 @@ pub struct ProvisioningStatus {
     /// The workload cluster's kubeconfig, once installed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubeconfig_secret_ref: Option<SecretRef>,
+    /// The hosts the last installer Job that finished made the cluster of: a host the spec no longer lists is
+    /// removed from the cluster by the next Job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub installed_hosts: Vec<HostStatus>,
 }
 
 /// One host of the cluster as matched.
@@ -150,6 +154,10 @@ pub struct HostStatus {
     /// The BareMetalHost's provisioning state, or why the host is not usable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+    /// Where the host stands in the cluster: `Joining`, `Member`, `Leaving` (taken out of the spec, no Job yet),
+    /// `Removing` (drained, reset and deleted by the installer Job), `Removed` (its BareMetalHost released).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub membership: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

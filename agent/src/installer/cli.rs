@@ -77,6 +77,10 @@ pub struct ClusterArgs {
     kubeconfig_secret: String,
     #[arg(long, env = "NAMESPACE", default_value = "")]
     namespace: String,
+    /// How long the drain of a host leaving the cluster (one the inventory no longer lists) may wait for its pods
+    /// to go, PodDisruptionBudgets permitting.
+    #[arg(long, env = "DRAIN_TIMEOUT_SECONDS", default_value_t = 600)]
+    drain_timeout_seconds: u64,
     /// Also write the admin kubeconfig to this file (mode 0600).
     #[arg(long)]
     kubeconfig_out: Option<PathBuf>,
@@ -276,6 +280,7 @@ pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
         cluster: &a.cluster,
         pod_subnet,
         release: &release,
+        drain_timeout: std::time::Duration::from_secs(a.drain_timeout_seconds),
     };
     let say = |line: String| println!("{line}");
     let runtime = tokio::runtime::Runtime::new()?;

@@ -3,7 +3,8 @@
 //!
 //! The steps, each a script of `host` (idempotent, so a re-run over a half-installed cluster converges):
 //! 1. `prepare` every host at once: binaries, kernel settings, containerd for kubelet, kubelet's unit;
-//! 2. `kubeadm init` on the control-plane host;
+//! 2. `kubeadm init` on the control-plane host, then `remove`: every node of the cluster the inventory no longer
+//!    lists drained, reset and deleted (`remove`);
 //! 3. `kubeadm join` on every other host at once, trusting the cluster CA by its hash;
 //! 4. `cluster DNS`: CoreDNS without an upstream when a host has no resolver (`dns`);
 //! 5. `kube-proxy` on every host, with a kubeconfig the control-plane host makes;
@@ -18,7 +19,6 @@
 //! A failure ends the run and names the host, the step and the output's tail. One control-plane host: a
 //! second would need kubeadm's certificate upload, which is not built.
 
-use std::fmt;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,7 +34,10 @@ use crate::installer::host::{self, ADMIN_CONF, CA_CERT, DONE};
 use crate::installer::inventory::{Host, Inventory};
 use crate::installer::kubeadm;
 use crate::installer::release::Release;
-use crate::installer::ssh::{Connection, KnownHosts, Output, Target};
+use crate::installer::remove;
+use crate::installer::ssh::{Connection, KnownHosts, Target};
+pub use crate::installer::step::Failure;
+use crate::installer::step::{Node, CONNECT, KUBEADM, NODES};
 
 /// What the BPA's Job gives the installer beyond the inventory.
 pub struct Params<'a> {
@@ -43,28 +46,9 @@ pub struct Params<'a> {
     /// `POD_SUBNET`, else kubeadm's default.
     pub pod_subnet: &'a str,
     pub release: &'a Release,
+    /// How long a leaving host's drain may wait for its pods to go (`DRAIN_TIMEOUT_SECONDS`).
+    pub drain_timeout: Duration,
 }
-
-/// Why the run stopped: which host, in which step, and what it said.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    /// The inventory's name and address, or `inventory` for what is wrong before any host is touched.
-    pub host: String,
-    pub step: &'static str,
-    pub reason: String,
-    /// Running again with the same inputs cannot help: the inputs or the host's state must change first (a
-    /// refused plan or key, a kubeadm preflight check). Otherwise (a host not answering yet, a timeout, an API
-    /// server restarting) a retry may succeed.
-    pub lasting: bool,
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}: {}", self.host, self.step, self.reason)
-    }
-}
-
-impl std::error::Error for Failure {}
 
 fn refuse(reason: String) -> Failure {
     Failure {
@@ -73,15 +57,6 @@ fn refuse(reason: String) -> Failure {
         reason,
         lasting: true,
     }
-}
-
-/// Whether `out` is kubeadm's preflight checks failing (`[ERROR Port-6443]: Port 6443 is in use` … `error
-/// execution phase preflight`) on facts about the host that stay until someone changes them: a port taken, too
-/// little memory, swap on. Not when the container runtime is among them: containerd may be restarting.
-fn preflight_failed(out: &Output) -> bool {
-    out.mentions("error execution phase preflight")
-        && !out.mentions("[ERROR CRI]")
-        && !out.mentions("[ERROR ContainerRuntimeVersion]")
 }
 
 /// A Kubernetes object name (RFC 1123 label): what node names and the cluster name must be.
@@ -150,74 +125,9 @@ pub fn check(inv: &Inventory, p: &Params) -> Result<(), Failure> {
     pod_subnet_fits(p.pod_subnet, inv.members().len()).map_err(refuse)
 }
 
-/// A logged-in host.
-struct Node<'a> {
-    host: &'a Host,
-    conn: Connection,
-    target: Target,
-}
-
-impl Node<'_> {
-    fn fail(&self, step: &'static str, reason: String) -> Failure {
-        Failure {
-            host: self.target.label(),
-            step,
-            reason,
-            lasting: false,
-        }
-    }
-
-    /// Runs `script`; its output on success.
-    async fn capture(
-        &self,
-        step: &'static str,
-        script: &str,
-        timeout: Duration,
-    ) -> Result<Output, Failure> {
-        let out = self
-            .conn
-            .run(self.target.root_shell(), script.as_bytes(), timeout)
-            .await
-            .map_err(|e| self.fail(step, e.to_string()))?;
-        if out.success() {
-            return Ok(out);
-        }
-        let reason = format!(
-            "exit status {}: {}",
-            out.status
-                .map_or_else(|| format!("signal {:?}", out.signal), |s| s.to_string()),
-            out.tail(8)
-        );
-        Err(Failure {
-            lasting: preflight_failed(&out),
-            ..self.fail(step, reason)
-        })
-    }
-
-    /// Runs a step's `script`; what it says it did.
-    async fn step(
-        &self,
-        step: &'static str,
-        script: &str,
-        timeout: Duration,
-    ) -> Result<String, Failure> {
-        let out = self.capture(step, script, timeout).await?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .rev()
-            .find_map(|l| l.strip_prefix(DONE).map(|d| d.trim().to_owned()))
-            .ok_or_else(|| self.fail(step, format!("the script ended without saying {DONE}")))
-    }
-}
-
-const CONNECT: Duration = Duration::from_secs(60);
 /// Downloading a release's binaries (some 300 MB) and setting a host up.
 const PREPARE: Duration = Duration::from_secs(30 * 60);
-/// kubeadm init or join, image pulls included, on a slow host.
-const KUBEADM: Duration = Duration::from_secs(40 * 60);
 const SHORT: Duration = Duration::from_secs(5 * 60);
-/// How long the nodes have to get their pod ranges, and then to be Ready.
-const NODES: Duration = Duration::from_secs(20 * 60);
 /// Between two looks at the nodes: a list the API server answers from its cache, over a kept connection.
 const NODES_POLL: Duration = Duration::from_secs(3);
 /// One request to the new cluster's API: its server may be restarting (kubelet restarts it when a slow host
@@ -246,6 +156,9 @@ async fn cluster_api(cp: &Node<'_>) -> Result<(String, kube::Client), Failure> {
             .map_err(|e| bad(e.to_string()))?;
     config.connect_timeout = Some(API_REQUEST);
     config.read_timeout = Some(API_REQUEST);
+    // The installer tries again by itself (`retrying`, the drain's rounds): kube's own retries of 429, 503 and
+    // 504 would hold a refused eviction for minutes (up to 15 tries, backing off to 1,000 s).
+    config.default_retry = false;
     let client = kube::Client::try_from(config).map_err(|e| bad(e.to_string()))?;
     Ok((text, client))
 }
@@ -343,7 +256,12 @@ pub async fn install(
         }
     }))
     .await?;
-    let result = converge(inv, p, &nodes, say).await;
+    let reach = remove::Reach {
+        key: &key,
+        known,
+        user: default_user,
+    };
+    let result = converge(inv, p, &nodes, &reach, say).await;
     for n in nodes {
         n.conn.close().await;
     }
@@ -354,6 +272,7 @@ async fn converge(
     inv: &Inventory,
     p: &Params<'_>,
     nodes: &[Node<'_>],
+    reach: &remove::Reach<'_>,
     say: &(dyn Fn(String) + Sync),
 ) -> Result<String, Failure> {
     let report = |n: &Node, step: &str, done: &str| say(format!("{} {step}: {done}", n.host.name));
@@ -387,6 +306,7 @@ async fn converge(
         .await?;
     report(cp, "kubeadm init", &done);
     let (admin, api) = cluster_api(cp).await?;
+    remove::departed_hosts(inv, (p.cluster, p.drain_timeout), &api, cp, reach, say).await?;
 
     // The token the joins use: made anew by each run (the one in a first run's init configuration may have
     // expired by a later run's), with the CA's hash read from the control-plane host.
@@ -443,6 +363,7 @@ async fn converge(
     .await?;
 
     let ranges = wait_nodes(&api, cp, inv, "pod ranges", pod_range, |v| !v.is_empty()).await?;
+    remove::label_members(inv, p.cluster, &api, cp).await?;
     let range_of = |n: &Node| {
         ranges
             .iter()
@@ -563,6 +484,8 @@ pub async fn publish(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::installer::ssh::Output;
+    use crate::installer::step::preflight_failed;
 
     #[test]
     fn a_nodes_pod_range_and_readiness_are_read_from_the_api_object() {
@@ -604,6 +527,7 @@ mod tests {
             cluster,
             pod_subnet,
             release: &r,
+            drain_timeout: Duration::from_secs(600),
         };
         let inv = inventory("");
         assert_eq!(check(&inv, &p("c1", "10.244.0.0/16")), Ok(()));
@@ -645,6 +569,7 @@ mod tests {
             cluster: "C_1",
             pod_subnet: "10.244.0.0/16",
             release: &r,
+            drain_timeout: Duration::from_secs(600),
         };
         assert!(check(&inventory(""), &p).unwrap_err().lasting);
         let failed = |stderr: &str| Output {

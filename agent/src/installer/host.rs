@@ -229,6 +229,27 @@ pub fn join(cluster: &str, config: &str) -> String {
     s
 }
 
+/// Step `reset` on a host leaving `cluster`: kubelet, kube-proxy and the pod routes stopped and disabled,
+/// `kubeadm reset`, and what the installer wrote for the cluster (its markers, kube-proxy's files and unit, the
+/// CNI configuration and bridge) removed, so that the host can join a cluster again. A host that joined
+/// another cluster is left alone. What `prepare` installed (binaries, containerd) stays.
+pub fn reset(cluster: &str) -> String {
+    let mut s = head();
+    let _ = write!(
+        s,
+        "for m in {DIR}/joined {DIR}/initialised; do\n  \
+         if [ -f \"$m\" ] && [ \"$(cat \"$m\")\" != '{cluster}' ]; then\n    \
+         echo \"this host is in cluster $(cat \"$m\"), not {cluster}: left as it is\" >&2; exit 1\n  fi\ndone\n\
+         systemctl disable -q --now kubelet.service kube-proxy.service foothold-pod-routes.service 2>/dev/null || true\n\
+         if command -v kubeadm >/dev/null; then kubeadm reset -f >&2; fi\n\
+         rm -f {DIR}/joined {DIR}/initialised {DIR}/join.yaml {DIR}/kube-proxy.conf {DIR}/kube-proxy.yaml \\\n  \
+         /etc/systemd/system/kube-proxy.service /etc/systemd/system/foothold-pod-routes.service \\\n  \
+         /etc/cni/net.d/10-foothold.conflist\n\
+         systemctl daemon-reload\nip link delete cni0 2>/dev/null || true\necho '{DONE} reset'\n"
+    );
+    s
+}
+
 /// On the first control-plane host: kube-proxy's kubeconfig (a client certificate for `system:kube-proxy`,
 /// which Kubernetes' default RBAC binds to `system:node-proxier`), made once and printed.
 pub fn kube_proxy_kubeconfig() -> String {
@@ -464,6 +485,30 @@ mod tests {
                 "{s}"
             );
         }
+    }
+
+    #[test]
+    fn a_leaving_host_is_reset_only_from_its_own_cluster_and_can_join_again() {
+        let s = reset("c1");
+        let check = std::process::Command::new("sh")
+            .args(["-n", "-c", &s])
+            .output()
+            .unwrap();
+        assert!(check.status.success(), "{check:?}");
+        let at = |what: &str| s.find(what).unwrap_or_else(|| panic!("{what}: {s}"));
+        // Another cluster's host is left alone before anything stops.
+        assert!(at("!= 'c1'") < at("systemctl disable"));
+        // kubelet stopped and disabled first, so it cannot register the Node again once it is deleted.
+        assert!(at("disable -q --now kubelet.service") < at("kubeadm reset -f"));
+        // The markers go, so a later join of this host is not refused as "already in cluster c1".
+        for gone in [
+            "/etc/foothold/kubernetes/joined",
+            "/etc/foothold/kubernetes/initialised",
+            "/etc/cni/net.d/10-foothold.conflist",
+        ] {
+            assert!(s.rfind(gone) > Some(at("kubeadm reset -f")), "{gone}");
+        }
+        assert!(s.trim_end().ends_with(&format!("echo '{DONE} reset'")));
     }
 
     #[test]

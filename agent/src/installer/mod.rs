@@ -33,5 +33,7 @@ pub mod host;
 pub mod inventory;
 pub mod kubeadm;
 pub mod release;
+pub mod remove;
 pub mod software;
 pub mod ssh;
+pub mod step;

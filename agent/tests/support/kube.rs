@@ -96,6 +96,20 @@ impl KubeEnv {
     }
 }
 
+impl KubeEnv {
+    /// [`KubeEnv::client`] without kube's own retries of 429, 503 and 504 answers: what the installer's client of
+    /// a workload cluster is (it retries by itself, and a drain must see an eviction a budget refuses).
+    pub async fn client_without_retries(&self) -> kube::Client {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).expect("reading the kubeconfig");
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .expect("kubeconfig");
+        config.default_retry = false;
+        kube::Client::try_from(config).expect("client")
+    }
+}
+
 /// A client of `kubeconfig`'s user, bound to the calling runtime.
 pub async fn client_of(kubeconfig: &Path) -> kube::Client {
     let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("reading the kubeconfig");

@@ -1,15 +1,18 @@
 //! The BPA reconciler for `Provisioning`: observe (the Provisioning, its namespace's BareMetalHosts, its Job),
 //! plan (`bpa_plan`, pure), apply (inventory ConfigMap, installer ServiceAccount/Role/RoleBinding, one Job per
-//! generation, status, Events). The finalizer removes everything it created.
+//! generation, status, Events), and the hosts' claims (`consumerRef`) and membership (`members`). The
+//! finalizer removes everything it created and releases the hosts.
 //!
 //! Installer contract: the Job runs `Settings::installer_image` with the inventory at
 //! `/etc/foothold/inventory/hosts.ini`, the SSH key Secret at `/etc/foothold/ssh`, and the environment
-//! `CLUSTER_NAME`, `NAMESPACE`, `KUD_PLUGINS` (comma separated), `POD_SUBNET`, `KUBECONFIG_SECRET` and
-//! `INSTALLER_SSH_USER`. Before it
+//! `CLUSTER_NAME`, `NAMESPACE`, `KUD_PLUGINS` (comma separated), `POD_SUBNET`, `KUBECONFIG_SECRET`,
+//! `INSTALLER_SSH_USER` and `DRAIN_TIMEOUT_SECONDS`. It removes from the cluster the nodes it made that the
+//! inventory no longer lists. Before it
 //! exits successfully it writes the workload cluster's kubeconfig into that Secret (`<cluster>-kubeconfig`,
 //! key `kubeconfig`); its ServiceAccount may create and update exactly that Secret. A Job that completes
 //! without the Secret counts as failed.
 
+pub mod members;
 pub mod observe;
 pub mod plan;
 pub mod render;
@@ -25,7 +28,8 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 
-use self::plan::Problem;
+use self::members::Stage;
+use self::plan::{Claim, Problem};
 pub use self::plan::{OWNERSHIP, OWNER_LABEL};
 use super::common::jobs;
 use super::common::report::{report, Headline};
@@ -91,8 +95,9 @@ impl Reconciler for Ctx {
         let name = p.name_any();
         let generation = p.metadata.generation.unwrap_or(0);
         let cluster = cluster_name(p);
-        let hosts = observe::hosts(client, ns).await?;
+        let hosts = observe::hosts(client, ns, p).await?;
         let plan = plan::plan(&p.spec, &hosts);
+        let mut stage = Stage::Waiting;
         let old = p.status.clone().unwrap_or_default();
         let mut status = ProvisioningStatus {
             conditions: old.conditions.clone(),
@@ -121,6 +126,7 @@ impl Reconciler for Ctx {
                     Problem::UnknownMac { .. } => "UnknownHost",
                     Problem::AmbiguousMac { .. } => "AmbiguousHost",
                     Problem::Unfit { .. } => "UnfitHost",
+                    Problem::Claimed { .. } => "HostInUse",
                     Problem::NotProvisioned { .. } => "HostNotProvisioned",
                     Problem::NoAddress { .. } => "HostWithoutAddress",
                 };
@@ -164,6 +170,9 @@ impl Reconciler for Ctx {
                 );
             }
             (existing, inventory) => {
+                if inventory.is_some() {
+                    claim(client, ns, p, &hosts, &plan.hosts).await?;
+                }
                 if existing.is_none() {
                     let inventory = inventory.expect("matched above");
                     owned
@@ -186,6 +195,7 @@ impl Reconciler for Ctx {
                             image: &ctx.base.settings.installer_image,
                             ssh_key_secret: &ctx.base.settings.ssh_key_secret,
                             ssh_user: &ctx.base.settings.installer_ssh_user,
+                            drain_timeout_seconds: ctx.base.settings.drain_timeout_seconds,
                             ssh_host_ca: ctx.base.settings.ssh_host_ca.as_deref(),
                         },
                     );
@@ -215,6 +225,7 @@ impl Reconciler for Ctx {
                 };
                 match outcome {
                     JobOutcome::Running => {
+                        stage = Stage::Running;
                         status.phase = Some("Installing".into());
                         match jobs::waiting(client, ns, &job_name).await {
                             Some(why) => {
@@ -264,6 +275,7 @@ impl Reconciler for Ctx {
                             Some(generation),
                         );
                         if has_kubeconfig {
+                            stage = Stage::Succeeded;
                             status.phase = Some("Ready".into());
                             status.kubeconfig_secret_ref = Some(SecretRef {
                                 name: secret_name.clone(),
@@ -283,6 +295,7 @@ impl Reconciler for Ctx {
                                 ],
                             );
                         } else {
+                            stage = Stage::Failed;
                             let msg = format!("installer Job {job_name} succeeded without writing Secret {secret_name} (key kubeconfig)");
                             status.phase = Some("Failed".into());
                             set_conditions(
@@ -296,6 +309,7 @@ impl Reconciler for Ctx {
                         }
                     }
                     JobOutcome::Failed(why) => {
+                        stage = Stage::Failed;
                         let said = jobs::last_words(&ctx.base.client, ns, &job_name).await;
                         let msg = format!(
                             "installer Job {job_name} failed: {}",
@@ -314,6 +328,32 @@ impl Reconciler for Ctx {
                     }
                 }
             }
+        }
+        let ours: Vec<String> = hosts
+            .iter()
+            .filter(|h| h.claim == Claim::Ours)
+            .map(|h| h.name.clone())
+            .collect();
+        let same_job = old.job_name.as_deref() == Some(job_name.as_str());
+        let m = members::membership(
+            &plan.hosts,
+            &old.installed_hosts,
+            (&old.hosts, same_job),
+            stage,
+            &ours,
+        );
+        status.hosts = m.hosts;
+        status.installed_hosts = m.installed;
+        for bmh in &m.release {
+            set_consumer(client, ns, bmh, None).await?;
+            publish(
+                &ctx.base.recorder,
+                p,
+                EventType::Normal,
+                "Released",
+                &format!("BareMetalHost {bmh} left cluster {cluster}: released"),
+            )
+            .await;
         }
         let phase = status.phase.as_deref().unwrap_or_default();
         let note_of = if phase == "Pending" {
@@ -337,6 +377,11 @@ impl Reconciler for Ctx {
         let ctx = self;
         let client = &ctx.base.client;
         let owned = Owned::new(client, OWNERSHIP, p, ns);
+        for h in observe::hosts(client, ns, p).await? {
+            if h.claim == Claim::Ours {
+                set_consumer(client, ns, &h.name, None).await?;
+            }
+        }
         owned.prune::<Job>().await?;
         owned.prune::<ConfigMap>().await?;
         owned.prune::<RoleBinding>().await?;
@@ -352,11 +397,48 @@ impl Reconciler for Ctx {
             p,
             EventType::Normal,
             "Deleted",
-            "removed the installer objects and the kubeconfig Secret",
+            "removed the installer objects and the kubeconfig Secret, and released its BareMetalHosts",
         )
         .await;
         Ok(Action::await_change())
     }
+}
+
+/// Puts `p`'s `consumerRef` on every free BareMetalHost of `planned` (the hosts its Job installs): a host
+/// serves one cluster, and another Provisioning that names it is told so (`HostInUse`).
+async fn claim(
+    client: &kube::Client,
+    ns: &str,
+    p: &Provisioning,
+    hosts: &[plan::Host],
+    planned: &[crate::crd::bpa::HostStatus],
+) -> Result<(), Error> {
+    for h in hosts.iter().filter(|h| h.claim == Claim::Free) {
+        if planned
+            .iter()
+            .any(|s| s.bare_metal_host.as_deref() == Some(h.name.as_str()))
+        {
+            set_consumer(client, ns, &h.name, Some(observe::consumer_ref(p))).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Sets (or, with None, clears) a BareMetalHost's `spec.consumerRef`.
+async fn set_consumer(
+    client: &kube::Client,
+    ns: &str,
+    bmh: &str,
+    consumer: Option<k8s_openapi::api::core::v1::ObjectReference>,
+) -> Result<(), Error> {
+    Api::<BareMetalHost>::namespaced(client.clone(), ns)
+        .patch(
+            bmh,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"consumerRef": consumer}})),
+        )
+        .await?;
+    Ok(())
 }
 
 /// The cluster a Provisioning installs: its `cluster` label (ICN), else its name.

@@ -1,24 +1,62 @@
 //! What a BPA reconcile reads before it plans: the BareMetalHosts of the Provisioning's namespace, as the
-//! planner sees them (MACs and addresses of their NICs, CPUs, memory, provisioning state).
+//! planner sees them (MACs and addresses of their NICs, CPUs, memory, provisioning state, whose they are).
 
-use kube::api::{Api, ListParams, ResourceExt};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, ListParams, Resource, ResourceExt};
 
-use super::plan::Host;
+use super::plan::{Claim, Host};
 use crate::controllers::common::Error;
+use crate::crd::bpa::Provisioning;
 use crate::crd::metal3::BareMetalHost;
 
-/// Every BareMetalHost of `ns`.
-pub async fn hosts(client: &kube::Client, ns: &str) -> Result<Vec<Host>, Error> {
+/// Every BareMetalHost of `ns`, claims as `p` sees them.
+pub async fn hosts(client: &kube::Client, ns: &str, p: &Provisioning) -> Result<Vec<Host>, Error> {
     Ok(Api::<BareMetalHost>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await?
         .items
         .iter()
-        .map(host_of)
+        .map(|bmh| host_of(bmh, p))
         .collect())
 }
 
-fn host_of(bmh: &BareMetalHost) -> Host {
+/// The `consumerRef` a Provisioning puts on the hosts it installs.
+pub fn consumer_ref(p: &Provisioning) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(Provisioning::api_version(&()).into_owned()),
+        kind: Some(Provisioning::kind(&()).into_owned()),
+        name: p.metadata.name.clone(),
+        namespace: p.metadata.namespace.clone(),
+        uid: p.metadata.uid.clone(),
+        ..ObjectReference::default()
+    }
+}
+
+/// Whose `consumer` says a host is, as `p` sees it: its own by kind, namespace and name (a Provisioning deleted
+/// and made again under the same name takes its hosts back).
+pub fn claim_of(consumer: Option<&ObjectReference>, p: &Provisioning) -> Claim {
+    let Some(c) = consumer else {
+        return Claim::Free;
+    };
+    let ours = c.kind.as_deref() == Some(Provisioning::kind(&()).as_ref())
+        && c.api_version
+            .as_deref()
+            .is_some_and(|v| v.starts_with(&format!("{}/", Provisioning::group(&()))))
+        && c.name == p.metadata.name
+        && c.namespace == p.metadata.namespace;
+    if ours {
+        Claim::Ours
+    } else {
+        Claim::Other(format!(
+            "{} {}/{}",
+            c.kind.as_deref().unwrap_or("object"),
+            c.namespace.as_deref().unwrap_or_default(),
+            c.name.as_deref().unwrap_or_default()
+        ))
+    }
+}
+
+fn host_of(bmh: &BareMetalHost, p: &Provisioning) -> Host {
     let status = bmh.status.clone().unwrap_or_default();
     let hw = status.hardware.unwrap_or_default();
     Host {
@@ -29,5 +67,6 @@ fn host_of(bmh: &BareMetalHost) -> Host {
         cpus: hw.cpu.and_then(|c| c.count),
         ram_mebibytes: hw.ram_mebibytes,
         state: status.provisioning.map(|p| p.state).unwrap_or_default(),
+        claim: claim_of(bmh.spec.consumer_ref.as_ref(), p),
     }
 }

@@ -28,6 +28,20 @@ pub struct Host {
     pub ram_mebibytes: Option<i64>,
     /// `status.provisioning.state`.
     pub state: String,
+    /// Whose the host is (`spec.consumerRef`).
+    pub claim: Claim,
+}
+
+/// A BareMetalHost's `spec.consumerRef`, as a Provisioning sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Claim {
+    /// No consumer: any Provisioning may take it.
+    #[default]
+    Free,
+    /// This Provisioning's.
+    Ours,
+    /// Another object's: `Kind namespace/name`.
+    Other(String),
 }
 
 /// One entry of the spec, as required.
@@ -76,6 +90,12 @@ pub enum Problem {
         host: String,
         reason: String,
     },
+    /// The host is another object's (its `consumerRef`): a host serves one cluster.
+    Claimed {
+        label: String,
+        host: String,
+        by: String,
+    },
     /// The host is not provisioned yet.
     NotProvisioned {
         label: String,
@@ -103,6 +123,9 @@ impl std::fmt::Display for Problem {
                 host,
                 reason,
             } => write!(f, "{label}: BareMetalHost {host} is unfit: {reason}"),
+            Problem::Claimed { label, host, by } => {
+                write!(f, "{label}: BareMetalHost {host} is used by {by}")
+            }
             Problem::NotProvisioned { label, host, state } => write!(
                 f,
                 "{label}: BareMetalHost {host} is {:?}, not provisioned",
@@ -338,7 +361,14 @@ pub fn plan(spec: &ProvisioningSpec, hosts: &[Host]) -> Plan {
         status.bare_metal_host = Some(host.name.clone());
         status.ip = host_ip(host, &mac);
         status.state = Some(host.state.clone());
-        if let Some(reason) = unfit(w, host) {
+        if let Claim::Other(by) = &host.claim {
+            status.state = Some(format!("used by {by}"));
+            problems.push(Problem::Claimed {
+                label: w.label.clone(),
+                host: host.name.clone(),
+                by: by.clone(),
+            });
+        } else if let Some(reason) = unfit(w, host) {
             status.state = Some(format!("unfit: {reason}"));
             problems.push(Problem::Unfit {
                 label: w.label.clone(),

@@ -233,13 +233,22 @@ fn spec_conflicts_are_refused() {
 
 fn arb_hosts() -> impl Strategy<Value = Vec<Host>> {
     prop::collection::vec(
-        (0u8..12, 1i64..64, 1i64..262_144, 0usize..4, any::<bool>()),
+        (
+            (0u8..12, 1i64..64, 1i64..262_144, 0usize..4, any::<bool>()),
+            0u8..6,
+        ),
         0..12,
     )
     .prop_map(|v| {
         v.into_iter()
             .enumerate()
-            .map(|(i, (mac, cpus, ram, state, sriov))| Host {
+            .map(|(i, ((mac, cpus, ram, state, sriov), claim))| Host {
+                // Most hosts free, some this Provisioning's, one in six another's.
+                claim: match claim {
+                    0 => Claim::Other("Provisioning site/other".into()),
+                    1 | 2 => Claim::Ours,
+                    _ => Claim::Free,
+                },
                 name: format!("h{i}"),
                 boot_mac: Some(format!("00:00:00:00:00:{mac:02x}")),
                 nics: vec![(
@@ -335,6 +344,7 @@ proptest! {
                 prop_assert_eq!(holders.len(), 1);
                 let h = holders[0];
                 prop_assert!(is_provisioned(&h.state));
+                prop_assert!(!matches!(h.claim, Claim::Other(_)), "another's host in {}", inv);
                 prop_assert!(w.cpu.is_none_or(|c| h.cpus.unwrap() >= i64::from(c)));
                 prop_assert!(w.memory.as_deref().is_none_or(|m| (h.ram_mebibytes.unwrap() as u128) << 20 >= quantity_bytes(m).unwrap()));
                 prop_assert!(!w.sriov || has_feature(&h.labels, SRIOV_LABEL));

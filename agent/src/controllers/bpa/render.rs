@@ -43,6 +43,8 @@ pub struct Names<'a> {
     pub image: &'a str,
     pub ssh_key_secret: &'a str,
     pub ssh_user: &'a str,
+    /// `DRAIN_TIMEOUT_SECONDS`.
+    pub drain_timeout_seconds: u64,
     /// The site SSH CA's public key, if hosts must show its certificates.
     pub ssh_host_ca: Option<&'a str>,
 }
@@ -51,9 +53,10 @@ pub struct Names<'a> {
 pub fn installer(p: &Provisioning, n: &Names) -> Job {
     let owner = p.name_any();
     let account = account(p);
-    let (plugins, subnet) = (
+    let (plugins, subnet, drain) = (
         p.spec.kud_plugins.join(","),
         p.spec.pod_subnet.clone().unwrap_or_default(),
+        n.drain_timeout_seconds.to_string(),
     );
     installer_job(&Installer {
         name: n.job,
@@ -70,6 +73,7 @@ pub fn installer(p: &Provisioning, n: &Names) -> Job {
                 ("KUBECONFIG_SECRET", n.kubeconfig_secret),
                 ("INVENTORY", "/etc/foothold/inventory/hosts.ini"),
                 ("INSTALLER_SSH_USER", n.ssh_user),
+                ("DRAIN_TIMEOUT_SECONDS", &drain),
             ],
             n.ssh_host_ca,
         ),

@@ -27,6 +27,7 @@ pub fn settings() -> Settings {
         lease_duration: Duration::from_secs(15),
         installer_image: "installer".into(),
         installer_ssh_user: "root".into(),
+        drain_timeout_seconds: 600,
         vino_builder_image: "builder".into(),
         ssh_key_secret: "ssh".into(),
         ssh_host_ca: None,

@@ -1,0 +1,213 @@
+//! A host leaving the workload cluster `metal3_provisioning_bpa.rs` made: taken out of the Provisioning, the
+//! worker is drained through the Eviction API past a PodDisruptionBudget, reset over SSH and its Node deleted
+//! by the installer Job, and its BareMetalHost released.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use foothold_e2e::native_site::{wait_for, Site};
+use foothold_e2e::netns::Namespace;
+use foothold_e2e::try_run;
+
+use super::bpa::{answer, field, outcome, provisioning, workload_get, workload_nodes};
+use super::nodes::Node;
+
+/// `kubectl <args>` on the workload cluster, as `bpa::workload_get` runs it, with `stdin` (a manifest for `-f -`).
+fn workload_kubectl(
+    (ns, site, dir): (&Namespace, &Site, &Path),
+    conf: &str,
+    args: &[&str],
+    stdin: &str,
+) -> Result<String, String> {
+    let kubeconfig = dir.join("c1.kubeconfig");
+    std::fs::write(&kubeconfig, conf).unwrap();
+    let manifest = dir.join("workload-input.yaml");
+    std::fs::write(&manifest, stdin).unwrap();
+    try_run(
+        ns.command(site.root.join("usr/local/bin/kubectl"))
+            .arg("--request-timeout=20s")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args.iter().map(|a| {
+                if *a == "-" {
+                    manifest.to_str().unwrap()
+                } else {
+                    a
+                }
+            })),
+    )
+    .map(|s| s.trim().to_owned())
+}
+
+/// The test Deployment's pods on the workload cluster: `name node phase` each, one per line.
+fn spread(site_of: (&Namespace, &Site, &Path), conf: &str) -> Result<String, String> {
+    workload_get(
+        site_of,
+        conf,
+        &[
+            "pods",
+            "-l",
+            "app=spread",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase}{\"\\n\"}{end}",
+        ],
+    )
+}
+
+/// The worker taken out of the `Ready` cluster `c1` (a new generation naming the master alone): the BPA shows
+/// it `Removing`, and its installer Job drains it through the Eviction API: a Deployment of two pods, one on
+/// each node, whose PodDisruptionBudget first allows no disruption, holds the drain (the Job says it waits, the
+/// pod stays) until the budget allows one; then the worker is reset over SSH (kubelet stopped, kubeadm's files
+/// gone) and its Node deleted, both pods run on the master, the Provisioning is `Ready` with the worker
+/// `Removed`, its BareMetalHost released and the master's still claimed. `on_worker` runs a command there.
+/// Returns the Job's name.
+pub(super) fn removes_the_worker(
+    site_of: (&Namespace, &Site, &Path),
+    nodes: &[Node],
+    conf: &str,
+    on_worker: &dyn Fn(&str) -> String,
+) -> String {
+    let (_, site, _) = site_of;
+    let spread_yaml = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: spread, namespace: default}\n\
+         spec:\n  replicas: 2\n  selector: {matchLabels: {app: spread}}\n  template:\n    \
+         metadata: {labels: {app: spread}}\n    spec:\n      \
+         tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]\n      \
+         topologySpreadConstraints: [{maxSkew: 1, topologyKey: kubernetes.io/hostname, \
+         whenUnsatisfiable: DoNotSchedule, nodeTaintsPolicy: Honor, labelSelector: {matchLabels: {app: spread}}}]\n      \
+         terminationGracePeriodSeconds: 5\n      \
+         containers: [{name: pause, image: \"registry.k8s.io/pause:3.10.1\", imagePullPolicy: IfNotPresent}]\n\
+         ---\napiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: spread, namespace: default}\n\
+         spec: {minAvailable: 2, selector: {matchLabels: {app: spread}}}\n";
+    let apply = |yaml: &str| {
+        wait_for(
+            "the workload cluster to take it",
+            Duration::from_secs(120),
+            || {
+                let r = workload_kubectl(site_of, conf, &["apply", "-f", "-"], yaml);
+                (format!("{r:?}"), r.ok())
+            },
+        )
+    };
+    apply(spread_yaml);
+    let placed = wait_for(
+        "a spread pod on each node",
+        Duration::from_secs(300),
+        || {
+            let now = spread(site_of, conf);
+            let done = now.as_deref().is_ok_and(|p| {
+                p.lines().filter(|l| l.ends_with(" Running")).count() == 2
+                    && p.contains(" master-0 Running")
+                    && p.contains(" worker-0 Running")
+            });
+            (format!("{now:?}"), done.then(|| now.unwrap()))
+        },
+    );
+    let on_worker_pod = placed
+        .lines()
+        .find(|l| l.contains(" worker-0 "))
+        .and_then(|l| l.split(' ').next())
+        .unwrap()
+        .to_owned();
+
+    // The Software goes first: installed again on every new generation, it is not what this shows.
+    site.kubectl(&["delete", "software", "tools", "--timeout=120s"])
+        .unwrap_or_else(|e| panic!("deleting the Software: {e}"));
+    let started = Instant::now();
+    answer(site, &provisioning(&nodes[0], nodes[0].vcpus, None, 6), 6);
+    let job = field(site, "{.status.jobName}");
+    let membership = |label: &str| {
+        field(
+            site,
+            &format!("{{.status.hosts[?(@.label==\"{label}\")].membership}}"),
+        )
+    };
+    assert_eq!(membership("worker-0"), "Removing");
+    assert_eq!(membership("master-0"), "Member");
+    // Held by the budget: the Job says so, and the pod stays on the cordoned worker.
+    let logs = || {
+        site.kubectl(&["logs", &format!("job/{job}"), "--tail=200"])
+            .unwrap_or_else(|e| e)
+    };
+    let waiting = format!("worker-0 drain: waiting, eviction refused: default/{on_worker_pod}: ");
+    wait_for(
+        "the drain held by the budget",
+        Duration::from_secs(600),
+        || {
+            let logs = logs();
+            let last = logs.lines().last().unwrap_or_default().to_owned();
+            (last, logs.contains(&waiting).then_some(()))
+        },
+    );
+    let now = spread(site_of, conf).unwrap_or_else(|e| e);
+    assert!(now.contains(&format!("{on_worker_pod} worker-0 ")), "{now}");
+    let cordoned = workload_get(
+        site_of,
+        conf,
+        &["node", "worker-0", "-o", "jsonpath={.spec.unschedulable}"],
+    );
+    assert_eq!(cordoned.as_deref(), Ok("true"));
+    apply(&spread_yaml.replace("minAvailable: 2", "minAvailable: 1"));
+    let (phase, logs) = outcome(site, &job);
+    assert_eq!(
+        phase,
+        "Ready",
+        "{}\n{logs}",
+        field(site, "{.status.conditions}")
+    );
+    for line in [
+        format!("worker-0 drain: cordoned, 1 pod(s) evicted (default/{on_worker_pod})"),
+        "worker-0 reset: reset".into(),
+        "worker-0 removed: Node deleted".into(),
+    ] {
+        assert!(logs.contains(&format!("{line}\n")), "{line:?} in {logs}");
+    }
+    foothold_e2e::say!(
+        "metal3_provisioning: the worker removed from the cluster {} s after the spec left it out",
+        started.elapsed().as_secs()
+    );
+    assert_eq!(membership("worker-0"), "Removed");
+    let consumer = |bmh: &str| {
+        site.kubectl(&[
+            "get",
+            "baremetalhost",
+            bmh,
+            "-o",
+            "jsonpath={.spec.consumerRef.name}",
+        ])
+        .unwrap_or_else(|e| e)
+    };
+    assert_eq!(consumer(nodes[1].name), "", "the worker's host released");
+    assert_eq!(
+        consumer(nodes[0].name),
+        "c1",
+        "the master's host still the cluster's"
+    );
+    assert_eq!(
+        workload_nodes(site_of, conf).as_deref(),
+        Ok("master-0=True"),
+        "the worker's Node deleted"
+    );
+    wait_for(
+        "both spread pods on the master",
+        Duration::from_secs(300),
+        || {
+            let now = spread(site_of, conf);
+            let done = now.as_deref().is_ok_and(|p| {
+                p.lines().count() == 2 && p.lines().all(|l| l.ends_with(" master-0 Running"))
+            });
+            (format!("{now:?}"), done.then_some(()))
+        },
+    );
+    // Reset: kubelet stopped and disabled, kubeadm's and the installer's files gone.
+    let said = on_worker(
+        "systemctl is-active kubelet; systemctl is-enabled kubelet; \
+         ls /etc/kubernetes/kubelet.conf /etc/foothold/kubernetes/joined 2>&1 | sed 's/.*cannot access //'",
+    );
+    assert_eq!(
+        said,
+        "inactive\ndisabled\n'/etc/kubernetes/kubelet.conf': No such file or directory\n\
+         '/etc/foothold/kubernetes/joined': No such file or directory\n",
+        "the worker after its reset"
+    );
+    job
+}
