@@ -9,7 +9,7 @@
 use super::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -138,9 +138,13 @@ impl KubeEnv {
             let mut config: serde_json::Value =
                 serde_json::from_slice(&std::fs::read(&self.kubeconfig).unwrap()).unwrap();
             edit(&mut config["users"][0]["user"]);
-            let tmp = self
-                .dir
-                .join(format!("kubeconfig-{name}.{}", std::process::id()));
+            // One temporary file per writer: tests of one binary ask for it together too.
+            static WRITERS: AtomicUsize = AtomicUsize::new(0);
+            let tmp = self.dir.join(format!(
+                "kubeconfig-{name}.{}.{}",
+                std::process::id(),
+                WRITERS.fetch_add(1, Ordering::Relaxed)
+            ));
             std::fs::write(&tmp, config.to_string()).unwrap();
             std::fs::rename(&tmp, &path).unwrap();
         }
