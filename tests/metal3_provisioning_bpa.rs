@@ -411,18 +411,40 @@ pub(super) fn workload_dns(
 
 /// `kubectl get <args>` on the workload cluster, as [`workload_nodes`] asks it.
 pub(super) fn workload_get(
-    (ns, site, dir): (&Namespace, &Site, &Path),
+    site_of: (&Namespace, &Site, &Path),
     conf: &str,
     args: &[&str],
 ) -> Result<String, String> {
+    let args: Vec<&str> = ["get"].into_iter().chain(args.iter().copied()).collect();
+    workload_kubectl(site_of, conf, &args, None)
+}
+
+/// `kubectl <args>` on the workload cluster from the provisioning network (the namespace `ns`), with the
+/// kubeconfig `conf` and the appliance's kubectl; `stdin`, when given, is a file an argument `-` names.
+pub(super) fn workload_kubectl(
+    (ns, site, dir): (&Namespace, &Site, &Path),
+    conf: &str,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Result<String, String> {
     let kubeconfig = dir.join("c1.kubeconfig");
     std::fs::write(&kubeconfig, conf).unwrap();
+    let input = dir.join("workload-input.yaml");
+    if let Some(text) = stdin {
+        std::fs::write(&input, text).unwrap();
+    }
+    let args = args.iter().map(|a| {
+        if *a == "-" {
+            input.to_str().unwrap()
+        } else {
+            a
+        }
+    });
     try_run(
         ns.command(site.root.join("usr/local/bin/kubectl"))
             .arg("--request-timeout=20s")
             .arg("--kubeconfig")
             .arg(&kubeconfig)
-            .arg("get")
             .args(args),
     )
     .map(|s| s.trim().to_owned())

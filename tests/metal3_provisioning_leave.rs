@@ -7,37 +7,11 @@ use std::time::{Duration, Instant};
 
 use foothold_e2e::native_site::{wait_for, Site};
 use foothold_e2e::netns::Namespace;
-use foothold_e2e::try_run;
 
-use super::bpa::{answer, field, outcome, provisioning, workload_get, workload_nodes};
+use super::bpa::{
+    answer, field, outcome, provisioning, workload_get, workload_kubectl, workload_nodes,
+};
 use super::nodes::Node;
-
-/// `kubectl <args>` on the workload cluster, as `bpa::workload_get` runs it, with `stdin` (a manifest for `-f -`).
-fn workload_kubectl(
-    (ns, site, dir): (&Namespace, &Site, &Path),
-    conf: &str,
-    args: &[&str],
-    stdin: &str,
-) -> Result<String, String> {
-    let kubeconfig = dir.join("c1.kubeconfig");
-    std::fs::write(&kubeconfig, conf).unwrap();
-    let manifest = dir.join("workload-input.yaml");
-    std::fs::write(&manifest, stdin).unwrap();
-    try_run(
-        ns.command(site.root.join("usr/local/bin/kubectl"))
-            .arg("--request-timeout=20s")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(args.iter().map(|a| {
-                if *a == "-" {
-                    manifest.to_str().unwrap()
-                } else {
-                    a
-                }
-            })),
-    )
-    .map(|s| s.trim().to_owned())
-}
 
 /// The test Deployment's pods on the workload cluster: `name node phase` each, one per line.
 fn spread(site_of: (&Namespace, &Site, &Path), conf: &str) -> Result<String, String> {
@@ -83,7 +57,7 @@ pub(super) fn removes_the_worker(
             "the workload cluster to take it",
             Duration::from_secs(120),
             || {
-                let r = workload_kubectl(site_of, conf, &["apply", "-f", "-"], yaml);
+                let r = workload_kubectl(site_of, conf, &["apply", "-f", "-"], Some(yaml));
                 (format!("{r:?}"), r.ok())
             },
         )

@@ -26,6 +26,15 @@ fn memberships(p: &Provisioning) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
+/// The labels of `p`'s `status.installedHosts`.
+fn installed(p: &Provisioning) -> Vec<String> {
+    p.status
+        .iter()
+        .flat_map(|s| &s.installed_hosts)
+        .map(|h| h.label.clone())
+        .collect()
+}
+
 fn of(pairs: &[(&str, &str)]) -> Vec<(String, Option<String>)> {
     pairs
         .iter()
@@ -115,15 +124,7 @@ async fn hosts_are_claimed_joined_removed_and_released() {
         status_is(of(&[("m", "Member"), ("w", "Member")]), "Ready"),
     )
     .await;
-    let installed: Vec<&str> = p
-        .status
-        .as_ref()
-        .unwrap()
-        .installed_hosts
-        .iter()
-        .map(|h| h.label.as_str())
-        .collect();
-    assert_eq!(installed, ["m", "w"]);
+    assert_eq!(installed(&p), ["m", "w"]);
 
     // Another cluster naming the worker's host: it is in use.
     provs
@@ -172,15 +173,7 @@ async fn hosts_are_claimed_joined_removed_and_released() {
         status_is(of(&[("m", "Member"), ("w", "Removed")]), "Ready"),
     )
     .await;
-    let installed: Vec<&str> = p
-        .status
-        .as_ref()
-        .unwrap()
-        .installed_hosts
-        .iter()
-        .map(|h| h.label.as_str())
-        .collect();
-    assert_eq!(installed, ["m"]);
+    assert_eq!(installed(&p), ["m"]);
     assert_eq!(consumer(&hosts, "node-a").await.as_deref(), Some("c1"));
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
     until("the Released event", || async {
