@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
-use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, EvictParams, ListParams, Patch, PatchParams};
 use russh::keys::PrivateKey;
 
+use crate::controllers::common::delete_ignoring_missing;
 use crate::installer::api::retrying;
 use crate::installer::host;
 use crate::installer::inventory::{Host, Inventory};
@@ -183,14 +184,9 @@ pub async fn drain(
 
 /// Deletes `node`'s Node (gone already counts as deleted).
 pub async fn delete(api: &kube::Client, node: &str) -> Result<(), String> {
-    match Api::<KubeNode>::all(api.clone())
-        .delete(node, &DeleteParams::default())
+    delete_ignoring_missing(&Api::<KubeNode>::all(api.clone()), node)
         .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(format!("deleting its Node: {e}")),
-    }
+        .map_err(|e| format!("deleting its Node: {e}"))
 }
 
 /// How the installer logs in to a host the inventory no longer lists (one leaving the cluster).
@@ -370,21 +366,8 @@ mod tests {
         );
     }
 
-    fn pod(extra: serde_json::Value) -> Pod {
-        let mut v = serde_json::json!({"metadata": {"name": "p", "namespace": "default"}});
-        merge(&mut v, extra);
+    fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).unwrap()
-    }
-
-    fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
-        match (a, b) {
-            (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
-                for (k, v) in b {
-                    merge(a.entry(k).or_insert(serde_json::Value::Null), v);
-                }
-            }
-            (a, b) => *a = b,
-        }
     }
 
     #[test]

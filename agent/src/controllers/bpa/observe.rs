@@ -34,7 +34,7 @@ pub fn consumer_ref(p: &Provisioning) -> ObjectReference {
 
 /// Whose `consumer` says a host is, as `p` sees it: its own by kind, namespace and name (a Provisioning deleted
 /// and made again under the same name takes its hosts back).
-pub fn claim_of(consumer: Option<&ObjectReference>, p: &Provisioning) -> Claim {
+fn claim_of(consumer: Option<&ObjectReference>, p: &Provisioning) -> Claim {
     let Some(c) = consumer else {
         return Claim::Free;
     };
