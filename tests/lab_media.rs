@@ -8,7 +8,7 @@
 //! Each boot must print the ready marker on its serial console, naming the firmware;
 //! then, through a port forward, skopeo pulls the image that was baked into the data partition and gets the
 //! input layout's digests, and the agent answers /readyz. qemu is killed when each boot's checks end; every wait
-//! is bounded.
+//! is bounded. The boots run in two lines side by side (each VM keeps one of two cores busy).
 
 use std::path::Path;
 use std::process::Command;
@@ -303,19 +303,18 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
     std::fs::remove_dir_all(&offline).unwrap();
     std::fs::remove_file(&bundle).unwrap();
 
+    // The boots, two at a time: under TCG a VM keeps one of the machine's two cores busy (it has one CPU), so
+    // two lines side by side take about the longer one's time instead of the sum. Each step says its seconds.
+    deadline.phase("seven boots in two lines side by side, and the systemd-boot and zstd build");
+    let tmp = tmp.path();
     let boot = |image: &Path, media: Media, bios: bool| {
-        deadline.phase(&format!(
-            "boot {} ({media:?}, {})",
-            image.file_name().unwrap().to_string_lossy(),
-            if bios { "BIOS" } else { "UEFI" }
-        ));
-        let console = tmp.path().join(format!("console-{}.log", free_port()));
+        let console = tmp.join(format!("console-{}.log", free_port()));
         let o = RunOptions {
             media,
             bios,
             ..boot_options(image, console)
         };
-        boot_and_check(o, tmp.path(), &layout, &manifest_digest)
+        boot_and_check(o, tmp, &layout, &manifest_digest)
     };
     // The qcow2 holds the raw image's disk, so its boot from a virtio disk under UEFI is the raw's too; a 6 GiB
     // qcow2 over it is a bigger disk, where the data partition grows to the end at first boot. Where KVM
@@ -325,92 +324,138 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         .args(["compare", "-q", "-f", "raw", "-F", "qcow2"])
         .arg(&raw)
         .arg(&qcow2));
-    let bigger = tmp.path().join("bigger.qcow2");
+    let bigger = tmp.join("bigger.qcow2");
     run(Command::new("qemu-img")
         .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])
         .arg(&qcow2)
         .arg(&bigger)
         .arg("6G"));
-    deadline.phase("boot bigger.qcow2 (Disk, UEFI, KVM failing first)");
-    let broken = tmp.path().join("broken-kvm");
-    let console = tmp.path().join("console-broken-kvm.log");
-    let line = boot_and_check(
-        RunOptions {
-            qemu: qemu_with_broken_kvm(&broken),
-            accel: AccelChoice::Auto,
-            ..boot_options(&bigger, console)
-        },
-        tmp.path(),
-        &layout,
-        &manifest_digest,
-    );
-    assert_eq!(
-        std::fs::read_to_string(broken.join("calls.log")).unwrap(),
-        "kvm probe\nkvm boot\ntcg boot\n",
-        "the probe passed, the KVM boot failed, and TCG booted it"
-    );
-    assert!(
-        data_bytes(&line) > 2 << 30,
-        "the data partition did not grow: {line}"
-    );
-    // The raw image is what is written to a USB stick: under BIOS it boots from one, whose size is the image's,
-    // so the data partition stays as built.
-    let line = boot(&raw, Media::Usb, true);
-    let built = data_bytes(&line);
-    assert!(
-        built < 300 << 20,
-        "the 256 MiB data partition of a 3 GiB image reports {built} bytes"
-    );
-    // The hybrid ISO from a CD drive and written to a USB stick, under both firmwares: the live system with the
-    // store in its squashfs. From a USB stick under UEFI it boots to the ready marker: what differs past the
-    // kernel's start is the medium, where the initramfs must find the live root, and a CD's live root is found
-    // in `node_image.rs`, whose live ISO boots from a virtual CD to its marker. The other three ways in (El
-    // Torito's EFI and BIOS images from a CD, the hybrid MBR from a stick under BIOS) are each booted until GRUB
-    // has started the live kernel with its entry's command line.
     let iso = a.join("foothold-lab.iso");
-    boot(&iso, Media::Usb, false);
-    for (media, bios) in [
-        (Media::Cdrom, false),
-        (Media::Cdrom, true),
-        (Media::Usb, true),
-    ] {
-        let firmware = if bios { "BIOS" } else { "UEFI" };
-        deadline.phase(&format!(
-            "boot foothold-lab.iso ({media:?}, {firmware}) to the kernel"
-        ));
-        let console = tmp.path().join(format!("console-{}.log", free_port()));
-        let mut vm = foothold_image_builder::qemu::Vm::start(RunOptions {
-            media,
-            bios,
-            ..boot_options(&iso, console.clone())
-        })
-        .unwrap();
-        let limit = std::time::Instant::now() + std::time::Duration::from_secs(600);
-        loop {
-            let status = vm.poll().unwrap();
-            let text =
-                String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
-            if text.contains("Linux version ")
-                && text
-                    .lines()
-                    .any(|l| l.contains("Command line: ") && l.contains("boot=live"))
-            {
-                break;
-            }
+    let sd_raw = std::thread::scope(|s| {
+        let (built, systemd_boot) = std::sync::mpsc::channel();
+        let second = s.spawn(|| {
+            // The raw image is what is written to a USB stick: under BIOS it boots from one, whose size is the
+            // image's, so the data partition stays as built.
+            let line = timed("boot foothold-lab.raw (Usb, BIOS)", || {
+                boot(&raw, Media::Usb, true)
+            });
+            let built_bytes = data_bytes(&line);
             assert!(
-                status.is_none() && std::time::Instant::now() < limit,
-                "the ISO ({media:?}, {firmware}) did not start the live kernel within 600 s ({status:?}); \
-                 the console ends:\n{}",
-                foothold_e2e::deadline::tail_file(&console, 30)
+                built_bytes < 300 << 20,
+                "the 256 MiB data partition of a 3 GiB image reports {built_bytes} bytes"
             );
-            std::thread::sleep(std::time::Duration::from_millis(500));
+            // The hybrid ISO's three ways in that are booted until GRUB has started the live kernel with its
+            // entry's command line: El Torito's EFI and BIOS images from a CD, the hybrid MBR from a stick under
+            // BIOS (from a stick under UEFI it boots to the ready marker, in the other line).
+            for (media, bios) in [
+                (Media::Cdrom, false),
+                (Media::Cdrom, true),
+                (Media::Usb, true),
+            ] {
+                let firmware = if bios { "BIOS" } else { "UEFI" };
+                timed(
+                    &format!("boot foothold-lab.iso ({media:?}, {firmware}) to the kernel"),
+                    || boots_to_the_live_kernel(&iso, tmp, media, bios),
+                );
+            }
+            let sd_raw = timed("systemd-boot and zstd build", || {
+                systemd_boot_build(&ws, tmp)
+            });
+            // Taken by value (this line makes the closure own it), the sender goes if this line panics, and the
+            // other line's wait ends.
+            let built = built;
+            built.send(sd_raw).unwrap();
+        });
+        let line = timed("boot bigger.qcow2 (Disk, UEFI, KVM failing first)", || {
+            let broken = tmp.join("broken-kvm");
+            let line = boot_and_check(
+                RunOptions {
+                    qemu: qemu_with_broken_kvm(&broken),
+                    accel: AccelChoice::Auto,
+                    ..boot_options(&bigger, tmp.join("console-broken-kvm.log"))
+                },
+                tmp,
+                &layout,
+                &manifest_digest,
+            );
+            assert_eq!(
+                std::fs::read_to_string(broken.join("calls.log")).unwrap(),
+                "kvm probe\nkvm boot\ntcg boot\n",
+                "the probe passed, the KVM boot failed, and TCG booted it"
+            );
+            line
+        });
+        assert!(
+            data_bytes(&line) > 2 << 30,
+            "the data partition did not grow: {line}"
+        );
+        // The hybrid ISO written to a USB stick, under UEFI, to the ready marker: the live system with the store in
+        // its squashfs. What differs past the kernel's start is the medium, where the initramfs must find the
+        // live root, and a CD's live root is found in `node_image.rs`, whose live ISO boots from a virtual CD to
+        // its marker.
+        timed("boot foothold-lab.iso (Usb, UEFI)", || {
+            boot(&iso, Media::Usb, false)
+        });
+        // The other line's panic, if it had one, is its own failure: the channel's error says only that it ended.
+        match systemd_boot.recv() {
+            Ok(raw) => raw,
+            Err(_) => std::panic::resume_unwind(second.join().unwrap_err()),
         }
-    }
+    });
     std::fs::remove_dir_all(&a).unwrap();
+    // A UEFI-only disk is for a USB stick too: it boots from one.
+    let line = timed("boot foothold-lab.raw (systemd-boot, Usb, UEFI)", || {
+        boot(&sd_raw, Media::Usb, false)
+    });
+    assert!(line.contains("loader=systemd-boot-"), "{line}");
+}
 
-    // The same spec with systemd-boot (UEFI only, no BIOS boot partition, the kernel and initrd on the ESP) and
-    // zstd compression: the raw image also as .raw.zst, the qcow2's clusters compressed. The raw that boots is
-    // the one decompressed from the .zst.
+/// `step`, its seconds said (`lab_media: <what>: N s`): the boots run two at a time, so the test's phases
+/// cannot time them.
+fn timed<T>(what: &str, step: impl FnOnce() -> T) -> T {
+    let started = std::time::Instant::now();
+    let done = step();
+    foothold_e2e::say!("lab_media: {what}: {} s", started.elapsed().as_secs());
+    done
+}
+
+/// Boots the hybrid ISO `iso` from `media` under BIOS or UEFI until GRUB has started the live kernel with its
+/// entry's command line (`boot=live`), its console in `dir`.
+fn boots_to_the_live_kernel(iso: &Path, dir: &Path, media: Media, bios: bool) {
+    let firmware = if bios { "BIOS" } else { "UEFI" };
+    let console = dir.join(format!("console-{}.log", free_port()));
+    let mut vm = foothold_image_builder::qemu::Vm::start(RunOptions {
+        media,
+        bios,
+        ..boot_options(iso, console.clone())
+    })
+    .unwrap();
+    let limit = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    loop {
+        let status = vm.poll().unwrap();
+        let text =
+            String::from_utf8_lossy(&std::fs::read(&console).unwrap_or_default()).into_owned();
+        if text.contains("Linux version ")
+            && text
+                .lines()
+                .any(|l| l.contains("Command line: ") && l.contains("boot=live"))
+        {
+            return;
+        }
+        assert!(
+            status.is_none() && std::time::Instant::now() < limit,
+            "the ISO ({media:?}, {firmware}) did not start the live kernel within 600 s ({status:?}); \
+             the console ends:\n{}",
+            foothold_e2e::deadline::tail_file(&console, 30)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
+/// The same spec as `packages/lab.yaml` with systemd-boot (UEFI only, no BIOS boot partition, the kernel and
+/// initrd on the ESP) and zstd compression, built in `tmp`: the raw image also as .raw.zst, the qcow2's clusters
+/// compressed. Returns the raw image, the one decompressed from the .zst, to boot.
+fn systemd_boot_build(ws: &Path, tmp: &Path) -> std::path::PathBuf {
     let spec = std::fs::read_to_string(ws.join("packages/lab.yaml"))
         .unwrap()
         .replace("../target/", &format!("{}/", ws.join("target").display()))
@@ -418,10 +463,9 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
             "outputs:\n",
             "outputs:\n  bootloader: systemd-boot\n  compression: zstd\n",
         );
-    deadline.phase("systemd-boot and zstd build");
-    let sd_spec = tmp.path().join("lab-systemd-boot.yaml");
+    let sd_spec = tmp.join("lab-systemd-boot.yaml");
     std::fs::write(&sd_spec, spec).unwrap();
-    let sd = tmp.path().join("systemd-boot");
+    let sd = tmp.join("systemd-boot");
     run(Command::new(target().join("debug/foothold-build"))
         .args(["build", "--formats", "raw,qcow2"])
         .arg(&sd_spec)
@@ -524,7 +568,5 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         !refused.status.success() && err.contains("boots under UEFI only"),
         "{err}"
     );
-    // A UEFI-only disk is for a USB stick too: it boots from one.
-    let line = boot(&raw, Media::Usb, false);
-    assert!(line.contains("loader=systemd-boot-"), "{line}");
+    raw
 }

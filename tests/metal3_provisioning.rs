@@ -613,22 +613,19 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     );
     let job = leave::removes_the_worker(site_of, &nodes, &conf, &on_worker);
 
-    // The Provisioning goes (its finalizer removes the Job it made and releases the master's host); the cluster
-    // stays on it.
-    bpa::deleted(&site, &job, master.name);
-
     let node = master;
-    deadline
-        .phase("the master rebooted through its BareMetalHost while the worker is deprovisioned");
-    // The worker's image removed: BMO deprovisions it, cleaning its disk's metadata, while the master reboots.
+    deadline.phase(
+        "the master healed by the BPA through its BareMetalHost while the worker is deprovisioned",
+    );
+    // The worker's image removed: BMO deprovisions it, cleaning its disk's metadata. The master's kubelet
+    // stopped: its Node goes NotReady, and past the spec's 30 s the BPA reboots it through its BareMetalHost.
     assert!(
         has_partition_table(&disk_head(&worker.disk, &dir)),
         "the installed disk has no partition table"
     );
     let started = Instant::now();
     patch_host(&site, worker.name, serde_json::json!({"image": null}));
-    site.kubectl(&["annotate", "baremetalhost", node.name, "reboot.metal3.io="])
-        .unwrap_or_else(|e| panic!("{e}"));
+    on_master("sudo systemctl stop kubelet");
     let again = foothold_e2e::wait_for_nth_marker(&node.console, 2, Duration::from_secs(900));
     assert!(again.contains(&format!("host={} ", node.name)), "{again}");
     // The reboot was the soft one Metal3 asks for first: the system shut down (the BMC's ACPI power button,
@@ -671,12 +668,16 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         "metal3_provisioning: the workload cluster's master Ready again {} s after the reboot",
         started.elapsed().as_secs()
     );
+    bpa::healed_the_master(&site, node.name);
     disk::the_same_after_a_reboot(
         &on_master,
         node.name,
         (node.mac, &addresses[0]),
         host["metadata"]["uid"].as_str().unwrap_or_default(),
     );
+    // The Provisioning goes (its finalizer removes the Job it made and releases the master's host); the cluster
+    // stays on it.
+    bpa::deleted(&site, &job, master.name);
     wait_for_hosts(
         &site,
         &[(worker.name, "available")],

@@ -33,6 +33,9 @@ pub(super) fn provisioning(
             "masters": [{"master-0": {"mac-address": master.mac, "cpu": master_cpus,
                 "memory": format!("{}Mi", 2000 + generation)}}],
             "workers": workers,
+            // A node NotReady for 30 s is rebooted through its BareMetalHost, also when it is the cluster's
+            // only one (the share guard's case is the reconciler test's): `heals_the_master` shows it.
+            "healing": {"notReadySeconds": 30, "maxUnhealthyPercent": 100},
         },
     })
     .to_string()
@@ -419,8 +422,22 @@ pub(super) fn workload_get(
     workload_kubectl(site_of, conf, &args, None)
 }
 
+/// How often [`workload_kubectl`] asks again when the workload cluster's API server did not answer: its master
+/// is an emulated VM, which a drain, an image pull or a kubelet restart can keep from answering within
+/// kubectl's 20 s.
+const UNANSWERED_TRIES: u32 = 4;
+
+/// Whether kubectl's error says the API server was reached too slowly, not that it is down or refused: a
+/// request timed out, or the TLS handshake did ("Unable to connect to the server: net/http: request canceled
+/// (Client.Timeout exceeded …)", "… TLS handshake timeout").
+fn unanswered(error: &str) -> bool {
+    error.contains("Unable to connect to the server") && error.to_lowercase().contains("timeout")
+}
+
 /// `kubectl <args>` on the workload cluster from the provisioning network (the namespace `ns`), with the
-/// kubeconfig `conf` and the appliance's kubectl; `stdin`, when given, is a file an argument `-` names.
+/// kubeconfig `conf` and the appliance's kubectl; `stdin`, when given, is a file an argument `-` names. A
+/// request the API server did not answer in time ([`unanswered`]) is made again, up to
+/// [`UNANSWERED_TRIES`] times in all, each retry said; any answer, an error's too, is returned as it is.
 pub(super) fn workload_kubectl(
     (ns, site, dir): (&Namespace, &Site, &Path),
     conf: &str,
@@ -440,14 +457,28 @@ pub(super) fn workload_kubectl(
             a
         }
     });
-    try_run(
-        ns.command(site.root.join("usr/local/bin/kubectl"))
-            .arg("--request-timeout=20s")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(args),
-    )
-    .map(|s| s.trim().to_owned())
+    let args: Vec<&str> = args.collect();
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let said = try_run(
+            ns.command(site.root.join("usr/local/bin/kubectl"))
+                .arg("--request-timeout=20s")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(&args),
+        );
+        match said {
+            Err(e) if unanswered(&e) && tries < UNANSWERED_TRIES => {
+                foothold_e2e::say!(
+                    "metal3_provisioning: the workload cluster did not answer `kubectl {}` (try {tries}): {}",
+                    args.join(" "),
+                    e.trim()
+                );
+            }
+            said => return said.map(|s| s.trim().to_owned()),
+        }
+    }
 }
 
 /// A `Software` on the cluster `c1`: a Debian package for the master and a binary for both, uploaded to the
@@ -521,6 +552,52 @@ pub(super) fn installs_software(
 
 /// Deletes the Provisioning: its finalizer removes what it made, the installer Job `job` among it, and
 /// releases the BareMetalHost `bmh` its cluster was left on.
+/// The BPA healed the cluster's master, whose kubelet the test stopped: an Event `Remediating` names its
+/// BareMetalHost `bmh`, one `Healed` follows, the remediation in the status ended `Healed`, and the cluster
+/// is `Healthy` again.
+pub(super) fn healed_the_master(site: &Site, bmh: &str) {
+    let (reason, message) = wait_for(
+        "the cluster Healthy again",
+        Duration::from_secs(300),
+        || {
+            let now = (
+                field(site, "{.status.conditions[?(@.type==\"Healthy\")].reason}"),
+                field(site, "{.status.conditions[?(@.type==\"Healthy\")].message}"),
+            );
+            (format!("{now:?}"), (now.0 == "NodesReady").then_some(now))
+        },
+    );
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        ("NodesReady", "its one node Ready")
+    );
+    assert_eq!(
+        field(site, "{.status.remediations[*].outcome}"),
+        "Healed",
+        "{}",
+        field(site, "{.status.remediations}")
+    );
+    let notes = site
+        .kubectl(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.kind=Provisioning,involvedObject.name=c1",
+            "-o",
+            "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+        ])
+        .unwrap_or_else(|e| e);
+    let remediating =
+        format!("Remediating: rebooting master-0 through BareMetalHost {bmh}: not Ready for ");
+    assert_eq!(notes.matches(&remediating).count(), 1, "{notes}");
+    assert!(
+        notes.contains(&format!(
+            "Healed: master-0 is Ready again after its reboot through BareMetalHost {bmh}"
+        )),
+        "{notes}"
+    );
+}
+
 pub(super) fn deleted(site: &Site, job: &str, bmh: &str) {
     site.kubectl(&["delete", "provisioning", "c1", "--timeout=120s"])
         .unwrap_or_else(|e| panic!("deleting the Provisioning: {e}"));
@@ -540,4 +617,22 @@ pub(super) fn deleted(site: &Site, job: &str, bmh: &str) {
         "",
         "{bmh} released with its Provisioning"
     );
+}
+
+#[test]
+fn a_request_the_workload_cluster_did_not_answer_in_time_is_made_again_and_a_refused_one_is_not() {
+    // What kubectl said in stop 76's CI, while the installer drained the worker.
+    assert!(unanswered(
+        "Unable to connect to the server: net/http: request canceled (Client.Timeout exceeded while awaiting \
+         headers)\n"
+    ));
+    assert!(unanswered(
+        "Unable to connect to the server: net/http: TLS handshake timeout\n"
+    ));
+    assert!(!unanswered(
+        "The connection to the server 172.22.0.10:6443 was refused - did you specify the right host or port?\n"
+    ));
+    assert!(!unanswered(
+        "Error from server (NotFound): nodes \"worker-0\" not found\n"
+    ));
 }

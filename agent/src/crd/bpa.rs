@@ -51,6 +51,40 @@ pub struct ProvisioningSpec {
     /// The workload cluster's pod subnet (CIDR).
     #[serde(rename = "PodSubnet", default, skip_serializing_if = "Option::is_none")]
     pub pod_subnet: Option<String>,
+    /// How the BPA heals the cluster's nodes once it is `Ready` (Foothold's; on by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healing: Option<Healing>,
+}
+
+/// When a workload node `NotReady` is rebooted through its BareMetalHost (`reboot.metal3.io`), and what holds
+/// that back. Every field is optional; the defaults are in brackets.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Healing {
+    /// Heal at all [true].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// A node is unhealthy once `NotReady` (or `Unknown`) this long [300].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub not_ready_seconds: Option<u32>,
+    /// How long a rebooted node has to be `Ready` again; past it the remediation ends `NotHealed` and the node
+    /// is left to the operator until it is `Ready` again [900].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub reboot_timeout_seconds: Option<u32>,
+    /// Nothing is remediated while more than this share of the nodes is unhealthy: a site-wide outage must
+    /// not reboot every host [50].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub max_unhealthy_percent: Option<u32>,
+    /// At most this many remediations start in any `windowSeconds` [3].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_remediations: Option<u32>,
+    /// [3600].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub window_seconds: Option<u32>,
 }
 
 /// What a control-plane host must be.
@@ -135,6 +169,32 @@ pub struct ProvisioningStatus {
     /// removed from the cluster by the next Job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub installed_hosts: Vec<HostStatus>,
+    /// The nodes the BPA remediated, newest last (those of the last window, and each node's last).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remediations: Vec<Remediation>,
+}
+
+/// One remediation of a workload node: a reboot through its BareMetalHost.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Remediation {
+    /// The workload cluster's Node.
+    pub node: String,
+    pub bare_metal_host: String,
+    /// When the reboot was asked for (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub started: String,
+    /// Unset while under way; `Healed` (the node `Ready` again), `NotHealed` (not within
+    /// `rebootTimeoutSeconds`) or `NodeGone` (the Node left the cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub ended: Option<String>,
+    /// For `NotHealed`: when the node was seen `Ready` again, which makes it eligible for another remediation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub recovered: Option<String>,
 }
 
 /// One host of the cluster as matched.

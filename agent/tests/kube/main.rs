@@ -10,6 +10,7 @@ mod airship_compat;
 mod airship_vino;
 mod availability;
 mod bpa;
+mod bpa_heal;
 mod bpa_members;
 mod crds;
 mod drain;

@@ -12,6 +12,8 @@
 //! key `kubeconfig`); its ServiceAccount may create and update exactly that Secret. A Job that completes
 //! without the Secret counts as failed.
 
+pub mod heal;
+mod health;
 pub mod members;
 pub mod observe;
 pub mod plan;
@@ -104,6 +106,7 @@ impl Reconciler for Ctx {
             observed_generation: Some(generation),
             host_count: Some(i32::try_from(plan.hosts.len()).unwrap_or(i32::MAX)),
             hosts: plan.hosts.clone(),
+            remediations: old.remediations.clone(),
             ..ProvisioningStatus::default()
         };
         let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
@@ -294,6 +297,9 @@ impl Reconciler for Ctx {
                                     ("Failed", false, "Installed", ""),
                                 ],
                             );
+                            let again =
+                                health::heal(&ctx.base, p, ns, &secret_name, &mut status).await?;
+                            action = Action::requeue(again);
                         } else {
                             stage = Stage::Failed;
                             let msg = format!("installer Job {job_name} succeeded without writing Secret {secret_name} (key kubeconfig)");
@@ -522,5 +528,7 @@ pub async fn cluster_status(
     ))
 }
 
+#[cfg(test)]
+mod heal_tests;
 #[cfg(test)]
 mod plan_tests;

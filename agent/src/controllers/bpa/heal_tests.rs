@@ -1,0 +1,345 @@
+//! BPA's healing planner, pure: who is rebooted, when remediations end, and the limits.
+
+use super::heal::*;
+use crate::crd::bpa::Healing;
+use proptest::prelude::*;
+
+const NOW: i64 = 1_000_000;
+
+fn policy() -> Policy {
+    Policy::of(None)
+}
+
+fn node(name: &str, control_plane: bool, not_ready_for: Option<i64>) -> Node {
+    Node {
+        name: name.into(),
+        bare_metal_host: Some(format!("bmh-{name}")),
+        control_plane,
+        not_ready_since: not_ready_for.map(|s| NOW - s),
+    }
+}
+
+fn under_way(node: &str, started_ago: i64) -> Past {
+    Past {
+        node: node.into(),
+        started: NOW - started_ago,
+        outcome: None,
+        recovered: false,
+    }
+}
+
+fn reboots(d: &Decision) -> Vec<&str> {
+    d.reboot.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+#[test]
+fn the_defaults_are_those_the_crd_documents() {
+    assert_eq!(
+        Policy::of(None),
+        Policy {
+            enabled: true,
+            not_ready: 300,
+            reboot_timeout: 900,
+            max_unhealthy_percent: 50,
+            max_remediations: 3,
+            window: 3600,
+        }
+    );
+    let given = Policy::of(Some(&Healing {
+        not_ready_seconds: Some(30),
+        max_unhealthy_percent: Some(100),
+        ..Healing::default()
+    }));
+    assert_eq!((given.not_ready, given.max_unhealthy_percent), (30, 100));
+    assert_eq!(given.reboot_timeout, 900);
+}
+
+#[test]
+fn a_node_not_ready_past_the_threshold_is_rebooted_through_its_host_and_not_before() {
+    let nodes = [
+        node("master-0", true, None),
+        node("worker-0", false, Some(299)),
+    ];
+    let d = decide(&policy(), &nodes, &[], NOW);
+    assert!(d.reboot.is_empty());
+    assert_eq!((d.healthy, d.reason), (false, "NodeNotReady"));
+    assert_eq!(
+        d.message,
+        "worker-0: NotReady for 299 s (unhealthy after 300 s)"
+    );
+
+    let nodes = [
+        node("master-0", true, None),
+        node("worker-0", false, Some(300)),
+    ];
+    let d = decide(&policy(), &nodes, &[], NOW);
+    assert_eq!(
+        d.reboot,
+        [("worker-0".to_owned(), "bmh-worker-0".to_owned())]
+    );
+    assert_eq!((d.healthy, d.reason), (false, "Remediating"));
+    assert_eq!(
+        d.message,
+        "worker-0: rebooting through BareMetalHost bmh-worker-0"
+    );
+}
+
+#[test]
+fn all_ready_is_healthy() {
+    let nodes = [node("master-0", true, None), node("worker-0", false, None)];
+    let d = decide(&policy(), &nodes, &[], NOW);
+    assert_eq!((d.healthy, d.reason), (true, "NodesReady"));
+    assert_eq!(d.message, "all 2 nodes Ready");
+    assert!(d.reboot.is_empty() && d.ended.is_empty());
+}
+
+#[test]
+fn a_remediation_ends_healed_not_healed_or_with_its_node_gone() {
+    let past = [
+        under_way("a", 100),
+        under_way("b", 899),
+        under_way("c", 900),
+        under_way("gone", 10),
+    ];
+    let nodes = [
+        node("a", false, None),
+        node("b", false, Some(1000)),
+        node("c", false, Some(1000)),
+        node("d", false, None),
+        node("e", false, None),
+        node("f", false, None),
+    ];
+    let d = decide(&policy(), &nodes, &past, NOW);
+    assert_eq!(
+        d.ended,
+        [
+            (0, Outcome::Healed),
+            (2, Outcome::NotHealed),
+            (3, Outcome::NodeGone)
+        ]
+    );
+    // b is still under way, c is left to the operator: neither is rebooted again.
+    assert!(d.reboot.is_empty());
+    assert_eq!(d.reason, "NotHealed");
+    assert!(
+        d.message.contains(
+            "c: not Ready after its reboot, left to the operator until it is Ready again"
+        ),
+        "{}",
+        d.message
+    );
+    assert!(d
+        .message
+        .contains("b: rebooting through BareMetalHost bmh-b"));
+}
+
+#[test]
+fn a_node_left_to_the_operator_is_eligible_again_once_it_was_ready() {
+    let not_healed = Past {
+        outcome: Some(Outcome::NotHealed),
+        ..under_way("w", 2000)
+    };
+    let still_down = [node("w", false, Some(3000)), node("x", false, None)];
+    let d = decide(
+        &policy(),
+        &still_down,
+        std::slice::from_ref(&not_healed),
+        NOW,
+    );
+    assert!(d.reboot.is_empty() && d.recovered.is_empty());
+    assert_eq!(d.reason, "NotHealed");
+
+    let ready = [node("w", false, None), node("x", false, None)];
+    let d = decide(&policy(), &ready, std::slice::from_ref(&not_healed), NOW);
+    assert_eq!(d.recovered, [0]);
+    assert!(d.healthy);
+
+    let recovered = Past {
+        recovered: true,
+        ..not_healed
+    };
+    let down_again = [node("w", false, Some(400)), node("x", false, None)];
+    let d = decide(&policy(), &down_again, &[recovered], NOW);
+    assert_eq!(reboots(&d), ["w"]);
+}
+
+#[test]
+fn more_than_the_share_unhealthy_holds_everything() {
+    let nodes = [
+        node("master-0", true, Some(600)),
+        node("worker-0", false, Some(600)),
+    ];
+    let d = decide(&policy(), &nodes, &[], NOW);
+    assert!(d.reboot.is_empty());
+    assert_eq!((d.healthy, d.reason), (false, "TooManyUnhealthy"));
+    assert!(
+        d.message
+            .ends_with("2 of 2 nodes unhealthy, more than 50 %: nothing is remediated"),
+        "{}",
+        d.message
+    );
+    // One of the two is exactly the share: remediated.
+    let nodes = [
+        node("master-0", true, None),
+        node("worker-0", false, Some(600)),
+    ];
+    assert_eq!(reboots(&decide(&policy(), &nodes, &[], NOW)), ["worker-0"]);
+    // A cluster of one node is healed only with a share of 100 %.
+    let alone = [node("master-0", true, Some(600))];
+    assert!(decide(&policy(), &alone, &[], NOW).reboot.is_empty());
+    let all = Policy {
+        max_unhealthy_percent: 100,
+        ..policy()
+    };
+    assert_eq!(reboots(&decide(&all, &alone, &[], NOW)), ["master-0"]);
+}
+
+#[test]
+fn the_window_limits_how_many_start_and_moves_on() {
+    let nodes: Vec<Node> = (0..8)
+        .map(|i| node(&format!("w{i}"), false, (i < 3).then_some(600)))
+        .collect();
+    let before = [
+        Past {
+            outcome: Some(Outcome::Healed),
+            ..under_way("w5", 3599)
+        },
+        Past {
+            outcome: Some(Outcome::Healed),
+            ..under_way("w6", 1000)
+        },
+    ];
+    let d = decide(&policy(), &nodes, &before, NOW);
+    assert_eq!(reboots(&d), ["w0"]);
+    assert_eq!(d.reason, "RemediationLimit");
+    // An hour after the first, it no longer counts.
+    let d = decide(&policy(), &nodes, &before, NOW + 1);
+    assert_eq!(reboots(&d), ["w0", "w1"]);
+}
+
+#[test]
+fn one_control_plane_host_at_a_time() {
+    let nodes = [
+        node("m0", true, Some(600)),
+        node("m1", true, Some(600)),
+        node("m2", true, None),
+        node("w0", false, None),
+        node("w1", false, None),
+    ];
+    let d = decide(&policy(), &nodes, &[], NOW);
+    assert_eq!(reboots(&d), ["m0"]);
+    assert_eq!(d.reason, "ControlPlaneBusy");
+    let d = decide(&policy(), &nodes, &[under_way("m0", 60)], NOW);
+    assert!(d.reboot.is_empty());
+    assert_eq!(d.reason, "ControlPlaneBusy");
+}
+
+#[test]
+fn off_or_without_a_host_nothing_is_rebooted_and_the_condition_says_why() {
+    let nodes = [node("m0", true, None), node("w0", false, Some(600))];
+    let off = Policy {
+        enabled: false,
+        ..policy()
+    };
+    let d = decide(&off, &nodes, &[], NOW);
+    assert!(d.reboot.is_empty());
+    assert_eq!(d.reason, "HealingDisabled");
+    let mut stray = nodes.clone();
+    stray[1].bare_metal_host = None;
+    let d = decide(&policy(), &stray, &[], NOW);
+    assert!(d.reboot.is_empty());
+    assert_eq!(d.reason, "NoBareMetalHost");
+}
+
+fn arb_nodes() -> impl Strategy<Value = Vec<Node>> {
+    prop::collection::vec(
+        (any::<bool>(), prop::option::of(0i64..2000), any::<bool>()),
+        1..9,
+    )
+    .prop_map(|v| {
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (cp, down, has_host))| Node {
+                name: format!("n{i}"),
+                bare_metal_host: has_host.then(|| format!("bmh-{i}")),
+                control_plane: cp,
+                not_ready_since: down.map(|s| NOW - s),
+            })
+            .collect()
+    })
+}
+
+fn arb_past() -> impl Strategy<Value = Vec<Past>> {
+    prop::collection::vec((0usize..9, 0i64..8000, 0u8..4, any::<bool>()), 0..6).prop_map(|v| {
+        v.into_iter()
+            .map(|(n, ago, outcome, recovered)| Past {
+                node: format!("n{n}"),
+                started: NOW - ago,
+                outcome: [
+                    None,
+                    Some(Outcome::Healed),
+                    Some(Outcome::NotHealed),
+                    Some(Outcome::NodeGone),
+                ][usize::from(outcome)],
+                recovered,
+            })
+            .collect()
+    })
+}
+
+fn arb_policy() -> impl Strategy<Value = Policy> {
+    (any::<bool>(), 1i64..900, 0u32..=100, 0u32..5).prop_map(|(enabled, not_ready, share, max)| {
+        Policy {
+            enabled,
+            not_ready,
+            max_unhealthy_percent: share,
+            max_remediations: max,
+            ..Policy::of(None)
+        }
+    })
+}
+
+proptest! {
+    /// Whatever the cluster and the history: only an unhealthy node with a host, not already under way, is
+    /// rebooted, each once; never more than the window allows; never while more than the share is unhealthy
+    /// or healing is off; never more than one control-plane host under way.
+    #[test]
+    fn reboots_stay_within_every_limit(policy in arb_policy(), nodes in arb_nodes(), past in arb_past()) {
+        let d = decide(&policy, &nodes, &past, NOW);
+        let unhealthy: Vec<&Node> = nodes
+            .iter()
+            .filter(|n| n.not_ready_since.is_some_and(|t| NOW - t >= policy.not_ready))
+            .collect();
+        let mut names: Vec<&str> = reboots(&d);
+        names.dedup();
+        prop_assert_eq!(names.len(), d.reboot.len());
+        for (name, bmh) in &d.reboot {
+            let n = unhealthy.iter().find(|n| &n.name == name);
+            prop_assert!(n.is_some(), "{} rebooted but not unhealthy", name);
+            prop_assert_eq!(n.unwrap().bare_metal_host.as_ref(), Some(bmh));
+            let still_under_way = past.iter().enumerate().any(|(i, p)| {
+                &p.node == name && p.outcome.is_none() && !d.ended.iter().any(|(e, _)| *e == i)
+            });
+            prop_assert!(!still_under_way, "{} rebooted twice", name);
+        }
+        if !d.reboot.is_empty() {
+            prop_assert!(policy.enabled);
+            prop_assert!(unhealthy.len() * 100 <= policy.max_unhealthy_percent as usize * nodes.len());
+        }
+        let in_window = past.iter().filter(|p| NOW - p.started < policy.window).count();
+        prop_assert!(
+            d.reboot.is_empty() || in_window + d.reboot.len() <= policy.max_remediations as usize
+        );
+        let control_plane = |name: &str| nodes.iter().any(|n| n.name == name && n.control_plane);
+        let cp_under_way = past
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| p.outcome.is_none() && !d.ended.iter().any(|(e, _)| e == i))
+            .filter(|(_, p)| control_plane(&p.node))
+            .count();
+        let cp_new = d.reboot.iter().filter(|(n, _)| control_plane(n)).count();
+        prop_assert!(cp_new <= 1);
+        prop_assert!(cp_new == 0 || cp_under_way == 0);
+        prop_assert_eq!(d.healthy, nodes.iter().all(|n| n.not_ready_since.is_none()));
+    }
+}

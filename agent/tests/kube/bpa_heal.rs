@@ -1,0 +1,211 @@
+//! The BPA heals a workload cluster's nodes, against real kube-apiservers: the site's (the agent binary with
+//! `--controllers bpa`, genuine Metal3 BareMetalHosts; the test plays the installer and BMO) and the workload
+//! cluster's, a control plane of the test's own whose Nodes the test makes and marks `NotReady` (no kubelet,
+//! no node controller there). Both nodes unhealthy with the share at 50 %: nothing is rebooted and the
+//! condition and an Event say why. The master `Ready` again: the worker's host gets BMO's reboot annotation,
+//! an Event `Remediating`, the condition `Remediating`, a remediation under way in the status. The worker
+//! `Ready` again: the remediation ends `Healed`, the cluster is `Healthy`.
+
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::bpa::{get_prov, provisioning, start_agent};
+use crate::hosts::bmh;
+use crate::jobs::job_status;
+use crate::support::kube::{env, until, OwnPlane};
+use foothold_agent::crd::bpa::Provisioning;
+use foothold_agent::crd::metal3::BareMetalHost;
+
+/// Sets node `name`'s `Ready` condition, changed `ago` seconds ago.
+async fn ready(nodes: &Api<Node>, name: &str, status: &str, ago: i64) {
+    let at = (Timestamp::now() - SignedDuration::from_secs(ago)).to_string();
+    nodes
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [{
+                "type": "Ready", "status": status, "reason": "Test", "message": "set by the test",
+                "lastHeartbeatTime": at, "lastTransitionTime": at,
+            }]}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// The `Healthy` condition's `(status, reason, message)`.
+fn healthy(p: &Provisioning) -> Option<(String, String, String)> {
+    p.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Healthy")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// The note of the Event of `reason` in `ns`, once there is one.
+async fn event(client: &kube::Client, ns: &str, reason: &str) -> String {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    until(&format!("an Event {reason}"), || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some(reason))
+            .and_then(|e| e.note)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_not_ready_is_rebooted_through_its_host_unless_too_many_are() {
+    let env = env();
+    let client = env.client().await;
+    let ns = env.namespace(&client, "bpa-heal").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let _agent = start_agent(tmp.path(), &ns, "agent-h");
+    let workload = tokio::task::spawn_blocking(|| OwnPlane::start("bpa-heal"))
+        .await
+        .unwrap();
+    let nodes: Api<Node> = Api::all(workload.env.client().await);
+    for (name, role) in [("m", "control-plane"), ("w", "worker")] {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {format!("node-role.kubernetes.io/{role}"): ""}},
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+        ready(&nodes, name, "False", 120).await;
+    }
+
+    let (m_mac, w_mac) = ("00:c6:14:04:63:01", "00:c6:14:04:63:02");
+    for (name, mac, ip) in [
+        ("node-a", m_mac, "10.20.1.11"),
+        ("node-b", w_mac, "10.20.1.12"),
+    ] {
+        bmh(
+            &client,
+            &ns,
+            (name, mac, ip, 4, 4096, "provisioned"),
+            json!({}),
+        )
+        .await;
+    }
+    let provs: Api<Provisioning> = Api::namespaced(client.clone(), &ns);
+    provs
+        .create(
+            &PostParams::default(),
+            &provisioning(
+                "c1",
+                "c1",
+                json!({"masters": [{"m": {"mac-address": m_mac}}], "workers": [{"w": {"mac-address": w_mac}}],
+                       "healing": {"notReadySeconds": 30}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let kubeconfig = std::fs::read_to_string(&workload.env.kubeconfig).unwrap();
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "c1-kubeconfig"}, "stringData": {"kubeconfig": kubeconfig},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    until("the installer Job", || async {
+        get_prov(&provs, "c1")
+            .await
+            .and_then(|p| p.status?.job_name)
+    })
+    .await;
+    job_status(&client, &ns, "c1-install-g1", true).await;
+
+    let condition_is = |reason: &'static str| {
+        let provs = provs.clone();
+        move || {
+            let provs = provs.clone();
+            async move {
+                get_prov(&provs, "c1")
+                    .await
+                    .and_then(|p| healthy(&p).filter(|(_, r, _)| r == reason).map(|h| (p, h)))
+            }
+        }
+    };
+    // Both unhealthy, and the share at 50 %: held.
+    let (_, (status, _, message)) =
+        until("held by the share", condition_is("TooManyUnhealthy")).await;
+    assert_eq!(status, "False");
+    assert!(
+        message.ends_with("2 of 2 nodes unhealthy, more than 50 %: nothing is remediated"),
+        "{message}"
+    );
+    assert!(event(&client, &ns, "TooManyUnhealthy")
+        .await
+        .contains("2 of 2 nodes unhealthy"));
+    let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
+    let asked = |name: &'static str| {
+        let hosts = hosts.clone();
+        async move {
+            hosts
+                .get(name)
+                .await
+                .unwrap()
+                .metadata
+                .annotations
+                .is_some_and(|a| a.contains_key("reboot.metal3.io"))
+        }
+    };
+    assert!(!asked("node-a").await && !asked("node-b").await);
+
+    // The master Ready: the worker alone is unhealthy, within the share, and rebooted through its host.
+    ready(&nodes, "m", "True", 0).await;
+    let (p, (_, _, message)) = until("the worker remediated", condition_is("Remediating")).await;
+    assert_eq!(message, "w: rebooting through BareMetalHost node-b");
+    assert!(
+        asked("node-b").await,
+        "the worker's host was not asked to reboot"
+    );
+    assert!(!asked("node-a").await);
+    let rem = &p.status.unwrap().remediations;
+    assert_eq!(rem.len(), 1, "{rem:?}");
+    assert_eq!(
+        (rem[0].node.as_str(), rem[0].bare_metal_host.as_str()),
+        ("w", "node-b")
+    );
+    assert_eq!(rem[0].outcome, None);
+    let note = event(&client, &ns, "Remediating").await;
+    assert!(
+        note.starts_with("rebooting w through BareMetalHost node-b: not Ready for "),
+        "{note}"
+    );
+
+    // BMO took the annotation away (the host was off); the worker is Ready again: healed.
+    hosts
+        .patch(
+            "node-b",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"reboot.metal3.io": null}}})),
+        )
+        .await
+        .unwrap();
+    ready(&nodes, "w", "True", 0).await;
+    let (p, (status, _, message)) = until("healed", condition_is("NodesReady")).await;
+    assert_eq!(
+        (status.as_str(), message.as_str()),
+        ("True", "all 2 nodes Ready")
+    );
+    let rem = &p.status.unwrap().remediations;
+    assert_eq!(rem[0].outcome.as_deref(), Some("Healed"), "{rem:?}");
+    assert!(rem[0].ended.is_some());
+    assert!(event(&client, &ns, "Healed")
+        .await
+        .starts_with("w is Ready again after its reboot"));
+    // Nothing was asked of the host again.
+    assert!(!asked("node-b").await);
+}
