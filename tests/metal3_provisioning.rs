@@ -619,6 +619,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     );
     // The worker's image removed: BMO deprovisions it, cleaning its disk's metadata. The master's kubelet
     // stopped: its Node goes NotReady, and past the spec's 30 s the BPA reboots it through its BareMetalHost.
+    bpa::healing_on(&site, &job);
     assert!(
         has_partition_table(&disk_head(&worker.disk, &dir)),
         "the installed disk has no partition table"

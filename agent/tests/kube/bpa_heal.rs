@@ -4,7 +4,8 @@
 //! no node controller there). Both nodes unhealthy with the share at 50 %: nothing is rebooted and the
 //! condition and an Event say why. The master `Ready` again: the worker's host gets BMO's reboot annotation,
 //! an Event `Remediating`, the condition `Remediating`, a remediation under way in the status. The worker
-//! `Ready` again: the remediation ends `Healed`, the cluster is `Healthy`.
+//! `Ready` again: the remediation ends `Healed`, the cluster is `Healthy`. Healing turned off (a new generation
+//! that installs nothing new: the Job stays generation 1's), the worker down again is only reported.
 
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -207,5 +208,35 @@ async fn a_node_not_ready_is_rebooted_through_its_host_unless_too_many_are() {
         .await
         .starts_with("w is Ready again after its reboot"));
     // Nothing was asked of the host again.
+    assert!(!asked("node-b").await);
+
+    // Healing turned off: a new generation, and no new install (the Job of generation 1 stays the cluster's);
+    // the worker down again is only reported.
+    provs
+        .patch(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"healing": {"enabled": false}}})),
+        )
+        .await
+        .unwrap();
+    until("generation 2 observed", || async {
+        get_prov(&provs, "c1")
+            .await
+            .filter(|p| p.status.as_ref().and_then(|s| s.observed_generation) == Some(2))
+    })
+    .await;
+    ready(&nodes, "w", "False", 600).await;
+    let (p, (_, _, message)) = until("healing off", condition_is("HealingDisabled")).await;
+    assert!(
+        message.ends_with("healing is off (spec.healing.enabled)"),
+        "{message}"
+    );
+    let status = p.status.unwrap();
+    assert_eq!(status.observed_generation, Some(2));
+    assert_eq!(status.job_name.as_deref(), Some("c1-install-g1"));
+    assert_eq!(status.phase.as_deref(), Some("Ready"));
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), &ns);
+    assert!(jobs.get_opt("c1-install-g2").await.unwrap().is_none());
     assert!(!asked("node-b").await);
 }

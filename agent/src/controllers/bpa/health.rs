@@ -35,15 +35,14 @@ pub async fn heal(
     status: &mut ProvisioningStatus,
 ) -> Result<Duration, Error> {
     let generation = p.metadata.generation;
-    let policy = Policy::of(p.spec.healing.as_ref());
-    // The remediations as last written, not as the watcher's cache has them: a reconcile our own annotation
-    // started may see the object from before the last status write, and would reboot the host again or lose
-    // the remediation under way.
+    // The object as last written, not as the watcher's cache has it: a reconcile our own annotation started may
+    // see it from before the last status write (and would reboot the host again, or lose the remediation under
+    // way), or from before the operator turned healing off.
     let fresh = Api::<Provisioning>::namespaced(base.client.clone(), ns)
         .get_status(&p.name_any())
-        .await?
-        .status
-        .unwrap_or_default();
+        .await?;
+    let policy = Policy::of(fresh.spec.healing.as_ref());
+    let fresh = fresh.status.unwrap_or_default();
     status.remediations = fresh.remediations;
     let old = fresh
         .conditions

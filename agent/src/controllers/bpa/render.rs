@@ -9,7 +9,22 @@ use kube::ResourceExt;
 use super::plan::OWNER_LABEL;
 use crate::controllers::common::jobs::{input, installer_job, with_host_ca, Installer, Source};
 use crate::controllers::common::{child_name, core_rule};
-use crate::crd::bpa::Provisioning;
+use crate::crd::bpa::{Provisioning, ProvisioningSpec};
+
+/// The annotation on an installer Job naming what it installs ([`installs`]).
+pub const INSTALLS: &str = "bpa.akraino.org/installs";
+
+/// What a Provisioning installs, as a digest: its spec without `healing`, which no installer reads, so a
+/// change of the healing policy alone is no new install (its generation keeps the Job it has).
+pub fn installs(spec: &ProvisioningSpec) -> String {
+    use sha2::Digest as _;
+    let spec = ProvisioningSpec {
+        healing: None,
+        ..spec.clone()
+    };
+    let json = serde_json::to_vec(&spec).unwrap_or_default();
+    hex::encode(&sha2::Sha256::digest(json)[..8])
+}
 
 /// The inventory (`hosts.ini`) the installer reads.
 pub fn inventory(name: &str, hosts_ini: &str) -> ConfigMap {
@@ -58,7 +73,7 @@ pub fn installer(p: &Provisioning, n: &Names) -> Job {
         p.spec.pod_subnet.clone().unwrap_or_default(),
         n.drain_timeout_seconds.to_string(),
     );
-    installer_job(&Installer {
+    let mut job = installer_job(&Installer {
         name: n.job,
         image: n.image,
         labels: &[("cluster", n.cluster)],
@@ -85,5 +100,36 @@ pub fn installer(p: &Provisioning, n: &Names) -> Job {
             ),
             ("ssh", "/etc/foothold/ssh", Source::Secret(n.ssh_key_secret)),
         ],
-    })
+    });
+    job.annotations_mut()
+        .insert(INSTALLS.into(), installs(&p.spec));
+    job
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::bpa::Healing;
+
+    #[test]
+    fn a_change_of_the_healing_policy_alone_installs_nothing_new() {
+        let spec: ProvisioningSpec = serde_json::from_value(serde_json::json!({
+            "masters": [{"m": {"mac-address": "00:c6:14:04:61:01"}}], "PodSubnet": "10.244.64.0/18",
+        }))
+        .unwrap();
+        let healed = ProvisioningSpec {
+            healing: Some(Healing {
+                enabled: Some(false),
+                ..Healing::default()
+            }),
+            ..spec.clone()
+        };
+        assert_eq!(installs(&spec), installs(&healed));
+        assert_eq!(installs(&spec).len(), 16);
+        let moved = ProvisioningSpec {
+            pod_subnet: Some("10.245.0.0/18".into()),
+            ..spec.clone()
+        };
+        assert_ne!(installs(&spec), installs(&moved));
+    }
 }
