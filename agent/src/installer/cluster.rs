@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use k8s_openapi::api::core::v1::Node as KubeNode;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use russh::keys::PrivateKey;
 
 use crate::installer::api::retrying;
@@ -148,18 +147,10 @@ async fn cluster_api(cp: &Node<'_>) -> Result<(String, kube::Client), Failure> {
         .capture(STEP, &format!("cat {ADMIN_CONF}\n"), SHORT)
         .await?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let bad = |e: String| cp.fail(STEP, format!("{ADMIN_CONF}: {e}"));
-    let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| bad(e.to_string()))?;
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .map_err(|e| bad(e.to_string()))?;
-    config.connect_timeout = Some(API_REQUEST);
-    config.read_timeout = Some(API_REQUEST);
-    // The installer tries again by itself (`retrying`, the drain's rounds): kube's own retries of 429, 503 and
-    // 504 would hold a refused eviction for minutes (up to 15 tries, backing off to 1,000 s).
-    config.default_retry = false;
-    let client = kube::Client::try_from(config).map_err(|e| bad(e.to_string()))?;
+    // The installer tries again by itself (`retrying`, the drain's rounds), so the client does not.
+    let client = crate::controllers::common::workload::client(&text, API_REQUEST)
+        .await
+        .map_err(|e| cp.fail(STEP, format!("{ADMIN_CONF}: {e}")))?;
     Ok((text, client))
 }
 

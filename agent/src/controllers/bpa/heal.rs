@@ -94,6 +94,8 @@ pub struct Decision {
     /// `NotHealed` remediations of `past` (by index) whose node is `Ready` again.
     pub recovered: Vec<usize>,
     pub healthy: bool,
+    /// A limit held a remediation back (`reason` names it).
+    pub held: bool,
     pub reason: &'static str,
     pub message: String,
 }
@@ -232,6 +234,7 @@ pub fn decide(policy: &Policy, nodes: &[Node], past: &[Past], now: i64) -> Decis
         (false, reason, said.join("; "))
     };
     Decision {
+        held: !healthy && held.is_some(),
         reboot,
         ended,
         recovered,

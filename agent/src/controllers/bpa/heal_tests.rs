@@ -78,6 +78,7 @@ fn a_node_not_ready_past_the_threshold_is_rebooted_through_its_host_and_not_befo
         [("worker-0".to_owned(), "bmh-worker-0".to_owned())]
     );
     assert_eq!((d.healthy, d.reason), (false, "Remediating"));
+    assert!(!d.held);
     assert_eq!(
         d.message,
         "worker-0: rebooting through BareMetalHost bmh-worker-0"
@@ -172,6 +173,7 @@ fn more_than_the_share_unhealthy_holds_everything() {
     let d = decide(&policy(), &nodes, &[], NOW);
     assert!(d.reboot.is_empty());
     assert_eq!((d.healthy, d.reason), (false, "TooManyUnhealthy"));
+    assert!(d.held);
     assert!(
         d.message
             .ends_with("2 of 2 nodes unhealthy, more than 50 %: nothing is remediated"),

@@ -8,12 +8,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
 use super::heal::{self, Outcome, Past, Policy};
-use crate::controllers::common::{publish, secrets, set_condition, Base, Error};
+use crate::controllers::common::{publish, secrets, set_condition, workload, Base, Error};
 use crate::crd::bpa::{Provisioning, ProvisioningStatus, Remediation};
 use crate::crd::metal3::BareMetalHost;
 
@@ -85,12 +84,11 @@ pub async fn heal(
     let past: Vec<Past> = status.remediations.iter().map(past_of).collect();
     let d = heal::decide(&policy, &nodes, &past, now.as_second());
     let stamp = now.to_string();
-    let events = |r: &Remediation| (r.node.clone(), r.bare_metal_host.clone(), r.started.clone());
     for &(i, outcome) in &d.ended {
         let r = &mut status.remediations[i];
         r.outcome = Some(outcome.as_str().into());
         r.ended = Some(stamp.clone());
-        let (node, bmh, started) = events(r);
+        let (node, bmh, started) = (&r.node, &r.bare_metal_host, &r.started);
         let (kind, note) = match outcome {
             Outcome::Healed => (
                 EventType::Normal,
@@ -143,7 +141,7 @@ pub async fn heal(
             ..Remediation::default()
         });
     }
-    if !d.healthy && old.as_deref() != Some(d.reason) && held(d.reason) {
+    if d.held && old.as_deref() != Some(d.reason) {
         publish(&base.recorder, p, EventType::Warning, d.reason, &d.message).await;
     }
     set_condition(
@@ -160,14 +158,6 @@ pub async fn heal(
         policy.window,
     );
     Ok(if d.healthy { QUIET } else { WATCHING })
-}
-
-/// Whether `reason` says a remediation is held back by a limit.
-fn held(reason: &str) -> bool {
-    matches!(
-        reason,
-        "TooManyUnhealthy" | "RemediationLimit" | "ControlPlaneBusy" | "HealingDisabled"
-    )
 }
 
 /// The remediations worth keeping: under way, started within the window (they count against it), and each
@@ -224,17 +214,9 @@ async fn workload_nodes(
         Ok(text) => text,
         Err(why) => return Ok(Err(why)),
     };
+    // A busy workload API is read again at the next round.
     let connect = async {
-        let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|e| e.to_string())?;
-        let mut config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| e.to_string())?;
-        config.connect_timeout = Some(API_REQUEST);
-        config.read_timeout = Some(API_REQUEST);
-        // A busy workload API is read again at the next round, not retried for minutes here.
-        config.default_retry = false;
-        let workload = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+        let workload = workload::client(&text, API_REQUEST).await?;
         Api::<KubeNode>::all(workload)
             .list(&ListParams::default())
             .await

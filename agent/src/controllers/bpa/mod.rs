@@ -112,20 +112,22 @@ impl Reconciler for Ctx {
         let jobs: Api<Job> = Api::namespaced(client.clone(), ns);
         // A new generation that installs what the last Job installed (only `healing` changed) keeps that Job.
         let installs = render::installs(&p.spec);
-        let job_name = match old.job_name.as_deref() {
-            Some(last)
-                if jobs
-                    .get_opt(last)
-                    .await?
-                    .is_some_and(|j| j.annotations().get(render::INSTALLS) == Some(&installs)) =>
-            {
-                last.to_owned()
+        let last = match old.job_name.as_deref() {
+            Some(last) => jobs.get_opt(last).await?,
+            None => None,
+        };
+        let (job_name, existing) = match last {
+            Some(j) if j.annotations().get(render::INSTALLS) == Some(&installs) => {
+                (j.name_any(), Some(j))
             }
-            _ => child_name(&name, &format!("install-g{generation}")),
+            _ => {
+                let job_name = child_name(&name, &format!("install-g{generation}"));
+                let existing = jobs.get_opt(&job_name).await?;
+                (job_name, existing)
+            }
         };
         let inventory_name = child_name(&name, "inventory");
         let secret_name = format!("{cluster}-kubeconfig");
-        let existing = jobs.get_opt(&job_name).await?;
         let mut owned = Owned::new(client, OWNERSHIP, p, ns);
 
         // Hosts matched? (Once this generation's Job exists, the installed cluster no longer depends on them.)

@@ -15,6 +15,7 @@ pub mod report;
 pub mod secrets;
 #[cfg(test)]
 pub mod testing;
+pub mod workload;
 
 pub use account::{apply_account, core_rule};
 pub use apply::{apply_status, delete_ignoring_missing, MANAGER};
