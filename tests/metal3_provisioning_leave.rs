@@ -28,6 +28,35 @@ fn spread(site_of: (&Namespace, &Site, &Path), conf: &str) -> Result<String, Str
     )
 }
 
+/// For each pod `spread` lists as `Pending`, its newest event (`reason: message`), so that a pod which does not
+/// start says where it stands (scheduling, the sandbox, an image pull); empty when none is pending.
+fn pending_why(site_of: (&Namespace, &Site, &Path), conf: &str, pods: &str) -> String {
+    pods.lines()
+        .filter(|l| l.ends_with(" Pending"))
+        .filter_map(|l| l.split(' ').next())
+        .map(|pod| {
+            let selector = format!("involvedObject.name={pod}");
+            let events = workload_get(
+                site_of,
+                conf,
+                &[
+                    "events",
+                    "--field-selector",
+                    &selector,
+                    "--sort-by=.lastTimestamp",
+                    "-o",
+                    "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+                ],
+            );
+            let newest = match &events {
+                Ok(text) => text.lines().last().unwrap_or("no event").to_owned(),
+                Err(e) => e.trim().to_owned(),
+            };
+            format!("; {pod}: {newest}")
+        })
+        .collect()
+}
+
 /// The worker taken out of the `Ready` cluster `c1` (a new generation naming the master alone): the BPA shows
 /// it `Removing`, and its installer Job drains it through the Eviction API: a Deployment of two pods, one on
 /// each node, whose PodDisruptionBudget first allows no disruption, holds the drain (the Job says it waits, the
@@ -55,7 +84,7 @@ pub(super) fn removes_the_worker(
     let apply = |yaml: &str| {
         wait_for(
             "the workload cluster to take it",
-            Duration::from_secs(120),
+            Duration::from_secs(300),
             || {
                 let r = workload_kubectl(site_of, conf, &["apply", "-f", "-"], Some(yaml));
                 (format!("{r:?}"), r.ok())
@@ -63,9 +92,11 @@ pub(super) fn removes_the_worker(
         )
     };
     apply(spread_yaml);
+    // The first pod on the loaded master has taken 141-298 s to start in passing runs (its own events say
+    // where); the limit is a deadline for a fault, not a measure.
     let placed = wait_for(
         "a spread pod on each node",
-        Duration::from_secs(300),
+        Duration::from_secs(600),
         || {
             let now = spread(site_of, conf);
             let done = now.as_deref().is_ok_and(|p| {
@@ -73,7 +104,8 @@ pub(super) fn removes_the_worker(
                     && p.contains(" master-0 Running")
                     && p.contains(" worker-0 Running")
             });
-            (format!("{now:?}"), done.then(|| now.unwrap()))
+            let why = pending_why(site_of, conf, now.as_deref().unwrap_or_default());
+            (format!("{now:?}{why}"), done.then(|| now.unwrap()))
         },
     );
     let on_worker_pod = placed

@@ -10,11 +10,12 @@ use foothold_e2e::{run, try_run};
 
 /// `command` run on the node at `address` over SSH with `key`, from inside the namespace; its output. The ready
 /// marker can come before sshd takes connections (seen: "Connection refused" right after it, once in four
-/// runs), so a refused or failed login is tried again for up to two minutes, naming the last error.
+/// runs), so a refused or failed login is tried again for up to five minutes (a loaded node took 50 s), naming
+/// the last error.
 pub(super) fn ssh(ns: &Namespace, key: &Path, address: &str, command: &str) -> String {
     wait_for(
         &format!("SSH to {address}"),
-        Duration::from_secs(120),
+        Duration::from_secs(300),
         || {
             let out = try_run(
                 ns.command("ssh")
