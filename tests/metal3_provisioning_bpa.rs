@@ -299,8 +299,9 @@ fn fails(site: &Site, job: &str, wants: &[&str]) {
 }
 
 /// The installer Job's limit: both disk-installed hosts prepared, kubeadm init and join, the pod network, under
-/// TCG (the appliance's units run natively here).
-const INSTALL_LIMIT: Duration = Duration::from_secs(1500);
+/// TCG (the appliance's units run natively here). The longest seen took 951 s; CI's machine runs this test about
+/// 1.5 times slower than the machines it was tuned on.
+const INSTALL_LIMIT: Duration = Duration::from_secs(2400);
 
 /// The installer Job `job` the BPA made runs on the appliance's own node (its kubelet and containerd, the
 /// installer image from its agent's registry), with the installer's SSH key from the Secret ICN's BPA names
@@ -536,6 +537,13 @@ pub(super) fn installs_software(
     foothold_e2e::say!(
         "metal3_provisioning: the Software installed in {} s",
         started.elapsed().as_secs()
+    );
+    // Each host's report, from the installer's last words: both got something new.
+    assert_eq!(
+        software("{range .status.hosts[*]}{.name}={.state} {end}"),
+        "master-0=Updated worker-0=Updated ",
+        "{}",
+        software("{.status}")
     );
     let [master, worker] = on;
     assert_eq!(

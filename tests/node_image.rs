@@ -338,21 +338,41 @@ fn install_software(dir: &Path, port: u16, ssh_port: u16, key: &Path, ca: &Path,
     )
     .unwrap();
     let packages = dir.join("packages.json");
-    let install = || {
+    let report = dir.join("report.json");
+    let install = |inventory: &Path| {
         Command::new(target().join("debug/foothold-agent"))
             .arg("install-software")
             .arg("--inventory")
-            .arg(&inventory)
+            .arg(inventory)
             .arg("--packages")
             .arg(&packages)
             .arg("--ssh-key")
             .arg(key)
+            .arg("--report")
+            .arg(&report)
             .output()
             .unwrap()
     };
+    // The per-host report the Software shows: (host, state, detail) each.
+    let hosts = || -> Vec<(String, String, String)> {
+        let r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        r["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                let s = |k: &str| h[k].as_str().unwrap().to_owned();
+                (s("host"), s("state"), s("detail"))
+            })
+            .collect()
+    };
     std::fs::write(&packages, manifest(&sha256_file(&tool))).unwrap();
-    for (round, done) in [(1, "installed"), (2, "already installed")] {
-        let out = install();
+    for (round, done, state) in [
+        (1, "installed", "Updated"),
+        (2, "already installed", "Unchanged"),
+    ] {
+        let out = install(&inventory);
         let said = String::from_utf8_lossy(&out.stdout).into_owned();
         eprintln!("install-software, round {round}:\n{said}");
         assert!(
@@ -367,6 +387,14 @@ fn install_software(dir: &Path, port: u16, ssh_port: u16, key: &Path, ca: &Path,
             assert!(said.contains(&line), "{line:?} in\n{said}");
         }
         assert!(said.contains("node-0 host key SHA256:"), "{said}");
+        assert_eq!(
+            hosts(),
+            [(
+                "node-0".into(),
+                state.into(),
+                format!("deb hello-foothold 1.0 {done}; binary /usr/local/bin/hello-tool {done}")
+            )]
+        );
     }
     let ssh = ssh(
         ssh_port,
@@ -378,9 +406,21 @@ fn install_software(dir: &Path, port: u16, ssh_port: u16, key: &Path, ca: &Path,
         "hello-foothold 1.0 install ok installed\nhello-tool 1\n"
     );
 
-    // A digest the agent's bytes do not have: the host refuses the download, and the run says where.
+    // A digest the agent's bytes do not have: the host refuses the download, and the run says where; the
+    // rollout stops there: a second host (a port nothing listens on) is never tried.
     std::fs::write(&packages, manifest(&"0".repeat(64))).unwrap();
-    let out = install();
+    let two = dir.join("hosts-two.ini");
+    std::fs::write(
+        &two,
+        format!(
+            "[all]\nnode-0 ansible_host=127.0.0.1 ansible_port={ssh_port} ansible_user=foothold\n\
+             node-1 ansible_host=127.0.0.1 ansible_port={} ansible_user=foothold\n\n\
+             [kube_control_plane]\nnode-0\n\n[kube_node]\nnode-0\nnode-1\n",
+            free_port()
+        ),
+    )
+    .unwrap();
+    let out = install(&two);
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
@@ -392,6 +432,22 @@ fn install_software(dir: &Path, port: u16, ssh_port: u16, key: &Path, ca: &Path,
     assert!(
         said.contains("node-0 hello-foothold: deb hello-foothold 1.0 already installed\n"),
         "{said}"
+    );
+    assert!(
+        said.contains("node-1: skipped: node-0 failed first\n"),
+        "{said}"
+    );
+    let report = hosts();
+    let states: Vec<(&str, &str)> = report
+        .iter()
+        .map(|h| (h.0.as_str(), h.1.as_str()))
+        .collect();
+    assert_eq!(states, [("node-0", "Failed"), ("node-1", "Skipped")]);
+    assert!(
+        report[0]
+            .2
+            .contains(&format!("hello-tool: {files}/hello-tool (exit status ")),
+        "{report:?}"
     );
 }
 

@@ -258,6 +258,11 @@ pub struct SoftwareSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("items" = package_schema()))]
     pub worker_software: Vec<serde_json::Value>,
+    /// How many hosts the installer updates at a time (default 1: host after host). The first host that fails
+    /// stops the rollout; the hosts not yet started are `Skipped`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_unavailable: Option<u32>,
 }
 
 /// A package is a name or a one-entry map `{name: {version: "…"}}`: structural schemas cannot say "string or
@@ -333,6 +338,27 @@ pub struct SoftwareStatus {
     /// Each package, where the installer downloads it from, or why it cannot.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub packages: Vec<PackageStatus>,
+    /// How each host went in the finished run of `jobName` (empty while it runs): failed hosts first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub hosts: Vec<SoftwareHostStatus>,
+    /// Hosts the installer's report left out to stay within a termination message's 4 KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts_omitted: Option<u32>,
+}
+
+/// One host of a `Software`'s last finished run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SoftwareHostStatus {
+    /// The inventory name (the workload cluster's Node).
+    pub name: String,
+    /// `Updated` (a package was installed or replaced), `Unchanged` (all already there), `Failed` or `Skipped`
+    /// (not started: an earlier host failed).
+    pub state: String,
+    /// What was done, or why it failed or was skipped.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
 }
 
 /// One package of a `Software`, resolved against the agent's `binary_images` of the cluster.

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
 
+use crate::controllers::common::host_report::Report;
 use crate::installer::cluster::{self, Params};
 use crate::installer::inventory::Inventory;
 use crate::installer::release::Release;
@@ -48,6 +49,14 @@ pub struct SoftwareArgs {
         default_value = "/etc/foothold/packages/packages.json"
     )]
     packages: PathBuf,
+    /// How many hosts are updated at a time (the Software's maxUnavailable); the first host that fails stops the
+    /// rollout: hosts not yet started are skipped.
+    #[arg(long, env = "MAX_UNAVAILABLE", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    max_unavailable: u32,
+    /// Also write the per-host report (JSON: each host Updated, Unchanged, Failed or Skipped, and what was done)
+    /// to this file; in a pod it is the container's termination message too, which the Software reads.
+    #[arg(long)]
+    report: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -211,32 +220,42 @@ pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
         Ok(i) => i,
         Err(e) => return Ok(refused(&e)),
     };
-    let outcomes = tokio::runtime::Runtime::new()?.block_on(software::install(
+    let run = tokio::runtime::Runtime::new()?.block_on(software::install(
         &inv,
         &manifest,
         key,
         &a.hosts.ssh_user,
         &known,
+        usize::try_from(a.max_unavailable).unwrap_or(1),
     ));
     let mut failed = 0;
-    let mut failures = Vec::new();
-    for o in &outcomes {
+    for o in &run.outcomes {
         match &o.result {
             Ok(done) => println!("{} {}: {done}", o.host, o.package),
             Err(why) => {
                 failed += 1;
-                let line = format!("{} {}: FAILED: {why}", o.host, o.package);
-                println!("{line}");
-                failures.push(line);
+                println!("{} {}: FAILED: {why}", o.host, o.package);
             }
         }
     }
+    for (host, first) in &run.skipped {
+        println!("{host}: skipped: {first} failed first");
+    }
     host_keys(&inv, &known);
+    let report = Report::encode(&run.report());
+    last_words(&report);
+    if let Some(path) = &a.report {
+        crate::apt::durable::write_file(path, report.as_bytes(), 0o644)
+            .with_context(|| format!("writing the report {}", path.display()))?;
+    }
     if failed > 0 {
-        last_words(&failures.join("\n"));
         eprintln!(
-            "foothold-agent: {failed} of {} package installs failed",
-            outcomes.len()
+            "foothold-agent: {failed} of {} package installs failed{}",
+            run.outcomes.len(),
+            match run.skipped.len() {
+                0 => String::new(),
+                n => format!(", {n} host(s) not started"),
+            }
         );
         return Ok(ExitCode::from(1));
     }

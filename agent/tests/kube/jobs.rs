@@ -1,5 +1,5 @@
 //! What the Job controller and the kubelet would write, where nothing runs Jobs or pods: a Job's outcome, a
-//! failed attempt's pod with the installer's termination message, and a pod whose installer cannot start.
+//! finished attempt's pod with the installer's termination message, and a pod whose installer cannot start.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -29,8 +29,20 @@ pub(crate) async fn job_status(client: &kube::Client, ns: &str, name: &str, succ
         .unwrap_or_else(|e| panic!("patching Job {name} status: {e}"));
 }
 
-/// A pod of Job `job` whose `installer` container ended with `message` as its termination message.
+/// A pod of Job `job` whose `installer` container failed with `message` as its termination message.
 pub(crate) async fn failed_attempt(client: &kube::Client, ns: &str, job: &str, message: &str) {
+    ended_attempt(client, ns, job, 1, message).await;
+}
+
+/// A pod of Job `job` whose `installer` container ended with exit code `code` (0: the pod `Succeeded`, else
+/// `Failed`) and `message` as its termination message.
+pub(crate) async fn ended_attempt(
+    client: &kube::Client,
+    ns: &str,
+    job: &str,
+    code: i32,
+    message: &str,
+) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let name = format!("{job}-x7k2p");
     let pod = serde_json::from_value(json!({
@@ -44,9 +56,9 @@ pub(crate) async fn failed_attempt(client: &kube::Client, ns: &str, job: &str, m
     pods.patch_status(
         &name,
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Failed", "containerStatuses": [{
+        &Patch::Merge(json!({"status": {"phase": if code == 0 { "Succeeded" } else { "Failed" }, "containerStatuses": [{
             "name": "installer", "ready": false, "restartCount": 0, "image": "installer:1", "imageID": "",
-            "state": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now,
+            "state": {"terminated": {"exitCode": code, "reason": if code == 0 { "Completed" } else { "Error" }, "startedAt": now, "finishedAt": now,
                 "message": message}}}]}})),
     )
     .await

@@ -3,7 +3,7 @@
 
 use crate::bpa::{get_prov, one_master, provisioning, site_ssh_ca, start_agent, ADVERTISED};
 use crate::hosts::bmh;
-use crate::jobs::{job_status, waiting_attempt};
+use crate::jobs::{ended_attempt, job_status, waiting_attempt};
 use crate::support;
 use crate::support::kube::{env, until};
 use crate::support::Agent;
@@ -391,14 +391,52 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
         after.data.as_ref().unwrap()["packages.json"].contains(&sha(&tool2)),
         "the manifest names the new content"
     );
+    // The installer's report (its termination message) becomes the status's hosts, failures first.
+    let report = |hosts: serde_json::Value| json!({"hosts": hosts}).to_string();
+    ended_attempt(
+        &client,
+        &ns,
+        &updated,
+        0,
+        &report(json!([
+            {"host": "n1", "state": "Unchanged", "detail": "binary /usr/local/bin/kubectl already installed"},
+            {"host": "n1b", "state": "Updated", "detail": "binary /usr/local/bin/tool installed"}])),
+    )
+    .await;
     job_status(&client, &ns, &updated, true).await;
-    until("Software Installed again", || async {
+    let s = until("Software Installed again", || async {
         sws.get_opt("tools")
             .await
             .unwrap()
             .filter(|s| sw_phase(s) == Some("Installed"))
     })
     .await;
+    let hosts = |s: &Software| -> Vec<(String, String, String)> {
+        let st = s.status.clone().unwrap_or_default();
+        st.hosts
+            .into_iter()
+            .map(|h| (h.name, h.state, h.detail))
+            .collect()
+    };
+    assert_eq!(
+        hosts(&s),
+        [
+            (
+                "n1".into(),
+                "Unchanged".into(),
+                "binary /usr/local/bin/kubectl already installed".into()
+            ),
+            (
+                "n1b".into(),
+                "Updated".into(),
+                "binary /usr/local/bin/tool installed".into()
+            )
+        ]
+    );
+    assert_eq!(
+        sw_condition(&s, "Installed").unwrap().2,
+        format!("package installer Job {updated} finished: 1 updated, 1 unchanged")
+    );
     let names: Vec<String> = jobs
         .list(&of_sw)
         .await
@@ -413,15 +451,33 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
     sws.patch(
         "tools",
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"masterSoftware": ["tool"]}})),
+        &Patch::Merge(json!({"spec": {"masterSoftware": ["tool"], "maxUnavailable": 2}})),
     )
     .await
     .unwrap();
     let g2 = job_of(&sws, "tools-install-g2-p1-").await;
-    until("the generation-2 Job", || async {
+    let job = until("the generation-2 Job", || async {
         jobs.get_opt(&g2).await.unwrap()
     })
     .await;
+    let env = job.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap_or_default();
+    let at_once = env.iter().find(|e| e.name == "MAX_UNAVAILABLE");
+    assert_eq!(at_once.and_then(|e| e.value.as_deref()), Some("2"));
+    let s = until(
+        "the Software Installing with the generation-2 Job",
+        || async {
+            sws.get_opt("tools").await.unwrap().filter(|s| {
+                let st = s.status.as_ref();
+                sw_phase(s) == Some("Installing")
+                    && st.and_then(|st| st.job_name.as_deref()) == Some(g2.as_str())
+            })
+        },
+    )
+    .await;
+    assert_eq!(hosts(&s), [], "a running Job's hosts are not known yet");
     until("the generation-1 Job gone", || async {
         jobs.get_opt(&updated)
             .await
@@ -429,6 +485,16 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
             .is_none()
             .then_some(())
     })
+    .await;
+    ended_attempt(
+        &client,
+        &ns,
+        &g2,
+        1,
+        &report(json!([
+            {"host": "n1", "state": "Failed", "detail": "tool: https://x/tool (exit status 1): no space left"},
+            {"host": "n1b", "state": "Skipped", "detail": "not started: n1 failed first"}])),
+    )
     .await;
     job_status(&client, &ns, &g2, false).await;
     let s = until("Software Failed", || async {
@@ -442,6 +508,17 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
     assert_eq!(
         (failed.0.as_str(), failed.1.as_str()),
         ("True", "JobFailed")
+    );
+    assert!(
+        failed.2.starts_with(&format!(
+            "package installer Job {g2} failed: 1 failed, 1 skipped; n1: tool: https://x/tool (exit status 1): no space left"
+        )),
+        "{}",
+        failed.2
+    );
+    assert_eq!(
+        hosts(&s).iter().map(|h| h.1.as_str()).collect::<Vec<_>>(),
+        ["Failed", "Skipped"]
     );
 
     // Delete: the finalizer removes the Jobs and the manifest.

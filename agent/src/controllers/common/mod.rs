@@ -1,13 +1,14 @@
 //! What every reconciler shares: the context and the finalizer around apply and cleanup ([`Base`], [`run`]),
 //! errors, per-object backoff, and in submodules the objects it owns and prunes ([`owned`]), the other writes
-//! ([`apply`]), the accounts they run as ([`account`]), the status it reports ([`report`]), the Secrets it reads ([`secrets`]), Jobs ([`jobs`]) and
-//! child names ([`naming`]).
+//! ([`apply`]), the accounts they run as ([`account`]), the status it reports ([`report`]), the Secrets it reads ([`secrets`]), Jobs ([`jobs`]), what
+//! a package installer run reports per host ([`host_report`]) and child names ([`naming`]).
 
 pub mod account;
 pub mod apply;
 pub mod base;
 pub mod document;
 pub mod error;
+pub mod host_report;
 pub mod jobs;
 pub mod naming;
 pub mod owned;

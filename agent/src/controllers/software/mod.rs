@@ -32,6 +32,7 @@ use kube::runtime::watcher;
 
 use self::plan::Files;
 use super::bpa::{cluster_name, FINALIZER};
+use super::common::host_report::{HostState, Report};
 use super::common::report::{report, Headline};
 use super::common::{child_name, jobs};
 use super::common::{every, run as run_controller, scoped_api, Reconciler};
@@ -39,7 +40,7 @@ use super::common::{
     job_outcome, publish, set_conditions, Base, Error, JobOutcome, Owned, WAITING,
 };
 use super::settings::Settings;
-use crate::crd::bpa::{Provisioning, Software, SoftwareStatus};
+use crate::crd::bpa::{Provisioning, Software, SoftwareHostStatus, SoftwareStatus};
 use crate::metrics::Metrics;
 use crate::store::Store;
 
@@ -181,6 +182,11 @@ impl Reconciler for Ctx {
                             manifest_id(manifest)
                         ),
                     );
+                    if old.job_name.as_deref() == Some(&job_name) {
+                        // The same run: its report stays, should its pod be gone.
+                        status.hosts = old.hosts.clone();
+                        status.hosts_omitted = old.hosts_omitted;
+                    }
                     status.job_name = Some(job_name.clone());
                     action = run_job(sw, prov, ns, ctx, &job_name, manifest, &mut status).await?;
                 } else {
@@ -352,6 +358,8 @@ async fn run_job(
     let updates: [(&str, bool, &str, String); 3] = match outcome {
         JobOutcome::Running => {
             status.phase = Some("Installing".into());
+            status.hosts.clear();
+            status.hosts_omitted = None;
             action = Action::await_change();
             match jobs::waiting(&ctx.base.client, ns, job_name).await {
                 Some(why) => {
@@ -381,7 +389,15 @@ async fn run_job(
         }
         JobOutcome::Succeeded => {
             status.phase = Some("Installed".into());
-            let msg = format!("package installer Job {job_name} finished");
+            let said = jobs::last_words(&ctx.base.client, ns, job_name).await;
+            let hosts = said
+                .as_deref()
+                .and_then(Report::decode)
+                .map(|r| hosts(&r, status));
+            let msg = format!(
+                "package installer Job {job_name} finished{}",
+                hosts.map(|h| format!(": {h}")).unwrap_or_default()
+            );
             [
                 ("Installing", false, "JobFinished", msg.clone()),
                 ("Installed", true, "JobFinished", msg),
@@ -391,6 +407,10 @@ async fn run_job(
         JobOutcome::Failed(why) => {
             status.phase = Some("Failed".into());
             let said = jobs::last_words(&ctx.base.client, ns, job_name).await;
+            let said = match said.as_deref().and_then(Report::decode) {
+                Some(r) => Some(hosts(&r, status)),
+                None => said,
+            };
             let msg = format!(
                 "package installer Job {job_name} failed: {}",
                 jobs::failure(&why, said.as_deref())
@@ -408,4 +428,38 @@ async fn run_job(
         .collect();
     set_conditions(&mut status.conditions, generation, &updates);
     Ok(action)
+}
+
+/// Puts the installer's per-host `report` into `status.hosts` and says it in a line: how many hosts are in each
+/// state, and each failed host with its reason.
+fn hosts(report: &Report, status: &mut SoftwareStatus) -> String {
+    status.hosts = report
+        .hosts
+        .iter()
+        .map(|h| SoftwareHostStatus {
+            name: h.host.clone(),
+            state: h.state.as_str().into(),
+            detail: h.detail.clone(),
+        })
+        .collect();
+    status.hosts_omitted = u32::try_from(report.omitted).ok().filter(|n| *n > 0);
+    let count = |s: HostState| report.hosts.iter().filter(|h| h.state == s).count();
+    let mut line = [
+        HostState::Updated,
+        HostState::Unchanged,
+        HostState::Failed,
+        HostState::Skipped,
+    ]
+    .iter()
+    .filter(|s| count(**s) > 0)
+    .map(|s| format!("{} {}", count(*s), s.as_str().to_lowercase()))
+    .collect::<Vec<_>>()
+    .join(", ");
+    if report.omitted > 0 {
+        line.push_str(&format!(", {} not reported", report.omitted));
+    }
+    for h in report.hosts.iter().filter(|h| h.state == HostState::Failed) {
+        line.push_str(&format!("; {}: {}", h.host, h.detail));
+    }
+    line
 }

@@ -34,6 +34,7 @@ pub fn installer(
         .map(|r| r.name)
         .unwrap_or_else(|| format!("{cluster}-kubeconfig"));
     let owner = sw.name_any();
+    let at_once = sw.spec.max_unavailable.unwrap_or(1).max(1).to_string();
     installer_job(&Installer {
         name: job,
         image: &settings.installer_image,
@@ -49,6 +50,7 @@ pub fn installer(
                 ("PACKAGES", "/etc/foothold/packages/packages.json"),
                 ("KUBECONFIG", "/etc/foothold/kubeconfig/kubeconfig"),
                 ("INSTALLER_SSH_USER", &settings.installer_ssh_user),
+                ("MAX_UNAVAILABLE", &at_once),
             ],
             settings.ssh_host_ca.as_deref(),
         ),
