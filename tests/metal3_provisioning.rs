@@ -21,7 +21,8 @@
 //! they would be at the end of their year (`metal3_provisioning_pki.rs`): everything after runs on the renewed
 //! set. The BPA matches and checks the master by its inspected data and its installer Job, run on the
 //! appliance's own node, makes it a workload cluster while the worker recovers; the worker, installed, is added
-//! to the Ready cluster and joined; a `Software` is installed on both by its package installer Job; taken out
+//! to the Ready cluster and joined; a `Software` is installed on both by its package installer Job, then its
+//! package's second version on the master, drained first (`metal3_provisioning_software.rs`); taken out
 //! of the Provisioning, the worker is drained past a PodDisruptionBudget, reset and its Node deleted, its
 //! BareMetalHost released (`metal3_provisioning_bpa.rs`, `metal3_provisioning_leave.rs`). A reboot through the BareMetalHost brings the master back from its disk,
 //! the same, with its package and its workload node Ready; meanwhile deprovisioning cleans the worker's disk
@@ -39,6 +40,8 @@ mod leave;
 mod nodes;
 #[path = "metal3_provisioning_pki.rs"]
 mod pki;
+#[path = "metal3_provisioning_software.rs"]
+mod software;
 #[path = "metal3_provisioning_ssh.rs"]
 mod ssh;
 
@@ -579,7 +582,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
 
     deadline.phase("a Software on the workload cluster, by the BPA's package installer Job");
     let on_worker = |command: &str| ssh(&ns, &key, &addresses[1], command);
-    bpa::installs_software(&site, &ns, &dir, [&on_master, &on_worker]);
+    software::installs_software(&site, &ns, &dir, [&on_master, &on_worker]);
     // Neither node ran short of disk: kubelet's eviction manager never had to reclaim. With the node image's
     // 2 GiB root, Kubernetes' binaries and images left it 90 % full, past kubelet's threshold (10 % free):
     // images collected, CoreDNS evicted and made again, the master's control plane slowed through the install.

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
-use foothold_e2e::native_site::{wait_for, Site, APPLIANCE};
+use foothold_e2e::native_site::{wait_for, Site};
 use foothold_e2e::netns::Namespace;
-use foothold_e2e::{try_run, upload_hello_packages};
+use foothold_e2e::try_run;
 
 use super::nodes::Node;
 /// The Provisioning `c1` of the BPA (the agent's reconciler on this appliance): the first node its master, asked
@@ -480,82 +480,6 @@ pub(super) fn workload_kubectl(
             said => return said.map(|s| s.trim().to_owned()),
         }
     }
-}
-
-/// A `Software` on the cluster `c1`: a Debian package for the master and a binary for both, uploaded to the
-/// appliance's agent on the provisioning network (the test's curl in the namespace `ns`, with the appliance's
-/// token, verified with the site CA); the BPA's package installer Job, run on the appliance's own node, takes
-/// it `Installed` through the Provisioning's inventory. Checked on the hosts over SSH (`on`: the master's and
-/// the worker's commands): the package on the master only, the binary on both.
-pub(super) fn installs_software(
-    site: &Site,
-    ns: &Namespace,
-    dir: &Path,
-    on: [&dyn Fn(&str) -> String; 2],
-) {
-    let base = format!("https://{APPLIANCE}:5000");
-    let ca = site.root.join("etc/foothold/tls/ca.pem");
-    let token = std::fs::read_to_string(site.root.join("etc/foothold/token")).unwrap();
-    upload_hello_packages(&|| ns.command("curl"), (&base, &ca, token.trim()), dir);
-    let started = Instant::now();
-    site.kubectl_apply(
-        &serde_json::json!({
-            "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Software",
-            "metadata": {"name": "tools", "namespace": "default", "labels": {"cluster": "c1"}},
-            "spec": {"masterSoftware": ["hello-foothold", "hello-tool"], "workerSoftware": ["hello-tool"]},
-        })
-        .to_string(),
-    );
-    let software = |path: &str| {
-        site.kubectl(&[
-            "get",
-            "software",
-            "tools",
-            "-o",
-            &format!("jsonpath={path}"),
-        ])
-        .unwrap_or_default()
-    };
-    let phase = wait_for("the Software", Duration::from_secs(900), || {
-        let phase = software("{.status.phase}");
-        let done = ["Installed", "Failed"].contains(&phase.as_str());
-        let now = format!("{phase}: {}", software("{.status.conditions[*].message}"));
-        (now, done.then_some(phase))
-    });
-    assert_eq!(
-        phase,
-        "Installed",
-        "{}\n{}",
-        software("{.status}"),
-        site.kubectl(&[
-            "logs",
-            &format!("job/{}", software("{.status.jobName}")),
-            "--tail=100"
-        ])
-        .unwrap_or_else(|e| e)
-    );
-    foothold_e2e::say!(
-        "metal3_provisioning: the Software installed in {} s",
-        started.elapsed().as_secs()
-    );
-    // Each host's report, from the installer's last words: both got something new.
-    assert_eq!(
-        software("{range .status.hosts[*]}{.name}={.state} {end}"),
-        "master-0=Updated worker-0=Updated ",
-        "{}",
-        software("{.status}")
-    );
-    let [master, worker] = on;
-    assert_eq!(
-        master("dpkg-query -W -f '${Status} ${Version}' hello-foothold; echo; hello-tool"),
-        "install ok installed 1.0\nhello-tool 1\n"
-    );
-    let worker = worker("hello-tool; dpkg-query -W hello-foothold 2>&1 || true");
-    assert!(worker.starts_with("hello-tool 1\n"), "{worker}");
-    assert!(
-        worker.contains("no packages found matching hello-foothold"),
-        "{worker}"
-    );
 }
 
 /// Deletes the Provisioning: its finalizer removes what it made, the installer Job `job` among it, and

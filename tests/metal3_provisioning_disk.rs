@@ -151,8 +151,9 @@ fn set_by_the_config_drive(
 }
 
 /// After a reboot the node `name` is the same machine, from its disk: its name, its static address, the
-/// package and the binary its Software installed, cloud-init's instance (the BareMetalHost's UID `uid`, so
-/// cloud-init did not take it for a new machine), containerd's store on the disk's root file system.
+/// package (at the version its Software updated it to) and the binary its Software installed, cloud-init's
+/// instance (the BareMetalHost's UID `uid`, so cloud-init did not take it for a new machine), containerd's store
+/// on the disk's root file system.
 pub(super) fn the_same_after_a_reboot(
     node: &dyn Fn(&str) -> String,
     name: &str,
@@ -165,7 +166,7 @@ pub(super) fn the_same_after_a_reboot(
     );
     assert_eq!(
         after,
-        format!("{name}\n1.0\nhello-tool 1\n{uid}\next4\n"),
+        format!("{name}\n1.1\nhello-tool 1\n{uid}\next4\n"),
         "{name} after its reboot"
     );
     let addr = addresses_on(node, mac);

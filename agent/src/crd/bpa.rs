@@ -276,42 +276,68 @@ fn package_schema() -> serde_json::Value {
 pub struct Package {
     pub name: String,
     pub version: Option<String>,
+    /// Drain a host (cordon, evict its pods within their budgets) before this package changes on it, and
+    /// uncordon it after: for a package whose install disturbs what runs there (a runtime, a kernel module).
+    pub drain: bool,
 }
 
 impl Package {
-    /// Reads `"name"` or `{"name": {"version": "1.2"}}` (or `{"name": {}}`).
+    /// Reads `"name"` or `{"name": {"version": "1.2", "drain": true}}` (each key optional; `{"name": {}}` and
+    /// `{"name": null}` are the name alone). Any other key is refused, so that a misspelt `drain` is not lost.
     pub fn parse(item: &serde_json::Value) -> Result<Package, String> {
+        use serde_json::Value;
         match item {
-            serde_json::Value::String(name) if !name.is_empty() => Ok(Package {
+            Value::String(name) if !name.is_empty() => Ok(Package {
                 name: name.clone(),
                 version: None,
+                drain: false,
             }),
-            serde_json::Value::Object(map) if map.len() == 1 => {
+            Value::Object(map) if map.len() == 1 => {
                 let (name, detail) = map.iter().next().expect("one entry");
-                let version = match detail {
-                    serde_json::Value::Null => None,
-                    serde_json::Value::Object(d) => match d.get("version") {
-                        None | Some(serde_json::Value::Null) => None,
-                        Some(serde_json::Value::String(v)) => Some(v.clone()),
-                        Some(other) => {
-                            return Err(format!(
-                                "package {name}: version must be a string, not {other}"
-                            ))
-                        }
-                    },
+                let empty = serde_json::Map::new();
+                let d = match detail {
+                    Value::Null => &empty,
+                    Value::Object(d) => d,
                     other => {
                         return Err(format!(
-                            "package {name}: expected {{version: ...}}, not {other}"
+                            "package {name}: expected {{version: ..., drain: ...}}, not {other}"
+                        ))
+                    }
+                };
+                if let Some(k) = d
+                    .keys()
+                    .find(|k| !["version", "drain"].contains(&k.as_str()))
+                {
+                    return Err(format!(
+                        "package {name}: {k:?} is not a field of a package (version, drain)"
+                    ));
+                }
+                let version = match d.get("version") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(v)) => Some(v.clone()),
+                    Some(other) => {
+                        return Err(format!(
+                            "package {name}: version must be a string, not {other}"
+                        ))
+                    }
+                };
+                let drain = match d.get("drain") {
+                    None | Some(Value::Null) => false,
+                    Some(Value::Bool(b)) => *b,
+                    Some(other) => {
+                        return Err(format!(
+                            "package {name}: drain must be true or false, not {other}"
                         ))
                     }
                 };
                 Ok(Package {
                     name: name.clone(),
                     version,
+                    drain,
                 })
             }
             other => Err(format!(
-                "a package is a name or a one-entry map {{name: {{version}}}}, not {other}"
+                "a package is a name or a one-entry map {{name: {{version, drain}}}}, not {other}"
             )),
         }
     }
@@ -381,4 +407,7 @@ pub struct PackageStatus {
     /// Why the package cannot be installed yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// Hosts are drained before it changes on them (the spec says `drain: true` for it in either list).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drain: bool,
 }

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 
@@ -57,6 +58,13 @@ pub struct SoftwareArgs {
     /// to this file; in a pod it is the container's termination message too, which the Software reads.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// The workload cluster's kubeconfig: needed when a package asks for a drain.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// How long the drain before a package that asks for one may wait for the host's pods to go,
+    /// PodDisruptionBudgets permitting.
+    #[arg(long, env = "DRAIN_TIMEOUT_SECONDS", default_value_t = 600)]
+    drain_timeout_seconds: u64,
 }
 
 #[derive(clap::Args)]
@@ -220,12 +228,19 @@ pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
         Ok(i) => i,
         Err(e) => return Ok(refused(&e)),
     };
-    let run = tokio::runtime::Runtime::new()?.block_on(software::install(
+    let runtime = tokio::runtime::Runtime::new()?;
+    let drainer = match manifest.packages.iter().find(|p| p.drain) {
+        None => None,
+        Some(p) => match runtime.block_on(drainer(&a, &p.name)) {
+            Ok(d) => Some(d),
+            Err(e) => return Ok(refused(&e)),
+        },
+    };
+    let run = runtime.block_on(software::install(
         &inv,
         &manifest,
-        key,
-        &a.hosts.ssh_user,
-        &known,
+        (key, &a.hosts.ssh_user, &known),
+        drainer.as_ref(),
         usize::try_from(a.max_unavailable).unwrap_or(1),
     ));
     let mut failed = 0;
@@ -260,6 +275,22 @@ pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The workload cluster a drain before package `package` talks to, from `--kubeconfig` (the Job's
+/// `KUBECONFIG`).
+async fn drainer(a: &SoftwareArgs, package: &str) -> anyhow::Result<software::Drainer> {
+    let Some(path) = &a.kubeconfig else {
+        bail!("package {package} asks for a drain: set KUBECONFIG (the workload cluster's kubeconfig)");
+    };
+    let text = read(path)?;
+    let cluster = crate::controllers::common::workload::client(&text, Duration::from_secs(20))
+        .await
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok(software::Drainer {
+        cluster,
+        timeout: Duration::from_secs(a.drain_timeout_seconds),
+    })
 }
 
 /// What `install-cluster` is given, read and checked: the hosts and the release.

@@ -9,7 +9,9 @@
 //!   keys pinned for the run.
 //! - `software`: `packages.json` checked, and each package put on the hosts of its groups by a script that
 //!   downloads it on the host (apt-helper, sha256-checked) and installs it (apt for a `.deb`, else
-//!   `/usr/local/bin`), idempotently.
+//!   `/usr/local/bin`), idempotently; a host drained first when a package asks for it.
+//! - `rollout`: the order of a package run over the hosts (`maxUnavailable` at a time, stopped at the first
+//!   failure) and its per-host report.
 //!
 //! - `release`: the Kubernetes release `install-cluster` installs (`kubernetes-release.json`), checked.
 //! - `host`: the scripts `install-cluster` runs on a host, one per step, each idempotent.
@@ -34,6 +36,7 @@ pub mod inventory;
 pub mod kubeadm;
 pub mod release;
 pub mod remove;
+pub mod rollout;
 pub mod software;
 pub mod ssh;
 pub mod step;

@@ -182,6 +182,19 @@ pub async fn drain(
     }
 }
 
+/// Makes `node` schedulable again, after a [`drain`] whose work is done.
+pub async fn uncordon(api: &kube::Client, node: &str) -> Result<(), String> {
+    Api::<KubeNode>::all(api.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"unschedulable": null}})),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("uncordon: {e}"))
+}
+
 /// Deletes `node`'s Node (gone already counts as deleted).
 pub async fn delete(api: &kube::Client, node: &str) -> Result<(), String> {
     delete_ignoring_missing(&Api::<KubeNode>::all(api.clone()), node)

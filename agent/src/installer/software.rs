@@ -6,18 +6,17 @@
 //! is already there, so a second run over a half-installed cluster converges. One line per host and package
 //! reports what happened; a failure names the host, the package and the output's tail.
 
-use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{stream, StreamExt as _};
 use russh::keys::PrivateKey;
 use serde::Deserialize;
 
-use crate::controllers::common::host_report::{HostReport, HostState};
 use crate::digest::{Algorithm, Digest};
 use crate::installer::inventory::{Host, Inventory};
+use crate::installer::remove;
+use crate::installer::rollout::{roll_out, Outcome, Run};
 use crate::installer::ssh::{Connection, KnownHosts, Target};
 
 /// `packages.json`.
@@ -37,6 +36,9 @@ pub struct Package {
     pub groups: Vec<String>,
     pub url: String,
     pub sha256: String,
+    /// Drain the host before this package changes on it (and uncordon it after).
+    #[serde(default)]
+    pub drain: bool,
 }
 
 impl Manifest {
@@ -90,11 +92,20 @@ pub const CACHE: &str = "/var/lib/foothold/packages";
 /// The line a host's script prints on success: `FOOTHOLD-PACKAGE <what was done>`.
 pub const DONE: &str = "FOOTHOLD-PACKAGE";
 
+/// What [`script`] says, in check mode, of a package the host does not have yet (at that version or content).
+pub const NEEDED: &str = "needed";
+
 /// The shell script (run by `sh -s` as root) that puts `p` on a host. Every value in it was checked by
 /// [`Manifest::parse`]. `run` names this installer run (letters and digits): apt's index is updated once per
-/// host and run, by the first package that needs it.
-pub fn script(p: &Package, run: &str) -> String {
+/// host and run, by the first package that needs it. With `check`, it downloads the package but changes
+/// nothing else: it says whether it is already installed or [`NEEDED`].
+pub fn script(p: &Package, run: &str, check: bool) -> String {
     let (name, sha, url) = (&p.name, &p.sha256, &p.url);
+    let check = if check {
+        format!("echo \"{DONE} {NEEDED}\"\n  exit 0\n  ")
+    } else {
+        String::new()
+    };
     let mut s = String::new();
     let _ = write!(
         s,
@@ -115,7 +126,7 @@ if pkg=$(dpkg-deb --field "$f" Package 2>/dev/null); then
     echo "{DONE} deb $pkg $ver already installed"
     exit 0
   fi
-  ln -sf "$f" "$dir/$pkg.deb"
+  {check}ln -sf "$f" "$dir/$pkg.deb"
   if [ ! -e "/run/foothold-apt-updated-{run}" ]; then
     apt-get -q update >&2
     touch "/run/foothold-apt-updated-{run}"
@@ -128,7 +139,7 @@ else
     echo "{DONE} binary $target already installed"
     exit 0
   fi
-  mkdir -p /usr/local/bin
+  {check}mkdir -p /usr/local/bin
   cp "$f" "$target.part"
   chmod 755 "$target.part"
   sync "$target.part"
@@ -153,87 +164,31 @@ pub fn packages_for(inv: &Inventory, m: &Manifest, name: &str) -> Vec<usize> {
         .collect()
 }
 
-/// How one package went on one host.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Outcome {
-    pub host: String,
-    pub package: String,
-    /// What the host said it did (`deb hello 1.0 installed`, `binary /usr/local/bin/x already installed`), or
-    /// why it failed (the step and the output's tail).
-    pub result: Result<String, String>,
-}
-
 /// How long one package may take on one host: a download and an apt install on a slow node.
 const PER_PACKAGE: Duration = Duration::from_secs(20 * 60);
 const CONNECT: Duration = Duration::from_secs(60);
 
-/// What a run did: every (host, package) it tried, in inventory order, and the hosts it did not start because an
-/// earlier one failed (with that host's name).
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Run {
-    pub outcomes: Vec<Outcome>,
-    pub skipped: Vec<(String, String)>,
+/// What a drain before a package needs: the workload cluster (the Job's `KUBECONFIG`) and how long a drain may
+/// wait for its pods (PodDisruptionBudgets permitting).
+pub struct Drainer {
+    pub cluster: kube::Client,
+    pub timeout: Duration,
 }
 
-impl Run {
-    /// One line per host for the Software's status: `Failed` if a package failed there, `Updated` if one was
-    /// installed, `Unchanged` if all were already there, `Skipped` if it was not started.
-    pub fn report(&self) -> Vec<HostReport> {
-        let mut hosts: Vec<HostReport> = Vec::new();
-        for o in &self.outcomes {
-            let (state, said) = match &o.result {
-                Err(why) => (HostState::Failed, format!("{}: {why}", o.package)),
-                Ok(done) if done.ends_with("already installed") => {
-                    (HostState::Unchanged, done.clone())
-                }
-                Ok(done) => (HostState::Updated, done.clone()),
-            };
-            match hosts.iter_mut().find(|h| h.host == o.host) {
-                Some(h) => {
-                    h.state = worse(h.state, state);
-                    h.detail = format!("{}; {said}", h.detail);
-                }
-                None => hosts.push(HostReport {
-                    host: o.host.clone(),
-                    state,
-                    detail: said,
-                }),
-            }
-        }
-        hosts.extend(self.skipped.iter().map(|(host, first)| HostReport {
-            host: host.clone(),
-            state: HostState::Skipped,
-            detail: format!("not started: {first} failed first"),
-        }));
-        hosts
-    }
-}
-
-/// The state a host with packages in states `a` and `b` is in: a failure outweighs an update, an update an
-/// unchanged package.
-fn worse(a: HostState, b: HostState) -> HostState {
-    let rank = |s| match s {
-        HostState::Failed => 3,
-        HostState::Updated => 2,
-        HostState::Skipped => 1,
-        HostState::Unchanged => 0,
-    };
-    if rank(b) > rank(a) {
-        b
-    } else {
-        a
-    }
-}
+/// What [`Outcome::package`] says for the steps around a host's packages: its drain and its uncordon.
+pub const DRAIN: &str = "(drain)";
+pub const UNCORDON: &str = "(uncordon)";
 
 /// Puts every package on the hosts of its groups: `at_once` hosts at a time (the Software's `maxUnavailable`), in
 /// inventory order, each host's packages one after another. The first host with a failed package (or that
-/// cannot be reached) stops the rollout: hosts not yet started are skipped, those under way finish.
+/// cannot be reached) stops the rollout: hosts not yet started are skipped, those under way finish. A host
+/// that needs a package marked `drain` is drained first and uncordoned after ([`on_host`]); `drainer` is
+/// `None` when no package asks for one.
 pub async fn install(
     inv: &Inventory,
     m: &Manifest,
-    key: Arc<PrivateKey>,
-    default_user: &str,
-    known: &KnownHosts,
+    (key, default_user, known): (Arc<PrivateKey>, &str, &KnownHosts),
+    drainer: Option<&Drainer>,
     at_once: usize,
 ) -> Run {
     let run = uuid::Uuid::new_v4().simple().to_string();
@@ -244,72 +199,29 @@ pub async fn install(
         .filter(|(_, mine)| !mine.is_empty())
         .collect();
     roll_out(&hosts, at_once, |host, mine| {
-        on_host(host, mine, m, key.clone(), default_user, known, &run)
+        let login = (key.clone(), default_user, known);
+        on_host(host, mine, m, login, drainer, &run)
     })
     .await
 }
 
-/// A host's packages' outcomes, or the host skipped: its name and the host that failed first.
-type Tried = Result<Vec<Outcome>, (String, String)>;
-
-/// The rollout's order and its stop, apart from SSH: `install` on each host of `hosts` (with its packages), at
-/// most `at_once` at a time, no new host once one has failed.
-async fn roll_out<'h, F, Fut>(
-    hosts: &'h [(&'h Host, Vec<usize>)],
-    at_once: usize,
-    install: F,
-) -> Run
-where
-    F: Fn(&'h Host, &'h [usize]) -> Fut,
-    Fut: std::future::Future<Output = Vec<Outcome>>,
-{
-    let first_failed: RefCell<Option<String>> = RefCell::new(None);
-    let mut done: Vec<(usize, Tried)> = stream::iter(hosts.iter().enumerate())
-        .map(|(i, (host, mine))| {
-            let (first_failed, install) = (&first_failed, &install);
-            async move {
-                let stopped = first_failed.borrow().clone();
-                if let Some(first) = stopped {
-                    return (i, Err((host.name.clone(), first)));
-                }
-                let outcomes = install(host, mine).await;
-                if outcomes.iter().any(|o| o.result.is_err()) {
-                    first_failed
-                        .borrow_mut()
-                        .get_or_insert_with(|| host.name.clone());
-                }
-                (i, Ok(outcomes))
-            }
-        })
-        .buffer_unordered(at_once.max(1))
-        .collect()
-        .await;
-    done.sort_by_key(|(i, _)| *i);
-    let mut run = Run::default();
-    for (_, r) in done {
-        match r {
-            Ok(outcomes) => run.outcomes.extend(outcomes),
-            Err(skipped) => run.skipped.push(skipped),
-        }
-    }
-    run
-}
-
 /// Host `host`'s packages `mine` (indices into `m.packages`), one after another over one SSH connection; every
-/// package fails with the connection's error if the host cannot be reached.
+/// package fails with the connection's error if the host cannot be reached. If a package marked `drain` is not
+/// there yet (the script's check mode, which only downloads), the host's Node is drained first and, once every
+/// package is in, uncordoned; after a failure it is left cordoned, and the report says so. The first failure
+/// ends the host's run.
 async fn on_host(
     host: &Host,
     mine: &[usize],
     m: &Manifest,
-    key: Arc<PrivateKey>,
-    default_user: &str,
-    known: &KnownHosts,
+    (key, default_user, known): (Arc<PrivateKey>, &str, &KnownHosts),
+    drainer: Option<&Drainer>,
     run: &str,
 ) -> Vec<Outcome> {
     let target = Target::of(host, default_user);
-    let outcome = |i: usize, result| Outcome {
+    let step = |package: &str, result| Outcome {
         host: host.name.clone(),
-        package: m.packages[i].name.clone(),
+        package: package.to_owned(),
         result,
     };
     let c = match Connection::open(&target, key, known, CONNECT).await {
@@ -317,35 +229,95 @@ async fn on_host(
         Err(e) => {
             return mine
                 .iter()
-                .map(|&i| outcome(i, Err(e.to_string())))
+                .map(|&i| step(&m.packages[i].name, Err(e.to_string())))
                 .collect()
         }
     };
     let shell = target.root_shell();
     let mut outcomes = Vec::new();
-    for &i in mine {
-        let p = &m.packages[i];
-        let result = match c.run(shell, script(p, run).as_bytes(), PER_PACKAGE).await {
-            Err(e) => Err(e.to_string()),
-            Ok(out) if out.success() => {
-                let said = String::from_utf8_lossy(&out.stdout);
-                said.lines()
-                    .rev()
-                    .find_map(|l| l.strip_prefix(DONE).map(|d| d.trim().to_owned()))
-                    .ok_or_else(|| format!("the script ended without saying {DONE}"))
+    let mut drain_needed = false;
+    for &i in mine.iter().filter(|&&i| m.packages[i].drain) {
+        match put(&c, shell, &m.packages[i], run, true).await {
+            Ok(said) => drain_needed |= said == NEEDED,
+            Err(e) => outcomes.push(step(&m.packages[i].name, Err(e))),
+        }
+    }
+    let drained = match (outcomes.is_empty() && drain_needed, drainer) {
+        (false, _) => false,
+        (true, None) => {
+            outcomes.push(step(DRAIN, Err("a package asks for a drain, but the installer was given no workload cluster (KUBECONFIG)".into())));
+            false
+        }
+        (true, Some(d)) => {
+            let said =
+                |why: String| println!("{} drain: waiting, eviction refused: {why}", host.name);
+            match remove::drain(&d.cluster, &host.name, d.timeout, &said).await {
+                Ok(done) => {
+                    outcomes.push(step(
+                        DRAIN,
+                        Ok(format!("drained, {} pod(s) evicted", done.evicted.len())),
+                    ));
+                    true
+                }
+                Err(e) => {
+                    outcomes.push(step(DRAIN, Err(format!("drain: {e} (left cordoned)"))));
+                    false
+                }
             }
-            Ok(out) => Err(format!(
-                "{} (exit status {}): {}",
-                p.url,
-                out.status
-                    .map_or_else(|| format!("signal {:?}", out.signal), |s| s.to_string()),
-                out.tail(5)
-            )),
+        }
+    };
+    if outcomes.iter().all(|o| o.result.is_ok()) {
+        for &i in mine {
+            let result = put(&c, shell, &m.packages[i], run, false).await;
+            let failed = result.is_err();
+            outcomes.push(step(&m.packages[i].name, result));
+            if failed {
+                break;
+            }
+        }
+    }
+    if let (true, Some(d)) = (drained, drainer) {
+        let result = match outcomes.iter().all(|o| o.result.is_ok()) {
+            true => remove::uncordon(&d.cluster, &host.name)
+                .await
+                .map(|()| "uncordoned".to_owned()),
+            false => Err("left cordoned after the failure".to_owned()),
         };
-        outcomes.push(outcome(i, result));
+        outcomes.push(step(UNCORDON, result));
     }
     c.close().await;
     outcomes
+}
+
+/// Runs [`script`] for `p` on the host `c` is connected to: what it said it did (or, with `check`, whether it
+/// is [`NEEDED`]), or why it failed.
+async fn put(
+    c: &Connection,
+    shell: &str,
+    p: &Package,
+    run: &str,
+    check: bool,
+) -> Result<String, String> {
+    match c
+        .run(shell, script(p, run, check).as_bytes(), PER_PACKAGE)
+        .await
+    {
+        Err(e) => Err(e.to_string()),
+        Ok(out) if out.success() => {
+            let said = String::from_utf8_lossy(&out.stdout);
+            said.lines()
+                .rev()
+                .find_map(|l| l.strip_prefix(DONE).map(|d| d.trim().to_owned()))
+                .ok_or_else(|| format!("the script ended without saying {DONE}"))
+        }
+        Ok(out) => Err(format!(
+            "{} (exit status {}): {}",
+            p.url,
+            out.status
+                .map_or_else(|| format!("signal {:?}", out.signal), |s| s.to_string()),
+            out.tail(5)
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -423,150 +395,45 @@ mod tests {
     }
 
     #[test]
+    fn the_check_mode_downloads_and_says_needed_before_changing_anything() {
+        let m = Manifest::parse(&manifest("")).unwrap();
+        let check = script(&m.packages[0], "0123abcd", true);
+        let needed = format!("echo \"{DONE} {NEEDED}\"\n  exit 0\n");
+        // Each branch (a Debian package; a binary) says it is needed, and stops, before its first change.
+        let (deb, binary) = check.split_once("\nelse\n").unwrap();
+        for (branch, changes) in [
+            (
+                deb,
+                &["ln -sf", "apt-get -q update", "apt-get -q install"][..],
+            ),
+            (
+                binary,
+                &[
+                    "mkdir -p /usr/local/bin",
+                    "cp \"$f\"",
+                    "mv \"$target.part\"",
+                ][..],
+            ),
+        ] {
+            let stop = branch.find(&needed).expect("the branch says it is needed");
+            for change in changes {
+                assert!(
+                    branch.find(change).unwrap() > stop,
+                    "{change} before the check stops: {check}"
+                );
+            }
+        }
+        assert!(check.contains("download-file"), "{check}");
+        let install = script(&m.packages[0], "0123abcd", false);
+        assert!(!install.contains(NEEDED), "{install}");
+    }
+
+    #[test]
     fn the_script_checks_the_digest_it_was_given() {
         let m = Manifest::parse(&manifest("")).unwrap();
-        let s = script(&m.packages[0], "0123abcd");
+        let s = script(&m.packages[0], "0123abcd", false);
         let sha = "ab".repeat(32);
         assert!(s.contains(&format!("'SHA256:{sha}'")), "{s}");
         assert!(s.contains("target=/usr/local/bin/hello\n"), "{s}");
-    }
-
-    /// `n` (at least one) hosts `h0`…, `h0` the control plane, all of them nodes.
-    fn hosts(n: usize) -> Inventory {
-        let mut text = String::from("[all]\n");
-        for i in 0..n {
-            text.push_str(&format!("h{i} ansible_host=10.0.0.{}\n", i + 1));
-        }
-        text.push_str("[kube_control_plane]\nh0\n[kube_node]\n");
-        for i in 0..n {
-            text.push_str(&format!("h{i}\n"));
-        }
-        Inventory::parse(&text).unwrap()
-    }
-
-    /// A rollout of `n` hosts, `at_once` at a time, where the hosts in `failing` fail: the run, and the most
-    /// hosts that were under way at once. Each fake install yields a few times so that the others interleave.
-    fn rollout(n: usize, at_once: usize, failing: &[usize]) -> (Run, usize) {
-        let inv = hosts(n);
-        let hosts: Vec<(&Host, Vec<usize>)> =
-            inv.members().into_iter().map(|h| (h, vec![0])).collect();
-        let (busy, most) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
-        let run = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(roll_out(&hosts, at_once, |host, _| {
-                let (busy, most) = (&busy, &most);
-                async move {
-                    busy.set(busy.get() + 1);
-                    most.set(most.get().max(busy.get()));
-                    for _ in 0..3 {
-                        tokio::task::yield_now().await;
-                    }
-                    busy.set(busy.get() - 1);
-                    let i: usize = host.name[1..].parse().unwrap();
-                    let result = match failing.contains(&i) {
-                        true => Err("exit status 100".to_owned()),
-                        false => Ok("deb hello 1.1 installed".to_owned()),
-                    };
-                    vec![Outcome {
-                        host: host.name.clone(),
-                        package: "hello".into(),
-                        result,
-                    }]
-                }
-            }));
-        (run, most.get())
-    }
-
-    #[test]
-    fn hosts_go_one_at_a_time_by_default_and_the_first_failure_stops_the_rest() {
-        let (run, most) = rollout(4, 1, &[1]);
-        assert_eq!(most, 1);
-        let ran: Vec<&str> = run.outcomes.iter().map(|o| o.host.as_str()).collect();
-        assert_eq!(ran, ["h0", "h1"]);
-        assert_eq!(
-            run.skipped,
-            [("h2".into(), "h1".into()), ("h3".into(), "h1".into())]
-        );
-        let report = run.report();
-        let states: Vec<(&str, HostState)> =
-            report.iter().map(|h| (h.host.as_str(), h.state)).collect();
-        assert_eq!(
-            states,
-            [
-                ("h0", HostState::Updated),
-                ("h1", HostState::Failed),
-                ("h2", HostState::Skipped),
-                ("h3", HostState::Skipped)
-            ]
-        );
-        assert_eq!(report[1].detail, "hello: exit status 100");
-        assert_eq!(report[2].detail, "not started: h1 failed first");
-    }
-
-    #[test]
-    fn a_host_s_state_is_its_worst_package_s() {
-        let run = Run {
-            outcomes: vec![
-                Outcome {
-                    host: "m".into(),
-                    package: "a".into(),
-                    result: Ok("deb a 1.0 already installed".into()),
-                },
-                Outcome {
-                    host: "m".into(),
-                    package: "b".into(),
-                    result: Ok("binary /usr/local/bin/b installed".into()),
-                },
-                Outcome {
-                    host: "w".into(),
-                    package: "a".into(),
-                    result: Ok("deb a 1.0 already installed".into()),
-                },
-                Outcome {
-                    host: "x".into(),
-                    package: "a".into(),
-                    result: Err("unreachable".into()),
-                },
-                Outcome {
-                    host: "x".into(),
-                    package: "b".into(),
-                    result: Ok("binary /usr/local/bin/b installed".into()),
-                },
-            ],
-            skipped: vec![],
-        };
-        let report = run.report();
-        assert_eq!(report[0].state, HostState::Updated);
-        assert_eq!(
-            report[0].detail,
-            "deb a 1.0 already installed; binary /usr/local/bin/b installed"
-        );
-        assert_eq!(report[1].state, HostState::Unchanged);
-        assert_eq!(report[2].state, HostState::Failed);
-    }
-
-    proptest::proptest! {
-        /// Never more hosts under way than `maxUnavailable`; every host is either tried once or skipped once;
-        /// none is skipped without a failure, and none started after the first failure was seen (with one at a
-        /// time: exactly the hosts after the first failing one are skipped).
-        #[test]
-        fn a_rollout_never_disrupts_more_hosts_than_allowed(
-            n in 1..12usize,
-            at_once in 1..5usize,
-            failing in proptest::collection::btree_set(0..12usize, 0..3),
-        ) {
-            let failing: Vec<usize> = failing.into_iter().collect();
-            let (run, most) = rollout(n, at_once, &failing);
-            proptest::prop_assert!(most <= at_once);
-            proptest::prop_assert_eq!(run.outcomes.len() + run.skipped.len(), n);
-            let failed_any = run.outcomes.iter().any(|o| o.result.is_err());
-            proptest::prop_assert!(run.skipped.is_empty() || failed_any);
-            if at_once == 1 {
-                let first = failing.iter().copied().filter(|&i| i < n).min();
-                let tried = first.map_or(n, |f| f + 1);
-                proptest::prop_assert_eq!(run.outcomes.len(), tried);
-            }
-        }
     }
 }

@@ -188,6 +188,13 @@ async fn a_drain_evicts_through_the_budget_and_leaves_what_it_must() {
         "{err}"
     );
 
+    // Uncordoned, as after a package's drain: schedulable again, and again without harm.
+    for _ in 0..2 {
+        remove::uncordon(&client, &staying).await.unwrap();
+        let node = nodes.get(&staying).await.unwrap();
+        assert_eq!(node.spec.unwrap().unschedulable, None);
+    }
+
     // The Node deleted, and deleted again: gone counts as deleted.
     for _ in 0..2 {
         remove::delete(&client, &leaving).await.unwrap();

@@ -108,12 +108,16 @@ pub fn plan(spec: &SoftwareSpec, uploaded: &[Uploaded], files: &Files<'_>) -> Pl
                 continue;
             }
             match plan.packages.iter_mut().find(|p| p.record == record) {
-                Some(p) => p.groups.push(group.to_owned()),
+                Some(p) => {
+                    p.groups.push(group.to_owned());
+                    p.drain |= package.drain;
+                }
                 None => plan.packages.push(PackageStatus {
                     name: package.name,
                     version: package.version,
                     groups: vec![group.to_owned()],
                     record,
+                    drain: package.drain,
                     ..PackageStatus::default()
                 }),
             }
@@ -153,8 +157,13 @@ pub fn plan(spec: &SoftwareSpec, uploaded: &[Uploaded], files: &Files<'_>) -> Pl
             .packages
             .iter()
             .map(|p| {
-                json!({"name": p.name, "version": p.version, "groups": p.groups, "url": p.url,
-                       "sha256": p.sha256})
+                let mut m = json!({"name": p.name, "version": p.version, "groups": p.groups,
+                                   "url": p.url, "sha256": p.sha256});
+                // Only when set: a manifest without drains stays what it was (its digest names the Job).
+                if p.drain {
+                    m["drain"] = json!(true);
+                }
+                m
             })
             .collect();
         let manifest =
@@ -285,6 +294,40 @@ mod tests {
         assert!(p.spec_errors[3].starts_with("workerSoftware: package ../etc: "));
         assert!(p.spec_errors[4].starts_with("workerSoftware: a package is a name or"));
         assert!(p.manifest.is_none());
+    }
+
+    #[test]
+    fn a_drain_asked_in_either_list_goes_into_the_manifest_and_a_misspelt_one_is_refused() {
+        let p = plan(
+            &spec(
+                json!([{"rt": {"version": "2", "drain": true}}, "tool"]),
+                json!([{"rt": {"version": "2"}}, {"tool": null}]),
+            ),
+            &[up("rt-2", true), up("tool", true)],
+            &FILES,
+        );
+        assert!(p.spec_errors.is_empty(), "{:?}", p.spec_errors);
+        assert_eq!((p.packages[0].drain, p.packages[1].drain), (true, false));
+        let manifest: Value = serde_json::from_str(p.manifest.as_deref().unwrap()).unwrap();
+        assert_eq!(manifest["packages"][0]["drain"], true);
+        // No key at all when not asked: manifests (and so Job names) without drains are what they were.
+        assert!(manifest["packages"][1].get("drain").is_none());
+
+        let p = plan(
+            &spec(
+                json!([{"rt": {"drian": true}}, {"x": {"drain": "yes"}}]),
+                json!([]),
+            ),
+            &[],
+            &FILES,
+        );
+        assert_eq!(
+            p.spec_errors,
+            [
+                "masterSoftware: package rt: \"drian\" is not a field of a package (version, drain)",
+                "masterSoftware: package x: drain must be true or false, not \"yes\""
+            ]
+        );
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub fn installer(
         .unwrap_or_else(|| format!("{cluster}-kubeconfig"));
     let owner = sw.name_any();
     let at_once = sw.spec.max_unavailable.unwrap_or(1).max(1).to_string();
+    let drain = settings.drain_timeout_seconds.to_string();
     installer_job(&Installer {
         name: job,
         image: &settings.installer_image,
@@ -51,6 +52,7 @@ pub fn installer(
                 ("KUBECONFIG", "/etc/foothold/kubeconfig/kubeconfig"),
                 ("INSTALLER_SSH_USER", &settings.installer_ssh_user),
                 ("MAX_UNAVAILABLE", &at_once),
+                ("DRAIN_TIMEOUT_SECONDS", &drain),
             ],
             settings.ssh_host_ca.as_deref(),
         ),

@@ -1,0 +1,135 @@
+//! A `Software` on the workload cluster `metal3_provisioning_bpa.rs` made: installed by the BPA's package
+//! installer Job, then updated to a second version of its package with a drain first.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use foothold_e2e::native_site::{wait_for, Site, APPLIANCE};
+use foothold_e2e::netns::Namespace;
+use foothold_e2e::upload_hello_packages;
+
+/// A `Software` on the cluster `c1`: a Debian package for the master and a binary for both, uploaded to the
+/// appliance's agent on the provisioning network (the test's curl in the namespace `ns`, with the appliance's
+/// token, verified with the site CA); the BPA's package installer Job, run on the appliance's own node, takes
+/// it `Installed` through the Provisioning's inventory, each host `Updated`. Then a second version of the
+/// package, uploaded as a versioned record and asked with a drain: the master (the only host with it) is
+/// drained, updated and uncordoned, the worker left `Unchanged`. Checked on the hosts over SSH (`on`: the
+/// master's and the worker's commands): the package on the master only, at its new version, the binary on both.
+pub(super) fn installs_software(
+    site: &Site,
+    ns: &Namespace,
+    dir: &Path,
+    on: [&dyn Fn(&str) -> String; 2],
+) {
+    let base = format!("https://{APPLIANCE}:5000");
+    let ca = site.root.join("etc/foothold/tls/ca.pem");
+    let token = std::fs::read_to_string(site.root.join("etc/foothold/token")).unwrap();
+    upload_hello_packages(&|| ns.command("curl"), (&base, &ca, token.trim()), dir);
+    let started = Instant::now();
+    let apply = |master: serde_json::Value| {
+        site.kubectl_apply(
+            &serde_json::json!({
+                "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Software",
+                "metadata": {"name": "tools", "namespace": "default", "labels": {"cluster": "c1"}},
+                "spec": {"masterSoftware": [master, "hello-tool"], "workerSoftware": ["hello-tool"]},
+            })
+            .to_string(),
+        )
+    };
+    let software = |path: &str| {
+        site.kubectl(&[
+            "get",
+            "software",
+            "tools",
+            "-o",
+            &format!("jsonpath={path}"),
+        ])
+        .unwrap_or_default()
+    };
+    // Waits for generation `g`'s run to end, and asserts it ended `Installed`.
+    let installed = |g: u32| {
+        let phase = wait_for("the Software", Duration::from_secs(900), || {
+            let phase = software("{.status.phase}");
+            let seen = software("{.status.observedGeneration}") == g.to_string();
+            let done = seen && ["Installed", "Failed"].contains(&phase.as_str());
+            let now = format!("{phase}: {}", software("{.status.conditions[*].message}"));
+            (now, done.then_some(phase))
+        });
+        assert_eq!(
+            phase,
+            "Installed",
+            "{}\n{}",
+            software("{.status}"),
+            site.kubectl(&[
+                "logs",
+                &format!("job/{}", software("{.status.jobName}")),
+                "--tail=100"
+            ])
+            .unwrap_or_else(|e| e)
+        );
+    };
+    apply(serde_json::json!("hello-foothold"));
+    installed(1);
+    foothold_e2e::say!(
+        "metal3_provisioning: the Software installed in {} s",
+        started.elapsed().as_secs()
+    );
+    // Each host's report, from the installer's last words: both got something new.
+    let hosts = || software("{range .status.hosts[*]}{.name}={.state} {end}");
+    assert_eq!(
+        hosts(),
+        "master-0=Updated worker-0=Updated ",
+        "{}",
+        software("{.status}")
+    );
+    let [master, worker] = on;
+    assert_eq!(
+        master("dpkg-query -W -f '${Status} ${Version}' hello-foothold; echo; hello-tool"),
+        "install ok installed 1.0\nhello-tool 1\n"
+    );
+    let tool = worker("hello-tool; dpkg-query -W hello-foothold 2>&1 || true");
+    assert!(tool.starts_with("hello-tool 1\n"), "{tool}");
+    assert!(
+        tool.contains("no packages found matching hello-foothold"),
+        "{tool}"
+    );
+
+    let started = Instant::now();
+    let second = foothold_e2e::build_deb(dir, "hello-foothold", "1.1");
+    foothold_e2e::upload_record_with(
+        &|| ns.command("curl"),
+        &base,
+        &ca,
+        token.trim(),
+        (("foothold", "c1"), "binary_images"),
+        &second,
+        "hello-foothold-1.1",
+    );
+    apply(serde_json::json!({"hello-foothold": {"version": "1.1", "drain": true}}));
+    installed(2);
+    foothold_e2e::say!(
+        "metal3_provisioning: the second version installed, the master drained first, in {} s",
+        started.elapsed().as_secs()
+    );
+    assert_eq!(
+        hosts(),
+        "master-0=Updated worker-0=Unchanged ",
+        "{}",
+        software("{.status}")
+    );
+    let detail = software("{.status.hosts[?(@.name==\"master-0\")].detail}");
+    let steps = [
+        "drained, ",
+        "deb hello-foothold 1.1 installed",
+        "uncordoned",
+    ];
+    let at: Vec<Option<usize>> = steps.iter().map(|s| detail.find(s)).collect();
+    assert!(
+        at.iter().all(Option::is_some) && at.windows(2).all(|w| w[0] < w[1]),
+        "the master's report, in this order: {steps:?}: {detail}"
+    );
+    assert_eq!(
+        master("dpkg-query -W -f '${Status} ${Version}' hello-foothold; echo; hello-tool"),
+        "install ok installed 1.1\nhello-tool 1\n"
+    );
+}
