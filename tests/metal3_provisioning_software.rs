@@ -49,9 +49,12 @@ pub(super) fn installs_software(
     // Waits for generation `g`'s run to end, and asserts it ended `Installed`.
     let installed = |g: u32| {
         let phase = wait_for("the Software", Duration::from_secs(900), || {
-            let phase = software("{.status.phase}");
-            let seen = software("{.status.observedGeneration}") == g.to_string();
-            let done = seen && ["Installed", "Failed"].contains(&phase.as_str());
+            // One read: a phase read apart from its generation may be the status before the one it went with.
+            let seen = software("{.status.observedGeneration} {.status.phase}");
+            let (generation, phase) = seen.split_once(' ').unwrap_or_default();
+            let phase = phase.to_owned();
+            let done =
+                generation == g.to_string() && ["Installed", "Failed"].contains(&phase.as_str());
             let now = format!("{phase}: {}", software("{.status.conditions[*].message}"));
             (now, done.then_some(phase))
         });
