@@ -136,7 +136,8 @@ pub fn budget_allows(test: &str, first: Duration) -> bool {
 
 /// [`budget_allows`] for a test that yields to the others: it runs only if it fits beside every other
 /// end-to-end test this CI run has still to run (each with a figure here, its file not written since
-/// `$FOOTHOLD_CI_STARTED`), so that coming first in cargo's order it cannot push them out of the budget.
+/// `$FOOTHOLD_CI_STARTED`, reserved twice that), so that coming first in cargo's order it cannot push them out
+/// of the budget.
 pub fn budget_allows_after_the_rest(test: &str, first: Duration) -> bool {
     let Some(deadline) = ci_deadline() else {
         return true;
@@ -179,8 +180,10 @@ pub fn budget_allows_after_the_rest(test: &str, first: Duration) -> bool {
     }
 }
 
-/// Whether a test whose last run here took `own` seconds (`first` if none) fits in `left` seconds beside the
-/// `rest` still to run (name, seconds), each given a sixth more; why not, if it does not.
+/// Whether a test whose last run here took `own` seconds (`first` if none; a sixth more) fits in `left` seconds
+/// beside the `rest` still to run (name, seconds), each reserved twice its last time here: the test that yields
+/// must not push the others out of CI's limit, and one test's runs on one machine have differed by more than
+/// that sixth (the metal3 test: 1,233 to 2,729 s within a week). Why not, if it does not.
 fn fits_after_the_rest(
     own: Option<u64>,
     first: u64,
@@ -188,7 +191,7 @@ fn fits_after_the_rest(
     left: u64,
 ) -> Result<(), String> {
     let need = own.map_or(first, |s| s + s / 6);
-    let reserved: u64 = rest.iter().map(|(_, s)| s + s / 6).sum();
+    let reserved: u64 = rest.iter().map(|(_, s)| 2 * s).sum();
     if need + reserved <= left {
         return Ok(());
     }
@@ -438,13 +441,13 @@ mod tests {
             ("metal3_provisioning".to_owned(), 1200),
             ("lab_media".to_owned(), 600),
         ];
-        // 2,100 with a sixth more, beside the rest's 1,400 + 700: 4,200.
-        assert_eq!(fits_after_the_rest(Some(1800), 5400, &rest, 4200), Ok(()));
-        let why = fits_after_the_rest(Some(1800), 5400, &rest, 4199).unwrap_err();
+        // 2,100 with a sixth more, beside the rest's twice 1,200 + 600: 5,700.
+        assert_eq!(fits_after_the_rest(Some(1800), 5400, &rest, 5700), Ok(()));
+        let why = fits_after_the_rest(Some(1800), 5400, &rest, 5699).unwrap_err();
         assert!(
             why.starts_with(
-                "needs about 2100 s (its last run here took 1800 s) after the 2100 s the other"
-            ) && why.contains("(lab_media, metal3_provisioning); 4199 s are left"),
+                "needs about 2100 s (its last run here took 1800 s) after the 3600 s the other"
+            ) && why.contains("(lab_media, metal3_provisioning); 5699 s are left"),
             "{why}"
         );
         // Alone, or first on a machine that has not run it.
