@@ -41,7 +41,7 @@ impl Run {
             };
             match hosts.iter_mut().find(|h| h.host == o.host) {
                 Some(h) => {
-                    h.state = worse(h.state, state);
+                    h.state = h.state.max(state);
                     h.detail = format!("{}; {said}", h.detail);
                 }
                 None => hosts.push(HostReport {
@@ -57,22 +57,6 @@ impl Run {
             detail: format!("not started: {first} failed first"),
         }));
         hosts
-    }
-}
-
-/// The state a host with packages in states `a` and `b` is in: a failure outweighs an update, an update an
-/// unchanged package.
-fn worse(a: HostState, b: HostState) -> HostState {
-    let rank = |s| match s {
-        HostState::Failed => 3,
-        HostState::Updated => 2,
-        HostState::Skipped => 1,
-        HostState::Unchanged => 0,
-    };
-    if rank(b) > rank(a) {
-        b
-    } else {
-        a
     }
 }
 

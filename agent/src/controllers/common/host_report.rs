@@ -3,17 +3,18 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Where a host stands after a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Where a host stands after a run, in the order of what an operator must see first: the greater outweighs
+/// (a host with one package failed and one updated is `Failed`) and comes first in a report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum HostState {
-    /// At least one package was installed or replaced.
-    Updated,
     /// Every package was already there, at that version or content.
     Unchanged,
-    /// A package failed (or the host could not be reached).
-    Failed,
     /// Not started: an earlier host failed, and a rollout stops at its first failure.
     Skipped,
+    /// At least one package was installed or replaced.
+    Updated,
+    /// A package failed (or the host could not be reached).
+    Failed,
 }
 
 impl HostState {
@@ -60,12 +61,6 @@ impl Report {
     /// (what an operator must see first survives a cut), each detail cut to [`DETAIL`] characters, and hosts
     /// dropped from the end (counted in `omitted`) while it is still too long.
     pub fn encode(hosts: &[HostReport]) -> String {
-        let rank = |s: HostState| match s {
-            HostState::Failed => 0,
-            HostState::Updated => 1,
-            HostState::Skipped => 2,
-            HostState::Unchanged => 3,
-        };
         let mut hosts: Vec<HostReport> = hosts
             .iter()
             .map(|h| HostReport {
@@ -73,7 +68,7 @@ impl Report {
                 ..h.clone()
             })
             .collect();
-        hosts.sort_by_key(|h| rank(h.state));
+        hosts.sort_by_key(|h| std::cmp::Reverse(h.state));
         let mut report = Report { hosts, omitted: 0 };
         loop {
             let text = serde_json::to_string(&report).expect("a report serializes");

@@ -389,14 +389,12 @@ async fn run_job(
         }
         JobOutcome::Succeeded => {
             status.phase = Some("Installed".into());
-            let said = jobs::last_words(&ctx.base.client, ns, job_name).await;
-            let hosts = said
-                .as_deref()
-                .and_then(Report::decode)
-                .map(|r| hosts(&r, status));
+            finished_hosts(&ctx.base.client, ns, job_name, status).await;
             let msg = format!(
                 "package installer Job {job_name} finished{}",
-                hosts.map(|h| format!(": {h}")).unwrap_or_default()
+                summary(status)
+                    .map(|h| format!(": {h}"))
+                    .unwrap_or_default()
             );
             [
                 ("Installing", false, "JobFinished", msg.clone()),
@@ -406,11 +404,8 @@ async fn run_job(
         }
         JobOutcome::Failed(why) => {
             status.phase = Some("Failed".into());
-            let said = jobs::last_words(&ctx.base.client, ns, job_name).await;
-            let said = match said.as_deref().and_then(Report::decode) {
-                Some(r) => Some(hosts(&r, status)),
-                None => said,
-            };
+            let words = finished_hosts(&ctx.base.client, ns, job_name, status).await;
+            let said = summary(status).or(words);
             let msg = format!(
                 "package installer Job {job_name} failed: {}",
                 jobs::failure(&why, said.as_deref())
@@ -430,9 +425,22 @@ async fn run_job(
     Ok(action)
 }
 
-/// Puts the installer's per-host `report` into `status.hosts` and says it in a line: how many hosts are in each
-/// state, and each failed host with its reason.
-fn hosts(report: &Report, status: &mut SoftwareStatus) -> String {
+/// `status.hosts` of the finished Job `job`: kept from the last status when it is that Job's (its pod is not
+/// read again at every resync), else read from the installer's report, its pod's termination message. The
+/// pod's words when they are no report (a refusal's `FAILED: …`), for the condition to say.
+async fn finished_hosts(
+    client: &kube::Client,
+    ns: &str,
+    job: &str,
+    status: &mut SoftwareStatus,
+) -> Option<String> {
+    if !status.hosts.is_empty() {
+        return None;
+    }
+    let said = jobs::last_words(client, ns, job).await;
+    let Some(report) = said.as_deref().and_then(Report::decode) else {
+        return said;
+    };
     status.hosts = report
         .hosts
         .iter()
@@ -443,23 +451,43 @@ fn hosts(report: &Report, status: &mut SoftwareStatus) -> String {
         })
         .collect();
     status.hosts_omitted = u32::try_from(report.omitted).ok().filter(|n| *n > 0);
-    let count = |s: HostState| report.hosts.iter().filter(|h| h.state == s).count();
+    None
+}
+
+/// `status.hosts` in a line, if there are any: how many hosts are in each state, and each failed host with its
+/// reason (`1 updated, 1 failed; w: hello: …`).
+fn summary(status: &SoftwareStatus) -> Option<String> {
+    if status.hosts.is_empty() {
+        return None;
+    }
+    let count = |s: HostState| {
+        status
+            .hosts
+            .iter()
+            .filter(|h| h.state == s.as_str())
+            .count()
+    };
     let mut line = [
         HostState::Updated,
         HostState::Unchanged,
         HostState::Failed,
         HostState::Skipped,
     ]
-    .iter()
-    .filter(|s| count(**s) > 0)
-    .map(|s| format!("{} {}", count(*s), s.as_str().to_lowercase()))
+    .into_iter()
+    .map(|s| (count(s), s))
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, s)| format!("{n} {}", s.as_str().to_lowercase()))
     .collect::<Vec<_>>()
     .join(", ");
-    if report.omitted > 0 {
-        line.push_str(&format!(", {} not reported", report.omitted));
+    if let Some(n) = status.hosts_omitted {
+        line.push_str(&format!(", {n} not reported"));
     }
-    for h in report.hosts.iter().filter(|h| h.state == HostState::Failed) {
-        line.push_str(&format!("; {}: {}", h.host, h.detail));
+    for h in status
+        .hosts
+        .iter()
+        .filter(|h| h.state == HostState::Failed.as_str())
+    {
+        line.push_str(&format!("; {}: {}", h.name, h.detail));
     }
-    line
+    Some(line)
 }
