@@ -31,22 +31,31 @@ E2E_DIAGNOSIS = re.compile(r"^([\w-]+): failed after (\d+) s")
 REASON_LINES = 8
 REASON_WIDTH = 240
 BUDGET = re.compile(r"^budget: (.+?): (NOT RUN.*)$")
+# The phase lines of scripts/lib/common.sh: the test binaries that follow ran in that phase.
+PHASE = re.compile(r"^== ([\w-]+): ")
 
 
 def binaries(log_path):
-    """[(name, seconds or None, passed, failed, ignored, [(phase, seconds)])] in the order they ran."""
+    """[(name, seconds or None, passed, failed, ignored, [(phase, seconds)], script phase)] in the order they ran;
+    a binary that ran no test of its phase, said nothing and finished is left out (the appliance phase runs every
+    binary with one test's name)."""
     out = []
+    script_phase = "test"
     try:
         lines = open(log_path, errors="replace").read().splitlines()
     except FileNotFoundError:
         return out
     for line in lines:
+        m = PHASE.match(line)
+        if m:
+            script_phase = m.group(1)
+            continue
         m = RUNNING.match(line)
         if m:
             what, path = m.groups()
             crate = re.sub(r"-[0-9a-f]{16}$", "", os.path.basename(path))
             name = what if what.startswith("tests/") else f"{crate} ({what})"
-            out.append([name, None, 0, 0, 0, []])
+            out.append([name, None, 0, 0, 0, [], script_phase])
             continue
         m = RESULT.match(line)
         if m and out and out[-1][1] is None:
@@ -61,7 +70,7 @@ def binaries(log_path):
         if m and out:
             test, phase, secs = m.groups()
             out[-1][5].append((f"{test}: {phase}", int(secs)))
-    return out
+    return [b for b in out if b[1] is None or sum(b[2:5]) or b[5]]
 
 
 def reasons(log_path):
@@ -126,9 +135,7 @@ def summary(phases_path, log_path, total):
     print(f"{'phase':<{width}} {'seconds':>8}  result")
     for name, secs, result in rows:
         print(f"{name:<{width}} {secs:>8}  {result}")
-        if name != "test":
-            continue
-        for b in bins:
+        for b in (b for b in bins if b[6] == name):
             secs = "-" if b[1] is None else f"{b[1]:.0f}"
             result = "no result (the binary did not finish)" if b[1] is None else \
                 f"{b[2]} passed, {b[3]} failed" + (f", {b[4]} ignored" if b[4] else "")

@@ -108,10 +108,10 @@ fn record_duration(test: &str, seconds: u64) {
 
 /// Whether `test` fits what is left of CI's budget (always, outside CI): its last pass on this machine, or the
 /// limit its last run ran out at (`~/.cache/foothold/e2e-durations/`), and a sixth more; `first` for a machine
-/// that has not run it yet. A
-/// test that does not fit says so (`budget: <test>: NOT RUN …`, which CI's table shows) and is not run: CI's
-/// limit is the same on a machine whose emulated CPUs are two or three times slower, and a run killed at the
-/// limit lands nothing.
+/// that has not run it yet. A test that does not fit says so (`budget: <test>: NOT RUN …`, which CI's table shows)
+/// and is not run: CI's limit is the same on a machine whose emulated CPUs are two or three times slower, and a
+/// run killed at the limit lands nothing. The appliance test, which `scripts/test.sh` runs after all the others,
+/// takes what they left.
 pub fn budget_allows(test: &str, first: Duration) -> bool {
     let Some(deadline) = ci_deadline() else {
         return true;
@@ -119,59 +119,7 @@ pub fn budget_allows(test: &str, first: Duration) -> bool {
     let last = duration_file(test)
         .and_then(|f| std::fs::read_to_string(f).ok())
         .and_then(|s| s.trim().parse::<u64>().ok());
-    let need = last.map_or(first.as_secs(), |s| s + s / 6);
-    let left = deadline.saturating_sub(now());
-    if need <= left {
-        return true;
-    }
-    say(&format!(
-        "budget: {test}: NOT RUN: needs about {need} s ({}), {left} s are left of CI's budget",
-        match last {
-            Some(s) => format!("its last run here took {s} s"),
-            None => "not run on this machine before".into(),
-        }
-    ));
-    false
-}
-
-/// [`budget_allows`] for a test that yields to the others: it runs only if it fits beside every other
-/// end-to-end test this CI run has still to run (each with a figure here, its file not written since
-/// `$FOOTHOLD_CI_STARTED`, reserved twice that), so that coming first in cargo's order it cannot push them out
-/// of the budget.
-pub fn budget_allows_after_the_rest(test: &str, first: Duration) -> bool {
-    let Some(deadline) = ci_deadline() else {
-        return true;
-    };
-    let started = std::env::var("FOOTHOLD_CI_STARTED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let own = duration_file(test)
-        .and_then(|f| std::fs::read_to_string(f).ok())
-        .and_then(|s| s.trim().parse::<u64>().ok());
-    let mut rest = Vec::new();
-    if let Some(dir) = duration_file(test).and_then(|f| f.parent().map(|d| d.to_owned())) {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let modified = e
-                .metadata()
-                .and_then(|m| m.modified())
-                .map(|t| {
-                    t.duration_since(std::time::UNIX_EPOCH)
-                        .unwrap_or_default()
-                        .as_secs()
-                })
-                .unwrap_or(0);
-            let seconds = std::fs::read_to_string(e.path())
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok());
-            if let Some(s) = seconds.filter(|_| name != test && modified < started) {
-                rest.push((name, s));
-            }
-        }
-    }
-    let left = deadline.saturating_sub(now());
-    match fits_after_the_rest(own, first.as_secs(), &rest, left) {
+    match fits(last, first.as_secs(), deadline.saturating_sub(now())) {
         Ok(()) => true,
         Err(why) => {
             say(&format!("budget: {test}: NOT RUN: {why}"));
@@ -180,32 +128,19 @@ pub fn budget_allows_after_the_rest(test: &str, first: Duration) -> bool {
     }
 }
 
-/// Whether a test whose last run here took `own` seconds (`first` if none; a sixth more) fits in `left` seconds
-/// beside the `rest` still to run (name, seconds), each reserved twice its last time here: the test that yields
-/// must not push the others out of CI's limit, and one test's runs on one machine have differed by more than
-/// that sixth (the metal3 test: 1,233 to 2,729 s within a week). Why not, if it does not.
-fn fits_after_the_rest(
-    own: Option<u64>,
-    first: u64,
-    rest: &[(String, u64)],
-    left: u64,
-) -> Result<(), String> {
-    let need = own.map_or(first, |s| s + s / 6);
-    let reserved: u64 = rest.iter().map(|(_, s)| 2 * s).sum();
-    if need + reserved <= left {
+/// Whether a test whose last run here took `last` seconds (`first` if none), and a sixth more, fits in `left`
+/// seconds; why not, if it does not.
+fn fits(last: Option<u64>, first: u64, left: u64) -> Result<(), String> {
+    let need = last.map_or(first, |s| s + s / 6);
+    if need <= left {
         return Ok(());
     }
-    let mut names: Vec<&str> = rest.iter().map(|(n, _)| n.as_str()).collect();
-    names.sort_unstable();
     Err(format!(
-        "needs about {need} s ({}) after the {} s the other end-to-end tests still to run need ({}); {left} s \
-         are left of CI's budget",
-        match own {
+        "needs about {need} s ({}), {left} s are left of CI's budget",
+        match last {
             Some(s) => format!("its last run here took {s} s"),
             None => "not run on this machine before".into(),
-        },
-        reserved,
-        names.join(", ")
+        }
     ))
 }
 
@@ -432,31 +367,23 @@ pub fn tail_file(path: &std::path::Path, n: usize) -> String {
 mod tests {
     use super::*;
 
-    /// The diagnosis runs at the panic, while what the test made after its deadline (a temporary directory, a
-    /// VM) still exists: run at the deadline's drop, after unwinding, it found the directory gone (seen in an
-    /// appliance run: the console, SSH key and kubeconfig all "No such file or directory").
     #[test]
-    fn a_test_that_yields_runs_only_beside_the_others_still_to_run() {
-        let rest = [
-            ("metal3_provisioning".to_owned(), 1200),
-            ("lab_media".to_owned(), 600),
-        ];
-        // 2,100 with a sixth more, beside the rest's twice 1,200 + 600: 5,700.
-        assert_eq!(fits_after_the_rest(Some(1800), 5400, &rest, 5700), Ok(()));
-        let why = fits_after_the_rest(Some(1800), 5400, &rest, 5699).unwrap_err();
-        assert!(
-            why.starts_with(
-                "needs about 2100 s (its last run here took 1800 s) after the 3600 s the other"
-            ) && why.contains("(lab_media, metal3_provisioning); 5699 s are left"),
-            "{why}"
+    fn a_test_runs_when_its_last_time_and_a_sixth_fit_in_what_is_left() {
+        assert_eq!(fits(Some(1800), 5400, 2100), Ok(()));
+        assert_eq!(
+            fits(Some(1800), 5400, 2099),
+            Err("needs about 2100 s (its last run here took 1800 s), 2099 s are left of CI's budget".into())
         );
-        // Alone, or first on a machine that has not run it.
-        assert_eq!(fits_after_the_rest(Some(1800), 5400, &[], 2100), Ok(()));
-        assert!(fits_after_the_rest(None, 5400, &rest, 7000)
+        // A machine that has not run it assumes `first`.
+        assert_eq!(fits(None, 5400, 5400), Ok(()));
+        assert!(fits(None, 5400, 5399)
             .unwrap_err()
             .contains("not run on this machine before"));
     }
 
+    /// The diagnosis runs at the panic, while what the test made after its deadline (a temporary directory, a
+    /// VM) still exists: run at the deadline's drop, after unwinding, it found the directory gone (seen in an
+    /// appliance run: the console, SSH key and kubeconfig all "No such file or directory").
     #[test]
     fn a_failing_test_is_diagnosed_before_unwinding_drops_what_it_made() {
         let seen = Arc::new(Mutex::new(Vec::<String>::new()));
