@@ -580,6 +580,7 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
         logs.contains("10.96.0.1"),
         "nslookup through CoreDNS: {logs}"
     );
+    kubelet_serves_an_approved_certificate(&a);
     assert!(
         a.manifest_gets() > before,
         "containerd did not pull through the agent"
@@ -658,4 +659,39 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
         _tap: tap,
         _tmp: tmp,
     }
+}
+
+/// The kubelet serves a certificate of the cluster CA for its node's address (which the API server verified to
+/// read the pod's logs above: `--kubelet-certificate-authority`), asked for by a request the agent approved.
+fn kubelet_serves_an_approved_certificate(a: &Appliance) {
+    let served = a.ssh(
+        "ip=$(sed -n 's/^KUBE_NODE_ADDRESS=//p' /etc/foothold/kubernetes.env); \
+         sudo openssl s_client -connect \"$ip:10250\" -CAfile /etc/kubernetes/pki/ca.crt -verify_return_error \
+         -verify_ip \"$ip\" </dev/null 2>&1 | grep -E '^(subject|issuer)=|Verify return code' || true",
+    );
+    assert!(
+        served.contains("Verify return code: 0 (ok)") && served.contains("system:node:"),
+        "the kubelet's serving certificate, verified with the cluster CA for its address:\n{served}"
+    );
+    let csrs: Value =
+        serde_json::from_str(&a.kubectl(&["get", "csr", "-o", "json"]).unwrap()).unwrap();
+    let approved: Vec<String> = csrs["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["spec"]["signerName"] == "kubernetes.io/kubelet-serving")
+        .flat_map(|c| {
+            c["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|c| format!("{} {}: {}", c["type"], c["reason"], c["message"]))
+        .collect();
+    assert!(
+        approved
+            .iter()
+            .any(|c| c.starts_with("\"Approved\" \"FootholdNodeAddresses\"")),
+        "the kubelet's serving certificate requests: {approved:?}"
+    );
 }

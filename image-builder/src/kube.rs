@@ -177,6 +177,9 @@ pub fn render(
                  x509: {{clientCAFile: /etc/kubernetes/pki/ca.crt}}\nauthorization: {{mode: Webhook}}\n\
                  cgroupDriver: systemd\ncontainerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n\
                  clusterDNS: [\"{dns}\"]\nclusterDomain: cluster.local\nfailSwapOn: false\nrotateCertificates: true\n\
+                 # Its serving certificate from the cluster CA, asked for and renewed by a request the agent\n\
+                 # approves (foothold-agent serve --approve-kubelet-serving): the API server verifies it.\n\
+                 serverTLSBootstrap: true\n\
                  resolvConf: /etc/resolv.conf\n\
                  # An appliance's disk holds the site's images: evict only when it is really full.\n\
                  evictionHard: {{memory.available: 100Mi, nodefs.available: 2%, imagefs.available: 2%}}\n\
@@ -217,6 +220,12 @@ pub fn render(
              roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n\
              subjects:\n- {apiGroup: rbac.authorization.k8s.io, kind: Group, name: \"kubeadm:cluster-admins\"}\n"
                 .into(),
+            0o644,
+        ),
+        (
+            // What the agent needs to approve the kubelet's serving certificate.
+            "/usr/local/share/foothold/addons/05-kubelet-serving.yaml".into(),
+            include_str!("../../agent/rbac/kubelet-serving.yaml").into(),
             0o644,
         ),
         (
@@ -395,7 +404,21 @@ mod tests {
         }
         assert!(get("/etc/containerd/config.toml")
             .contains("sandbox_image = \"registry.k8s.io/pause:3.10.1\""));
-        assert!(get("/etc/kubernetes/kubelet-config.yaml").contains("clusterDNS: [\"10.96.0.10\"]"));
+        let kubelet = get("/etc/kubernetes/kubelet-config.yaml");
+        assert!(
+            kubelet.contains("clusterDNS: [\"10.96.0.10\"]"),
+            "{kubelet}"
+        );
+        // Its serving certificate asked for, which the agent may approve for this signer only.
+        assert!(
+            kubelet.contains("\nserverTLSBootstrap: true\n"),
+            "{kubelet}"
+        );
+        let approver = get("/usr/local/share/foothold/addons/05-kubelet-serving.yaml");
+        assert!(
+            approver.contains("resourceNames: [kubernetes.io/kubelet-serving]"),
+            "{approver}"
+        );
         let cni: serde_json::Value =
             serde_json::from_str(get("/etc/cni/net.d/10-foothold.conflist")).unwrap();
         assert_eq!(

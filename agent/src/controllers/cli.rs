@@ -60,6 +60,11 @@ pub struct KubeArgs {
     /// Unset: they take host keys on first use.
     #[arg(long, value_name = "FILE")]
     pub ssh_host_ca: Option<PathBuf>,
+    /// Approve kubelets' requests for their serving certificates (signer kubernetes.io/kubelet-serving) when a
+    /// node asks for its own addresses, and deny others naming why: what a cluster whose kubelets have
+    /// serverTLSBootstrap needs (an appliance's, with the ClusterRole of agent/rbac/kubelet-serving.yaml).
+    #[arg(long)]
+    pub approve_kubelet_serving: bool,
     /// This agent's URL as compute nodes reach it (e.g. http://10.0.0.1:5000): Software package downloads
     /// point there. Default: the --listen address, unless it is a wildcard (0.0.0.0, ::) or port 0.
     #[arg(long, value_parser = parse_advertise_url)]
@@ -116,6 +121,7 @@ impl KubeArgs {
             vino_builder_image: self.vino_builder_image,
             ssh_key_secret: self.ssh_key_secret,
             ssh_host_ca,
+            approve_kubelet_serving: self.approve_kubelet_serving,
             advertise_url: self.advertise_url.or_else(|| {
                 (!listen.ip().is_unspecified() && listen.port() != 0)
                     .then(|| format!("{}://{listen}", if tls { "https" } else { "http" }))

@@ -6,6 +6,7 @@ pub mod bpa;
 pub mod cli;
 pub mod common;
 pub mod hosts;
+pub mod kubelet_serving;
 pub mod lease;
 pub mod settings;
 pub mod sip;
@@ -229,6 +230,9 @@ async fn run_controllers(
         .any(|k| matches!(k, Kind::Bpa | Kind::Sip))
     {
         tasks.push(hosts::run(client.clone(), settings.clone(), metrics.clone()).boxed());
+    }
+    if settings.approve_kubelet_serving {
+        tasks.push(kubelet_serving::run(client.clone()).boxed());
     }
     if tasks.is_empty() {
         std::future::pending::<()>().await;

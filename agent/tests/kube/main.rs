@@ -18,6 +18,7 @@ mod faults;
 mod hosts;
 mod installer_secret;
 mod jobs;
+mod kubelet_serving;
 mod rbac;
 mod sip;
 mod sip_bench;

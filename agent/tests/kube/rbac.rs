@@ -1,4 +1,4 @@
-//! What the agent's user may do (`agent/rbac/foothold-agent.yaml`), asked of the real API server as the agent
+//! What the agent's user may do (`agent/rbac/foothold-agent.yaml`, `agent/rbac/kubelet-serving.yaml`), asked of the real API server as the agent
 //! would ask it: a `kubectl auth can-i` table. The reconciler tests run their agents as that user and prove the
 //! rules suffice; this proves that what they leave out stays out, and that RBAC refuses the agent a Role or a
 //! binding worth more than its own rules.
@@ -112,11 +112,20 @@ const CAN_I: &[(&str, &str, &str, &str, &str, bool)] = &[
         "",
         false,
     ),
+    // Approving kubelets' serving certificates (agent/rbac/kubelet-serving.yaml; which signers: its own test).
     (
         "update",
         "certificates.k8s.io",
         "certificatesigningrequests",
         "approval",
+        "",
+        true,
+    ),
+    (
+        "create",
+        "certificates.k8s.io",
+        "certificatesigningrequests",
+        "",
         "",
         false,
     ),

@@ -454,31 +454,28 @@ fn install_crds(env: &KubeEnv) {
 /// The agent's user and what RBAC lets it do, as the appliance has them (`agent/rbac/foothold-agent.yaml`).
 pub const AGENT_USER: &str = "foothold:agent";
 
-/// `agent/rbac/foothold-agent.yaml` applied: the agents these tests start act as [`AGENT_USER`]
-/// ([`KubeEnv::agent_kubeconfig`]), so a rule the reconcilers need and the file lacks fails a test.
+/// `agent/rbac/foothold-agent.yaml` and `agent/rbac/kubelet-serving.yaml` applied, as the appliance has them:
+/// the agents these tests start act as [`AGENT_USER`] ([`KubeEnv::agent_kubeconfig`]), so a rule the
+/// reconcilers need and the files lack fails a test.
 async fn install_agent_rbac(env: &KubeEnv) {
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("rbac/foothold-agent.yaml"),
-    )
-    .unwrap();
-    let docs: Vec<&str> = text.split("\n---\n").collect();
-    assert_eq!(
-        docs.len(),
-        2,
-        "rbac/foothold-agent.yaml: a ClusterRole, then its binding"
-    );
-    let role: ClusterRole = serde_saphyr::from_str(docs[0]).unwrap();
-    let binding: ClusterRoleBinding = serde_saphyr::from_str(docs[1]).unwrap();
     let client = env.client().await;
-    Api::<ClusterRole>::all(client.clone())
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("creating the agent's ClusterRole");
-    Api::<ClusterRoleBinding>::all(client)
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("binding the agent's ClusterRole");
+    for file in ["rbac/foothold-agent.yaml", "rbac/kubelet-serving.yaml"] {
+        let text =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+        let docs: Vec<&str> = text.split("\n---\n").collect();
+        assert_eq!(docs.len(), 2, "{file}: a ClusterRole, then its binding");
+        let role: ClusterRole = serde_saphyr::from_str(docs[0]).unwrap();
+        let binding: ClusterRoleBinding = serde_saphyr::from_str(docs[1]).unwrap();
+        Api::<ClusterRole>::all(client.clone())
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap_or_else(|e| panic!("{file}: creating the ClusterRole: {e}"));
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap_or_else(|e| panic!("{file}: binding the ClusterRole: {e}"));
+    }
 }
 
 /// Waits (60 s at most) until CRD `name` is established.

@@ -44,6 +44,8 @@ pub(super) fn agent(spec: &Spec, c: &mut Configuration) {
                 "kubernetes-ca=/etc/kubernetes/pki/ca.crt",
                 "--certificate",
                 "kube-apiserver=/etc/kubernetes/pki/apiserver.crt",
+                // The kubelet asks for its serving certificate (serverTLSBootstrap); the agent approves it.
+                "--approve-kubelet-serving",
             ]
             .map(String::from),
         );

@@ -586,6 +586,7 @@ mod tests {
             conf.contains("certificate: [\"kubernetes-ca=/etc/kubernetes/pki/ca.crt\", \"kube-apiserver=/etc/kubernetes/pki/apiserver.crt\"]\n"),
             "{conf}"
         );
+        assert!(conf.contains("\napprove-kubelet-serving: true\n"), "{conf}");
     }
 
     #[test]

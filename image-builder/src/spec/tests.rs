@@ -248,6 +248,16 @@ fn kubernetes_errors_name_the_field() {
     .starts_with("components.kubernetes.podSubnet"));
     let e = bad("kubeadm: {", "kubeadmin: {");
     assert!(e.contains("kubeadmin"), "{e}");
+    // Nothing would approve the kubelet's serving certificate.
+    let e = bad(
+        "components:\n  kubernetes:",
+        "components:\n  agentArgs: [--lease-duration-seconds, '60', --no-controllers]\n  kubernetes:",
+    );
+    assert_eq!(
+        e,
+        "components.agentArgs: --no-controllers with components.kubernetes: the agent's controllers approve \
+         the kubelet's serving certificate (flag 1)"
+    );
     // Unpinned, a source build is what `pin` fills in.
     let text = format!("{GOOD}{}", KUBERNETES.replace(", sha256: HEX", ""));
     let s = parse(&text).unwrap();

@@ -52,8 +52,17 @@ impl Spec {
                 self.base.mirror
             ));
         }
-        super::agent_flags(&self.components.agent_args)
+        let flags = super::agent_flags(&self.components.agent_args)
             .map_err(|e| format!("components.agentArgs{e}"))?;
+        // The image's kubelet asks for its serving certificate, which the agent's controllers approve.
+        if self.components.kubernetes.is_some() {
+            if let Some(i) = flags.iter().position(|(n, _)| n == "no-controllers") {
+                return Err(format!(
+                    "components.agentArgs: --no-controllers with components.kubernetes: the agent's \
+                     controllers approve the kubelet's serving certificate (flag {i})"
+                ));
+            }
+        }
         for (i, p) in self.base.packages.iter().enumerate() {
             if p.is_empty() || p.contains([' ', ',']) {
                 return Err(format!("base.packages[{i}]: {p:?} is not a package name"));
