@@ -590,7 +590,34 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
         images.contains(&busybox),
         "{busybox} not in containerd: {images}"
     );
-    assert!(images.contains("registry.k8s.io/pause:3.10.1"), "{images}");
+    // pause and CoreDNS by the digests of the images the build made (containerd keeps a reference with a
+    // digest by its digest alone).
+    for name in ["pause", "coredns"] {
+        let made = &manifest["inputs"][format!("kubernetes.{name}.image")];
+        let reference = made["reference"].as_str().unwrap_or_default();
+        let by_digest = format!(
+            "{}@{}",
+            reference
+                .rsplit_once(':')
+                .map_or(reference, |(repo, _)| repo),
+            made["digest"].as_str().unwrap_or_default()
+        );
+        assert!(
+            images.lines().any(|l| l == by_digest),
+            "{name}: {by_digest} not in containerd: {images}"
+        );
+    }
+    let coredns = a
+        .kubectl(&[
+            "-n",
+            "kube-system",
+            "get",
+            "deployment/coredns",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ])
+        .unwrap();
+    assert!(coredns.contains("@sha256:"), "CoreDNS by digest: {coredns}");
     // Its two CPUs are on one socket, where Linux keeps the TSC as its clock (see `qemu::smp`; the clock in
     // use is shown: a TSC the watchdog gives up on under load is another matter).
     let said = a.ssh(

@@ -59,11 +59,32 @@ pub fn dns_ip(k: &Kubernetes) -> Ipv4Addr {
 }
 
 /// Every file, as (absolute path, text, mode).
+/// How the image's own configuration names the images the build makes of pause and CoreDNS: by tag and
+/// digest (`registry.k8s.io/pause:3.10.1@sha256:…`), so that what runs is what the build made even if the tag is
+/// pushed again (containerd pulls by the digest; the tag says which it is).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pinned {
+    pub pause: String,
+    pub coredns: String,
+}
+
+impl Pinned {
+    /// The references as the spec gives them, by tag: what a configuration rendered without the images
+    /// names.
+    pub fn by_tag(k: &Kubernetes) -> Pinned {
+        Pinned {
+            pause: k.pause.reference.clone(),
+            coredns: k.coredns.reference.clone(),
+        }
+    }
+}
+
 pub fn render(
     spec: &Spec,
     k: &Kubernetes,
     registries: &[String],
     agent_tls: bool,
+    pinned: &Pinned,
 ) -> Vec<(String, String, u32)> {
     let node = &k.node_address;
     let host = &spec.hostname;
@@ -150,7 +171,7 @@ pub fn render(
                  [plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n\
                  [plugins.\"io.containerd.grpc.v1.cri\".cni]\n  bin_dir = \"/usr/lib/cni\"\n  conf_dir = \"/etc/cni/net.d\"\n\
                  [plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"/etc/containerd/certs.d\"\n",
-                pause = k.pause.reference
+                pause = pinned.pause
             ),
             0o644,
         ),
@@ -230,7 +251,7 @@ pub fn render(
         ),
         (
             "/usr/local/share/foothold/addons/10-coredns.yaml".into(),
-            coredns(&k.coredns.reference, dns),
+            coredns(&pinned.coredns, dns),
             0o644,
         ),
     ]
@@ -375,7 +396,20 @@ mod tests {
     fn the_bring_up_configuration_follows_the_spec() {
         let s = spec();
         let k = s.components.kubernetes.as_ref().unwrap();
-        let files = render(&s, k, &["docker.io".into(), "registry.k8s.io".into()], true);
+        let pinned = Pinned {
+            pause: format!("registry.k8s.io/pause:3.10.1@sha256:{}", "1".repeat(64)),
+            coredns: format!(
+                "registry.k8s.io/coredns/coredns:v1.13.1@sha256:{}",
+                "2".repeat(64)
+            ),
+        };
+        let files = render(
+            &s,
+            k,
+            &["docker.io".into(), "registry.k8s.io".into()],
+            true,
+            &pinned,
+        );
         let get = |p: &str| {
             &files
                 .iter()
@@ -402,8 +436,9 @@ mod tests {
         ] {
             assert!(kubeadm.contains(want), "{want} in {kubeadm}");
         }
+        // The images the build made, by their digests.
         assert!(get("/etc/containerd/config.toml")
-            .contains("sandbox_image = \"registry.k8s.io/pause:3.10.1\""));
+            .contains(&format!("sandbox_image = \"{}\"", pinned.pause)));
         let kubelet = get("/etc/kubernetes/kubelet-config.yaml");
         assert!(
             kubelet.contains("clusterDNS: [\"10.96.0.10\"]"),
@@ -426,7 +461,10 @@ mod tests {
             "10.244.0.0/24"
         );
         let dns = get("/usr/local/share/foothold/addons/10-coredns.yaml");
-        assert!(dns.contains("image: \"registry.k8s.io/coredns/coredns:v1.13.1\""));
+        assert!(
+            dns.contains(&format!("image: \"{}\"", pinned.coredns)),
+            "{dns}"
+        );
         assert!(dns.contains("clusterIP: \"10.96.0.10\""));
         // Every manifest document is YAML.
         for (path, text, _) in files.iter().filter(|f| f.0.ends_with(".yaml")) {

@@ -78,8 +78,9 @@ impl Configuration {
     }
 }
 
-/// The configuration of `spec` for a disk whose file systems have `ids`.
-pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
+/// The configuration of `spec` for a disk whose file systems have `ids`, naming the images the build makes of
+/// Kubernetes' pause and CoreDNS as `pinned` says (None: by the spec's tags).
+pub fn render(spec: &Spec, ids: &Ids, pinned: Option<&crate::kube::Pinned>) -> Configuration {
     let mut c = Configuration::default();
     c.add("/etc/hostname", format!("{}\n", spec.hostname), 0o644);
     c.add(
@@ -151,9 +152,15 @@ pub fn render(spec: &Spec, ids: &Ids) -> Configuration {
         }
         registries.sort();
         registries.dedup();
-        for (path, text, mode) in
-            crate::kube::render(spec, k, &registries, spec.components.agent_tls)
-        {
+        for (path, text, mode) in crate::kube::render(
+            spec,
+            k,
+            &registries,
+            spec.components.agent_tls,
+            &pinned
+                .cloned()
+                .unwrap_or_else(|| crate::kube::Pinned::by_tag(k)),
+        ) {
             c.add(path, text, mode);
         }
         c.units
@@ -440,7 +447,7 @@ mod tests {
 
     #[test]
     fn a_minimal_spec_names_the_host_mounts_by_uuid_and_enables_foothold_units() {
-        let c = render(&spec(""), &ids());
+        let c = render(&spec(""), &ids(), None);
         assert_eq!(c.file("/etc/hostname").unwrap().text, "edge-1\n");
         // Not the build host's resolver: no nameserver at all.
         let resolv = &c.file("/etc/resolv.conf").unwrap().text;
@@ -500,6 +507,7 @@ mod tests {
                  - name: viewer\n",
             ),
             &ids(),
+            None,
         );
         let prov = &c
             .file("/etc/systemd/network/10-provisioning.network")
@@ -572,7 +580,7 @@ mod tests {
     #[test]
     fn metal3_brings_ironic_and_bmo_units_and_the_agent_reports_them() {
         let spec = crate::spec::tests::metal3_spec(|t| t).unwrap();
-        let c = render(&spec, &ids());
+        let c = render(&spec, &ids(), None);
         for unit in crate::metal3::UNITS {
             assert!(c.units.iter().any(|u| u == unit), "{unit}: {:?}", c.units);
         }
@@ -596,7 +604,7 @@ mod tests {
         )
         .unwrap();
         spec.validate().unwrap();
-        let c = render(&spec, &ids());
+        let c = render(&spec, &ids(), None);
         for unit in [
             "containerd.service",
             "foothold-node-ready.service",
@@ -610,7 +618,7 @@ mod tests {
         assert!(c.file("/etc/foothold/mirror.env").is_some());
         assert!(c.file("/etc/foothold/agent.yaml").is_none());
         spec.components.node = None;
-        let c = render(&spec, &ids());
+        let c = render(&spec, &ids(), None);
         // The appliance: the agent, and the site's certificates renewed at boot and daily.
         for unit in AGENT_UNITS {
             assert!(c.units.iter().any(|u| u == unit), "{unit}: {:?}", c.units);

@@ -51,7 +51,7 @@ pub fn write(b: &Build, files: &[FileInput], record: &mut Record) -> Result<Vec<
     progress.step("stage", "root file system, files, configuration");
     let root = work.join("root");
     fs::create_dir_all(&root)?;
-    super::root::stage(loaded, &base, files, layout, &root)?;
+    super::root::stage(loaded, settings, &base, files, layout, &root)?;
     let kernel = work.join("kernel");
     fs::copy(super::root::resolve_in_root(&root, "vmlinuz")?, &kernel)
         .context("copying the kernel")?;

@@ -12,7 +12,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::configure;
-use super::context::{Build, Record};
+use super::context::{Build, Record, Settings};
 use super::inputs::{spec_overlay, FileInput};
 use super::layout::Layout;
 use crate::cmd::{tool_version, CommandExt as _};
@@ -61,7 +61,7 @@ pub fn partition(
         progress.step("stage", "root file system, overlay, files, configuration");
         let root = work.join("root");
         fs::create_dir_all(&root)?;
-        stage(loaded, &base, files, layout, &root)?;
+        stage(loaded, settings, &base, files, layout, &root)?;
         clamp_mtimes(&root, epoch)?;
         fs::create_dir_all(&cached)?;
         if !cached.join(ROOT_EXT4).is_file() {
@@ -103,6 +103,7 @@ pub fn partition(
 /// generated configuration.
 pub(super) fn stage(
     loaded: &Loaded,
+    settings: &Settings,
     base: &Path,
     files: &[FileInput],
     layout: &Layout,
@@ -134,7 +135,21 @@ pub(super) fn stage(
     }
     place_bmo_crds(loaded, files, root)?;
     fs::create_dir_all(root.join(AGENT_DIR.trim_start_matches('/')))?;
-    configure::apply(root, &configure::render(&loaded.spec, &layout.ids))?;
+    // pause and CoreDNS by the digests of the images the data phase imports (made from the pinned binaries:
+    // the same bytes, from the same cache entry).
+    let pinned = match &loaded.spec.components.kubernetes {
+        Some(k) => Some(super::workload::pinned(
+            k,
+            files,
+            &settings.cache,
+            settings.source_date_epoch,
+        )?),
+        None => None,
+    };
+    configure::apply(
+        root,
+        &configure::render(&loaded.spec, &layout.ids, pinned.as_ref()),
+    )?;
     crate::metal3::stage(&loaded.spec, root)
 }
 

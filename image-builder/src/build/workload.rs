@@ -118,6 +118,32 @@ pub fn images(
     Ok((layout, made.iter().map(|m| m.name).zip(records).collect()))
 }
 
+/// The images of `k` as the build makes them (see [`images`]), named by tag and digest for the image's own
+/// configuration.
+pub fn pinned(
+    k: &Kubernetes,
+    files: &[FileInput],
+    cache: &Path,
+    epoch: u64,
+) -> Result<crate::kube::Pinned> {
+    let (_, records) = images(k, files, cache, epoch)?;
+    let digest = |name: &str| -> Result<String> {
+        let (_, r) = records
+            .iter()
+            .find(|(n, _)| *n == name)
+            .with_context(|| format!("the {name} image: not among those made"))?;
+        let reference = r["reference"].as_str().unwrap_or_default();
+        let digest = r["digest"]
+            .as_str()
+            .with_context(|| format!("the {name} image: no digest in its record"))?;
+        Ok(format!("{reference}@{digest}"))
+    };
+    Ok(crate::kube::Pinned {
+        pause: digest("pause")?,
+        coredns: digest("coredns")?,
+    })
+}
+
 /// `kubernetes-release.json` for an agent reached at `endpoint` (`https://172.22.0.1:5000`).
 pub fn release(k: &Kubernetes, files: &[FileInput], endpoint: &str) -> Result<String> {
     let endpoint = endpoint.trim_end_matches('/');
