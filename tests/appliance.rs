@@ -21,6 +21,8 @@
 
 #[path = "appliance_bpa.rs"]
 mod bpa;
+#[path = "appliance_kube.rs"]
+mod kube;
 #[path = "appliance_metal3.rs"]
 mod metal3;
 
@@ -523,6 +525,13 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
         dir,
     );
     a.diagnose(deadline);
+    // Where the first boot's minutes went, for the log (a report, not a check).
+    let boot = try_run(
+        &mut a
+            .ssh_command("sudo systemd-analyze; sudo systemd-analyze blame --no-pager | head -n 8"),
+    )
+    .unwrap_or_else(|e| e);
+    eprintln!("appliance: its first boot:\n{boot}");
     deadline
         .phase("the agent's first-boot certificate; Kubernetes, CoreDNS, a pod through the mirror");
     let host = a.ssh("hostname");
@@ -580,7 +589,7 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
         logs.contains("10.96.0.1"),
         "nslookup through CoreDNS: {logs}"
     );
-    kubelet_serves_an_approved_certificate(&a);
+    kube::kubelet_serves_an_approved_certificate(&a);
     assert!(
         a.manifest_gets() > before,
         "containerd did not pull through the agent"
@@ -590,34 +599,7 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
         images.contains(&busybox),
         "{busybox} not in containerd: {images}"
     );
-    // pause and CoreDNS by the digests of the images the build made (containerd keeps a reference with a
-    // digest by its digest alone).
-    for name in ["pause", "coredns"] {
-        let made = &manifest["inputs"][format!("kubernetes.{name}.image")];
-        let reference = made["reference"].as_str().unwrap_or_default();
-        let by_digest = format!(
-            "{}@{}",
-            reference
-                .rsplit_once(':')
-                .map_or(reference, |(repo, _)| repo),
-            made["digest"].as_str().unwrap_or_default()
-        );
-        assert!(
-            images.lines().any(|l| l == by_digest),
-            "{name}: {by_digest} not in containerd: {images}"
-        );
-    }
-    let coredns = a
-        .kubectl(&[
-            "-n",
-            "kube-system",
-            "get",
-            "deployment/coredns",
-            "-o",
-            "jsonpath={.spec.template.spec.containers[0].image}",
-        ])
-        .unwrap();
-    assert!(coredns.contains("@sha256:"), "CoreDNS by digest: {coredns}");
+    kube::system_images_by_digest(&a, &manifest, &images);
     // Its two CPUs are on one socket, where Linux keeps the TSC as its clock (see `qemu::smp`; the clock in
     // use is shown: a TSC the watchdog gives up on under load is another matter).
     let said = a.ssh(
@@ -686,39 +668,4 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
         _tap: tap,
         _tmp: tmp,
     }
-}
-
-/// The kubelet serves a certificate of the cluster CA for its node's address (which the API server verified to
-/// read the pod's logs above: `--kubelet-certificate-authority`), asked for by a request the agent approved.
-fn kubelet_serves_an_approved_certificate(a: &Appliance) {
-    let served = a.ssh(
-        "ip=$(sed -n 's/^KUBE_NODE_ADDRESS=//p' /etc/foothold/kubernetes.env); \
-         sudo openssl s_client -connect \"$ip:10250\" -CAfile /etc/kubernetes/pki/ca.crt -verify_return_error \
-         -verify_ip \"$ip\" </dev/null 2>&1 | grep -E '^(subject|issuer)=|Verify return code' || true",
-    );
-    assert!(
-        served.contains("Verify return code: 0 (ok)") && served.contains("system:node:"),
-        "the kubelet's serving certificate, verified with the cluster CA for its address:\n{served}"
-    );
-    let csrs: Value =
-        serde_json::from_str(&a.kubectl(&["get", "csr", "-o", "json"]).unwrap()).unwrap();
-    let approved: Vec<String> = csrs["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| c["spec"]["signerName"] == "kubernetes.io/kubelet-serving")
-        .flat_map(|c| {
-            c["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .map(|c| format!("{} {}: {}", c["type"], c["reason"], c["message"]))
-        .collect();
-    assert!(
-        approved
-            .iter()
-            .any(|c| c.starts_with("\"Approved\" \"FootholdNodeAddresses\"")),
-        "the kubelet's serving certificate requests: {approved:?}"
-    );
 }

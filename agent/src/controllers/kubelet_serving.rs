@@ -284,8 +284,8 @@ async fn reconcile(csr: Arc<CertificateSigningRequest>, ctx: Arc<Ctx>) -> Result
     };
     // The request as read, with the condition added: a PUT (RBAC's `update` of the approval), refused if the
     // request changed since (another approver), and then looked at again.
-    let mut decided = csr.as_ref().clone();
-    let conditions = decided
+    let mut approval = csr.as_ref().clone();
+    let conditions = approval
         .status
         .get_or_insert_with(Default::default)
         .conditions
@@ -297,7 +297,7 @@ async fn reconcile(csr: Arc<CertificateSigningRequest>, ctx: Arc<Ctx>) -> Result
         message: Some(message.clone()),
         ..Default::default()
     });
-    csrs.replace_subresource("approval", &name, &PostParams::default(), &decided)
+    csrs.replace_subresource("approval", &name, &PostParams::default(), &approval)
         .await
         .map_err(|e| Error(format!("{condition} {name}: {e}")))?;
     if condition == "Approved" {
