@@ -271,6 +271,7 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
     deadline.phase("the provisioning network, as a compute node on it sees the appliance");
     metal3::provisioning_network(&b.a, &b.provisioning, &b.dir);
     metal3::registration_error(&b.a, &b.dir, b.site_ports.fake);
+    kube::kubelet_renews_its_client_certificate(&b.a);
     b.report_restarts();
 }
 

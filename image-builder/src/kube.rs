@@ -244,6 +244,18 @@ pub fn render(
             0o644,
         ),
         (
+            // The kubelet renews its own client certificate (rotateCertificates) by a request the controller
+            // manager approves for a node asking for itself, as kubeadm binds it.
+            "/usr/local/share/foothold/addons/01-kubelet-client-rotation.yaml".into(),
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  \
+             name: kubeadm:node-autoapprove-certificate-rotation\n\
+             roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, \
+             name: \"system:certificates.k8s.io:certificatesigningrequests:selfnodeclient\"}\n\
+             subjects:\n- {apiGroup: rbac.authorization.k8s.io, kind: Group, name: \"system:nodes\"}\n"
+                .into(),
+            0o644,
+        ),
+        (
             // What the agent needs to approve the kubelet's serving certificate.
             "/usr/local/share/foothold/addons/05-kubelet-serving.yaml".into(),
             include_str!("../../agent/rbac/kubelet-serving.yaml").into(),
