@@ -7,14 +7,14 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use rcgen::{CertificateParams, DnType, KeyPair, SanType};
 use serde_json::json;
 
 use crate::support::kube::{client_of, controller_agent, env, until};
+use crate::vino::node;
 
 /// A client acting as node `name`'s kubelet: user `system:node:<name>` in `system:nodes`, which may make
 /// certificate requests (what the Node authorizer grants a kubelet; this API server has RBAC alone).
@@ -41,26 +41,6 @@ async fn as_node(name: &str) -> kube::Client {
     config.auth_info.impersonate = Some(format!("system:node:{name}"));
     config.auth_info.impersonate_groups = Some(vec!["system:nodes".into()]);
     kube::Client::try_from(config).unwrap()
-}
-
-async fn node(client: &kube::Client, name: &str, ip: &str) {
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
-        )
-        .await
-        .unwrap();
-    nodes
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"addresses": [
-                {"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}]}})),
-        )
-        .await
-        .unwrap();
 }
 
 /// A request by `client` named `csr` to `signer` for `node`'s serving certificate naming `sans`.
@@ -143,7 +123,7 @@ async fn a_kubelets_serving_certificate_is_approved_for_its_own_addresses_only()
     let ns = env.namespace(&client, "kubelet-serving").await;
     let tmp = tempfile::tempdir().unwrap();
     let (n1, n2) = (format!("{ns}-n1"), format!("{ns}-n2"));
-    node(&client, &n1, "10.0.9.1").await;
+    node(&client, &n1, json!({}), "10.0.9.1").await;
     let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
     let kubelet = as_node(&n1).await;
     // A client certificate asked by the node: another signer, which the agent neither may nor does touch.
@@ -239,7 +219,7 @@ async fn a_kubelets_serving_certificate_is_approved_for_its_own_addresses_only()
     })
     .await;
     assert_eq!(conditions(&csrs, &early).await, 0);
-    node(&client, &n2, "10.0.9.2").await;
+    node(&client, &n2, json!({}), "10.0.9.2").await;
     let (kind, _, message) = decided(&csrs, &format!("{ns}-early")).await;
     assert_eq!(kind, "Approved", "{message}");
 
