@@ -213,7 +213,7 @@ pub(super) fn makes_a_cluster_of_the_master(
 
     // The port freed: the cluster, over the host the last run prepared.
     on_master("sudo systemctl stop test-hold-6443");
-    installs_the_cluster(
+    let conf = installs_the_cluster(
         site,
         &at(4),
         address,
@@ -228,7 +228,14 @@ pub(super) fn makes_a_cluster_of_the_master(
                  (/etc/resolv.conf)",
             ],
         ),
-    )
+    );
+    // Its pods' sandbox is the pause image the appliance's build made, by digest (kubernetes-release.json).
+    let sandbox = on_master("sudo grep sandbox_image /etc/containerd/config.toml");
+    assert!(
+        sandbox.contains("registry.k8s.io/pause:3.10.1@sha256:"),
+        "the master's containerd: {sandbox}"
+    );
+    conf
 }
 
 /// The worker added to the `Ready` cluster `c1` (a new generation): both hosts matched by their inspected data,

@@ -131,7 +131,9 @@ pub fn stage(
                 "http"
             };
             let ip = p.address.split('/').next().unwrap_or_default();
-            let text = super::workload::release(k, files, &format!("{scheme}://{ip}:5000"))?;
+            let sandbox = super::workload::pinned(k, files, &settings.cache, epoch)?.pause;
+            let text =
+                super::workload::release(k, files, &format!("{scheme}://{ip}:5000"), &sandbox)?;
             let file = work.join(super::workload::RELEASE_FILE);
             fs::write(&file, &text)?;
             let served = k.served(super::workload::RELEASE_FILE);

@@ -144,8 +144,14 @@ pub fn pinned(
     })
 }
 
-/// `kubernetes-release.json` for an agent reached at `endpoint` (`https://172.22.0.1:5000`).
-pub fn release(k: &Kubernetes, files: &[FileInput], endpoint: &str) -> Result<String> {
+/// `kubernetes-release.json` for an agent reached at `endpoint` (`https://172.22.0.1:5000`), the nodes' pod
+/// sandbox `sandbox` (the pause image the build made, by tag and digest: [`pinned`]).
+pub fn release(
+    k: &Kubernetes,
+    files: &[FileInput],
+    endpoint: &str,
+    sandbox: &str,
+) -> Result<String> {
     let endpoint = endpoint.trim_end_matches('/');
     let mut binaries = Vec::new();
     for name in WORKLOAD_BINARIES {
@@ -163,7 +169,7 @@ pub fn release(k: &Kubernetes, files: &[FileInput], endpoint: &str) -> Result<St
     }
     Ok(serde_json::to_string_pretty(&json!({
         "version": k.version,
-        "sandboxImage": k.pause.reference,
+        "sandboxImage": sandbox,
         "binaries": binaries,
     }))? + "\n")
 }
@@ -206,7 +212,8 @@ pub fn export(loaded: &Loaded, settings: &Settings, endpoint: &str) -> Result<Ve
         written.push(to);
     }
     let to = out.join(RELEASE_FILE);
-    crate::files::write_file(&to, &release(k, &files, endpoint)?, 0o644)?;
+    let sandbox = pinned(k, &files, &settings.cache, settings.source_date_epoch)?.pause;
+    crate::files::write_file(&to, &release(k, &files, endpoint, &sandbox)?, 0o644)?;
     written.push(to);
     Ok(written)
 }
