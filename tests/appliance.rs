@@ -532,7 +532,7 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
             .ssh_command("sudo systemd-analyze; sudo systemd-analyze blame --no-pager | head -n 8"),
     )
     .unwrap_or_else(|e| e);
-    foothold_e2e::deadline::say(&format!("appliance: its first boot:\n{boot}"));
+    foothold_e2e::say!("appliance: its first boot:\n{boot}");
     deadline
         .phase("the agent's first-boot certificate; Kubernetes, CoreDNS, a pod through the mirror");
     let host = a.ssh("hostname");

@@ -61,10 +61,10 @@ pub(crate) fn kubelet_renews_its_client_certificate(a: &Appliance) {
             s.contains("system:node:").then_some(s.clone()).ok_or(s)
         },
     );
-    foothold_e2e::deadline::say(&format!(
+    foothold_e2e::say!(
         "appliance: the kubelet's client certificate: {}",
         kept.trim()
-    ));
+    );
 }
 
 /// Each condition of the certificate requests to `signer` in `csrs` (a list), as `"type" "reason": "message"`.

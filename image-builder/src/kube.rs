@@ -58,7 +58,6 @@ pub fn dns_ip(k: &Kubernetes) -> Ipv4Addr {
     nth(&k.service_subnet, 10)
 }
 
-/// Every file, as (absolute path, text, mode).
 /// How the image's own configuration names the images the build makes of pause and CoreDNS: by tag and
 /// digest (`registry.k8s.io/pause:3.10.1@sha256:…`), so that what runs is what the build made even if the tag is
 /// pushed again (containerd pulls by the digest; the tag says which it is).
@@ -79,6 +78,7 @@ impl Pinned {
     }
 }
 
+/// Every file, as (absolute path, text, mode).
 pub fn render(
     spec: &Spec,
     k: &Kubernetes,

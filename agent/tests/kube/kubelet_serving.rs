@@ -78,6 +78,18 @@ async fn request(
         .unwrap_or_else(|e| panic!("creating {csr}: {e}"));
 }
 
+/// A serving certificate request by `kubelet` named `csr` for `node` naming `sans`, with a kubelet's usages,
+/// and its (type, reason, message) once approved or denied.
+async fn serving(
+    kubelet: &kube::Client,
+    csr: &str,
+    node: &str,
+    sans: Vec<SanType>,
+) -> (String, String, String) {
+    request(kubelet, csr, SERVING, node, sans, USAGES).await;
+    decided(&Api::all(kubelet.clone()), csr).await
+}
+
 /// The request's (type, reason, message) once approved or denied.
 async fn decided(api: &Api<CertificateSigningRequest>, name: &str) -> (String, String, String) {
     until(&format!("{name} approved or denied"), || async {
@@ -145,17 +157,14 @@ async fn a_kubelets_serving_certificate_is_approved_for_its_own_addresses_only()
         &["--approve-kubelet-serving"],
     );
 
-    // Its own name and address: approved, and the API server's signer field kept (what a kubelet asked for).
-    request(
+    // Its own name and address: approved.
+    let (kind, reason, message) = serving(
         &kubelet,
         &format!("{ns}-own"),
-        SERVING,
         &n1,
         vec![dns(&n1), ip("10.0.9.1")],
-        USAGES,
     )
     .await;
-    let (kind, reason, message) = decided(&csrs, &format!("{ns}-own")).await;
     assert_eq!(
         (kind.as_str(), reason.as_str()),
         ("Approved", "FootholdNodeAddresses"),
@@ -164,16 +173,13 @@ async fn a_kubelets_serving_certificate_is_approved_for_its_own_addresses_only()
     assert!(message.contains("IP:10.0.9.1"), "{message}");
 
     // An address that is not the node's: denied, naming it.
-    request(
+    let (kind, _, message) = serving(
         &kubelet,
         &format!("{ns}-foreign"),
-        SERVING,
         &n1,
         vec![dns(&n1), ip("10.0.9.99")],
-        USAGES,
     )
     .await;
-    let (kind, _, message) = decided(&csrs, &format!("{ns}-foreign")).await;
     assert_eq!(kind, "Denied", "{message}");
     assert!(
         message.starts_with("IP:10.0.9.99 is not an address of Node"),
@@ -181,16 +187,7 @@ async fn a_kubelets_serving_certificate_is_approved_for_its_own_addresses_only()
     );
 
     // A node asking for another node's name: its subject is not its user (the API server sets the user).
-    request(
-        &kubelet,
-        &format!("{ns}-other"),
-        SERVING,
-        &n2,
-        vec![dns(&n2)],
-        USAGES,
-    )
-    .await;
-    let (kind, _, message) = decided(&csrs, &format!("{ns}-other")).await;
+    let (kind, _, message) = serving(&kubelet, &format!("{ns}-other"), &n2, vec![dns(&n2)]).await;
     assert_eq!(kind, "Denied", "{message}");
     assert!(
         message.contains(&format!("not CN=system:node:{n1}")),
@@ -220,7 +217,7 @@ async fn a_kubelets_serving_certificate_is_approved_for_its_own_addresses_only()
     .await;
     assert_eq!(conditions(&csrs, &early).await, 0);
     node(&client, &n2, json!({}), "10.0.9.2").await;
-    let (kind, _, message) = decided(&csrs, &format!("{ns}-early")).await;
+    let (kind, _, message) = decided(&csrs, &early).await;
     assert_eq!(kind, "Approved", "{message}");
 
     // The client certificate's request: untouched.

@@ -117,6 +117,7 @@ pub fn stage(
         let (layout, records) = super::workload::images(k, files, &settings.cache, epoch)?;
         import(&layout, &[])
             .context("components.kubernetes: importing the images made from its binaries")?;
+        let sandbox = super::workload::pinned_from(&records)?.pause;
         for (name, r) in records {
             record.inputs.insert(format!("kubernetes.{name}.image"), r);
         }
@@ -131,7 +132,6 @@ pub fn stage(
                 "http"
             };
             let ip = p.address.split('/').next().unwrap_or_default();
-            let sandbox = super::workload::pinned(k, files, &settings.cache, epoch)?.pause;
             let text =
                 super::workload::release(k, files, &format!("{scheme}://{ip}:5000"), &sandbox)?;
             let file = work.join(super::workload::RELEASE_FILE);

@@ -127,6 +127,11 @@ pub fn pinned(
     epoch: u64,
 ) -> Result<crate::kube::Pinned> {
     let (_, records) = images(k, files, cache, epoch)?;
+    pinned_from(&records)
+}
+
+/// [`pinned`] from the records [`images`] gave.
+pub fn pinned_from(records: &[(&str, serde_json::Value)]) -> Result<crate::kube::Pinned> {
     let digest = |name: &str| -> Result<String> {
         let (_, r) = records
             .iter()
@@ -216,4 +221,32 @@ pub fn export(loaded: &Loaded, settings: &Settings, endpoint: &str) -> Result<Ve
     crate::files::write_file(&to, &release(k, &files, endpoint, &sandbox)?, 0o644)?;
     written.push(to);
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pause_and_coredns_are_named_by_tag_and_the_digest_of_the_image_made() {
+        let records = [
+            (
+                "pause",
+                json!({"reference": "registry.k8s.io/pause:3.10.1", "digest": "sha256:aa"}),
+            ),
+            (
+                "coredns",
+                json!({"reference": "registry.k8s.io/coredns/coredns:v1.13.1", "digest": "sha256:bb"}),
+            ),
+        ];
+        assert_eq!(
+            pinned_from(&records).unwrap(),
+            crate::kube::Pinned {
+                pause: "registry.k8s.io/pause:3.10.1@sha256:aa".into(),
+                coredns: "registry.k8s.io/coredns/coredns:v1.13.1@sha256:bb".into(),
+            }
+        );
+        let e = pinned_from(&records[..1]).unwrap_err().to_string();
+        assert_eq!(e, "the coredns image: not among those made");
+    }
 }
