@@ -10,7 +10,8 @@
 //! SSH CA certifies a host key; the agent's controllers lead on this apiserver.
 //!
 //! The test CI runs then checks Metal3 as only the booted image shows it (its services under systemd, a BMC
-//! that refuses a host's credentials). The second test, not run by CI for its time, goes on from the same boot
+//! that refuses a host's credentials), and last moves the appliance's clock 400 days on: its certificates are
+//! renewed and the site goes on (`appliance_clock.rs`). The second test, not run by CI for its time, goes on from the same boot
 //! to the whole live-ISO site: Metal3 (baremetal-operator built from source, Ironic from Debian) provisions two
 //! libvirt compute nodes with `packages/node.yaml`'s live ISO, uploaded to the agent, and the nodes pull from
 //! the appliance; a SIPCluster claims them (`appliance_metal3.rs`); the BPA's Job, Foothold's installer image
@@ -21,6 +22,8 @@
 
 #[path = "appliance_bpa.rs"]
 mod bpa;
+#[path = "appliance_clock.rs"]
+mod clock;
 #[path = "appliance_kube.rs"]
 mod kube;
 #[path = "appliance_metal3.rs"]
@@ -91,6 +94,7 @@ fn try_wait_every<T>(
 struct Appliance {
     vm: Vm,
     ssh_port: u16,
+    api_port: u16,
     agent_port: u16,
     key: PathBuf,
     kubectl: PathBuf,
@@ -127,27 +131,33 @@ impl Appliance {
         let mut a = Appliance {
             vm,
             ssh_port,
+            api_port,
             agent_port,
             key: key.to_owned(),
             kubectl: kubectl.to_owned(),
             kubeconfig: dir.join(format!("kubeconfig-{api_port}")),
         };
-        // The admin kubeconfig a sudo user gets at first boot, pointed at the forward.
-        let config = a.ssh("cat .kube/config");
-        let config: String = config
+        a.fetch_kubeconfig();
+        a.vm.poll().unwrap();
+        a
+    }
+
+    /// The admin kubeconfig a sudo user gets at first boot (and again when its certificate is renewed), pointed
+    /// at the forward.
+    fn fetch_kubeconfig(&self) {
+        let config: String = self
+            .ssh("cat .kube/config")
             .lines()
             .map(|l| {
                 if l.trim_start().starts_with("server:") {
-                    format!("    server: https://127.0.0.1:{api_port}")
+                    format!("    server: https://127.0.0.1:{}", self.api_port)
                 } else {
                     l.to_owned()
                 }
             })
             .collect::<Vec<_>>()
             .join("\n");
-        std::fs::write(&a.kubeconfig, config).unwrap();
-        a.vm.poll().unwrap();
-        a
+        std::fs::write(&self.kubeconfig, config).unwrap();
     }
 
     /// What the deadline prints of the appliance if the test fails: its load, busiest processes and failed
@@ -226,15 +236,20 @@ impl Appliance {
         serde_json::from_str(&r).map_err(|e| format!("{e}: {r}"))
     }
 
-    /// The agent's count of GETs of manifests (what containerd asks the mirror for).
-    fn manifest_gets(&self) -> u64 {
-        let metrics = run(Command::new("curl").args([
+    /// The agent's `/metrics`, through the forward (not verified: this host's clock is not always the
+    /// appliance's).
+    fn metrics(&self) -> String {
+        run(Command::new("curl").args([
             "-kfsS",
             "--max-time",
             "30",
             &format!("https://127.0.0.1:{}/metrics", self.agent_port),
-        ]));
-        metrics
+        ]))
+    }
+
+    /// The agent's count of GETs of manifests (what containerd asks the mirror for).
+    fn manifest_gets(&self) -> u64 {
+        self.metrics()
             .lines()
             .filter(|l| {
                 l.starts_with("foothold_http_requests_total{route=\"manifest\",method=\"GET\",status=\"200\"}")
@@ -252,7 +267,8 @@ const POD: &str = r#"{"apiVersion": "v1", "kind": "Pod",
 /// The appliance built offline and booted, its Kubernetes and agent checked (`built_and_booted`), then what only a
 /// booted image shows of Metal3: Ironic and baremetal-operator up under systemd, their CRDs applied, Ironic's
 /// launcher as the image carries it, and a BareMetalHost whose BMC refuses its credentials in a registration
-/// error that names the cause, registered once its Secret is right. Metal3 provisioning nodes is
+/// error that names the cause, registered once its Secret is right; then, 400 days later by its clock, the
+/// certificates renewed and the site going on. Metal3 provisioning nodes is
 /// `metal3_provisioning.rs`'s (to disk, on the appliance's own units); the live-ISO nodes and the BPA on them are
 /// the ignored test below.
 #[test]
@@ -271,7 +287,8 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
     deadline.phase("the provisioning network, as a compute node on it sees the appliance");
     metal3::provisioning_network(&b.a, &b.provisioning, &b.dir);
     metal3::registration_error(&b.a, &b.dir, b.site_ports.fake);
-    kube::kubelet_renews_its_client_certificate(&b.a);
+    deadline.phase("400 days later: the certificates renewed, the site going on");
+    clock::four_hundred_days_later(&b.a, &b.dir, b.site_ports.fake);
     b.report_restarts();
 }
 

@@ -1,8 +1,6 @@
 //! What the booted appliance's own Kubernetes shows of trust: the kubelet's serving certificate, issued by the
-//! cluster CA on a request the agent approved, its client certificate renewed by its own request, and the images
-//! the build made (pause, CoreDNS) run by digest.
-
-use std::time::Duration;
+//! cluster CA on a request the agent approved, and the images the build made (pause, CoreDNS) run by digest.
+//! (Its client certificate renewed by its own request: `appliance_clock.rs`.)
 
 use serde_json::Value;
 
@@ -31,44 +29,8 @@ pub(crate) fn kubelet_serves_an_approved_certificate(a: &Appliance) {
     );
 }
 
-/// The kubelet's client certificate renewed by its own request, which the controller manager approves for a
-/// node asking for itself (kubeadm's node-autoapprove-certificate-rotation binding, an add-on), and the kubelet
-/// keeps it (`kubelet-client-current.pem`, which it renews the same way before it ends). Its first request comes before the add-ons are applied; the controller manager looks
-/// again with a growing backoff, and the kubelet asks again after 15 minutes, so this waits up to that.
-pub(crate) fn kubelet_renews_its_client_certificate(a: &Appliance) {
-    super::wait_for(
-        "the kubelet's client certificate request approved",
-        Duration::from_secs(960),
-        || {
-            let csrs: Value = serde_json::from_str(&a.kubectl(&["get", "csr", "-o", "json"])?)
-                .map_err(|e| e.to_string())?;
-            let client = decided(&csrs, "kubernetes.io/kube-apiserver-client-kubelet");
-            client
-                .iter()
-                .any(|c| c.starts_with("\"Approved\" \"AutoApproved\""))
-                .then_some(())
-                .ok_or_else(|| format!("{client:?}"))
-        },
-    );
-    let kept = super::wait_for(
-        "the kubelet's renewed client certificate",
-        Duration::from_secs(60),
-        || {
-            let s = a.ssh(
-                "sudo openssl x509 -noout -subject -in /var/lib/kubelet/pki/kubelet-client-current.pem \
-                 2>&1 || true",
-            );
-            s.contains("system:node:").then_some(s.clone()).ok_or(s)
-        },
-    );
-    foothold_e2e::say!(
-        "appliance: the kubelet's client certificate: {}",
-        kept.trim()
-    );
-}
-
 /// Each condition of the certificate requests to `signer` in `csrs` (a list), as `"type" "reason": "message"`.
-fn decided(csrs: &Value, signer: &str) -> Vec<String> {
+pub(crate) fn decided(csrs: &Value, signer: &str) -> Vec<String> {
     csrs["items"]
         .as_array()
         .into_iter()

@@ -332,14 +332,8 @@ pub fn registration_error(a: &Appliance, dir: &Path, port: u16) {
     let system = fake_system();
     let _bmc = Sushy::fake(dir, port, std::slice::from_ref(&system), "admin", "pw-0");
     let host = format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: site}}\n\
-         ---\napiVersion: v1\nkind: Secret\nmetadata: {{name: node-01-bmc, namespace: site}}\n\
-         stringData: {{username: admin, password: not-pw-0}}\n\
-         ---\napiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata: {{name: node-01, namespace: site}}\n\
-         spec:\n  bootMode: UEFI\n  inspectionMode: disabled\n  automatedCleaningMode: disabled\n  online: false\n  \
-         bootMACAddress: \"{mac}\"\n  bmc: {{address: \"{bmc}\", credentialsName: node-01-bmc}}\n",
-        mac = system.mac,
-        bmc = bmc(FAKE_BMC_GUEST_PORT, &system.uuid),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: site}}\n---\n{}",
+        fake_host(&system, "not-pw-0")
     );
     let path = dir.join("node-01.yaml");
     std::fs::write(&path, host).unwrap();
@@ -359,6 +353,42 @@ pub fn registration_error(a: &Appliance, dir: &Path, port: u16) {
         "metal3: node-01 available {:.0} s after its Secret was put right",
         took.as_secs_f64()
     );
+}
+
+/// BMO registers a host through Ironic: node-03, behind a fake BMC of its own, its Secret right, becomes
+/// available.
+pub fn registers(a: &Appliance, dir: &Path, port: u16) {
+    let system = System {
+        name: "node-03".into(),
+        uuid: "27946b59-9e44-4fa7-8e91-f3527a1ef003".into(),
+        mac: "02:00:00:00:10:03".into(),
+    };
+    let _bmc = Sushy::fake(dir, port, std::slice::from_ref(&system), "admin", "pw-0");
+    let path = dir.join("node-03.yaml");
+    std::fs::write(&path, fake_host(&system, "pw-0")).unwrap();
+    wait_for("node-03 to apply", Duration::from_secs(120), || {
+        a.kubectl(&["apply", "-f", path.to_str().unwrap()])
+    });
+    let took = wait_state(a, "node-03", "available", Duration::from_secs(600));
+    foothold_e2e::say!(
+        "metal3: node-03 available {:.0} s after its creation",
+        took.as_secs_f64()
+    );
+}
+
+/// A BareMetalHost in namespace `site` for `system` behind the fake BMC (as the appliance reaches it), no
+/// inspection, no cleaning, off, and its BMC Secret with `password`.
+fn fake_host(system: &System, password: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}-bmc, namespace: site}}\n\
+         stringData: {{username: admin, password: {password}}}\n\
+         ---\napiVersion: metal3.io/v1alpha1\nkind: BareMetalHost\nmetadata: {{name: {name}, namespace: site}}\n\
+         spec:\n  bootMode: UEFI\n  inspectionMode: disabled\n  automatedCleaningMode: disabled\n  online: false\n  \
+         bootMACAddress: \"{mac}\"\n  bmc: {{address: \"{bmc}\", credentialsName: {name}-bmc}}\n",
+        name = system.name,
+        mac = system.mac,
+        bmc = bmc(FAKE_BMC_GUEST_PORT, &system.uuid),
+    )
 }
 
 /// Waits for node-01's registration error, which names the BMC's refusal of its Secret's password; returns it.

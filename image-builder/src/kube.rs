@@ -24,6 +24,8 @@ pub const UNITS: &[&str] = &[
     "kubelet.service",
     "kube-proxy.service",
     "foothold-kube-addons.service",
+    "foothold-kubelet-certs.service",
+    "foothold-kubelet-certs.path",
 ];
 
 /// Debian packages the bring-up needs beyond the boot essentials.

@@ -94,11 +94,22 @@ pub async fn watch(served: Option<Served>, others: Vec<(String, PathBuf)>, metri
 fn report(metrics: &Metrics, name: &str, path: &Path) {
     match crate::pki::read_cert(path) {
         Ok(info) => metrics.set_certificate_expiry(name, Some(info.not_after)),
+        // One not made yet (the kubelet's, until it is given one) is not an error; one that does not read is.
+        Err(e) if not_there(&e) => {
+            tracing::info!(certificate = name, path = %path.display(), "a certificate /metrics reports is not there yet");
+            metrics.set_certificate_expiry(name, None);
+        }
         Err(e) => {
             tracing::warn!(certificate = name, error = %format!("{e:#}"), "cannot read a certificate /metrics reports");
             metrics.set_certificate_expiry(name, None);
         }
     }
+}
+
+fn not_there(e: &anyhow::Error) -> bool {
+    e.root_cause()
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound)
 }
 
 #[cfg(test)]
@@ -121,5 +132,15 @@ mod tests {
         for bad in ["ironic", "=x", "Ironic=x", "a\"b=x", "a=", "agent=x"] {
             assert!(parse_watched(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_certificate_not_made_yet_is_told_from_one_that_does_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = crate::pki::read_cert(&dir.path().join("client.pem")).unwrap_err();
+        assert!(not_there(&missing), "{missing:#}");
+        std::fs::write(dir.path().join("bad.pem"), "not a certificate").unwrap();
+        let bad = crate::pki::read_cert(&dir.path().join("bad.pem")).unwrap_err();
+        assert!(!not_there(&bad), "{bad:#}");
     }
 }

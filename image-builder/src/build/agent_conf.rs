@@ -44,6 +44,11 @@ pub(super) fn agent(spec: &Spec, c: &mut Configuration) {
                 "kubernetes-ca=/etc/kubernetes/pki/ca.crt",
                 "--certificate",
                 "kube-apiserver=/etc/kubernetes/pki/apiserver.crt",
+                // The kubelet's, without their keys (foothold-kubelet-certs), as it renews them.
+                "--certificate",
+                "kubelet-client=/run/foothold/kubelet-certs/client.pem",
+                "--certificate",
+                "kubelet-serving=/run/foothold/kubelet-certs/server.pem",
                 // The kubelet asks for its serving certificate (serverTLSBootstrap); the agent approves it.
                 "--approve-kubelet-serving",
             ]

@@ -591,7 +591,8 @@ mod tests {
             "{conf}"
         );
         assert!(
-            conf.contains("certificate: [\"kubernetes-ca=/etc/kubernetes/pki/ca.crt\", \"kube-apiserver=/etc/kubernetes/pki/apiserver.crt\"]\n"),
+            conf.contains("certificate: [\"kubernetes-ca=/etc/kubernetes/pki/ca.crt\", \"kube-apiserver=/etc/kubernetes/pki/apiserver.crt\", \
+                 \"kubelet-client=/run/foothold/kubelet-certs/client.pem\", \"kubelet-serving=/run/foothold/kubelet-certs/server.pem\"]\n"),
             "{conf}"
         );
         assert!(conf.contains("\napprove-kubelet-serving: true\n"), "{conf}");
