@@ -236,6 +236,20 @@ impl Appliance {
         serde_json::from_str(&r).map_err(|e| format!("{e}: {r}"))
     }
 
+    /// Waits until the agent's controllers lead on the appliance's API server (its `/readyz` says so).
+    fn wait_leading(&self) {
+        wait_for(
+            "the agent's controllers leading",
+            Duration::from_secs(300),
+            || {
+                let v = self.readyz()?;
+                (v["controllers"]["state"] == "leading")
+                    .then_some(())
+                    .ok_or(v.to_string())
+            },
+        );
+    }
+
     /// The agent's `/metrics`, through the forward (not verified: this host's clock is not always the
     /// appliance's).
     fn metrics(&self) -> String {
@@ -661,16 +675,7 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
     );
 
     // The agent's controllers lead on this apiserver.
-    wait_for(
-        "the agent's controllers leading",
-        Duration::from_secs(300),
-        || {
-            let v = a.readyz()?;
-            (v["controllers"]["state"] == "leading")
-                .then_some(())
-                .ok_or(v.to_string())
-        },
-    );
+    a.wait_leading();
     assert!(
         adopter.adopted() >= 1,
         "the provisioning tap never reached its namespace"

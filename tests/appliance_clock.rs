@@ -193,16 +193,7 @@ pub(crate) fn four_hundred_days_later(a: &Appliance, dir: &Path, fake_bmc_port: 
 
     // The agent's controllers lead again, on its own renewed kubeconfig; BMO, on its own, registers a host
     // through Ironic, whose renewed certificate it verifies.
-    wait_for(
-        "the agent's controllers leading",
-        Duration::from_secs(300),
-        || {
-            let v = a.readyz()?;
-            (v["controllers"]["state"] == "leading")
-                .then_some(())
-                .ok_or(v.to_string())
-        },
-    );
+    a.wait_leading();
     metal3::registers(a, dir, fake_bmc_port);
 
     // /metrics says so: each renewed certificate's end moved past the clock's. The kubelet's, which only root
