@@ -72,11 +72,14 @@ fn a_release_the_module_proxy_does_not_serve_fails_naming_the_field() {
 fn no_go_toolchain_fails_naming_the_field_and_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
     let spec = appliance_at(dir.path(), "v1.35.4");
-    // A PATH without go, in a fresh cache (a cache hit would need no toolchain).
+    // A PATH without go (an empty directory: the system's may hold Debian's golang-go, which the test tools
+    // install where no Go is), in a fresh cache (a cache hit would need no toolchain).
+    let empty = dir.path().join("bin");
+    std::fs::create_dir(&empty).unwrap();
     let (ok, err) = fetch(
         &spec,
         &dir.path().join("cache"),
-        &[("PATH", "/usr/sbin:/usr/bin:/sbin:/bin".into())],
+        &[("PATH", empty.display().to_string())],
     );
     assert!(!ok, "fetch succeeded");
     for want in [
