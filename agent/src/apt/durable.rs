@@ -59,6 +59,19 @@ mod tests {
         assert_eq!(mode(&key), 0o600);
     }
 
+    /// A certificate everyone reads (the agent's, beside its key) is still read by everyone when it is issued
+    /// again: written by root, read by the agent's user, which is in none of its groups.
+    #[test]
+    fn a_file_everyone_reads_written_again_is_still_read_by_everyone() {
+        let dir = tempfile::tempdir().unwrap();
+        let cert = dir.path().join("cert.pem");
+        write_file(&cert, b"first", 0o644).unwrap();
+        std::fs::set_permissions(&cert, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_file(&cert, b"second", 0o644).unwrap();
+        assert_eq!(std::fs::read(&cert).unwrap(), b"second");
+        assert_eq!(mode(&cert), 0o644);
+    }
+
     /// A supplementary group of this process other than its own, if it has one (root may give any).
     fn other_group() -> Option<u32> {
         let own = std::fs::metadata("/proc/self").ok()?.gid();

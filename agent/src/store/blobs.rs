@@ -243,8 +243,8 @@ pub fn write_durably_shared(
         .open(tmp)?;
     if let Some(gid) = group {
         std::os::unix::fs::fchown(&f, None, Some(gid))?;
-        // The umask may have taken the group's bit: `mode` says what the group gets.
-        f.set_permissions(fs::Permissions::from_mode(mode & 0o770))?;
+        // The umask may have taken the group's bit: `mode` says what the group and others get.
+        f.set_permissions(fs::Permissions::from_mode(mode & 0o777))?;
     }
     f.write_all(bytes)?;
     f.sync_all()?;
