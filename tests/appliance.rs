@@ -268,11 +268,18 @@ impl Appliance {
 
     /// The agent's count of GETs of manifests (what containerd asks the mirror for).
     fn manifest_gets(&self) -> u64 {
+        self.manifest_requests("GET")
+    }
+
+    /// The agent's count of `method` requests for manifests answered 200 (containerd asks by HEAD for an image
+    /// it holds, to see whether the tag still names it).
+    fn manifest_requests(&self, method: &str) -> u64 {
+        let line = format!(
+            "foothold_http_requests_total{{route=\"manifest\",method=\"{method}\",status=\"200\"}}"
+        );
         self.metrics()
             .lines()
-            .filter(|l| {
-                l.starts_with("foothold_http_requests_total{route=\"manifest\",method=\"GET\",status=\"200\"}")
-            })
+            .filter(|l| l.starts_with(&line))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
     }
