@@ -266,17 +266,11 @@ impl Appliance {
         ]))
     }
 
-    /// The agent's count of GETs of manifests (what containerd asks the mirror for).
-    fn manifest_gets(&self) -> u64 {
-        self.manifest_requests("GET")
-    }
-
-    /// The agent's count of `method` requests for manifests answered 200 (containerd asks by HEAD for an image
-    /// it holds, to see whether the tag still names it).
+    /// The agent's count of `method` requests for manifests answered 200: containerd GETs an image it lacks, and
+    /// asks by HEAD whether a tag still names one it holds.
     fn manifest_requests(&self, method: &str) -> u64 {
-        let line = format!(
-            "foothold_http_requests_total{{route=\"manifest\",method=\"{method}\",status=\"200\"}}"
-        );
+        let route = "foothold_http_requests_total{route=\"manifest\",method=\"";
+        let line = format!("{route}{method}\",status=\"200\"}}");
         self.metrics()
             .lines()
             .filter(|l| l.starts_with(&line))
@@ -613,7 +607,7 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
     assert_eq!(phase, "Running");
 
     // A pod from an image only the agent has, by its upstream name; it resolves a Service through CoreDNS.
-    let before = a.manifest_gets();
+    let before = a.manifest_requests("GET");
     std::fs::write(dir.join("pod.json"), POD).unwrap();
     a.kubectl(&["apply", "-f", dir.join("pod.json").to_str().unwrap()])
         .unwrap();
@@ -635,7 +629,7 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
     );
     kube::kubelet_serves_an_approved_certificate(&a);
     assert!(
-        a.manifest_gets() > before,
+        a.manifest_requests("GET") > before,
         "containerd did not pull through the agent"
     );
     let images = a.ssh("sudo ctr -n k8s.io images ls -q");
