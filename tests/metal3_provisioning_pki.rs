@@ -171,6 +171,19 @@ pub(super) fn kubernetes_certificates_renew(root: &Path) -> String {
             .uid(),
         etcd_uid
     );
+    // The agent, its own user, reads the certificates it reports in /metrics (the CA's, the API server's); the
+    // keys only their owner.
+    for (file, mode) in [
+        ("ca.crt", 0o644),
+        ("apiserver.crt", 0o644),
+        ("etcd/server.crt", 0o644),
+        ("ca.key", 0o600),
+        ("apiserver.key", 0o600),
+        ("etcd/server.key", 0o600),
+    ] {
+        let got = std::fs::metadata(pki.join(file)).unwrap().mode() & 0o777;
+        assert_eq!(got, mode, "{file}: {got:o}, not {mode:o}");
+    }
     for old in ["kube-proxy.conf.old", "kubelet.conf.old"] {
         assert!(
             !root.join("etc/kubernetes").join(old).exists(),
