@@ -28,6 +28,8 @@ mod clock;
 mod kube;
 #[path = "appliance_metal3.rs"]
 mod metal3;
+#[path = "appliance_reads.rs"]
+mod reads;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -253,29 +255,6 @@ impl Appliance {
                     .ok_or(v.to_string())
             },
         );
-    }
-
-    /// The agent's `/metrics`, through the forward (not verified: this host's clock is not always the
-    /// appliance's).
-    fn metrics(&self) -> String {
-        run(Command::new("curl").args([
-            "-kfsS",
-            "--max-time",
-            "30",
-            &format!("https://127.0.0.1:{}/metrics", self.agent_port),
-        ]))
-    }
-
-    /// The agent's count of `method` requests for manifests answered 200: containerd GETs an image it lacks, and
-    /// asks by HEAD whether a tag still names one it holds.
-    fn manifest_requests(&self, method: &str) -> u64 {
-        let route = "foothold_http_requests_total{route=\"manifest\",method=\"";
-        let line = format!("{route}{method}\",status=\"200\"}}");
-        self.metrics()
-            .lines()
-            .filter(|l| l.starts_with(&line))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
     }
 }
 
@@ -608,19 +587,7 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
 
     // A pod from an image only the agent has, by its upstream name; it resolves a Service through CoreDNS.
     let before = a.manifest_requests("GET");
-    std::fs::write(dir.join("pod.json"), POD).unwrap();
-    a.kubectl(&["apply", "-f", dir.join("pod.json").to_str().unwrap()])
-        .unwrap();
-    let phase = wait_for(
-        "the busybox pod to finish",
-        Duration::from_secs(600),
-        || {
-            let p = a.kubectl(&["get", "pod", "lookup", "-o", "jsonpath={.status.phase}"])?;
-            matches!(p.as_str(), "Succeeded" | "Failed")
-                .then_some(p.clone())
-                .ok_or(p)
-        },
-    );
+    let phase = a.run_pod(dir, "lookup", POD);
     let logs = a.kubectl(&["logs", "lookup"]).unwrap_or_default();
     assert_eq!(phase, "Succeeded", "{logs}");
     assert!(

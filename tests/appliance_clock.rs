@@ -8,8 +8,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
+use foothold_e2e::run;
 use serde_json::Value;
 
 use super::{metal3, wait_for, Appliance};
@@ -61,6 +63,18 @@ pub(crate) fn four_hundred_days_later(a: &Appliance, dir: &Path, fake_bmc_port: 
             "{file} ends at {end}, the clock is at {moved}"
         );
     }
+    // etcd, not restarted by the renewal, serves its renewed certificate: it reads its files for each new
+    // connection, one to its IP address (no server name) as the API server's too.
+    let etcd = ends(
+        a,
+        "sudo openssl s_client -connect 127.0.0.1:2379 -CAfile /etc/kubernetes/pki/etcd/ca.crt \
+         -cert /etc/kubernetes/pki/apiserver-etcd-client.crt -key /etc/kubernetes/pki/apiserver-etcd-client.key \
+         -verify_return_error </dev/null 2>/dev/null",
+    );
+    assert!(
+        etcd > moved + RENEWED_FOR,
+        "etcd serves a certificate ending at {etcd}"
+    );
 
     // The API server serves on its renewed certificate, which kubectl on the appliance verifies at its clock
     // with the sudo user's kubeconfig, made again too. kubectl on this host uses that kubeconfig without
@@ -155,6 +169,30 @@ pub(crate) fn four_hundred_days_later(a: &Appliance, dir: &Path, fake_bmc_port: 
         served > moved + RENEWED_FOR,
         "the agent serves a certificate ending at {served}"
     );
+    // And reads need a credential from here on: an anonymous one is refused (once the agent took its credentials
+    // file again, within seconds), and the appliance's containerd pulls with its own (`appliance`, made at the
+    // first boot, its token root's only).
+    a.ssh("sudo foothold-agent credentials reads credential");
+    let manifest = |auth: &str| {
+        run(Command::new("curl")
+            .args(["-ks", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "30"])
+            .args(["-H", "Accept: application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json"])
+            .args(if auth.is_empty() { vec![] } else { vec!["-u", auth] })
+            .arg(format!(
+                "https://127.0.0.1:{}/v2/docker.io/library/busybox/manifests/1.35",
+                a.agent_port
+            )))
+    };
+    wait_for(
+        "an anonymous read refused",
+        Duration::from_secs(60),
+        || match manifest("").as_str() {
+            "401" => Ok(()),
+            code => Err(code.to_owned()),
+        },
+    );
+    let token = a.ssh("sudo cat /etc/foothold/read-token");
+    assert_eq!(manifest(&format!("appliance:{}", token.trim())), "200");
     // containerd holds the image: it asks whether the tag still names it, by HEAD.
     let asked = || a.manifest_requests("GET") + a.manifest_requests("HEAD");
     let pulls = asked();
@@ -168,25 +206,7 @@ pub(crate) fn four_hundred_days_later(a: &Appliance, dir: &Path, fake_bmc_port: 
             "\"image\": \"docker.io/library/busybox:1.35\", \"imagePullPolicy\": \"Always\",",
         );
     assert_ne!(pod, super::POD);
-    std::fs::write(dir.join("pod-later.json"), &pod).unwrap();
-    a.kubectl(&["apply", "-f", dir.join("pod-later.json").to_str().unwrap()])
-        .unwrap();
-    let phase = wait_for(
-        "the pod pulled through the agent",
-        Duration::from_secs(600),
-        || {
-            let p = a.kubectl(&[
-                "get",
-                "pod",
-                "lookup-later",
-                "-o",
-                "jsonpath={.status.phase}",
-            ])?;
-            matches!(p.as_str(), "Succeeded" | "Failed")
-                .then_some(p.clone())
-                .ok_or(p)
-        },
-    );
+    let phase = a.run_pod(dir, "lookup-later", &pod);
     assert_eq!(
         phase,
         "Succeeded",

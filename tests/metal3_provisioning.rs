@@ -414,8 +414,9 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         );
     }
 
-    // Each node's user data: the test's login key, and a host key with its certificate from the appliance's
-    // site SSH CA for the node's name and the address inspection found (where the BPA's installer reaches it).
+    // Each node's user data: the test's login key, a host key with its certificate from the appliance's site SSH
+    // CA for its name and inspected address (the BPA's installer's), and its read token: reads need one from here.
+    let token = disk::reads_need_a_credential(&site);
     for (n, address) in nodes.iter().zip(&inspected) {
         let host_key = try_run(site.command("chroot").arg(&site.root).args([
             "foothold-agent",
@@ -429,7 +430,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         let user_data = format!(
             "{host_key}ssh_authorized_keys: [\"{}\"]\n{}",
             public.trim(),
-            disk::write_files()
+            disk::write_files(&token)
         );
         let secret = serde_json::json!({
             "apiVersion": "v1", "kind": "Secret",
@@ -526,9 +527,9 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         None,
         Duration::from_secs(1800),
     );
-    let site_of = (&ns, &site, dir.as_path());
+    let (site_of, login) = ((&ns, &site, dir.as_path()), (key.as_path(), token.as_str()));
     let master_address =
-        disk::booted_from_disk(site_of, &key, master, &inspected[0], (true, started));
+        disk::booted_from_disk(site_of, login, master, &inspected[0], (true, started));
 
     deadline.phase("the firewall, from a node on the provisioning network");
     let _beyond = firewall::another_network(&ns);
@@ -557,7 +558,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     );
     let addresses = [
         master_address.clone(),
-        disk::booted_from_disk(site_of, &key, worker, &inspected[1], (false, started)),
+        disk::booted_from_disk(site_of, login, worker, &inspected[1], (false, started)),
     ];
 
     deadline.phase("the worker added to the Ready cluster: prepared and joined");

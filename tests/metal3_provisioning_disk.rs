@@ -4,8 +4,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use foothold_e2e::native_site::{lease, Site};
+use foothold_e2e::native_site::{lease, Site, APPLIANCE};
 use foothold_e2e::netns::Namespace;
+use foothold_e2e::{run, try_run};
 use serde_json::{json, Value};
 
 use super::nodes::Node;
@@ -15,9 +16,77 @@ use super::ssh::{host_is_vouched_for_by_the_site_ssh_ca, ssh};
 pub(super) const USER_DATA_FILE: &str = "/etc/foothold-test/user-data";
 const USER_DATA_CONTENT: &str = "from the user data";
 
-/// The cloud-config lines that write [`USER_DATA_FILE`] (appended to a node's user data).
-pub(super) fn write_files() -> String {
-    format!("write_files:\n  - {{path: {USER_DATA_FILE}, content: \"{USER_DATA_CONTENT}\\n\"}}\n")
+/// Where a node's read token goes (the node image's containerd-mirror and apt-source read it).
+const READ_TOKEN: &str = "/etc/foothold/read-token";
+
+/// The cloud-config lines that write [`USER_DATA_FILE`] and the node's read token `token` (appended to a node's
+/// user data).
+pub(super) fn write_files(token: &str) -> String {
+    format!(
+        "write_files:\n  - {{path: {USER_DATA_FILE}, content: \"{USER_DATA_CONTENT}\\n\"}}\n  \
+         - {{path: {READ_TOKEN}, permissions: '0600', content: \"{token}\"}}\n"
+    )
+}
+
+/// Reads need a credential on the site's agent from here on (its own containerd pulls with the appliance's,
+/// `appliance`, made at its first boot); the nodes' is `nodes`, scope read, whose token this returns.
+pub(super) fn reads_need_a_credential(site: &Site) -> String {
+    let agent = |args: &[&str]| {
+        try_run(
+            site.command("chroot")
+                .arg(&site.root)
+                .args(["foothold-agent", "credentials"])
+                .args(args),
+        )
+        .unwrap_or_else(|e| panic!("foothold-agent credentials {args:?}: {e}"))
+    };
+    let token = agent(&["add", "nodes", "--scope", "read"])
+        .trim()
+        .to_owned();
+    // URL-safe base64: nothing the user data's YAML string would need escaped.
+    assert!(
+        token.len() >= 32
+            && token
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+        "{token:?}"
+    );
+    agent(&["reads", "credential"]);
+    token
+}
+
+/// From the provisioning network, the agent's apt source without a credential is refused (once the agent took
+/// its credentials file again: within seconds) and with the nodes' answers.
+fn reads_are_refused_without_a_credential(ns: &Namespace, site: &Site, token: &str) {
+    let ca = site.root.join("etc/foothold/tls/ca.pem");
+    let code = |auth: Option<&str>| {
+        let mut c = ns.command("curl");
+        c.args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "10",
+            "--cacert",
+        ])
+        .arg(&ca);
+        if let Some(token) = auth {
+            c.args(["-u", &format!("node:{token}")]);
+        }
+        run(c.arg(format!("https://{APPLIANCE}:5000/apt/foothold.sources")))
+    };
+    assert_eq!(
+        code(None),
+        "401",
+        "an anonymous read of the agent's apt source"
+    );
+    assert_eq!(
+        code(Some(token)),
+        "200",
+        "the nodes' credential reading the apt source"
+    );
 }
 
 /// A BareMetalHost's network data (OpenStack's `network_data.json`, as BMO hands it to Ironic's config drive):
@@ -37,7 +106,7 @@ pub(super) fn network_data(mac: &str, address: &str) -> Value {
 /// the config drive set (`static_address`: from its network data). Returns its address.
 pub(super) fn booted_from_disk(
     (ns, site, dir): (&Namespace, &Site, &Path),
-    key: &Path,
+    (key, token): (&Path, &str),
     n: &Node,
     inspected: &str,
     (static_address, started): (bool, Instant),
@@ -86,6 +155,28 @@ pub(super) fn booted_from_disk(
         (n.mac, &address),
         static_address,
     );
+    // It read the agent's apt index to be ready (its marker), where reads need a credential: with the token its
+    // user data gave, which only root reads, in containerd's and apt's configuration.
+    let modes = ssh(
+        ns,
+        key,
+        &address,
+        &format!(
+            "sudo stat -c '%a %U %n' {READ_TOKEN} /etc/apt/auth.conf.d/foothold.conf \
+             /etc/containerd/certs.d/registry.k8s.io/hosts.toml; \
+             sudo grep -c '^  authorization = \"Basic ' /etc/containerd/certs.d/registry.k8s.io/hosts.toml"
+        ),
+    );
+    assert_eq!(
+        modes,
+        format!(
+            "600 root {READ_TOKEN}\n600 root /etc/apt/auth.conf.d/foothold.conf\n\
+             600 root /etc/containerd/certs.d/registry.k8s.io/hosts.toml\n1\n"
+        ),
+        "{}",
+        n.name
+    );
+    reads_are_refused_without_a_credential(ns, site, token);
     address
 }
 
