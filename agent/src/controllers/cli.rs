@@ -60,6 +60,12 @@ pub struct KubeArgs {
     /// Unset: they take host keys on first use.
     #[arg(long, value_name = "FILE")]
     pub ssh_host_ca: Option<PathBuf>,
+    /// Secret (in each Provisioning's namespace, key `token`) holding the read credential's token the hosts pull
+    /// from this agent with, where reads need one: installer Jobs write it to each host they prepare (their
+    /// READ_TOKEN_FILE). For hosts with no config drive to give it (the live ISO). Unset: hosts keep what they
+    /// have.
+    #[arg(long, value_name = "NAME")]
+    pub node_read_token_secret: Option<String>,
     /// Approve kubelets' requests for their serving certificates (signer kubernetes.io/kubelet-serving) when a
     /// node asks for its own addresses, and deny others naming why: what a cluster whose kubelets have
     /// serverTLSBootstrap needs (an appliance's, with the ClusterRole of agent/rbac/kubelet-serving.yaml).
@@ -121,6 +127,7 @@ impl KubeArgs {
             vino_builder_image: self.vino_builder_image,
             ssh_key_secret: self.ssh_key_secret,
             ssh_host_ca,
+            node_read_token_secret: self.node_read_token_secret,
             approve_kubelet_serving: self.approve_kubelet_serving,
             advertise_url: self.advertise_url.or_else(|| {
                 (!listen.ip().is_unspecified() && listen.port() != 0)

@@ -47,6 +47,9 @@ pub struct Settings {
     /// The site SSH CA's public key (one line): the installer Jobs' `SSH_HOST_CA`, which hosts' certificates
     /// must be signed by. None: the Jobs take host keys on first use.
     pub ssh_host_ca: Option<String>,
+    /// The Secret (in the Provisioning's namespace, key `token`) with the read token installer Jobs write to the
+    /// hosts they prepare. None: they write none.
+    pub node_read_token_secret: Option<String>,
     /// Approve kubelets' serving certificate requests that are their own (`kubelet_serving`).
     pub approve_kubelet_serving: bool,
     /// The agent's URL as nodes reach it (`http://10.0.0.1:5000`): package downloads point there.

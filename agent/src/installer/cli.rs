@@ -37,6 +37,11 @@ pub struct HostsArgs {
     /// keys are taken on first use (and held to for the run).
     #[arg(long, env = "SSH_HOST_CA")]
     ssh_host_ca: Option<String>,
+    /// A file holding the read credential's token hosts pull from the appliance's agent with, where reads need
+    /// one (`foothold-agent credentials reads credential`): written to each host when it is prepared, with apt's
+    /// login for the agent (the BPA's --node-read-token-secret, mounted). Unset: hosts keep what they have.
+    #[arg(long, env = "READ_TOKEN_FILE", value_name = "FILE")]
+    read_token_file: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -130,6 +135,7 @@ struct Hosts {
     inv: Inventory,
     key: std::sync::Arc<russh::keys::PrivateKey>,
     known: ssh::KnownHosts,
+    read_token: Option<String>,
 }
 
 impl HostsArgs {
@@ -156,7 +162,29 @@ impl HostsArgs {
                 ssh::KnownHosts::vouched_by(ca)
             }
         };
-        Ok(Hosts { inv, key, known })
+        let read_token = match &self.read_token_file {
+            None => None,
+            Some(path) => {
+                let token = crate::auth::read_token(path)?;
+                // It goes into a shell script and apt's netrc-like file: a token as `credentials add` makes.
+                if !token
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.~+/=".contains(&b))
+                {
+                    bail!(
+                        "READ_TOKEN_FILE {}: not a token (letters, digits and -_.~+/= only)",
+                        path.display()
+                    );
+                }
+                Some(token)
+            }
+        };
+        Ok(Hosts {
+            inv,
+            key,
+            known,
+            read_token,
+        })
     }
 }
 
@@ -224,7 +252,12 @@ pub fn install_software(a: SoftwareArgs) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", a.packages.display()))?;
         Ok((hosts, manifest))
     });
-    let (Hosts { inv, key, known }, manifest) = match inputs {
+    let (
+        Hosts {
+            inv, key, known, ..
+        },
+        manifest,
+    ) = match inputs {
         Ok(i) => i,
         Err(e) => return Ok(refused(&e)),
     };
@@ -317,7 +350,15 @@ fn cluster_inputs(a: &ClusterArgs) -> anyhow::Result<(Hosts, Release)> {
 }
 
 pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
-    let (Hosts { inv, key, known }, release) = match cluster_inputs(&a) {
+    let (
+        Hosts {
+            inv,
+            key,
+            known,
+            read_token,
+        },
+        release,
+    ) = match cluster_inputs(&a) {
         Ok(i) => i,
         Err(e) => return Ok(refused(&e)),
     };
@@ -331,6 +372,7 @@ pub fn install_cluster(a: ClusterArgs) -> anyhow::Result<ExitCode> {
         pod_subnet,
         release: &release,
         drain_timeout: std::time::Duration::from_secs(a.drain_timeout_seconds),
+        read_token: read_token.as_deref(),
     };
     let say = |line: String| println!("{line}");
     let runtime = tokio::runtime::Runtime::new()?;

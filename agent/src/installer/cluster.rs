@@ -47,6 +47,8 @@ pub struct Params<'a> {
     pub release: &'a Release,
     /// How long a leaving host's drain may wait for its pods to go (`DRAIN_TIMEOUT_SECONDS`).
     pub drain_timeout: Duration,
+    /// The read token hosts pull from the agent with, where reads need one (`READ_TOKEN_FILE`).
+    pub read_token: Option<&'a str>,
 }
 
 fn refuse(reason: String) -> Failure {
@@ -267,7 +269,7 @@ async fn converge(
     say: &(dyn Fn(String) + Sync),
 ) -> Result<String, Failure> {
     let report = |n: &Node, step: &str, done: &str| say(format!("{} {step}: {done}", n.host.name));
-    let prepare = host::prepare(p.release);
+    let prepare = host::prepare(p.release, p.read_token);
     all(nodes.iter().map(|n| async {
         let done = n.step("prepare", &prepare, PREPARE).await?;
         report(n, "prepare", &done);
@@ -519,6 +521,7 @@ mod tests {
             pod_subnet,
             release: &r,
             drain_timeout: Duration::from_secs(600),
+            read_token: None,
         };
         let inv = inventory("");
         assert_eq!(check(&inv, &p("c1", "10.244.0.0/16")), Ok(()));
@@ -561,6 +564,7 @@ mod tests {
             pod_subnet: "10.244.0.0/16",
             release: &r,
             drain_timeout: Duration::from_secs(600),
+            read_token: None,
         };
         assert!(check(&inventory(""), &p).unwrap_err().lasting);
         let failed = |stderr: &str| Output {

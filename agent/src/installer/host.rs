@@ -15,6 +15,11 @@ pub const DONE: &str = "FOOTHOLD-STEP";
 pub const DIR: &str = "/etc/foothold/kubernetes";
 pub const ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
 pub const CA_CERT: &str = "/etc/kubernetes/pki/ca.crt";
+/// Where a host keeps its read credential for the appliance's agent (where reads need one): Foothold's node
+/// images put it into containerd's mirror configuration at containerd's start (`containerd-mirror`).
+pub const READ_TOKEN: &str = "/etc/foothold/read-token";
+/// apt's login for the agent: the same file, with the same text, that a Foothold node's `apt-source` writes.
+const APT_AUTH: &str = "/etc/apt/auth.conf.d/foothold.conf";
 const END: &str = "FOOTHOLD_END_OF_FILE";
 
 /// The start of every script: strict, with `changed` collecting what was written.
@@ -87,11 +92,36 @@ fn containerd_config(sandbox: &str) -> String {
     )
 }
 
-/// Step `prepare`: the release's binaries into `/usr/local/bin` (downloaded by the host from the agent,
-/// sha256-checked by apt-helper), the kernel modules and sysctls pods need, swap off, containerd set up for
-/// kubelet, and kubelet's unit enabled (kubeadm starts it).
-pub fn prepare(r: &Release) -> String {
+/// The scheme, host and port of `url` (`https://172.22.0.1:5000` of `https://172.22.0.1:5000/files/k`).
+fn origin(url: &str) -> &str {
+    let host = url.find("://").map_or(0, |i| i + 3);
+    url[host..].find('/').map_or(url, |end| &url[..host + end])
+}
+
+/// Step `prepare`: where reads need a credential, the host's read token (`read_token`) written first, with
+/// apt's login for the agent, so that what follows downloads with it (and a Foothold node's apt source fetched
+/// again when it changed); the release's binaries into
+/// `/usr/local/bin` (downloaded by the host from the agent, sha256-checked by apt-helper), the kernel modules
+/// and sysctls pods need, swap off, containerd set up for kubelet (restarted when its configuration or the token
+/// changed: its start writes the mirror configuration with the token), and kubelet's unit enabled (kubeadm
+/// starts it).
+pub fn prepare(r: &Release, read_token: Option<&str>) -> String {
     let mut s = head();
+    if let (Some(token), Some(first)) = (read_token, BINARIES.first()) {
+        put(&mut s, READ_TOKEN, token, 0o600);
+        let machine = origin(&r.binary(first).url);
+        put(
+            &mut s,
+            APT_AUTH,
+            &format!("machine {machine}\nlogin node\npassword {token}\n"),
+            0o600,
+        );
+        // A Foothold node that booted without it could not fetch its apt source: fetched again.
+        s.push_str(
+            "case \"$changed\" in *read-token*) if systemctl cat foothold-apt-source.service >/dev/null 2>&1; \
+             then systemctl restart foothold-apt-source.service; fi ;; esac\n",
+        );
+    }
     for name in BINARIES {
         let b = r.binary(name);
         let _ = write!(
@@ -127,7 +157,7 @@ pub fn prepare(r: &Release) -> String {
         0o644,
     );
     s.push_str(
-        "case \"$changed\" in *containerd/config.toml*) systemctl restart containerd ;; esac\n\
+        "case \"$changed\" in *containerd/config.toml*|*/etc/foothold/read-token*) systemctl restart containerd ;; esac\n\
          i=0; until [ -S /run/containerd/containerd.sock ]; do i=$((i+1)); [ $i -le 120 ] || { echo 'containerd did not come back within 120 s' >&2; exit 1; }; sleep 1; done\n",
     );
     put(
@@ -400,7 +430,11 @@ mod tests {
 
     #[test]
     fn prepare_fetches_every_binary_by_its_digest_and_sets_containerd_up_for_kubelet() {
-        let s = prepare(&release());
+        let s = prepare(&release(), None);
+        assert!(
+            !s.contains(&format!("t='{READ_TOKEN}'")) && !s.contains(APT_AUTH),
+            "no token, none written:\n{s}"
+        );
         for name in BINARIES {
             assert!(
                 s.contains(&format!("download-file 'https://172.22.0.1:5000/files/k/{name}' \"$t.part\" 'SHA256:{}'", "ab".repeat(32))),
@@ -410,6 +444,34 @@ mod tests {
         assert!(s.contains("sandbox_image = \"registry.k8s.io/pause:3.10.1\""));
         assert!(s.contains("SystemdCgroup = true"));
         assert!(s.contains("systemctl enable -q --no-reload kubelet.service;"));
+    }
+
+    /// Where reads need a credential, the token is on the host before anything is downloaded, 0600, with apt's
+    /// login for the agent the release names (the text a Foothold node's apt-source writes); when it changed,
+    /// containerd restarted (its start puts the token into the mirror configuration) and a Foothold node's apt
+    /// source fetched again.
+    #[test]
+    fn prepare_writes_the_read_token_before_it_downloads() {
+        let s = prepare(&release(), Some("t0k-en_"));
+        let token = s.find(&format!("t='{READ_TOKEN}'")).expect(READ_TOKEN);
+        let auth = s.find(&format!("t='{APT_AUTH}'")).expect(APT_AUTH);
+        let download = s.find("download-file").unwrap();
+        assert!(token < download && auth < download, "{s}");
+        assert!(s.contains(&format!(
+            "t='{APT_AUTH}'\nmkdir -p \"$(dirname \"$t\")\"\ncat > \"$t.foothold\" <<'{END}'\n\
+             machine https://172.22.0.1:5000\nlogin node\npassword t0k-en_\n{END}\nchmod 600 "
+        )));
+        assert!(s.contains(&format!("t0k-en_\n{END}\nchmod 600 \"$t.foothold\"")));
+        assert!(s.contains(&format!(
+            "*containerd/config.toml*|*{READ_TOKEN}*) systemctl restart containerd"
+        )));
+        assert!(s.contains("then systemctl restart foothold-apt-source.service; fi"));
+        assert_eq!(
+            origin("https://172.22.0.1:5000/files/k/kubeadm"),
+            "https://172.22.0.1:5000"
+        );
+        assert_eq!(origin("http://[fd00::1]:5000/f"), "http://[fd00::1]:5000");
+        assert_eq!(origin("http://a"), "http://a");
     }
 
     /// A unit written or enabled makes one reload; a second run, with nothing to change, none.

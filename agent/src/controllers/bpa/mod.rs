@@ -214,6 +214,7 @@ impl Reconciler for Ctx {
                             ssh_user: &ctx.base.settings.installer_ssh_user,
                             drain_timeout_seconds: ctx.base.settings.drain_timeout_seconds,
                             ssh_host_ca: ctx.base.settings.ssh_host_ca.as_deref(),
+                            read_token_secret: ctx.base.settings.node_read_token_secret.as_deref(),
                         },
                     );
                     owned.adopt(&mut job);

@@ -31,6 +31,7 @@ pub fn settings() -> Settings {
         vino_builder_image: "builder".into(),
         ssh_key_secret: "ssh".into(),
         ssh_host_ca: None,
+        node_read_token_secret: None,
         approve_kubelet_serving: false,
         advertise_url: None,
     }
