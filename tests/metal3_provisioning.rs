@@ -276,8 +276,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         );
     }
 
-    // The node image is built while the hosts are inspected and cleaned (it is needed from provisioning on; the
-    // builder mostly waits on the disk, the inspection on the emulated hosts).
+    // The node image is built while the hosts are inspected and cleaned (needed from provisioning on).
     let key = dir.join("id_ed25519");
     run(Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-f"])
@@ -561,7 +560,8 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         disk::booted_from_disk(site_of, login, worker, &inspected[1], (false, started)),
     ];
 
-    deadline.phase("the worker added to the Ready cluster: prepared and joined");
+    deadline.phase("the worker added to the Ready cluster, the nodes' read token rotated");
+    let rotated = disk::rotate_the_nodes_read_token(&site);
     let job = bpa::adds_the_worker(&site, &nodes, &addresses);
     let conf = bpa::installs_the_cluster(
         &site,
@@ -570,6 +570,8 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         (
             &["worker-0"],
             &[
+                "master-0 prepare: prepared for Kubernetes v1.35.4 (wrote /etc/foothold/read-token \
+                 /etc/apt/auth.conf.d/foothold.conf)",
                 "master-0 kubeadm init: already initialised",
                 "worker-0 kubeadm join: joined",
                 "master-0 cluster DNS: CoreDNS answers the cluster's names only (already): no resolver on \
@@ -580,13 +582,13 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     let workload = bpa::workload_nodes(site_of, &conf)
         .unwrap_or_else(|e| panic!("the workload cluster once Ready: {e}"));
     assert_eq!(workload, "master-0=True worker-0=True");
+    let on_worker = |command: &str| ssh(&ns, &key, &addresses[1], command);
+    disk::hold_the_rotated_token(&rotated, [&on_master, &on_worker]);
 
     deadline.phase("a Software on the workload cluster, by the BPA's package installer Job");
-    let on_worker = |command: &str| ssh(&ns, &key, &addresses[1], command);
     software::installs_software(&site, &ns, &dir, [&on_master, &on_worker]);
-    // Neither node ran short of disk: kubelet's eviction manager never had to reclaim. With the node image's
-    // 2 GiB root, Kubernetes' binaries and images left it 90 % full, past kubelet's threshold (10 % free):
-    // images collected, CoreDNS evicted and made again, the master's control plane slowed through the install.
+    // Neither node ran short of disk (kubelet never reclaimed): the node image's 2 GiB root was 90 % full with
+    // Kubernetes, past kubelet's 10 %: images collected, CoreDNS evicted again, the control plane slowed.
     for (name, on) in [
         ("master-0", &on_master as &dyn Fn(&str) -> String),
         ("worker-0", &on_worker),
@@ -680,8 +682,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         (node.mac, &addresses[0]),
         host["metadata"]["uid"].as_str().unwrap_or_default(),
     );
-    // The Provisioning goes (its finalizer removes the Job it made and releases the master's host); the cluster
-    // stays on it.
+    // The Provisioning goes (its finalizer removes its Job, releases the master's host); the cluster stays.
     bpa::deleted(&site, &job, master.name);
     wait_for_hosts(
         &site,

@@ -28,22 +28,24 @@ pub(super) fn write_files(token: &str) -> String {
     )
 }
 
-/// Reads need a credential on the site's agent from here on (its own containerd pulls with the appliance's,
-/// `appliance`, made at its first boot); the nodes' is `nodes`, scope read, whose token this returns.
-pub(super) fn reads_need_a_credential(site: &Site) -> String {
-    let agent = |args: &[&str]| {
-        try_run(
-            site.command("chroot")
-                .arg(&site.root)
-                .args(["foothold-agent", "credentials"])
-                .args(args),
-        )
-        .unwrap_or_else(|e| panic!("foothold-agent credentials {args:?}: {e}"))
-    };
-    let token = agent(&["add", "nodes", "--scope", "read"])
+/// `foothold-agent credentials ARGS` on the site's agent; what it prints.
+fn credentials(site: &Site, args: &[&str]) -> String {
+    try_run(
+        site.command("chroot")
+            .arg(&site.root)
+            .args(["foothold-agent", "credentials"])
+            .args(args),
+    )
+    .unwrap_or_else(|e| panic!("foothold-agent credentials {args:?}: {e}"))
+}
+
+/// A new read credential `name` for the nodes, its token in the Secret `node-read-token` the installer Jobs give
+/// the hosts they prepare (the agent's `--node-read-token-secret`); the token.
+fn nodes_credential(site: &Site, name: &str) -> String {
+    let token = credentials(site, &["add", name, "--scope", "read"])
         .trim()
         .to_owned();
-    // URL-safe base64: nothing the user data's YAML string would need escaped.
+    // URL-safe base64: nothing the user data's YAML string or a shell would need escaped.
     assert!(
         token.len() >= 32
             && token
@@ -51,8 +53,46 @@ pub(super) fn reads_need_a_credential(site: &Site) -> String {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
         "{token:?}"
     );
-    agent(&["reads", "credential"]);
+    site.kubectl_apply(
+        &json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "node-read-token", "namespace": "default"},
+            "stringData": {"token": token},
+        })
+        .to_string(),
+    );
     token
+}
+
+/// Reads need a credential on the site's agent from here on (its own containerd pulls with the appliance's,
+/// `appliance`, made at its first boot); the nodes' is `nodes`, scope read, whose token this returns (in their
+/// user data, and in the Secret the installer Jobs give hosts).
+pub(super) fn reads_need_a_credential(site: &Site) -> String {
+    let token = nodes_credential(site, "nodes");
+    credentials(site, &["reads", "credential"]);
+    token
+}
+
+/// The nodes' read token rotated: a new credential, `nodes-2`, in the installer Jobs' Secret, and `nodes` removed;
+/// the new token, which the next installer Job writes to the hosts.
+pub(super) fn rotate_the_nodes_read_token(site: &Site) -> String {
+    let token = nodes_credential(site, "nodes-2");
+    credentials(site, &["remove", "nodes"]);
+    token
+}
+
+/// Each host (`on`: a command over SSH there) holds `token`, rotated by the installer: its token file, and the
+/// Basic credentials containerd's mirror configuration sends.
+pub(super) fn hold_the_rotated_token(token: &str, on: [&dyn Fn(&str) -> String; 2]) {
+    use base64::Engine as _;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("node:{token}"));
+    for host in on {
+        let held = host(&format!(
+            "printf '%s\\n' \"$(sudo cat {READ_TOKEN})\"; sudo grep -c 'Basic {basic}' \
+             /etc/containerd/certs.d/registry.k8s.io/hosts.toml"
+        ));
+        assert_eq!(held, format!("{token}\n1\n"));
+    }
 }
 
 /// From the provisioning network, the agent's apt source without a credential is refused (once the agent took
