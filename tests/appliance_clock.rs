@@ -8,10 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use foothold_e2e::run;
 use serde_json::Value;
 
 use super::{metal3, wait_for, Appliance};
@@ -173,15 +171,17 @@ pub(crate) fn four_hundred_days_later(a: &Appliance, dir: &Path, fake_bmc_port: 
     // file again, within seconds), and the appliance's containerd pulls with its own (`appliance`, made at the
     // first boot, its token root's only).
     a.ssh("sudo foothold-agent credentials reads credential");
+    let url = format!(
+        "https://127.0.0.1:{}/v2/docker.io/library/busybox/manifests/1.35",
+        a.agent_port
+    );
+    let accept = "Accept: application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json";
     let manifest = |auth: &str| {
-        run(Command::new("curl")
-            .args(["-ks", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "30"])
-            .args(["-H", "Accept: application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json"])
-            .args(if auth.is_empty() { vec![] } else { vec!["-u", auth] })
-            .arg(format!(
-                "https://127.0.0.1:{}/v2/docker.io/library/busybox/manifests/1.35",
-                a.agent_port
-            )))
+        let mut args = vec!["-k", "-H", accept, &url];
+        if !auth.is_empty() {
+            args.extend(["-u", auth]);
+        }
+        foothold_e2e::http_code(&args)
     };
     wait_for(
         "an anonymous read refused",

@@ -62,7 +62,12 @@ pub fn sha256_file(p: &Path) -> String {
 
 /// The HTTP status curl gets for `args` (the URL and any options); "000" when nothing answers.
 pub fn http_code(args: &[&str]) -> String {
-    let out = Command::new("curl")
+    http_code_of(Command::new("curl"), args)
+}
+
+/// [`http_code`] with `curl` as given (e.g. one run in a network namespace).
+pub fn http_code_of(mut curl: Command, args: &[&str]) -> String {
+    let out = curl
         .args([
             "-s",
             "-o",

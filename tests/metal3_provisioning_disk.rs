@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use foothold_e2e::native_site::{lease, Site, APPLIANCE};
 use foothold_e2e::netns::Namespace;
-use foothold_e2e::{run, try_run};
+use foothold_e2e::try_run;
 use serde_json::{json, Value};
 
 use super::nodes::Node;
@@ -99,23 +99,14 @@ pub(super) fn hold_the_rotated_token(token: &str, on: [&dyn Fn(&str) -> String; 
 /// its credentials file again: within seconds) and with the nodes' answers.
 fn reads_are_refused_without_a_credential(ns: &Namespace, site: &Site, token: &str) {
     let ca = site.root.join("etc/foothold/tls/ca.pem");
+    let url = format!("https://{APPLIANCE}:5000/apt/foothold.sources");
     let code = |auth: Option<&str>| {
-        let mut c = ns.command("curl");
-        c.args([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "--max-time",
-            "10",
-            "--cacert",
-        ])
-        .arg(&ca);
-        if let Some(token) = auth {
-            c.args(["-u", &format!("node:{token}")]);
+        let user = auth.map(|token| format!("node:{token}"));
+        let mut args = vec!["--cacert", ca.to_str().unwrap(), &url];
+        if let Some(user) = &user {
+            args.extend(["-u", user]);
         }
-        run(c.arg(format!("https://{APPLIANCE}:5000/apt/foothold.sources")))
+        foothold_e2e::http_code_of(ns.command("curl"), &args)
     };
     assert_eq!(
         code(None),
