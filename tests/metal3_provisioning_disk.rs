@@ -95,8 +95,8 @@ pub(super) fn hold_the_rotated_token(token: &str, on: [&dyn Fn(&str) -> String; 
     }
 }
 
-/// From the provisioning network, the agent's apt source without a credential is refused (once the agent took
-/// its credentials file again: within seconds) and with the nodes' answers.
+/// From the provisioning network, the agent's apt source without a credential is refused and with the nodes'
+/// answers.
 fn reads_are_refused_without_a_credential(ns: &Namespace, site: &Site, token: &str) {
     let ca = site.root.join("etc/foothold/tls/ca.pem");
     let url = format!("https://{APPLIANCE}:5000/apt/foothold.sources");
