@@ -1,5 +1,7 @@
 //! `packages/appliance.yaml` built by the real `foothold-build` (as root) and booted in qemu: a single-node
-//! Kubernetes built here from its Go sources comes up with no network but qemu's own forwards to 127.0.0.1.
+//! Kubernetes built here from its Go sources comes up with no network but qemu's own forwards to 127.0.0.1. Its
+//! site CA is made before it, as an operator would: the spec carries the certificate, and the key is on a USB
+//! stick plugged in at the first boot (`appliance_site_ca.rs`).
 //!
 //! The build runs from a bundle in a network namespace of its own, with no Go toolchain on its PATH: everything
 //! built from source was built by the fetch. One boot of the raw image under UEFI carries every check: through
@@ -30,6 +32,8 @@ mod kube;
 mod metal3;
 #[path = "appliance_reads.rs"]
 mod reads;
+#[path = "appliance_site_ca.rs"]
+mod site_ca;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -280,7 +284,7 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
         return;
     }
     let deadline = Deadline::start("appliance", OVERALL_LIMIT);
-    let b = built_and_booted(&deadline);
+    let b = built_and_booted(&deadline, Nodes::ToDisk);
     deadline.phase("Metal3: its services, and a BMC that refuses the host's credentials");
     metal3::services_ready(&b.a);
     deadline.phase("the provisioning network, as a compute node on it sees the appliance");
@@ -300,7 +304,7 @@ fn the_appliance_runs_kubernetes_built_from_source_and_the_agent_reconciles_on_i
             nodes; run it with `scripts/test.sh the_appliance_provisions -- --ignored`"]
 fn the_appliance_provisions_live_iso_nodes_and_the_bpa_makes_them_a_cluster() {
     let deadline = Deadline::start("appliance-live-iso", FULL_LIMIT);
-    let b = built_and_booted(&deadline);
+    let b = built_and_booted(&deadline, Nodes::LiveIso);
     deadline.phase("Metal3: inspection-free registration, SIP, two live-ISO nodes provisioned");
     deadline.diagnose(
         "the compute nodes' consoles (the last 20 lines of each)",
@@ -342,10 +346,20 @@ impl Booted {
     }
 }
 
-/// `packages/appliance.yaml` fetched (the Go builds), bundled and built from the bundle with no network, its
-/// build manifest checked; its raw image booted under UEFI to `kubernetes=ready`; Kubernetes, CoreDNS, a pod
-/// pulled through the agent, the CPUs, the site SSH CA, and the agent's controllers leading, checked.
-fn built_and_booted(deadline: &Deadline) -> Booted {
+/// What the appliance's installer will be given.
+#[derive(PartialEq)]
+enum Nodes {
+    /// Nodes on disk with host certificates in their user data: the spec as committed.
+    ToDisk,
+    /// Live-ISO nodes, which have no user data: the installer not held to the site SSH CA.
+    LiveIso,
+}
+
+/// `packages/appliance.yaml` with a site CA made before it (its key on a stick plugged in at first boot),
+/// fetched (the Go builds), bundled and built from the bundle with no network, its build manifest checked; its
+/// raw image booted under UEFI to `kubernetes=ready`; the agent's certificate from that CA, Kubernetes, CoreDNS, a
+/// pod pulled through the agent, the CPUs, the site SSH CA, and the agent's controllers leading, checked.
+fn built_and_booted(deadline: &Deadline, nodes: Nodes) -> Booted {
     deadline.phase("build the binaries");
     build_binaries();
     let ws = workspace();
@@ -360,6 +374,7 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
     let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
     let layout = dir.join("busybox");
     let busybox = busybox_layout(&layout);
+    let site_ca = site_ca::OperatorCa::new(dir);
     // Its deploy ramdisk, which the spec takes from out/ipa: built here into the test's directory.
     deadline.phase("the deploy ramdisk (packages/ipa.yaml)");
     let ipa = dir.join("ipa");
@@ -379,7 +394,22 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
                 layout.display(),
             ),
         )
-        .replace("formats: [raw, qcow2, iso]", "formats: [raw]");
+        .replace("formats: [raw, qcow2, iso]", "formats: [raw]")
+        .replace(
+            "  agentTls: true\n",
+            &format!(
+                "  agentTls: true\n  siteCa: {{path: {}}}\n",
+                site_ca.cert.display()
+            ),
+        );
+    let text = match nodes {
+        Nodes::ToDisk => text,
+        Nodes::LiveIso => text.replace("--ssh-host-ca, /etc/foothold/ssh-ca/ca.pub, ", ""),
+    };
+    assert!(
+        text.contains("siteCa: {path: /")
+            && text.contains("--ssh-host-ca, ") == (nodes == Nodes::ToDisk)
+    );
     let spec = dir.join("appliance.yaml");
     std::fs::write(&spec, &text).unwrap();
     let loaded = foothold_image_builder::spec::load(&spec).unwrap();
@@ -535,6 +565,7 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
                 tap: tap.0.clone(),
                 mac: Some(APPLIANCE_MAC.into()),
             }),
+            sticks: vec![site_ca.stick.clone()],
             ..options(&disk, "console-1.log")
         },
         &key,
@@ -553,6 +584,7 @@ fn built_and_booted(deadline: &Deadline) -> Booted {
         .phase("the agent's first-boot certificate; Kubernetes, CoreDNS, a pod through the mirror");
     let host = a.ssh("hostname");
     foothold_e2e::serves_its_first_boot_certificate(a.agent_port, host.trim(), dir);
+    site_ca.is_the_appliances(&a, dir);
     assert_eq!(a.kubectl(&["get", "--raw", "/readyz"]).unwrap(), "ok");
     let server: Value =
         serde_json::from_str(&a.kubectl(&["get", "--raw", "/version"]).unwrap()).unwrap();

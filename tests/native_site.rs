@@ -128,9 +128,10 @@ impl Site {
 }
 
 /// `packages/appliance.yaml` as this test builds it: its local inputs absolute, the tests' agent, the raw image
-/// only, the deploy ramdisk the one made in `ipa` (the spec's DHCP and ramdisk are on as committed), and the agent's installer Jobs held to
-/// the site SSH CA (`--ssh-host-ca`: the nodes' user data carry host certificates from it) and giving the hosts
-/// the read token of the Secret `node-read-token` (`--node-read-token-secret`).
+/// only, the deploy ramdisk the one made in `ipa` (the spec's DHCP and ramdisk are on as committed), the agent's
+/// installer Jobs held to the site SSH CA as committed (`--ssh-host-ca`: the nodes' user data carry host
+/// certificates from it) and giving the hosts the read token of the Secret `node-read-token`
+/// (`--node-read-token-secret`).
 pub fn appliance_spec(dir: &Path, ipa: &Path) -> PathBuf {
     let ws = workspace();
     let text = std::fs::read_to_string(ws.join("packages/appliance.yaml")).unwrap();
@@ -144,13 +145,12 @@ pub fn appliance_spec(dir: &Path, ipa: &Path) -> PathBuf {
         .replace("formats: [raw, qcow2, iso]", "formats: [raw]")
         .replace(
             "--installer-ssh-user, foothold,",
-            "--installer-ssh-user, foothold, --ssh-host-ca, /etc/foothold/ssh-ca/ca.pub, \
-             --node-read-token-secret, node-read-token,",
+            "--installer-ssh-user, foothold, --node-read-token-secret, node-read-token,",
         );
     assert!(
         text.contains("\n    dhcp: {range")
             && text.contains(&format!("initramfs: {{path: {}/", ipa.display()))
-            && text.contains("--ssh-host-ca")
+            && text.contains("--ssh-host-ca, /etc/foothold/ssh-ca/ca.pub,")
             && text.contains("--node-read-token-secret")
     );
     let spec = dir.join("appliance.yaml");

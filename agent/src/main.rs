@@ -220,6 +220,11 @@ enum Command {
         /// How long a new certificate is valid: <n>d, h, m or s, at most 397d.
         #[arg(long, default_value = "397d", value_parser = foothold_agent::pki::parse_lifetime)]
         lifetime: std::time::Duration,
+        /// The site CA's key (PEM, PKCS#8), when DIR has the CA's certificate without it: a CA made before the
+        /// appliance, whose image carries only the certificate. Checked against DIR/ca.pem and kept as
+        /// DIR/ca-key.pem (0600); ignored when that file exists.
+        #[arg(long, value_name = "FILE")]
+        ca_key: Option<PathBuf>,
     },
     /// Make the site SSH CA if there is none (DIR/ca, 0600, and DIR/ca.pub) and print its public key: what the
     /// installer holds compute nodes' host keys to (serve --ssh-host-ca). The appliance runs it at every boot
@@ -406,6 +411,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             mut names,
             names_file,
             lifetime,
+            ca_key,
         } => {
             if let Some(file) = names_file {
                 match std::fs::read_to_string(&file) {
@@ -429,6 +435,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .filter(|d| !d.as_os_str().is_empty())
             {
                 std::fs::create_dir_all(d).with_context(|| format!("making {}", d.display()))?;
+            }
+            if let Some(file) = ca_key {
+                if foothold_agent::pki::import_ca_key(&paths, &file)? {
+                    println!(
+                        "site CA {}: its key taken from {}",
+                        paths.ca.display(),
+                        file.display()
+                    );
+                }
             }
             let report = foothold_agent::pki::ensure(
                 &paths,

@@ -4,7 +4,8 @@
 //! One directory (the appliance's `/etc/foothold/tls`) holds:
 //! - `ca.pem` and `ca-key.pem`: the site CA (`CA:TRUE, pathlen:0`, key usage `keyCertSign, cRLSign`, ten
 //!   years), what node images and clients trust. Made when both are missing; never replaced here, since every
-//!   node trusts it: one without the other is an error.
+//!   node trusts it: one without the other is an error, except a certificate made before the appliance (given
+//!   in its image's spec), whose key [`import_ca_key`] takes from the operator's medium.
 //! - `cert.pem` and `key.pem`: the agent's leaf (`CA:FALSE`, `serverAuth`, at most 397 days) followed by the
 //!   CA, and its key. Issued again when missing, not the CA's, for other names, or past two-thirds of its life.
 //!   The key is written before the certificate; the agent reloads the pair when they change and match
@@ -161,6 +162,40 @@ struct SiteCa {
     made: bool,
 }
 
+/// The label of the file system an operator brings a site CA's key on (`ca-key.pem` at its top), when the CA
+/// was made before the appliance and only its certificate is in the image.
+pub const CA_KEY_LABEL: &str = "FOOTHOLD-CA";
+
+/// Takes the site CA's key from `file` when `ca.pem` is there without it (a CA made before the appliance,
+/// whose image carries the certificate only): checked against the certificate, then written as `ca-key.pem`
+/// (0600). Returns whether it was taken; a key already in place is left as it is (and [`ensure`] checks it).
+pub fn import_ca_key(paths: &Paths, file: &Path) -> Result<bool> {
+    if paths.ca_key.exists() || !paths.ca.exists() {
+        return Ok(false);
+    }
+    let key_pem =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let key = KeyPair::from_pem(&key_pem)
+        .map_err(|e| anyhow!("{}: not a private key: {e}", file.display()))?;
+    let pem = std::fs::read_to_string(&paths.ca)
+        .with_context(|| format!("reading {}", paths.ca.display()))?;
+    let der = pem_certs(&pem)
+        .with_context(|| format!("{}", paths.ca.display()))?
+        .remove(0);
+    let (_, cert) = X509Certificate::from_der(&der)
+        .map_err(|e| anyhow!("{}: not a certificate: {e}", paths.ca.display()))?;
+    if cert.public_key().raw != key.subject_public_key_info().as_slice() {
+        bail!(
+            "{} is not the key of the site CA {} ({})",
+            file.display(),
+            paths.ca.display(),
+            cert.subject()
+        );
+    }
+    write(&paths.ca_key, key.serialize_pem().as_bytes(), 0o600)?;
+    Ok(true)
+}
+
 /// The site CA, made now if neither of its files exists. Its name has the appliance's (`host`) and a random part: certificates of another site's CA, even of the
 /// same host name, are then of an unknown issuer, not a bad signature.
 fn site_ca(paths: &Paths, host: &str, now: SystemTime) -> Result<SiteCa> {
@@ -219,6 +254,13 @@ fn site_ca(paths: &Paths, host: &str, now: SystemTime) -> Result<SiteCa> {
                 made: true,
             })
         }
+        (true, false) => bail!(
+            "{} exists but {} does not: a site CA made before the appliance (components.siteCa of the image's \
+             spec) takes its key from a file system labelled {CA_KEY_LABEL} holding ca-key.pem, plugged in at boot, \
+             or from `foothold-agent pki --ca-key FILE`; restore it if it was lost (nodes trust this CA)",
+            paths.ca.display(),
+            paths.ca_key.display()
+        ),
         (ca, _) => {
             let (have, missing) = if ca {
                 (&paths.ca, &paths.ca_key)

@@ -182,6 +182,10 @@ enum Cmd {
         /// The provisioning NIC's MAC address (default: qemu's).
         #[arg(long, value_name = "MAC", requires = "provisioning_tap")]
         provisioning_mac: Option<String>,
+        /// A raw image plugged in as one more USB stick, read-only (repeatable): e.g. the site CA's key on a file
+        /// system labelled FOOTHOLD-CA, for an appliance built with components.siteCa.
+        #[arg(long = "stick", value_name = "FILE")]
+        sticks: Vec<PathBuf>,
     },
     /// Write a virtual site for a lab into a new directory: compute nodes as libvirt domains (<name>-node-<i>.xml,
     /// UEFI, a qcow2 disk the script makes, their NIC on the tap fhnode<i> of the provisioning network's bridge),
@@ -560,6 +564,7 @@ fn real_main() -> Result<ExitCode> {
             cache,
             provisioning_tap,
             provisioning_mac,
+            sticks,
         } => {
             if !image.is_file() {
                 anyhow::bail!("{}: no such image", image.display());
@@ -632,6 +637,7 @@ fn real_main() -> Result<ExitCode> {
                     tap,
                     mac: provisioning_mac,
                 }),
+                sticks,
             })?;
             eprintln!("foothold-build run: qemu under {}", vm.accel());
             if waits {

@@ -260,6 +260,9 @@ pub struct RunOptions {
     pub kvm_record: Option<PathBuf>,
     /// A second NIC on an existing tap device: the appliance's provisioning network (see [`PROVISIONING_SLOT`]).
     pub provisioning: Option<ProvisioningNic>,
+    /// More USB sticks (raw images, read-only), plugged in from the start: e.g. the site CA's key on a file
+    /// system labelled FOOTHOLD-CA.
+    pub sticks: Vec<PathBuf>,
 }
 
 impl RunOptions {
@@ -282,6 +285,7 @@ impl RunOptions {
             kvm_first_output: KVM_FIRST_OUTPUT,
             kvm_record: None,
             provisioning: None,
+            sticks: Vec::new(),
         }
     }
 }
@@ -347,6 +351,17 @@ pub fn command(o: &RunOptions, accel: Accel, scratch: &Path) -> Result<Command> 
             .arg(format!("file={file},format={format},if=none,id=stick"))
             .args(["-device", "usb-storage,bus=xhci.0,drive=stick,bootindex=0"]),
     };
+    if !o.sticks.is_empty() && !matches!(o.media, Media::Usb) {
+        c.args(["-device", "qemu-xhci,id=xhci"]);
+    }
+    for (i, stick) in o.sticks.iter().enumerate() {
+        let file = stick.display().to_string().replace(',', ",,");
+        c.arg("-drive")
+            .arg(format!(
+                "file={file},format=raw,if=none,id=extra{i},readonly=on"
+            ))
+            .args(["-device", &format!("usb-storage,bus=xhci.0,drive=extra{i}")]);
+    }
     if o.snapshot {
         c.arg("-snapshot");
     }

@@ -218,6 +218,95 @@ fn a_half_present_ca_and_bad_arguments_are_refused_naming_what_is_wrong() {
     assert!(err.contains("at least one name"), "{err}");
 }
 
+/// A CA made before the appliance, as an operator makes one with OpenSSL: the image carries its certificate, the
+/// key comes later from the operator's medium.
+#[test]
+fn a_ca_made_before_the_appliance_takes_its_key_from_the_operator_and_only_its_own() {
+    let made = tempfile::tempdir().unwrap();
+    let key = made.path().join("ca-key.pem");
+    let cert = made.path().join("ca.pem");
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(made.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        "ca-key.pem",
+    ]);
+    openssl(&[
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        "ca-key.pem",
+        "-out",
+        "ca.pem",
+        "-days",
+        "3650",
+        "-subj",
+        "/CN=Operator site CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE,pathlen:0",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths::new(dir.path());
+    std::fs::copy(&cert, &paths.ca).unwrap();
+    let now = SystemTime::now();
+
+    // Without its key: the error says where the key comes from.
+    let err = format!("{:#}", ensure(&paths, &names(), 90 * DAY, now).unwrap_err());
+    assert!(
+        err.contains("labelled FOOTHOLD-CA holding ca-key.pem"),
+        "{err}"
+    );
+    assert!(err.contains("foothold-agent pki --ca-key FILE"), "{err}");
+    // Another key is refused, naming the file and the CA, and nothing is written.
+    let other = made.path().join("other.pem");
+    std::fs::write(&other, KeyPair::generate().unwrap().serialize_pem()).unwrap();
+    let err = format!("{:#}", import_ca_key(&paths, &other).unwrap_err());
+    assert!(
+        err.contains(&format!(
+            "{} is not the key of the site CA {}",
+            other.display(),
+            paths.ca.display()
+        )) && err.contains("Operator site CA"),
+        "{err}"
+    );
+    assert!(!paths.ca_key.exists());
+    let err = format!("{:#}", import_ca_key(&paths, &cert).unwrap_err());
+    assert!(err.contains("not a private key"), "{err}");
+
+    // Its own key is taken (0600), the CA kept as it was, and the leaf is the operator's CA's.
+    assert!(import_ca_key(&paths, &key).unwrap());
+    assert_eq!(mode(&paths.ca_key), 0o600);
+    assert!(
+        !import_ca_key(&paths, &other).unwrap(),
+        "a key in place is kept"
+    );
+    let report = ensure(&paths, &names(), 90 * DAY, now).unwrap();
+    assert!(!report.ca_made);
+    assert_eq!(
+        std::fs::read(&paths.ca).unwrap(),
+        std::fs::read(&cert).unwrap()
+    );
+    verify(&paths, "appliance", now).unwrap();
+}
+
 #[test]
 fn san_lists_and_lifetimes_parse_as_the_builder_and_operators_write_them() {
     assert_eq!(

@@ -7,7 +7,7 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context as _, Result};
+use anyhow::{bail, Context as _, Result};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -99,6 +99,23 @@ pub fn partition(
     Ok((cached, base))
 }
 
+/// A CA certificate for the image: PEM certificates and nothing secret (an image is not a place for a key).
+fn certificates_only(field: &str, src: &Path) -> Result<()> {
+    let text =
+        fs::read_to_string(src).with_context(|| format!("{field}: reading {}", src.display()))?;
+    if text.contains("PRIVATE KEY-----") {
+        bail!(
+            "{field}: {} holds a private key; the image carries the CA's certificate only (its key goes on the \
+             FOOTHOLD-CA medium the appliance reads at boot)",
+            src.display()
+        );
+    }
+    if !text.contains("-----BEGIN CERTIFICATE-----") {
+        bail!("{field}: {} is not a PEM certificate", src.display());
+    }
+    Ok(())
+}
+
 /// Lays the root's tree out in `root`: the base, Foothold's overlay, the spec's, the placed files, then the
 /// generated configuration.
 pub(super) fn stage(
@@ -119,6 +136,9 @@ pub(super) fn stage(
     }
     for f in files {
         let Some(d) = &f.component.dest else { continue };
+        if [crate::spec::SITE_CA_FIELD, crate::spec::Node::CA_FIELD].contains(&f.field.as_str()) {
+            certificates_only(&f.field, &f.src)?;
+        }
         let dest = root.join(d.trim_start_matches('/'));
         fs::create_dir_all(dest.parent().expect("absolute"))?;
         fs::copy(&f.src, &dest)?;
@@ -332,6 +352,44 @@ mod tests {
         // Upstream renamed or reshaped: the build stops, naming where to look.
         let e = bmo_rbac(&upstream.replace("manager-role", "controller-role")).unwrap_err();
         assert!(e.to_string().contains("config/base/rbac"), "{e}");
+    }
+
+    #[test]
+    fn a_ca_for_the_image_is_certificates_and_nothing_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("site-ca.pem");
+        let cert = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        fs::write(&file, cert).unwrap();
+        certificates_only("components.siteCa", &file).unwrap();
+        fs::write(
+            &file,
+            format!("{cert}-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"),
+        )
+        .unwrap();
+        let e = certificates_only("components.siteCa", &file)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!(
+                "components.siteCa: {} holds a private key",
+                file.display()
+            )),
+            "{e}"
+        );
+        fs::write(
+            &file,
+            "-----BEGIN EC PRIVATE KEY-----\nMHc\n-----END EC PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let e = certificates_only("components.node.ca", &file)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("holds a private key"), "{e}");
+        fs::write(&file, "ssh-ed25519 AAAA\n").unwrap();
+        let e = certificates_only("components.node.ca", &file)
+            .unwrap_err()
+            .to_string();
+        assert!(e.ends_with("is not a PEM certificate"), "{e}");
     }
 
     #[test]

@@ -31,6 +31,36 @@ fn an_iso_goes_in_a_cd_drive_and_anything_else_on_a_disk_by_default() {
 }
 
 #[test]
+fn more_sticks_are_read_only_usb_disks_beside_any_medium() {
+    for media in [Media::Disk, Media::Usb] {
+        let o = RunOptions {
+            media,
+            bios: true,
+            sticks: vec![PathBuf::from("/k/ca,key.img"), PathBuf::from("/k/b.img")],
+            ..RunOptions::new(PathBuf::from("/i/site.raw"))
+        };
+        let a: Vec<String> = command(&o, Accel::Tcg, Path::new("/nonexistent"))
+            .unwrap()
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            a.iter().filter(|a| *a == "qemu-xhci,id=xhci").count(),
+            1,
+            "{a:?}"
+        );
+        assert!(
+            a.contains(&"file=/k/ca,,key.img,format=raw,if=none,id=extra0,readonly=on".to_owned())
+        );
+        assert!(a.contains(&"file=/k/b.img,format=raw,if=none,id=extra1,readonly=on".to_owned()));
+        assert!(
+            a.contains(&"usb-storage,bus=xhci.0,drive=extra1".to_owned()),
+            "{a:?}"
+        );
+    }
+}
+
+#[test]
 fn each_medium_attaches_the_image_its_own_way() {
     let disk = args("/i/site.qcow2", Media::Disk);
     assert!(disk.contains(&"file=/i/site.qcow2,format=qcow2,if=virtio".to_owned()));

@@ -127,6 +127,12 @@ pub struct Components {
     /// Serve the agent over HTTPS with the key and certificate made at first boot (default: plain HTTP).
     #[serde(default)]
     pub agent_tls: bool,
+    /// The site CA's certificate (PEM), when the CA is made before the appliance, so that node images can be
+    /// built first: placed at `/etc/foothold/tls/ca.pem` instead of a CA made at first boot. Its key is never
+    /// in the image: the appliance takes it at boot from a file system labelled `FOOTHOLD-CA` holding
+    /// `ca-key.pem` (e.g. a USB stick, removed afterwards). Needs `agentTls`.
+    #[serde(default)]
+    pub site_ca: Option<Input>,
     /// Extra flags for `foothold-agent serve` (`--name value`, `--name=value` or `--name`), written with
     /// Foothold's own into the agent's configuration file; a flag given twice is a list there, as on a command
     /// line.
@@ -232,6 +238,10 @@ pub const WORKLOAD_BINARIES: &[&str] = &["kubelet", "kubeProxy", "kubectl", "kub
 
 /// Where Kubernetes' binaries are installed, and the built images' binaries inside their images.
 pub const KUBE_BIN_DIR: &str = "/usr/local/bin";
+/// Where `components.siteCa` goes: the appliance's site CA certificate, beside the key it takes at boot.
+pub const APPLIANCE_SITE_CA: &str = "/etc/foothold/tls/ca.pem";
+/// The field of `components.siteCa`.
+pub const SITE_CA_FIELD: &str = "components.siteCa";
 /// Where the image's manifests are kept for the bring-up to apply.
 pub const KUBE_MANIFESTS_DIR: &str = "/usr/local/share/foothold/manifests";
 
@@ -427,6 +437,12 @@ impl Spec {
             out.extend(m.deploy_ramdisk.iter().flat_map(DeployRamdisk::files));
         }
         out.extend(c.node.as_ref().and_then(Node::files));
+        if let Some(ca) = &c.site_ca {
+            out.push((
+                SITE_CA_FIELD.into(),
+                ca.to_file(Some(APPLIANCE_SITE_CA.into()), Some("0644")),
+            ));
+        }
         for (i, m) in c.manifests.iter().enumerate() {
             out.push((
                 format!("components.manifests[{i}]"),

@@ -30,11 +30,14 @@ pub struct Node {
 }
 
 impl Node {
+    /// The field of the CA.
+    pub const CA_FIELD: &str = "components.node.ca";
+
     /// The CA as a file input placed at [`SITE_CA`].
     pub fn files(&self) -> Option<(String, FileComponent)> {
         let ca = self.ca.as_ref()?;
         Some((
-            "components.node.ca".into(),
+            Self::CA_FIELD.into(),
             ca.to_file(Some(SITE_CA.into()), Some("0644")),
         ))
     }

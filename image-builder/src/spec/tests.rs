@@ -444,6 +444,27 @@ fn a_node_image_places_the_site_ca_and_names_its_errors() {
 }
 
 #[test]
+fn a_site_ca_made_before_the_appliance_is_placed_beside_the_key_it_takes_at_boot() {
+    let spec = |extra: &str| {
+        let s = parse(&format!(
+            "{GOOD}components:\n{extra}  siteCa: {{path: site-ca.pem}}\n"
+        ))
+        .unwrap();
+        s.validate().map(|()| s)
+    };
+    let s = spec("  agentTls: true\n").unwrap();
+    let files = s.file_inputs();
+    let (field, f) = files.iter().find(|(f, _)| f == SITE_CA_FIELD).unwrap();
+    assert_eq!(field, "components.siteCa");
+    assert_eq!(f.dest.as_deref(), Some("/etc/foothold/tls/ca.pem"));
+    assert_eq!(f.mode.as_deref(), Some("0644"));
+    assert_eq!(
+        spec("").unwrap_err(),
+        "components.siteCa: it signs the agent's HTTPS certificate; set components.agentTls: true"
+    );
+}
+
+#[test]
 fn the_provisioning_networks_dhcp_is_checked_with_the_spec() {
     let spec = |dhcp: &str| {
         parse(&format!(

@@ -113,6 +113,9 @@ impl Spec {
         if let Some(k) = &self.components.kubernetes {
             self.validate_kubernetes(k)?;
         }
+        if self.components.site_ca.is_some() && !self.components.agent_tls {
+            return Err("components.siteCa: it signs the agent's HTTPS certificate; set components.agentTls: true".into());
+        }
         if let Some(n) = &self.components.node {
             if self.components.kubernetes.is_some() {
                 return Err("components.node: a compute node's image has no Kubernetes of its own (the appliance's is components.kubernetes); choose one".into());
