@@ -76,10 +76,12 @@ pub(crate) fn four_hundred_days_later(a: &Appliance, dir: &Path, fake_bmc_port: 
 
     // The API server serves on its renewed certificate, which kubectl on the appliance verifies at its clock
     // with the sudo user's kubeconfig, made again too. kubectl on this host uses that kubeconfig without
-    // verifying the server: the renewed certificate begins 400 days after this host's clock.
+    // verifying the server: the renewed certificate begins 400 days after this host's clock. As long as the first
+    // boot's start may take: on a slow host the API server's first start under the load of every restarted
+    // service failed its post-start hook on timeouts and was started again (first boot: serving after 280 s).
     wait_for(
         "the API server, on its renewed certificates",
-        Duration::from_secs(300),
+        Duration::from_secs(600),
         || {
             let s = super::try_run(
                 &mut a.ssh_command("kubectl --request-timeout=30s get --raw /readyz"),

@@ -218,51 +218,15 @@ fn a_half_present_ca_and_bad_arguments_are_refused_naming_what_is_wrong() {
     assert!(err.contains("at least one name"), "{err}");
 }
 
-/// A CA made before the appliance, as an operator makes one with OpenSSL: the image carries its certificate, the
-/// key comes later from the operator's medium.
+/// A CA made before the appliance, as the operator makes one on another machine with `foothold-agent pki --dir`
+/// (an OpenSSL-made one is the appliance test's): the image carries its certificate, the key comes later from the
+/// operator's medium.
 #[test]
 fn a_ca_made_before_the_appliance_takes_its_key_from_the_operator_and_only_its_own() {
     let made = tempfile::tempdir().unwrap();
-    let key = made.path().join("ca-key.pem");
-    let cert = made.path().join("ca.pem");
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(made.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    openssl(&[
-        "genpkey",
-        "-algorithm",
-        "EC",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-out",
-        "ca-key.pem",
-    ]);
-    openssl(&[
-        "req",
-        "-x509",
-        "-new",
-        "-key",
-        "ca-key.pem",
-        "-out",
-        "ca.pem",
-        "-days",
-        "3650",
-        "-subj",
-        "/CN=Operator site CA",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE,pathlen:0",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    ]);
+    let operator = Paths::new(made.path());
+    ensure(&operator, &["site".into()], 90 * DAY, SystemTime::now()).unwrap();
+    let (key, cert) = (operator.ca_key.clone(), operator.ca.clone());
     let dir = tempfile::tempdir().unwrap();
     let paths = Paths::new(dir.path());
     std::fs::copy(&cert, &paths.ca).unwrap();
@@ -284,7 +248,7 @@ fn a_ca_made_before_the_appliance_takes_its_key_from_the_operator_and_only_its_o
             "{} is not the key of the site CA {}",
             other.display(),
             paths.ca.display()
-        )) && err.contains("Operator site CA"),
+        )) && err.contains("Foothold site CA site "),
         "{err}"
     );
     assert!(!paths.ca_key.exists());
