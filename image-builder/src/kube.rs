@@ -488,4 +488,95 @@ mod tests {
             }
         }
     }
+
+    /// `kube-restart` (the overlay's, run by `foothold-kube-restart` after a renewal) with `systemctl` and
+    /// `kubectl` stubs that log their calls: `readyz` answers `ok` from its `ok_from`-th call (0: never).
+    /// Returns whether it succeeded, and the calls with its own output.
+    fn kube_restart(listed: &str, ok_from: u32, limit: u32) -> (bool, String) {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("calls");
+        let stub = |name: &str, body: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        stub(
+            "systemctl",
+            &format!(
+                "echo \"systemctl $*\" >>'{log}'\n[ \"$*\" != '-q is-active kube-apiserver.service' ] || exit 0\n",
+                log = log.display()
+            ),
+        );
+        stub(
+            "kubectl",
+            &format!(
+                "echo readyz >>'{log}'\nn=$(grep -c readyz '{log}')\n\
+                 if [ {ok_from} -gt 0 ] && [ \"$n\" -ge {ok_from} ]; then echo ok; fi\n",
+                log = log.display()
+            ),
+        );
+        let units = dir.path().join("units");
+        std::fs::write(&units, listed).unwrap();
+        let out = std::process::Command::new("sh")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../rootfs/usr/local/lib/foothold/kube-restart"
+            ))
+            .env("PATH", format!("{}:/usr/bin:/bin", dir.path().display()))
+            .env("FOOTHOLD_KUBE_RESTART_UNITS", &units)
+            .env("FOOTHOLD_KUBE_RESTART_SECONDS", limit.to_string())
+            .output()
+            .unwrap();
+        let calls = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(!units.exists(), "the list is removed once used");
+        (
+            out.status.success(),
+            format!(
+                "{calls}{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
+    /// After a renewal the API server is restarted first and the rest, tier by tier, only once it answers; only
+    /// what ran when the renewal began (at boot, not what has not started yet).
+    #[test]
+    fn after_a_renewal_the_api_server_restarts_first_and_the_rest_once_it_answers() {
+        let (ok, calls) = kube_restart(
+            " kube-apiserver.service kube-scheduler.service foothold-agent.service\n",
+            1,
+            900,
+        );
+        assert!(ok, "{calls}");
+        let restarts: Vec<&str> = calls
+            .lines()
+            .filter(|l| l.starts_with("systemctl try-restart") || *l == "readyz")
+            .collect();
+        assert_eq!(
+            restarts,
+            [
+                "systemctl try-restart kube-apiserver.service",
+                "readyz",
+                "systemctl try-restart kube-scheduler.service",
+                "readyz",
+                "systemctl try-restart foothold-agent.service",
+            ],
+            "{calls}"
+        );
+
+        // An API server that does not answer within the bound: the rest restarted anyway (their certificates
+        // are new), and the unit fails saying why.
+        let (ok, calls) = kube_restart(" kube-apiserver.service kubelet.service\n", 0, 0);
+        assert!(!ok, "{calls}");
+        assert!(
+            calls.contains("kube-restart: the API server did not answer /readyz within 0 s"),
+            "{calls}"
+        );
+        assert!(
+            calls.contains("systemctl try-restart kubelet.service\n"),
+            "{calls}"
+        );
+    }
 }
