@@ -541,7 +541,7 @@ mod tests {
     }
 
     /// After a renewal the API server is restarted first and the rest, tier by tier, only once it answers; only
-    /// what ran when the renewal began (at boot, not what has not started yet).
+    /// what was running when the renewal ended (at boot, not what has not started yet).
     #[test]
     fn after_a_renewal_the_api_server_restarts_first_and_the_rest_once_it_answers() {
         let (ok, calls) = kube_restart(
