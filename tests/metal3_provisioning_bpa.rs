@@ -235,6 +235,24 @@ pub(super) fn makes_a_cluster_of_the_master(
         sandbox.contains("registry.k8s.io/pause:3.10.1@sha256:"),
         "the master's containerd: {sandbox}"
     );
+    // And kubeadm's images: the control plane's static pods (kubeadm's patches) and CoreDNS by digest too.
+    let images = on_master(
+        "cd /etc/kubernetes/manifests && sudo grep -h '^    image:' etcd.yaml kube-apiserver.yaml \
+         kube-controller-manager.yaml kube-scheduler.yaml && sudo kubectl --kubeconfig /etc/kubernetes/admin.conf \
+         -n kube-system get deployment coredns -o jsonpath='{.spec.template.spec.containers[*].image}'",
+    );
+    for image in [
+        "etcd:3.6.6-0",
+        "kube-apiserver:v1.35.4",
+        "kube-controller-manager:v1.35.4",
+        "kube-scheduler:v1.35.4",
+        "coredns/coredns:v1.13.1",
+    ] {
+        assert!(
+            images.contains(&format!("registry.k8s.io/{image}@sha256:")),
+            "{image} by digest on the master: {images}"
+        );
+    }
     conf
 }
 

@@ -442,7 +442,19 @@ fn install_cluster_with(
         .map(|n| serde_json::json!({"name": n, "url": format!("http://127.0.0.1:9/{n}"), "sha256": "ab".repeat(32)}))
         .collect();
     let release = dir.join("release.json");
-    let text = serde_json::json!({"version": "v1.35.4", "sandboxImage": "registry.k8s.io/pause:3.10.1", "binaries": binaries});
+    let image = |name: &str| format!("registry.k8s.io/{name}@sha256:{}", "cd".repeat(32));
+    let text = serde_json::json!({
+        "version": "v1.35.4",
+        "sandboxImage": image("pause:3.10.1"),
+        "images": {
+            "kube-apiserver": image("kube-apiserver:v1.35.4"),
+            "kube-controller-manager": image("kube-controller-manager:v1.35.4"),
+            "kube-scheduler": image("kube-scheduler:v1.35.4"),
+            "etcd": image("etcd:3.6.6-0"),
+            "coredns": image("coredns/coredns:v1.13.1"),
+        },
+        "binaries": binaries,
+    });
     std::fs::write(&release, text.to_string()).unwrap();
     let mut command = Command::new(support::agent_bin());
     command.env_remove("SSH_HOST_CA");

@@ -286,6 +286,7 @@ async fn converge(
         endpoint: &first.ip,
         pod_subnet: p.pod_subnet,
         token: &token,
+        images: &p.release.images,
     };
     fn node(h: &Host) -> kubeadm::Node<'_> {
         kubeadm::Node {
@@ -295,7 +296,11 @@ async fn converge(
     }
     let init = kubeadm::init(&cluster, &node(first));
     let done = cp
-        .step("kubeadm init", &host::init(p.cluster, &init), KUBEADM)
+        .step(
+            "kubeadm init",
+            &host::init(p.cluster, &init, &p.release.images),
+            KUBEADM,
+        )
         .await?;
     report(cp, "kubeadm init", &done);
     let (admin, api) = cluster_api(cp).await?;
@@ -326,7 +331,11 @@ async fn converge(
             let config = kubeadm::join(&cluster, &node(n.host), &hash, false);
             async move {
                 let done = n
-                    .step("kubeadm join", &host::join(p.cluster, &config), KUBEADM)
+                    .step(
+                        "kubeadm join",
+                        &host::join(p.cluster, &config, &p.release.images),
+                        KUBEADM,
+                    )
                     .await?;
                 report(n, "kubeadm join", &done);
                 Ok(())

@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use crate::installer::release::{Release, BINARIES};
+use crate::installer::release::{Images, Release, BINARIES};
 
 /// The line a step prints on success: `FOOTHOLD-STEP <what was done>`.
 pub const DONE: &str = "FOOTHOLD-STEP";
@@ -196,9 +196,9 @@ fn marker_check(s: &mut String, marker: &str, cluster: &str, then: &str) {
     );
 }
 
-/// kubeadm's patches (`kubeadm::patches`), in the directory its configurations name.
-fn put_patches(s: &mut String) {
-    for (name, patch) in super::kubeadm::patches() {
+/// kubeadm's patches (`kubeadm::patches`) for `images`, in the directory its configurations name.
+fn put_patches(s: &mut String, images: &Images) {
+    for (name, patch) in super::kubeadm::patches(images) {
         put(
             s,
             &format!("{}/{name}", super::kubeadm::PATCHES_DIR),
@@ -211,10 +211,10 @@ fn put_patches(s: &mut String) {
 /// Step `kubeadm init` on the first control-plane host with `config` (`kubeadm::init`). Skipped when this host
 /// initialised `cluster` before (then it waits for its API server); a control plane left half-made by a failed
 /// run is reset first.
-pub fn init(cluster: &str, config: &str) -> String {
+pub fn init(cluster: &str, config: &str, images: &Images) -> String {
     let mut s = head();
     put(&mut s, &format!("{DIR}/init.yaml"), config, 0o600);
-    put_patches(&mut s);
+    put_patches(&mut s, images);
     let mut then = String::new();
     wait_ready(&mut then, ADMIN_CONF, 900);
     let _ = writeln!(then, "  echo '{DONE} already initialised'; exit 0");
@@ -237,10 +237,10 @@ pub fn init(cluster: &str, config: &str) -> String {
 /// Step `kubeadm join` with `config` (`kubeadm::join`). Skipped when this host joined `cluster` before; a
 /// host left half-joined is reset first: by anything a join writes (a join that failed at `kubelet-start`
 /// leaves the bootstrap kubeconfig and the CA, and kubeadm's preflight then refuses every later join).
-pub fn join(cluster: &str, config: &str) -> String {
+pub fn join(cluster: &str, config: &str, images: &Images) -> String {
     let mut s = head();
     put(&mut s, &format!("{DIR}/join.yaml"), config, 0o600);
-    put_patches(&mut s);
+    put_patches(&mut s, images);
     marker_check(
         &mut s,
         "joined",
@@ -441,7 +441,10 @@ mod tests {
                 "{name} in\n{s}"
             );
         }
-        assert!(s.contains("sandbox_image = \"registry.k8s.io/pause:3.10.1\""));
+        assert!(s.contains(&format!(
+            "sandbox_image = \"registry.k8s.io/pause:3.10.1@sha256:{}\"",
+            "cd".repeat(32)
+        )));
         assert!(s.contains("SystemdCgroup = true"));
         assert!(s.contains("systemctl enable -q --no-reload kubelet.service;"));
     }
@@ -527,14 +530,23 @@ mod tests {
 
     #[test]
     fn kubeadm_steps_are_guarded_by_their_markers() {
-        let s = init("c1", "kind: InitConfiguration\n");
+        let s = init("c1", "kind: InitConfiguration\n", &release().images);
+        // With kubeadm's patches: the control plane's images by digest.
+        assert!(
+            s.contains("t='/etc/foothold/kubernetes/patches/kube-apiserver+strategic.yaml'\n")
+                && s.contains(&format!(
+                    "    image: registry.k8s.io/kube-apiserver:v1.35.4@sha256:{}\n",
+                    "cd".repeat(32)
+                )),
+            "{s}"
+        );
         assert!(
             s.contains("m=/etc/foothold/kubernetes/initialised\n"),
             "{s}"
         );
         assert!(s.contains("kubeadm reset -f"), "{s}");
         assert!(s.find("already initialised").unwrap() < s.find("kubeadm init").unwrap());
-        let s = join("c1", "kind: JoinConfiguration\n");
+        let s = join("c1", "kind: JoinConfiguration\n", &release().images);
         assert!(s.contains("not c1: reset it first"), "{s}");
         assert!(s.find("already joined").unwrap() < s.find("kubeadm join").unwrap());
         // A join that failed at kubelet-start leaves these two, not kubelet.conf: each makes the next run reset.

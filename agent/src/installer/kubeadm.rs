@@ -1,7 +1,8 @@
 //! kubeadm's configuration for a workload cluster (API `kubeadm.k8s.io/v1beta4`, kubeadm ≥ 1.31): the first
 //! control-plane host's `kubeadm init --config`, and every other host's `kubeadm join --config`. Pure: the
-//! cluster's parameters in, YAML out. The images keep their upstream names (`registry.k8s.io/...`): the hosts'
-//! containerd pulls them through the appliance's mirror.
+//! cluster's parameters in, YAML out. The images keep their upstream names (`registry.k8s.io/...`), each pinned
+//! to the digest the release names (`Release::images`): the hosts' containerd pulls them through the
+//! appliance's mirror.
 //!
 //! Checked by hand on 2026-11-24: `kubeadm config validate` of the v1.35.4 kubeadm the appliance builds accepts
 //! the init, join and control-plane join configurations (and refuses an unknown field or a malformed token in
@@ -10,6 +11,8 @@
 //! kubeadm here: the agent's tests run before any kubeadm is built; `tests/appliance.rs` runs it on real hosts.
 
 use std::fmt::Write as _;
+
+use super::release::{kubeadm_parts, Images};
 
 /// What every host's configuration shares.
 #[derive(Clone, Debug)]
@@ -24,6 +27,8 @@ pub struct Cluster<'a> {
     pub pod_subnet: &'a str,
     /// A bootstrap token ([`token`]) for the joins.
     pub token: &'a str,
+    /// The images the cluster runs, by digest.
+    pub images: &'a Images,
 }
 
 pub const DEFAULT_POD_SUBNET: &str = "10.244.0.0/16";
@@ -92,6 +97,7 @@ pub fn init(c: &Cluster, n: &Node) -> String {
         endpoint = api_endpoint(c.endpoint),
         pods = c.pod_subnet
     );
+    out.push_str(&pinned_images(c.images));
     out.push_str(NO_LEADER_ELECTION);
     out.push_str(ECDSA);
     out.push_str(KUBELET);
@@ -130,6 +136,20 @@ pub fn join(c: &Cluster, n: &Node, ca_hash: &str, control_plane: bool) -> String
     out
 }
 
+/// CoreDNS and etcd by the digests of `images`: kubeadm composes `<imageRepository>/coredns:<imageTag>` (and
+/// `/etcd:` alike), and keeps a digest in the tag (kubeadm v1.35.4's `config images list` names
+/// `registry.k8s.io/coredns/coredns:v1.13.1@sha256:…`, and its `init phase etcd local --dry-run` writes etcd's
+/// manifest with it; checked by hand on 2026-12-01). The control plane's other images are set by [`patches`].
+fn pinned_images(images: &Images) -> String {
+    const CHECKED: &str = "Release::parse checked the images' references";
+    let (dns_repository, dns_tag) = kubeadm_parts(&images.coredns, "coredns").expect(CHECKED);
+    let (etcd_repository, etcd_tag) = kubeadm_parts(&images.etcd, "etcd").expect(CHECKED);
+    format!(
+        "dns:\n  imageRepository: {dns_repository}\n  imageTag: \"{dns_tag}\"\netcd:\n  local:\n    \
+         imageRepository: {etcd_repository}\n    imageTag: \"{etcd_tag}\"\n"
+    )
+}
+
 /// The controller manager and the scheduler of a cluster of one control-plane host (all the installer makes)
 /// have no one to elect: with leader election, a control plane too slow to renew its lease within the 10 s
 /// deadline (an emulated or overloaded host) makes both exit, and kubelet's crash-loop backoff keeps them down
@@ -148,16 +168,20 @@ fn patches_field() -> String {
 /// and give up after 30 missed ones (5 minutes) instead of 15 s and 8: on a small or emulated host a slow
 /// `/livez` is load, not a hang, and a killed API server or etcd only adds the load of its restart (seen here:
 /// the API server of a 1-vCPU host killed and restarted four times mid-install, which then refused the
-/// installer). Startup probes already follow `controlPlaneComponentHealthCheck`. `(file name, strategic merge
-/// patch)` pairs.
-pub fn patches() -> Vec<(String, String)> {
-    ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+/// installer). Startup probes already follow `controlPlaneComponentHealthCheck`. And each container's image by
+/// the digest `images` names (kubeadm has no field for these: it names them by `kubernetesVersion`). `(file
+/// name, strategic merge patch)` pairs.
+pub fn patches(images: &Images) -> Vec<(String, String)> {
+    images
+        .all()
         .into_iter()
-        .map(|c| {
+        .filter(|(c, _)| *c != "coredns")
+        .map(|(c, image)| {
             (
                 format!("{c}+strategic.yaml"),
                 format!(
-                    "spec:\n  containers:\n  - name: {c}\n    livenessProbe:\n      timeoutSeconds: 30\n      failureThreshold: 30\n"
+                    "spec:\n  containers:\n  - name: {c}\n    image: {image}\n    livenessProbe:\n      \
+                     timeoutSeconds: 30\n      failureThreshold: 30\n"
                 ),
             )
         })
@@ -260,6 +284,16 @@ const KUBELET: &str = "---\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: Kub
 mod tests {
     use super::*;
 
+    fn images() -> &'static Images {
+        static IMAGES: std::sync::OnceLock<Images> = std::sync::OnceLock::new();
+        IMAGES.get_or_init(|| {
+            let sample = crate::installer::release::sample("https://172.22.0.1:5000/files");
+            crate::installer::release::Release::parse(&sample.to_string())
+                .unwrap()
+                .images
+        })
+    }
+
     fn cluster() -> Cluster<'static> {
         Cluster {
             name: "c1",
@@ -267,6 +301,7 @@ mod tests {
             endpoint: "10.0.0.5",
             pod_subnet: DEFAULT_POD_SUBNET,
             token: "abcdef.0123456789abcdef",
+            images: images(),
         }
     }
 
@@ -305,6 +340,15 @@ mod tests {
             cluster_doc.contains("\nencryptionAlgorithm: ECDSA-P256\n"),
             "{cluster_doc}"
         );
+        // CoreDNS and etcd by the release's digests.
+        let pinned = format!("@sha256:{}", "cd".repeat(32));
+        assert!(
+            cluster_doc.contains(&format!(
+                "\ndns:\n  imageRepository: registry.k8s.io/coredns\n  imageTag: \"v1.13.1{pinned}\"\n\
+                 etcd:\n  local:\n    imageRepository: registry.k8s.io\n    imageTag: \"3.6.6-0{pinned}\"\n"
+            )),
+            "{cluster_doc}"
+        );
         for component in ["controllerManager", "scheduler"] {
             let want = format!(
                 "{component}:\n  extraArgs:\n  - name: leader-elect\n    value: \"false\"\n"
@@ -320,28 +364,36 @@ mod tests {
     }
 
     #[test]
-    fn every_control_plane_pod_gets_a_patient_liveness_probe() {
-        let p = patches();
+    fn every_control_plane_pod_gets_its_image_by_digest_and_a_patient_liveness_probe() {
+        let p = patches(images());
         let names: Vec<&str> = p.iter().map(|(n, _)| n.as_str()).collect();
         // kubeadm's patch targets, each a strategic merge patch.
         assert_eq!(
             names,
             [
-                "etcd+strategic.yaml",
                 "kube-apiserver+strategic.yaml",
                 "kube-controller-manager+strategic.yaml",
-                "kube-scheduler+strategic.yaml"
+                "kube-scheduler+strategic.yaml",
+                "etcd+strategic.yaml",
             ]
         );
         for (name, patch) in &p {
             let container = name.strip_suffix("+strategic.yaml").unwrap();
             // The containers list merges by name: the patch must name the container kubeadm writes. (kubeadm
-            // v1.35.4's `init phase control-plane --dry-run` applied these, checked by hand on 2026-11-25.)
+            // v1.35.4's `init phase control-plane --dry-run` applied these, checked by hand on 2026-11-25, and
+            // wrote the API server's manifest with the patched image on 2026-12-01.)
+            let tag = if container == "etcd" {
+                "3.6.6-0"
+            } else {
+                "v1.35.4"
+            };
             assert_eq!(
                 *patch,
                 format!(
-                    "spec:\n  containers:\n  - name: {container}\n    livenessProbe:\n      \
-                     timeoutSeconds: 30\n      failureThreshold: 30\n"
+                    "spec:\n  containers:\n  - name: {container}\n    image: \
+                     registry.k8s.io/{container}:{tag}@sha256:{}\n    livenessProbe:\n      \
+                     timeoutSeconds: 30\n      failureThreshold: 30\n",
+                    "cd".repeat(32)
                 )
             );
         }

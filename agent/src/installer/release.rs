@@ -1,10 +1,14 @@
 //! What `install-cluster` installs: one Kubernetes release as the appliance serves it (`kubernetes-release.json`,
 //! written by `foothold-build` beside the binaries it serves). The node binaries come from the agent's `/files`
-//! by URL and sha256; the control plane's images keep their upstream names and are pulled by the hosts'
-//! containerd through the agent's mirror.
+//! by URL and sha256; the cluster's images keep their upstream names, each pinned to the digest of the image
+//! the appliance's build made, and are pulled by the hosts' containerd through the agent's mirror: pushing one
+//! of those tags again changes nothing a cluster runs.
 //!
 //! ```json
-//! {"version": "v1.35.4", "sandboxImage": "registry.k8s.io/pause:3.10.1",
+//! {"version": "v1.35.4", "sandboxImage": "registry.k8s.io/pause:3.10.1@sha256:…",
+//!  "images": {"kube-apiserver": "registry.k8s.io/kube-apiserver:v1.35.4@sha256:…", "kube-controller-manager": …,
+//!             "kube-scheduler": …, "etcd": "registry.k8s.io/etcd:3.6.6-0@sha256:…",
+//!             "coredns": "registry.k8s.io/coredns/coredns:v1.13.1@sha256:…"},
 //!  "binaries": [{"name": "kubeadm", "url": "https://172.22.0.1:5000/files/...", "sha256": "…"}, …]}
 //! ```
 
@@ -20,9 +24,69 @@ pub const BINARIES: &[&str] = &["kubeadm", "kubelet", "kubectl", "kube-proxy"];
 pub struct Release {
     /// `v1.35.4`: kubeadm's `kubernetesVersion`.
     pub version: String,
-    /// The pod sandbox containerd starts every pod with (kubeadm's pause image of that release).
+    /// The pod sandbox containerd starts every pod with (kubeadm's pause image of that release), pinned.
     pub sandbox_image: String,
+    pub images: Images,
     pub binaries: Vec<Binary>,
+}
+
+/// The images kubeadm runs the cluster with, each `<repository>/<name>:<tag>@sha256:<hex>`, the name its key's:
+/// the control plane's static pods (kubeadm's patches set their images) and CoreDNS and etcd (kubeadm's
+/// `dns` and `etcd.local` image fields).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Images {
+    #[serde(rename = "kube-apiserver")]
+    pub kube_apiserver: String,
+    #[serde(rename = "kube-controller-manager")]
+    pub kube_controller_manager: String,
+    #[serde(rename = "kube-scheduler")]
+    pub kube_scheduler: String,
+    pub etcd: String,
+    pub coredns: String,
+}
+
+impl Images {
+    /// Each image by its key (kubeadm's name for the component) and reference.
+    pub fn all(&self) -> [(&'static str, &str); 5] {
+        [
+            ("kube-apiserver", &self.kube_apiserver),
+            ("kube-controller-manager", &self.kube_controller_manager),
+            ("kube-scheduler", &self.kube_scheduler),
+            ("etcd", &self.etcd),
+            ("coredns", &self.coredns),
+        ]
+    }
+}
+
+/// `reference` split as kubeadm composes an image, `<repository>/<name>:<tag>`: `(repository, tag)`, the tag
+/// keeping the digest (kubeadm v1.35.4 takes `imageTag: "v1.13.1@sha256:…"` and names the image so).
+/// `None` unless `reference` is a pinned image named `name` ([`pinned`]).
+pub fn kubeadm_parts<'a>(reference: &'a str, name: &str) -> Option<(&'a str, &'a str)> {
+    let (repository, tag) = pinned(reference)?;
+    let (repository, last) = repository.rsplit_once('/')?;
+    (last == name).then_some((repository, tag))
+}
+
+/// `(repository, tag@digest)` of an image reference with a tag and a sha256 digest, made only of characters
+/// that may go into a host's shell and into YAML unquoted.
+fn pinned(reference: &str) -> Option<(&str, &str)> {
+    let plain = reference
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'/' | b':' | b'-' | b'_' | b'@'));
+    let (named, digest) = reference.split_once('@')?;
+    let hex = digest.strip_prefix("sha256:")?;
+    let (repository, tag) = named.rsplit_once(':')?;
+    let ok = plain
+        && Digest::from_parts(Algorithm::Sha256, hex).is_some()
+        && !repository.is_empty()
+        && !tag.is_empty()
+        && !tag.contains('/')
+        && repository
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric());
+    ok.then(|| (repository, &reference[repository.len() + 1..]))
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -59,18 +123,18 @@ impl Release {
                 r.version
             ));
         }
-        let image_ok = |s: &str| {
-            s.contains(':')
-                && s.bytes().all(|b| {
-                    b.is_ascii_alphanumeric()
-                        || matches!(b, b'.' | b'/' | b':' | b'-' | b'_' | b'@')
-                })
-        };
-        if !image_ok(&r.sandbox_image) {
+        if pinned(&r.sandbox_image).is_none() {
             return Err(format!(
-                "sandboxImage {:?}: not an image reference with a tag",
+                "sandboxImage {:?}: not an image reference with a tag and a sha256 digest",
                 r.sandbox_image
             ));
+        }
+        for (name, reference) in r.images.all() {
+            if kubeadm_parts(reference, name).is_none() {
+                return Err(format!(
+                    "images.{name} {reference:?}: not an image named {name} with a tag and a sha256 digest"
+                ));
+            }
         }
         for (i, b) in r.binaries.iter().enumerate() {
             if !BINARIES.contains(&b.name.as_str()) {
@@ -111,14 +175,28 @@ impl Release {
     }
 }
 
-/// A release file for tests: v1.35.4, every binary at `<files>/<name>` with sha256 `ab…ab`.
+/// A release file for tests: v1.35.4, every binary at `<files>/<name>` with sha256 `ab…ab`, the images
+/// upstream's names with digests `sha256:cd…cd`.
 #[cfg(test)]
 pub(crate) fn sample(files: &str) -> serde_json::Value {
     let binaries: Vec<_> = BINARIES
         .iter()
         .map(|n| serde_json::json!({"name": n, "url": format!("{files}/{n}"), "sha256": "ab".repeat(32)}))
         .collect();
-    serde_json::json!({"version": "v1.35.4", "sandboxImage": "registry.k8s.io/pause:3.10.1", "binaries": binaries})
+    let digest = format!("@sha256:{}", "cd".repeat(32));
+    let image = |name: &str| format!("registry.k8s.io/{name}{digest}");
+    serde_json::json!({
+        "version": "v1.35.4",
+        "sandboxImage": image("pause:3.10.1"),
+        "images": {
+            "kube-apiserver": image("kube-apiserver:v1.35.4"),
+            "kube-controller-manager": image("kube-controller-manager:v1.35.4"),
+            "kube-scheduler": image("kube-scheduler:v1.35.4"),
+            "etcd": image("etcd:3.6.6-0"),
+            "coredns": image("coredns/coredns:v1.13.1"),
+        },
+        "binaries": binaries,
+    })
 }
 
 #[cfg(test)]
@@ -140,7 +218,55 @@ mod tests {
             ),
             (
                 ("/sandboxImage", serde_json::json!("pause;reboot")),
-                "sandboxImage \"pause;reboot\": not an image reference with a tag",
+                "sandboxImage \"pause;reboot\": not an image reference with a tag and a sha256 digest",
+            ),
+            (
+                // Named by its tag only: pushing the tag again would change what the clusters run.
+                ("/sandboxImage", serde_json::json!("registry.k8s.io/pause:3.10.1")),
+                "sandboxImage \"registry.k8s.io/pause:3.10.1\": not an image reference with a tag and a \
+                 sha256 digest",
+            ),
+            (
+                ("/images/etcd", serde_json::json!("registry.k8s.io/etcd:3.6.6-0")),
+                "images.etcd \"registry.k8s.io/etcd:3.6.6-0\": not an image named etcd with a tag and a \
+                 sha256 digest",
+            ),
+            (
+                (
+                    "/images/coredns",
+                    serde_json::json!(format!("registry.k8s.io/coredns@sha256:{}", "cd".repeat(32))),
+                ),
+                format!(
+                    "images.coredns \"registry.k8s.io/coredns@sha256:{}\": not an image named coredns with a \
+                     tag and a sha256 digest",
+                    "cd".repeat(32)
+                )
+                .as_str(),
+            ),
+            (
+                // kubeadm names its image <repository>/kube-scheduler: another name would not be its.
+                (
+                    "/images/kube-scheduler",
+                    serde_json::json!(format!("registry.k8s.io/other:v1.35.4@sha256:{}", "cd".repeat(32))),
+                ),
+                format!(
+                    "images.kube-scheduler \"registry.k8s.io/other:v1.35.4@sha256:{}\": not an image named \
+                     kube-scheduler with a tag and a sha256 digest",
+                    "cd".repeat(32)
+                )
+                .as_str(),
+            ),
+            (
+                (
+                    "/images/kube-apiserver",
+                    serde_json::json!(format!("registry.k8s.io/kube-apiserver:v1 x@sha256:{}", "cd".repeat(32))),
+                ),
+                format!(
+                    "images.kube-apiserver \"registry.k8s.io/kube-apiserver:v1 x@sha256:{}\": not an image \
+                     named kube-apiserver with a tag and a sha256 digest",
+                    "cd".repeat(32)
+                )
+                .as_str(),
             ),
             (
                 ("/binaries/0/name", serde_json::json!("sh")),

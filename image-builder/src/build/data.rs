@@ -117,9 +117,10 @@ pub fn stage(
         let (layout, records) = super::workload::images(k, files, &settings.cache, epoch)?;
         import(&layout, &[])
             .context("components.kubernetes: importing the images made from its binaries")?;
-        let sandbox = super::workload::pinned_from(&records)?.pause;
-        for (name, r) in records {
-            record.inputs.insert(format!("kubernetes.{name}.image"), r);
+        for (name, r) in &records {
+            record
+                .inputs
+                .insert(format!("kubernetes.{name}.image"), r.clone());
         }
         // The release file the BPA's installer reads, naming the node binaries at the provisioning address.
         if let (true, Some(p)) = (
@@ -133,7 +134,7 @@ pub fn stage(
             };
             let ip = p.address.split('/').next().unwrap_or_default();
             let text =
-                super::workload::release(k, files, &format!("{scheme}://{ip}:5000"), &sandbox)?;
+                super::workload::release(k, files, &format!("{scheme}://{ip}:5000"), &records)?;
             let file = work.join(super::workload::RELEASE_FILE);
             fs::write(&file, &text)?;
             let served = k.served(super::workload::RELEASE_FILE);

@@ -132,32 +132,49 @@ pub fn pinned(
 
 /// [`pinned`] from the records [`images`] gave.
 pub fn pinned_from(records: &[(&str, serde_json::Value)]) -> Result<crate::kube::Pinned> {
-    let digest = |name: &str| -> Result<String> {
-        let (_, r) = records
-            .iter()
-            .find(|(n, _)| *n == name)
-            .with_context(|| format!("the {name} image: not among those made"))?;
-        let reference = r["reference"].as_str().unwrap_or_default();
-        let digest = r["digest"]
-            .as_str()
-            .with_context(|| format!("the {name} image: no digest in its record"))?;
-        Ok(format!("{reference}@{digest}"))
-    };
     Ok(crate::kube::Pinned {
-        pause: digest("pause")?,
-        coredns: digest("coredns")?,
+        pause: pinned_reference(records, "pause")?,
+        coredns: pinned_reference(records, "coredns")?,
     })
 }
 
+/// The image `name` of `records` ([`images`]) by its tag and digest: `registry.k8s.io/pause:3.10.1@sha256:…`.
+fn pinned_reference(records: &[(&str, serde_json::Value)], name: &str) -> Result<String> {
+    let (_, r) = records
+        .iter()
+        .find(|(n, _)| *n == name)
+        .with_context(|| format!("the {name} image: not among those made"))?;
+    let reference = r["reference"].as_str().unwrap_or_default();
+    let digest = r["digest"]
+        .as_str()
+        .with_context(|| format!("the {name} image: no digest in its record"))?;
+    Ok(format!("{reference}@{digest}"))
+}
+
+/// The images a workload cluster's kubeadm runs, the release file's `images`: kubeadm's name for each, the
+/// image the build made by tag and digest.
+const KUBEADM_IMAGES: [&str; 5] = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "etcd",
+    "coredns",
+];
+
 /// `kubernetes-release.json` for an agent reached at `endpoint` (`https://172.22.0.1:5000`), the nodes' pod
-/// sandbox `sandbox` (the pause image the build made, by tag and digest: [`pinned`]).
+/// sandbox and kubeadm's images those the build made (`records` of [`images`]), by tag and digest.
 pub fn release(
     k: &Kubernetes,
     files: &[FileInput],
     endpoint: &str,
-    sandbox: &str,
+    records: &[(&str, serde_json::Value)],
 ) -> Result<String> {
     let endpoint = endpoint.trim_end_matches('/');
+    let sandbox = pinned_reference(records, "pause")?;
+    let mut images = serde_json::Map::new();
+    for name in KUBEADM_IMAGES {
+        images.insert(name.into(), pinned_reference(records, name)?.into());
+    }
     let mut binaries = Vec::new();
     for name in WORKLOAD_BINARIES {
         let field = format!("components.kubernetes.{name}");
@@ -175,6 +192,7 @@ pub fn release(
     Ok(serde_json::to_string_pretty(&json!({
         "version": k.version,
         "sandboxImage": sandbox,
+        "images": images,
         "binaries": binaries,
     }))? + "\n")
 }
@@ -198,7 +216,7 @@ pub fn export(loaded: &Loaded, settings: &Settings, endpoint: &str) -> Result<Ve
     let files = inputs::resolve(loaded, settings)?;
     let out = &settings.out;
     fs::create_dir_all(out.join("bin")).with_context(|| format!("creating {}", out.display()))?;
-    let (layout, _) = images(k, &files, &settings.cache, settings.source_date_epoch)?;
+    let (layout, records) = images(k, &files, &settings.cache, settings.source_date_epoch)?;
     let images = out.join("images");
     if images.exists() {
         fs::remove_dir_all(&images).with_context(|| format!("removing {}", images.display()))?;
@@ -217,8 +235,7 @@ pub fn export(loaded: &Loaded, settings: &Settings, endpoint: &str) -> Result<Ve
         written.push(to);
     }
     let to = out.join(RELEASE_FILE);
-    let sandbox = pinned(k, &files, &settings.cache, settings.source_date_epoch)?.pause;
-    crate::files::write_file(&to, &release(k, &files, endpoint, &sandbox)?, 0o644)?;
+    crate::files::write_file(&to, &release(k, &files, endpoint, &records)?, 0o644)?;
     written.push(to);
     Ok(written)
 }
