@@ -539,6 +539,26 @@ pub(super) fn healing_on(site: &Site, job: &str) {
     );
 }
 
+/// The workload cluster's master after its reboot (`started`): from its disk, its control plane and its node
+/// come back.
+pub(super) fn master_back(site_of: (&Namespace, &Site, &Path), conf: &str, started: Instant) {
+    wait_for(
+        "the workload cluster's master after its reboot",
+        Duration::from_secs(600),
+        || {
+            let now = workload_nodes(site_of, conf);
+            let done = now
+                .as_deref()
+                .is_ok_and(|n| n.split(' ').any(|s| s == "master-0=True"));
+            (format!("{now:?}"), done.then_some(()))
+        },
+    );
+    foothold_e2e::say!(
+        "metal3_provisioning: the workload cluster's master Ready again {} s after the reboot",
+        started.elapsed().as_secs()
+    );
+}
+
 /// The BPA healed the cluster's master, whose kubelet the test stopped: an Event `Remediating` names its
 /// BareMetalHost `bmh`, one `Healed` follows, the remediation in the status ended `Healed`, and the cluster
 /// is `Healthy` again.

@@ -75,6 +75,15 @@ pub struct KubeArgs {
     /// point there. Default: the --listen address, unless it is a wildcard (0.0.0.0, ::) or port 0.
     #[arg(long, value_parser = parse_advertise_url)]
     pub advertise_url: Option<String>,
+    /// This agent's HTTPS URL as the API server reaches it (e.g. https://127.0.0.1:5000): the leader registers
+    /// the admission webhook that holds a BPA cluster's BareMetalHosts (deleted, deprovisioned, re-imaged,
+    /// powered off) until their nodes are drained. Needs --admission-ca. Unset: no hold.
+    #[arg(long, value_parser = parse_advertise_url, requires = "admission_ca")]
+    pub admission_url: Option<String>,
+    /// The CA (PEM) that signed this agent's serving certificate, which the API server verifies it with (the
+    /// appliance's /etc/foothold/tls/ca.pem).
+    #[arg(long, value_name = "FILE", requires = "admission_url")]
+    pub admission_ca: Option<PathBuf>,
 }
 
 fn parse_advertise_url(s: &str) -> Result<String, String> {
@@ -108,6 +117,25 @@ impl KubeArgs {
                 Some(text.trim().to_owned())
             }
         };
+        let admission = match (self.admission_url, &self.admission_ca) {
+            (Some(url), Some(path)) => {
+                if !url.starts_with("https://") {
+                    anyhow::bail!(
+                        "--admission-url {url}: the API server calls webhooks over HTTPS only"
+                    );
+                }
+                let ca_pem = std::fs::read_to_string(path)
+                    .with_context(|| format!("--admission-ca {}", path.display()))?;
+                if !ca_pem.contains("-----BEGIN CERTIFICATE-----") {
+                    anyhow::bail!(
+                        "--admission-ca {}: no PEM certificate in it",
+                        path.display()
+                    );
+                }
+                Some(super::bpa::webhook::Admission { url, ca_pem })
+            }
+            _ => None,
+        };
         let identity = self.identity.unwrap_or_else(|| {
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|h| h.trim().to_owned())
@@ -133,6 +161,7 @@ impl KubeArgs {
                 (!listen.ip().is_unspecified() && listen.port() != 0)
                     .then(|| format!("{}://{listen}", if tls { "https" } else { "http" }))
             }),
+            admission,
         }))
     }
 }

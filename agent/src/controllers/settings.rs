@@ -54,6 +54,8 @@ pub struct Settings {
     pub approve_kubelet_serving: bool,
     /// The agent's URL as nodes reach it (`http://10.0.0.1:5000`): package downloads point there.
     pub advertise_url: Option<String>,
+    /// Where the API server asks the agent whether a BPA host may go (`bpa::webhook`); None: no hold.
+    pub admission: Option<super::bpa::webhook::Admission>,
 }
 
 impl Settings {

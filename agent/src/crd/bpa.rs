@@ -215,7 +215,9 @@ pub struct HostStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     /// Where the host stands in the cluster: `Joining`, `Member`, `Leaving` (taken out of the spec, no Job yet),
-    /// `Removing` (drained, reset and deleted by the installer Job), `Removed` (its BareMetalHost released).
+    /// `Removing` (drained, reset and deleted by the installer Job), `Removed` (its BareMetalHost released),
+    /// `Draining` and `Drained` (its BareMetalHost annotated `bpa.akraino.org/drain`: its node cordoned and its
+    /// pods evicted, so that the host may be deprovisioned, deleted or powered off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub membership: Option<String>,
 }

@@ -6,6 +6,7 @@
 //! The handlers' shared state is [`state`], a leaf; no handler module imports this one.
 
 pub mod access;
+mod admission;
 mod apt;
 pub mod certs;
 pub mod error;

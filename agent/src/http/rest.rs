@@ -202,7 +202,7 @@ pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
 
 /// Parses a client's JSON, refusing documents nested past [`json_depth::MAX_JSON_DEPTH`] before the parser
 /// sees them.
-fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> ApiResult<T> {
+pub(super) fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> ApiResult<T> {
     let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
     if json_depth::exceeds(bytes, json_depth::MAX_JSON_DEPTH) {
         return Err(bad(format!(

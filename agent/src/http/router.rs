@@ -11,7 +11,7 @@ use axum::Router;
 use futures_util::StreamExt as _;
 
 use super::state::AppState;
-use super::{apt, files, openapi, registry, rest, tus};
+use super::{admission, apt, files, openapi, registry, rest, tus};
 
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -29,6 +29,7 @@ pub fn router(state: AppState) -> Router {
         .merge(files::routes())
         .merge(apt::routes())
         .merge(tus::routes())
+        .merge(admission::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(json_errors))
@@ -232,6 +233,7 @@ async fn observe(State(state): State<AppState>, mut req: Request, next: Next) ->
         p if p.starts_with("/v1/") => "rest",
         p if p.starts_with("/files/") => "files",
         p if p.starts_with("/apt/") => "apt",
+        p if p.starts_with("/admission/") => "admission",
         p => registry::routes::parse(p)
             .map(|r| r.label())
             .unwrap_or("other"),

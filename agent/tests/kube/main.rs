@@ -11,6 +11,7 @@ mod airship_vino;
 mod availability;
 mod bpa;
 mod bpa_heal;
+mod bpa_hold;
 mod bpa_members;
 mod crds;
 mod drain;

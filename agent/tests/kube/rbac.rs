@@ -11,6 +11,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use crate::support::kube::{client_of, env};
+use foothold_agent::controllers::bpa::hold::WEBHOOK_NAME;
 
 /// verb, API group, resource, subresource, namespace ("" for every namespace or a cluster-wide resource), and
 /// whether the agent may.
@@ -139,6 +140,25 @@ const CAN_I: &[(&str, &str, &str, &str, &str, bool)] = &[
     ),
 ];
 
+/// Whether the API server lets the reviews' user do what `attributes` say.
+async fn can_i(reviews: &Api<SelfSubjectAccessReview>, attributes: ResourceAttributes) -> bool {
+    let what = format!("{attributes:?}");
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(attributes),
+            ..SelfSubjectAccessReviewSpec::default()
+        },
+        ..SelfSubjectAccessReview::default()
+    };
+    reviews
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap_or_else(|e| panic!("can-i {what}: {e}"))
+        .status
+        .expect("a review's status")
+        .allowed
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agents_user_may_do_what_its_reconcilers_do_and_nothing_more() {
     let env = env();
@@ -146,30 +166,46 @@ async fn the_agents_user_may_do_what_its_reconcilers_do_and_nothing_more() {
     let reviews: Api<SelfSubjectAccessReview> = Api::all(agent.clone());
     let mut wrong = Vec::new();
     for &(verb, group, resource, sub, ns, want) in CAN_I {
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    verb: Some(verb.into()),
-                    group: Some(group.into()),
-                    resource: Some(resource.into()),
-                    subresource: (!sub.is_empty()).then(|| sub.into()),
-                    namespace: (!ns.is_empty()).then(|| ns.into()),
-                    ..ResourceAttributes::default()
-                }),
-                ..SelfSubjectAccessReviewSpec::default()
+        let got = can_i(
+            &reviews,
+            ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                subresource: (!sub.is_empty()).then(|| sub.into()),
+                namespace: (!ns.is_empty()).then(|| ns.into()),
+                ..ResourceAttributes::default()
             },
-            ..SelfSubjectAccessReview::default()
-        };
-        let got = reviews
-            .create(&PostParams::default(), &review)
-            .await
-            .unwrap_or_else(|e| panic!("can-i {verb} {resource}: {e}"))
-            .status
-            .expect("a review's status")
-            .allowed;
+        )
+        .await;
         if got != want {
             let what = [group, resource, sub].join("/");
             wrong.push(format!("{verb} {what} in {ns:?}: {got}, want {want}"));
+        }
+    }
+    // The drain hold's admission webhook: that one configuration, by its name, and no other.
+    for (verb, name, want) in [
+        ("get", WEBHOOK_NAME, true),
+        ("create", WEBHOOK_NAME, true),
+        ("patch", WEBHOOK_NAME, true),
+        ("delete", WEBHOOK_NAME, false),
+        ("patch", "another-webhook", false),
+    ] {
+        let got = can_i(
+            &reviews,
+            ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some("admissionregistration.k8s.io".into()),
+                resource: Some("validatingwebhookconfigurations".into()),
+                name: Some(name.into()),
+                ..ResourceAttributes::default()
+            },
+        )
+        .await;
+        if got != want {
+            wrong.push(format!(
+                "{verb} validatingwebhookconfiguration {name}: {got}, want {want}"
+            ));
         }
     }
     assert!(wrong.is_empty(), "the agent's RBAC:\n{}", wrong.join("\n"));

@@ -520,9 +520,26 @@ pub fn controller_agent(
     kubeconfig: &Path,
     extra: &[&str],
 ) -> super::Agent {
+    controller_agent_on(
+        "127.0.0.1:0",
+        (dir, ns, identity),
+        controllers,
+        kubeconfig,
+        extra,
+    )
+}
+
+/// [`controller_agent`] listening on `listen`.
+pub fn controller_agent_on(
+    listen: &str,
+    (dir, ns, identity): (&Path, &str, &str),
+    controllers: &str,
+    kubeconfig: &Path,
+    extra: &[&str],
+) -> super::Agent {
     let data = dir.join(identity);
     let mut cmd = Command::new(super::agent_bin());
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data"])
+    cmd.args(["serve", "--listen", listen, "--data"])
         .arg(&data)
         .arg("--kubeconfig")
         .arg(kubeconfig)

@@ -58,6 +58,22 @@ pub(super) fn agent(spec: &Spec, c: &mut Configuration) {
     if spec.components.metal3.is_some() {
         args.extend(crate::metal3::ready_checks(spec));
     }
+    // The API server asks the agent before a BPA cluster's host is deprovisioned, deleted or powered off
+    // (the drain hold): over HTTPS on loopback, verifying the agent with the site CA.
+    if spec.components.agent_tls
+        && spec.components.kubernetes.is_some()
+        && spec.components.metal3.is_some()
+    {
+        args.extend(
+            [
+                "--admission-url",
+                "https://127.0.0.1:5000",
+                "--admission-ca",
+                "/etc/foothold/tls/ca.pem",
+            ]
+            .map(String::from),
+        );
+    }
     // Software's package URLs name the agent where the compute nodes reach it.
     if let Some(p) = &spec.network.provisioning {
         let scheme = if spec.components.agent_tls {

@@ -599,6 +599,19 @@ mod tests {
     }
 
     #[test]
+    fn an_appliance_with_metal3_and_https_holds_bpa_hosts_until_drained() {
+        let admission = "\nadmission-url: \"https://127.0.0.1:5000\"\nadmission-ca: \"/etc/foothold/tls/ca.pem\"\n";
+        for tls in [true, false] {
+            let mut spec = crate::spec::tests::metal3_spec(|t| t).unwrap();
+            spec.components.agent_tls = tls;
+            let c = render(&spec, &ids(), None);
+            let conf = &c.file("/etc/foothold/agent.yaml").unwrap().text;
+            // Without HTTPS the API server cannot call the agent: no hold.
+            assert_eq!(conf.contains(admission), tls, "{conf}");
+        }
+    }
+
+    #[test]
     fn a_node_runs_containerd_and_its_ready_report_not_the_agent() {
         let mut spec = crate::spec::parse(
             "name: node\nbase: {suite: trixie}\nhostname: node\ncomponents:\n  node: {mirror: 'https://172.22.0.1:5000', ca: {path: ca.pem}}\noutputs: {formats: [iso], diskSize: 2GiB}\n",

@@ -12,12 +12,15 @@
 //! key `kubeconfig`); its ServiceAccount may create and update exactly that Secret. A Job that completes
 //! without the Secret counts as failed.
 
+mod drains;
 pub mod heal;
 mod health;
+pub mod hold;
 pub mod members;
 pub mod observe;
 pub mod plan;
 pub mod render;
+pub mod webhook;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,7 +83,13 @@ pub async fn run(client: kube::Client, settings: Arc<Settings>, metrics: Arc<Met
                 every(&store, |p| p.namespace() == ns)
             },
         );
-    run_controller(controller, ctx).await;
+    match &settings.admission {
+        Some(a) => {
+            let register = webhook::register(&client, a, settings.namespace.as_deref());
+            tokio::join!(register, run_controller(controller, ctx));
+        }
+        None => run_controller(controller, ctx).await,
+    }
 }
 
 impl Reconciler for Ctx {
@@ -365,6 +374,17 @@ impl Reconciler for Ctx {
         );
         status.hosts = m.hosts;
         status.installed_hosts = m.installed;
+        let under_way = drains::drains(
+            &ctx.base,
+            p,
+            (ns, &secret_name),
+            &mut status.hosts,
+            &old.hosts,
+        )
+        .await?;
+        if let Some(again) = under_way {
+            action = Action::requeue(again);
+        }
         for bmh in &m.release {
             set_consumer(client, ns, bmh, None).await?;
             publish(
@@ -445,7 +465,8 @@ async fn claim(
     Ok(())
 }
 
-/// Sets (or, with None, clears) a BareMetalHost's `spec.consumerRef`.
+/// Sets (or, with None, clears) a BareMetalHost's `spec.consumerRef`, and removes a drain's annotations
+/// (`hold`): they speak of the cluster it leaves, or of one before the cluster that takes it.
 async fn set_consumer(
     client: &kube::Client,
     ns: &str,
@@ -456,7 +477,10 @@ async fn set_consumer(
         .patch(
             bmh,
             &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({"spec": {"consumerRef": consumer}})),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "metadata": {"annotations": {hold::DRAIN_ANNOTATION: null, hold::DRAINED_ANNOTATION: null}},
+                "spec": {"consumerRef": consumer},
+            })),
         )
         .await?;
     Ok(())
@@ -545,5 +569,7 @@ pub async fn cluster_status(
 
 #[cfg(test)]
 mod heal_tests;
+#[cfg(test)]
+mod hold_tests;
 #[cfg(test)]
 mod plan_tests;

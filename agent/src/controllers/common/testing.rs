@@ -34,6 +34,7 @@ pub fn settings() -> Settings {
         node_read_token_secret: None,
         approve_kubelet_serving: false,
         advertise_url: None,
+        admission: None,
     }
 }
 
