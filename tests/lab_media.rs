@@ -331,6 +331,10 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
         .arg(&bigger)
         .arg("6G"));
     let iso = a.join("foothold-lab.iso");
+    // Written before the two lines start: an executable written while the other line forks can be refused
+    // at its exec with ETXTBSY (the fork's child holds the write descriptor until its own exec).
+    let broken = tmp.join("broken-kvm");
+    let broken_qemu = qemu_with_broken_kvm(&broken);
     let sd_raw = std::thread::scope(|s| {
         let (built, systemd_boot) = std::sync::mpsc::channel();
         let second = s.spawn(|| {
@@ -367,10 +371,9 @@ fn lab_image_builds_reproducibly_and_boots_under_uefi_and_bios() {
             built.send(sd_raw).unwrap();
         });
         let line = timed("boot bigger.qcow2 (Disk, UEFI, KVM failing first)", || {
-            let broken = tmp.join("broken-kvm");
             let line = boot_and_check(
                 RunOptions {
-                    qemu: qemu_with_broken_kvm(&broken),
+                    qemu: broken_qemu.clone(),
                     accel: AccelChoice::Auto,
                     ..boot_options(&bigger, tmp.join("console-broken-kvm.log"))
                 },
