@@ -4,7 +4,7 @@
 //! and changes nothing, so any caller may ask; a body that is not a v1 review is a 400 with the REST API's
 //! JSON error.
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
@@ -21,6 +21,8 @@ pub fn routes() -> Router<AppState> {
 }
 
 const API_VERSION: &str = "admission.k8s.io/v1";
+/// A review holds the object twice (before and after); etcd keeps an object to 1.5 MiB.
+const MAX_REVIEW: usize = 4 << 20;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -40,8 +42,15 @@ struct Request {
     old_object: Option<BareMetalHost>,
 }
 
-async fn baremetalhosts(body: Bytes) -> Result<Json<Value>, ApiError> {
+async fn baremetalhosts(body: Body) -> Result<Json<Value>, ApiError> {
     let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
+    let body = axum::body::to_bytes(body, MAX_REVIEW).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "TOO_LARGE",
+            format!("an AdmissionReview is limited to {} MiB", MAX_REVIEW >> 20),
+        )
+    })?;
     let review: Review = super::rest::parse_json(&body, "AdmissionReview")?;
     if review.api_version != API_VERSION {
         return Err(bad(format!(

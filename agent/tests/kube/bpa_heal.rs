@@ -62,6 +62,29 @@ async fn event(client: &kube::Client, ns: &str, reason: &str) -> String {
     .await
 }
 
+/// Provisioning `c1`'s cluster installed on `workload`: its kubeconfig Secret written and its first Job
+/// succeeded, as the installer would.
+pub(crate) async fn installed_on(client: &kube::Client, ns: &str, workload: &OwnPlane) {
+    let kubeconfig = std::fs::read_to_string(&workload.env.kubeconfig).unwrap();
+    let secret =
+        json!({"metadata": {"name": "c1-kubeconfig"}, "stringData": {"kubeconfig": kubeconfig}});
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(secret).unwrap(),
+        )
+        .await
+        .unwrap();
+    let provs: Api<Provisioning> = Api::namespaced(client.clone(), ns);
+    until("the installer Job", || async {
+        get_prov(&provs, "c1")
+            .await
+            .and_then(|p| p.status?.job_name)
+    })
+    .await;
+    job_status(client, ns, "c1-install-g1", true).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_not_ready_is_rebooted_through_its_host_unless_too_many_are() {
     let env = env();
@@ -108,24 +131,7 @@ async fn a_node_not_ready_is_rebooted_through_its_host_unless_too_many_are() {
         )
         .await
         .unwrap();
-    let kubeconfig = std::fs::read_to_string(&workload.env.kubeconfig).unwrap();
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "c1-kubeconfig"}, "stringData": {"kubeconfig": kubeconfig},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
-    until("the installer Job", || async {
-        get_prov(&provs, "c1")
-            .await
-            .and_then(|p| p.status?.job_name)
-    })
-    .await;
-    job_status(&client, &ns, "c1-install-g1", true).await;
+    installed_on(&client, &ns, &workload).await;
 
     let condition_is = |reason: &'static str| {
         let provs = provs.clone();

@@ -11,14 +11,14 @@
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
 use crate::bpa::{get_prov, provisioning, site_ssh_ca, ADVERTISED};
+use crate::bpa_heal::installed_on;
 use crate::hosts::{bmh, set_bmh_status};
-use crate::jobs::job_status;
 use crate::support::free_port;
 use crate::support::kube::{controller_agent_on, env, until, OwnPlane};
 use foothold_agent::controllers::bpa::hold::{DRAINED_ANNOTATION, DRAIN_ANNOTATION, WEBHOOK_NAME};
@@ -97,7 +97,7 @@ async fn a_host_of_a_ready_cluster_goes_only_once_its_node_is_drained() {
         ],
     );
 
-    // Not a review: the REST API's JSON error, over the agent's HTTPS.
+    // Not a review, or too big to be one: the REST API's JSON error, over the agent's HTTPS.
     let ca = std::fs::read(&tls.ca).unwrap();
     let https = ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -121,6 +121,15 @@ async fn a_host_of_a_ready_cluster_goes_only_once_its_node_is_drained() {
             .contains("this webhook answers admission.k8s.io/v1"),
         "{body}"
     );
+
+    let huge = vec![b' '; 5 << 20];
+    let mut refused = https
+        .post(&format!("{url}/admission/baremetalhosts"))
+        .send(&huge[..])
+        .unwrap();
+    assert_eq!(refused.status(), 413);
+    let body = refused.body_mut().read_to_string().unwrap();
+    assert!(body.contains("limited to 4 MiB"), "{body}");
 
     // The workload cluster: a master with nothing on it, a worker with one pod.
     let workload = tokio::task::spawn_blocking(|| OwnPlane::start("bpa-hold"))
@@ -169,23 +178,7 @@ async fn a_host_of_a_ready_cluster_goes_only_once_its_node_is_drained() {
         .create(&PostParams::default(), &provisioning("c1", "c1", spec))
         .await
         .unwrap();
-    let kubeconfig = std::fs::read_to_string(&workload.env.kubeconfig).unwrap();
-    let secret =
-        json!({"metadata": {"name": "c1-kubeconfig"}, "stringData": {"kubeconfig": kubeconfig}});
-    Api::<Secret>::namespaced(client.clone(), &ns)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(secret).unwrap(),
-        )
-        .await
-        .unwrap();
-    until("the installer Job", || async {
-        get_prov(&provs, "c1")
-            .await
-            .and_then(|p| p.status?.job_name)
-    })
-    .await;
-    job_status(&client, &ns, "c1-install-g1", true).await;
+    installed_on(&client, &ns, &workload).await;
     until("both hosts members of a Ready cluster", || async {
         let p = get_prov(&provs, "c1").await?;
         let s = p.status?;
