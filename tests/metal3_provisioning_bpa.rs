@@ -237,8 +237,8 @@ pub(super) fn makes_a_cluster_of_the_master(
     );
     // And kubeadm's images: the control plane's static pods (kubeadm's patches) and CoreDNS by digest too.
     let images = on_master(
-        "cd /etc/kubernetes/manifests && sudo grep -h '^    image:' etcd.yaml kube-apiserver.yaml \
-         kube-controller-manager.yaml kube-scheduler.yaml && sudo kubectl --kubeconfig /etc/kubernetes/admin.conf \
+        "sudo sh -c 'cd /etc/kubernetes/manifests && grep -h \"^    image:\" etcd.yaml kube-apiserver.yaml \
+         kube-controller-manager.yaml kube-scheduler.yaml' && sudo kubectl --kubeconfig /etc/kubernetes/admin.conf \
          -n kube-system get deployment coredns -o jsonpath='{.spec.template.spec.containers[*].image}'",
     );
     for image in [
