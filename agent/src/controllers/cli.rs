@@ -132,7 +132,7 @@ impl KubeArgs {
                         path.display()
                     );
                 }
-                Some(super::bpa::webhook::Admission { url, ca_pem })
+                Some(super::settings::Admission { url, ca_pem })
             }
             _ => None,
         };

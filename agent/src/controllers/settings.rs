@@ -55,7 +55,17 @@ pub struct Settings {
     /// The agent's URL as nodes reach it (`http://10.0.0.1:5000`): package downloads point there.
     pub advertise_url: Option<String>,
     /// Where the API server asks the agent whether a BPA host may go (`bpa::webhook`); None: no hold.
-    pub admission: Option<super::bpa::webhook::Admission>,
+    pub admission: Option<Admission>,
+}
+
+/// Where the API server reaches the agent and the certificates it trusts there (`--admission-url`,
+/// `--admission-ca`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admission {
+    /// `https://host:port`, without a path.
+    pub url: String,
+    /// PEM: the CA that signed the agent's serving certificate.
+    pub ca_pem: String,
 }
 
 impl Settings {

@@ -14,16 +14,7 @@ use serde_json::{json, Value};
 
 use super::hold::{WEBHOOK_NAME, WEBHOOK_PATH};
 use crate::controllers::common::MANAGER;
-
-/// Where the API server reaches the agent and the certificates it trusts there (`--admission-url`,
-/// `--admission-ca`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Admission {
-    /// `https://host:port`, without a path.
-    pub url: String,
-    /// PEM: the CA that signed the agent's serving certificate.
-    pub ca_pem: String,
-}
+use crate::controllers::settings::Admission;
 
 /// Only what may take a node away reaches the agent (`hold::departure` decides; this is a coarser filter).
 const TAKES_A_NODE: &str = "request.operation == 'DELETE' \
