@@ -130,14 +130,16 @@ pub async fn drain(
     let mut drained = Drained::default();
     let mut told = BTreeSet::new();
     loop {
-        let left: Vec<Pod> = pods
-            .list(&on_node)
-            .await
-            .map_err(|e| format!("listing its pods: {e}"))?
-            .items
-            .into_iter()
-            .filter(evictable)
-            .collect();
+        let listed = match pods.list(&on_node).await {
+            Ok(l) => l.items,
+            // The workload API not answering this once: asked again next round, within the drain's time.
+            Err(e) if transient(&e) && Instant::now() < deadline => {
+                tokio::time::sleep(DRAIN_POLL).await;
+                continue;
+            }
+            Err(e) => return Err(format!("listing its pods: {e}")),
+        };
+        let left: Vec<Pod> = listed.into_iter().filter(evictable).collect();
         if left.is_empty() {
             return Ok(drained);
         }
@@ -164,6 +166,9 @@ pub async fn drain(
                     }
                     refused = Some(why);
                 }
+                // A dropped connection or a busy API (an emulated master under a drain's load): tried again
+                // next round, as a refusal is.
+                Err(e) if transient(&e) => refused = Some(format!("{}: {e}", key(pod))),
                 Err(e) => return Err(format!("evicting {}: {e}", key(pod))),
             }
         }
@@ -179,6 +184,16 @@ pub async fn drain(
             ));
         }
         tokio::time::sleep(DRAIN_POLL).await;
+    }
+}
+
+/// Whether `e` says the API was not reached or could not answer now (a connection dropped or refused, a
+/// timeout, 500/503/504), not that it refused the request: a drain asks again next round.
+pub fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => matches!(s.code, 500 | 503 | 504),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
     }
 }
 
@@ -381,6 +396,25 @@ mod tests {
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_dropped_connection_or_a_busy_api_is_asked_again_and_a_refusal_is_not() {
+        let status = |code: u16| {
+            kube::Error::Api(
+                serde_json::from_value(serde_json::json!({"status": "Failure", "message": "m", "reason": "r", "code": code}))
+                    .unwrap(),
+            )
+        };
+        for code in [500, 503, 504] {
+            assert!(transient(&status(code)), "{code}");
+        }
+        for code in [400, 403, 404, 422] {
+            assert!(!transient(&status(code)), "{code}");
+        }
+        let dropped: tower::BoxError = "client error (SendRequest)".into();
+        assert!(transient(&kube::Error::Service(dropped)));
+        assert!(!transient(&kube::Error::LinesCodecMaxLineLengthExceeded));
     }
 
     #[test]
