@@ -8,14 +8,14 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node as KubeNode;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 use serde_json::json;
 
 use super::hold::{self, Step, DRAINED_ANNOTATION, DRAIN_ANNOTATION};
 use super::members::MEMBER;
-use crate::controllers::common::{publish, secrets, workload, Base, Error};
+use crate::controllers::common::{publish, workload, Base, Error};
 use crate::crd::bpa::{HostStatus, Provisioning};
 use crate::crd::metal3::BareMetalHost;
 use crate::installer::remove;
@@ -36,15 +36,16 @@ pub async fn drains(
     base: &Base,
     p: &Provisioning,
     (ns, secret): (&str, &str),
+    bmhs: &[BareMetalHost],
     hosts: &mut [HostStatus],
     shown: &[HostStatus],
 ) -> Result<Option<Duration>, Error> {
-    let bmhs: Api<BareMetalHost> = Api::namespaced(base.client.clone(), ns);
+    let api: Api<BareMetalHost> = Api::namespaced(base.client.clone(), ns);
     let name = p.name_any();
     let mut workload_client = None;
     let mut again = None;
-    for bmh in bmhs.list(&ListParams::default()).await?.items {
-        if hold::claimed_by(&bmh).and_then(|c| c.name.as_deref()) != Some(name.as_str()) {
+    for bmh in bmhs {
+        if hold::claimed_by(bmh).and_then(|c| c.name.as_deref()) != Some(name.as_str()) {
             continue;
         }
         let host = bmh.name_any();
@@ -57,12 +58,12 @@ pub async fn drains(
         let member = entry
             .as_ref()
             .is_some_and(|h| h.membership.as_deref() == Some(MEMBER));
-        let step = hold::step(&bmh, member.then_some(label.as_str()), &label);
+        let step = hold::step(bmh, member.then_some(label.as_str()), &label);
         let annotate = |value: serde_json::Value| {
-            let bmhs = bmhs.clone();
+            let api = api.clone();
             let host = host.clone();
             async move {
-                bmhs.patch(
+                api.patch(
                     &host,
                     &PatchParams::default(),
                     &Patch::Merge(json!({"metadata": {"annotations": value}})),
@@ -72,7 +73,9 @@ pub async fn drains(
         };
         match step {
             Step::Nothing => {
-                if hold::provisioned(&bmh) && has(&bmh, DRAINED_ANNOTATION) {
+                if hold::provisioned(bmh)
+                    && hold::annotation(bmh, DRAINED_ANNOTATION).is_some_and(|v| !v.is_empty())
+                {
                     set(entry, DRAINED);
                 }
             }
@@ -146,10 +149,6 @@ pub async fn drains(
     Ok(again)
 }
 
-fn has(bmh: &BareMetalHost, key: &str) -> bool {
-    bmh.annotations().get(key).is_some_and(|v| !v.is_empty())
-}
-
 fn set(entry: Option<&mut HostStatus>, membership: &str) {
     if let Some(h) = entry {
         h.membership = Some(membership.into());
@@ -166,13 +165,8 @@ async fn connect(
     if let Some(c) = made {
         return Ok(Ok(c.clone()));
     }
-    let text = match secrets::read(&base.client, ns, secret, "kubeconfig").await? {
-        Ok(text) => text,
-        Err(why) => return Ok(Err(why)),
-    };
-    Ok(workload::client(&text, API_REQUEST).await.inspect(|c| {
-        *made = Some(c.clone());
-    }))
+    let made_now = workload::from_secret(&base.client, ns, secret, API_REQUEST).await?;
+    Ok(made_now.inspect(|c| *made = Some(c.clone())))
 }
 
 /// Makes `node` schedulable again; a node that is not there is fine (the host ran none, or it left).

@@ -12,7 +12,7 @@ use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
 use super::heal::{self, Outcome, Past, Policy};
-use crate::controllers::common::{publish, secrets, set_condition, workload, Base, Error};
+use crate::controllers::common::{publish, set_condition, workload, Base, Error};
 use crate::crd::bpa::{Provisioning, ProvisioningStatus, Remediation};
 use crate::crd::metal3::BareMetalHost;
 
@@ -210,20 +210,16 @@ async fn workload_nodes(
     ns: &str,
     secret: &str,
 ) -> Result<Result<Vec<KubeNode>, String>, Error> {
-    let text = match secrets::read(client, ns, secret, "kubeconfig").await? {
-        Ok(text) => text,
+    // A busy workload API is read again at the next round.
+    let workload = match workload::from_secret(client, ns, secret, API_REQUEST).await? {
+        Ok(workload) => workload,
         Err(why) => return Ok(Err(why)),
     };
-    // A busy workload API is read again at the next round.
-    let connect = async {
-        let workload = workload::client(&text, API_REQUEST).await?;
-        Api::<KubeNode>::all(workload)
-            .list(&ListParams::default())
-            .await
-            .map(|l| l.items)
-            .map_err(|e| e.to_string())
-    };
-    Ok(connect.await)
+    Ok(Api::<KubeNode>::all(workload)
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .map_err(|e| e.to_string()))
 }
 
 #[cfg(test)]

@@ -70,7 +70,8 @@ pub fn claimed_by(host: &BareMetalHost) -> Option<&ObjectReference> {
     })
 }
 
-fn annotation<'a>(host: &'a BareMetalHost, key: &str) -> Option<&'a str> {
+/// `host`'s annotation `key`, if it has one.
+pub fn annotation<'a>(host: &'a BareMetalHost, key: &str) -> Option<&'a str> {
     host.metadata
         .annotations
         .as_ref()?

@@ -106,7 +106,9 @@ impl Reconciler for Ctx {
         let name = p.name_any();
         let generation = p.metadata.generation.unwrap_or(0);
         let cluster = cluster_name(p);
-        let hosts = observe::hosts(client, ns, p).await?;
+        // Listed once: the plan and the drains read the same hosts.
+        let bmhs = observe::bare_metal_hosts(client, ns).await?;
+        let hosts = observe::hosts_of(&bmhs, p);
         let plan = plan::plan(&p.spec, &hosts);
         let mut stage = Stage::Waiting;
         let old = p.status.clone().unwrap_or_default();
@@ -378,6 +380,7 @@ impl Reconciler for Ctx {
             &ctx.base,
             p,
             (ns, &secret_name),
+            &bmhs,
             &mut status.hosts,
             &old.hosts,
         )

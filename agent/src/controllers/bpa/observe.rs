@@ -9,15 +9,25 @@ use crate::controllers::common::Error;
 use crate::crd::bpa::Provisioning;
 use crate::crd::metal3::BareMetalHost;
 
-/// Every BareMetalHost of `ns`, claims as `p` sees them.
-pub async fn hosts(client: &kube::Client, ns: &str, p: &Provisioning) -> Result<Vec<Host>, Error> {
+/// Every BareMetalHost of `ns`.
+pub async fn bare_metal_hosts(
+    client: &kube::Client,
+    ns: &str,
+) -> Result<Vec<BareMetalHost>, Error> {
     Ok(Api::<BareMetalHost>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await?
-        .items
-        .iter()
-        .map(|bmh| host_of(bmh, p))
-        .collect())
+        .items)
+}
+
+/// Every BareMetalHost of `ns`, claims as `p` sees them.
+pub async fn hosts(client: &kube::Client, ns: &str, p: &Provisioning) -> Result<Vec<Host>, Error> {
+    Ok(hosts_of(&bare_metal_hosts(client, ns).await?, p))
+}
+
+/// `bmhs`, claims as `p` sees them.
+pub fn hosts_of(bmhs: &[BareMetalHost], p: &Provisioning) -> Vec<Host> {
+    bmhs.iter().map(|bmh| host_of(bmh, p)).collect()
 }
 
 /// The `consumerRef` a Provisioning puts on the hosts it installs.

@@ -19,3 +19,20 @@ pub async fn client(kubeconfig: &str, timeout: Duration) -> Result<kube::Client,
     config.default_retry = false;
     kube::Client::try_from(config).map_err(|e| e.to_string())
 }
+
+/// The client of the cluster whose kubeconfig is in Secret `secret` of `ns` (key `kubeconfig`), requests bounded
+/// by `timeout`; why not, if the Secret cannot be read or its kubeconfig used (an error of the appliance's own
+/// API is returned as such).
+pub async fn from_secret(
+    client: &kube::Client,
+    ns: &str,
+    secret: &str,
+    timeout: Duration,
+) -> Result<Result<kube::Client, String>, super::Error> {
+    Ok(
+        match super::secrets::read(client, ns, secret, "kubeconfig").await? {
+            Ok(text) => self::client(&text, timeout).await,
+            Err(why) => Err(why),
+        },
+    )
+}
