@@ -25,8 +25,9 @@
 //! package's second version on the master, drained first (`metal3_provisioning_software.rs`); taken out
 //! of the Provisioning, the worker is drained past a PodDisruptionBudget, reset and its Node deleted, its
 //! BareMetalHost released (`metal3_provisioning_bpa.rs`, `metal3_provisioning_leave.rs`). A reboot through the BareMetalHost brings the master back from its disk,
-//! the same, with its package and its workload node Ready; meanwhile deprovisioning cleans the worker's disk
-//! (checked on the VM's disk file) and makes it available again. Nothing leaves the namespace.
+//! the same, with its package and its workload node Ready, and it is not deprovisioned by hand before it is
+//! drained (`metal3_provisioning_hold.rs`); meanwhile deprovisioning cleans the worker's disk (checked on the
+//! VM's disk file) and makes it available again. Nothing leaves the namespace.
 
 #[path = "metal3_provisioning_bpa.rs"]
 mod bpa;
@@ -34,6 +35,8 @@ mod bpa;
 mod disk;
 #[path = "metal3_provisioning_firewall.rs"]
 mod firewall;
+#[path = "metal3_provisioning_hold.rs"]
+mod hold;
 #[path = "metal3_provisioning_leave.rs"]
 mod leave;
 #[path = "metal3_provisioning_nodes.rs"]
@@ -667,6 +670,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         (node.mac, &addresses[0]),
         host["metadata"]["uid"].as_str().unwrap_or_default(),
     );
+    hold::drained_before_it_goes(site_of, &conf, node.name, "master-0");
     // The Provisioning goes (its finalizer removes its Job, releases the master's host); the cluster stays.
     bpa::deleted(&site, &job, master.name);
     wait_for_hosts(
