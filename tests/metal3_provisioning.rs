@@ -24,9 +24,11 @@
 //! to the Ready cluster and joined; a `Software` is installed on both by its package installer Job, then its
 //! package's second version on the master, drained first (`metal3_provisioning_software.rs`); taken out
 //! of the Provisioning, the worker is drained past a PodDisruptionBudget, reset and its Node deleted, its
-//! BareMetalHost released (`metal3_provisioning_bpa.rs`, `metal3_provisioning_leave.rs`). A reboot through the BareMetalHost brings the master back from its disk,
-//! the same, with its package and its workload node Ready, and it is not deprovisioned by hand before it is
-//! drained (`metal3_provisioning_hold.rs`); meanwhile deprovisioning cleans the worker's disk (checked on the
+//! BareMetalHost released (`metal3_provisioning_bpa.rs`, `metal3_provisioning_leave.rs`). The master's kubelet
+//! stopped, the BPA remediates it: its node drained first (a PodDisruptionBudget holds the drain until the
+//! spec's drain time is up, and the Event says so), then a reboot through the BareMetalHost brings it back from
+//! its disk, the same, with its package and its workload node Ready and schedulable again; and it is not
+//! deprovisioned by hand before it is drained (`metal3_provisioning_hold.rs`); meanwhile deprovisioning cleans the worker's disk (checked on the
 //! VM's disk file) and makes it available again. Nothing leaves the namespace.
 
 #[path = "metal3_provisioning_bpa.rs"]
@@ -627,7 +629,8 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         "the master healed by the BPA through its BareMetalHost while the worker is deprovisioned",
     );
     // The worker's image removed: BMO deprovisions it, cleaning its disk's metadata. The master's kubelet
-    // stopped: its Node goes NotReady, and past the spec's 30 s the BPA reboots it through its BareMetalHost.
+    // stopped: its Node goes NotReady, and past the spec's 30 s the BPA drains it (for at most the spec's 20 s)
+    // and reboots it through its BareMetalHost.
     bpa::healing_on(&site, &job);
     assert!(
         has_partition_table(&disk_head(&worker.disk, &dir)),
@@ -663,7 +666,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         started.elapsed().as_secs()
     );
     bpa::master_back(site_of, &conf, started);
-    bpa::healed_the_master(&site, node.name);
+    bpa::healed_the_master(site_of, &conf, node.name);
     disk::the_same_after_a_reboot(
         &on_master,
         node.name,

@@ -520,7 +520,7 @@ pub(super) fn healing_on(site: &Site, job: &str) {
         "c1",
         "--type=merge",
         "-p",
-        r#"{"spec": {"healing": {"enabled": true, "notReadySeconds": 30, "maxUnhealthyPercent": 100}}}"#,
+        r#"{"spec": {"healing": {"enabled": true, "notReadySeconds": 30, "maxUnhealthyPercent": 100, "drainTimeoutSeconds": 20}}}"#,
     ])
     .unwrap_or_else(|e| panic!("turning healing on: {e}"));
     let generation = field(site, "{.metadata.generation}");
@@ -559,10 +559,14 @@ pub(super) fn master_back(site_of: (&Namespace, &Site, &Path), conf: &str, start
     );
 }
 
-/// The BPA healed the cluster's master, whose kubelet the test stopped: an Event `Remediating` names its
-/// BareMetalHost `bmh`, one `Healed` follows, the remediation in the status ended `Healed`, and the cluster
+/// The BPA healed the cluster's master, whose kubelet the test stopped: an Event `Remediating` says its node
+/// is drained before its reboot through BareMetalHost `bmh`; the spread Deployment's budget (two pods on the
+/// unreachable master, minAvailable 1) holds that drain, so past the spec's 20 s a Warning `Rebooting` says the
+/// reboot goes ahead undrained and names a spread pod; one `Healed` follows, the remediation in the status
+/// ended `Healed` with its drain `TimedOut`, the node the drain cordoned is schedulable again, and the cluster
 /// is `Healthy` again.
-pub(super) fn healed_the_master(site: &Site, bmh: &str) {
+pub(super) fn healed_the_master(site_of: (&Namespace, &Site, &Path), conf: &str, bmh: &str) {
+    let site = site_of.1;
     let (reason, message) = wait_for(
         "the cluster Healthy again",
         Duration::from_secs(300),
@@ -579,10 +583,23 @@ pub(super) fn healed_the_master(site: &Site, bmh: &str) {
         ("NodesReady", "its one node Ready")
     );
     assert_eq!(
-        field(site, "{.status.remediations[*].outcome}"),
-        "Healed",
+        field(
+            site,
+            "{.status.remediations[*].outcome} {.status.remediations[*].drain}"
+        ),
+        "Healed TimedOut",
         "{}",
         field(site, "{.status.remediations}")
+    );
+    let cordoned = workload_get(
+        site_of,
+        conf,
+        &["node", "master-0", "-o", "jsonpath={.spec.unschedulable}"],
+    );
+    assert_eq!(
+        cordoned.as_deref(),
+        Ok(""),
+        "master-0 still cordoned after healing"
     );
     let notes = site
         .kubectl(&[
@@ -594,9 +611,19 @@ pub(super) fn healed_the_master(site: &Site, bmh: &str) {
             "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
         ])
         .unwrap_or_else(|e| e);
-    let remediating =
-        format!("Remediating: rebooting master-0 through BareMetalHost {bmh}: not Ready for ");
+    let remediating = format!(
+        "Remediating: draining master-0 before its reboot through BareMetalHost {bmh}: not Ready for "
+    );
     assert_eq!(notes.matches(&remediating).count(), 1, "{notes}");
+    let rebooting = format!(
+        "Rebooting: rebooting master-0 through BareMetalHost {bmh} undrained: the drain had its 20 s \
+         (spec.healing.drainTimeoutSeconds): "
+    );
+    let line = notes
+        .lines()
+        .find(|l| l.starts_with(&rebooting))
+        .unwrap_or_else(|| panic!("no {rebooting:?} in {notes}"));
+    assert!(line.contains("default/spread-"), "{line}");
     assert!(
         notes.contains(&format!(
             "Healed: master-0 is Ready again after its reboot through BareMetalHost {bmh}"

@@ -73,6 +73,12 @@ pub struct Healing {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub reboot_timeout_seconds: Option<u32>,
+    /// Before its reboot an unhealthy node is cordoned and its pods evicted (PodDisruptionBudgets hold; pods
+    /// the node's kubelet cannot end count as moved once their eviction is accepted); past this the reboot
+    /// goes ahead drained or not, and an Event names what was left [120].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub drain_timeout_seconds: Option<u32>,
     /// Nothing is remediated while more than this share of the nodes is unhealthy: a site-wide outage must
     /// not reboot every host [50].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -174,16 +180,27 @@ pub struct ProvisioningStatus {
     pub remediations: Vec<Remediation>,
 }
 
-/// One remediation of a workload node: a reboot through its BareMetalHost.
+/// One remediation of a workload node: its node drained, then rebooted through its BareMetalHost.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Remediation {
     /// The workload cluster's Node.
     pub node: String,
     pub bare_metal_host: String,
-    /// When the reboot was asked for (RFC 3339).
+    /// When the remediation started (RFC 3339): its drain, or its reboot for one without a `drain`.
     #[schemars(extend("format" = "date-time"))]
     pub started: String,
+    /// The drain before the reboot: `Draining` while under way, then `Drained`, or `TimedOut` (the reboot went
+    /// ahead past `drainTimeoutSeconds` with pods left).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<String>,
+    /// The BPA cordoned the node (it was schedulable): it makes it schedulable again once it is `Ready`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cordoned: Option<bool>,
+    /// When the reboot was asked for (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub rebooted: Option<String>,
     /// Unset while under way; `Healed` (the node `Ready` again), `NotHealed` (not within
     /// `rebootTimeoutSeconds`) or `NodeGone` (the Node left the cluster).
     #[serde(default, skip_serializing_if = "Option::is_none")]

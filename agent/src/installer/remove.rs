@@ -4,7 +4,7 @@
 //! A host that cannot be reached is still drained and its Node deleted, and the run says it was not reset. A
 //! control-plane host is never removed: the installer makes clusters of one.
 //!
-//! [`departed`] and [`evictable`] are pure; [`drain`] and [`delete`] talk to the cluster's API.
+//! [`departed`], [`evictable`] and [`waits_for`] are pure; [`drain`] and [`delete`] talk to the cluster's API.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -91,6 +91,13 @@ pub fn evictable(pod: &Pod) -> bool {
     !(mirror || daemon || finished)
 }
 
+/// Whether a drain still waits for `pod`: one it evicts ([`evictable`]), and, on a node whose kubelet does not
+/// answer (`unreachable`), not one whose eviction was already accepted: nothing there can end it, and its
+/// controller has made its replacement elsewhere (Cluster API's drain skips them alike).
+pub fn waits_for(pod: &Pod, unreachable: bool) -> bool {
+    evictable(pod) && !(unreachable && pod.metadata.deletion_timestamp.is_some())
+}
+
 fn key(pod: &Pod) -> String {
     format!(
         "{}/{}",
@@ -105,14 +112,15 @@ pub struct Drained {
     pub evicted: Vec<String>,
 }
 
-/// Cordons `node` and evicts its pods until none that [`evictable`] keeps is left, or `timeout` passes: then
-/// the error names the pods still there and what the last refused eviction said (a PodDisruptionBudget's
-/// message). `refused_once` hears each pod's first refused eviction. `api` must not retry a 429 by itself
+/// Cordons `node` and evicts its pods until none a drain [`waits_for`] is left (`unreachable`: the node's
+/// kubelet does not answer), or `timeout` passes: then the error names the pods still there and what the last
+/// refused eviction said (a PodDisruptionBudget's message). `refused_once` hears each pod's first refused eviction. `api` must not retry a 429 by itself
 /// (kube's `default_retry` off), or a refused eviction holds the drain for minutes.
 pub async fn drain(
     api: &kube::Client,
     node: &str,
     timeout: Duration,
+    unreachable: bool,
     refused_once: &(dyn Fn(String) + Sync),
 ) -> Result<Drained, String> {
     let nodes: Api<KubeNode> = Api::all(api.clone());
@@ -139,7 +147,10 @@ pub async fn drain(
             }
             Err(e) => return Err(format!("listing its pods: {e}")),
         };
-        let left: Vec<Pod> = listed.into_iter().filter(evictable).collect();
+        let left: Vec<Pod> = listed
+            .into_iter()
+            .filter(|p| waits_for(p, unreachable))
+            .collect();
         if left.is_empty() {
             return Ok(drained);
         }
@@ -174,9 +185,14 @@ pub async fn drain(
         }
         if Instant::now() >= deadline {
             let names: Vec<String> = left.iter().map(key).collect();
+            // One round (no time): what is left, without a time it was not drained within.
+            let within = if timeout.is_zero() {
+                String::new()
+            } else {
+                format!("not drained within {} s: ", timeout.as_secs())
+            };
             return Err(format!(
-                "not drained within {} s: {} still on it{}",
-                timeout.as_secs(),
+                "{within}{} still on it{}",
                 names.join(", "),
                 refused
                     .map(|r| format!(" (eviction refused: {r})"))
@@ -264,7 +280,7 @@ pub(super) async fn departed_hosts(
                 d.name
             ))
         };
-        let drained = drain(api, &d.name, drain_timeout, &waits)
+        let drained = drain(api, &d.name, drain_timeout, false, &waits)
             .await
             .map_err(|e| fail("drain", e, false))?;
         say(format!(
@@ -432,5 +448,20 @@ mod tests {
         ] {
             assert!(!evictable(&pod(kept.clone())), "{kept}");
         }
+    }
+
+    #[test]
+    fn on_a_node_that_does_not_answer_a_pod_whose_eviction_was_accepted_is_not_waited_for() {
+        let deleting = pod(serde_json::json!({
+            "metadata": {"deletionTimestamp": "2026-12-02T00:00:00Z"},
+            "status": {"phase": "Running"},
+        }));
+        assert!(waits_for(&deleting, false));
+        assert!(!waits_for(&deleting, true));
+        let running = pod(serde_json::json!({"status": {"phase": "Running"}}));
+        assert!(waits_for(&running, true));
+        let mirror =
+            pod(serde_json::json!({"metadata": {"annotations": {MIRROR_ANNOTATION: "x"}}}));
+        assert!(!waits_for(&mirror, false));
     }
 }

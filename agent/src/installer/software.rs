@@ -251,7 +251,7 @@ async fn on_host(
         (true, Some(d)) => {
             let said =
                 |why: String| println!("{} drain: waiting, eviction refused: {why}", host.name);
-            match remove::drain(&d.cluster, &host.name, d.timeout, &said).await {
+            match remove::drain(&d.cluster, &host.name, d.timeout, false, &said).await {
                 Ok(done) => {
                     outcomes.push(step(
                         DRAIN,

@@ -1,14 +1,18 @@
 //! The BPA heals a workload cluster's nodes, against real kube-apiservers: the site's (the agent binary with
 //! `--controllers bpa`, genuine Metal3 BareMetalHosts; the test plays the installer and BMO) and the workload
-//! cluster's, a control plane of the test's own whose Nodes the test makes and marks `NotReady` (no kubelet,
-//! no node controller there). Both nodes unhealthy with the share at 50 %: nothing is rebooted and the
-//! condition and an Event say why. The master `Ready` again: the worker's host gets BMO's reboot annotation,
-//! an Event `Remediating`, the condition `Remediating`, a remediation under way in the status. The worker
-//! `Ready` again: the remediation ends `Healed`, the cluster is `Healthy`. Healing turned off (a new generation
+//! cluster's, a control plane of the test's own whose Nodes and pods the test makes and marks `NotReady` (no
+//! kubelet, no node or disruption controller there). Both nodes unhealthy with the share at 50 %: nothing is
+//! drained or rebooted and the condition and an Event say why. The master `Ready` again: the worker's
+//! remediation starts with its drain (an Event `Remediating`, the condition, the node cordoned, a pod evicted
+//! and not waited for, since no kubelet can end it; a pod whose PodDisruptionBudget allows nothing stays), and
+//! no reboot while the drain has time; past `drainTimeoutSeconds` its host gets BMO's reboot annotation and a
+//! Warning `Rebooting` names the pod left. The worker `Ready` again: the remediation ends `Healed`, the node is
+//! schedulable again, the cluster is `Healthy`. Healing turned off (a new generation
 //! that installs nothing new: the Job stays generation 1's), the worker down again is only reported.
 
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -126,12 +130,58 @@ async fn a_node_not_ready_is_rebooted_through_its_host_unless_too_many_are() {
                 "c1",
                 "c1",
                 json!({"masters": [{"m": {"mac-address": m_mac}}], "workers": [{"w": {"mac-address": w_mac}}],
-                       "healing": {"notReadySeconds": 30}}),
+                       "healing": {"notReadySeconds": 30, "drainTimeoutSeconds": 20}}),
             ),
         )
         .await
         .unwrap();
     installed_on(&client, &ns, &workload).await;
+    // On the worker: a pod, and one a PodDisruptionBudget keeps (no disruption controller: it allows nothing).
+    let wclient = workload.env.client().await;
+    let pods: Api<Pod> = Api::namespaced(wclient.clone(), "default");
+    for app in ["web", "db"] {
+        let pod = json!({
+            "metadata": {"name": app, "labels": {"app": app}},
+            "spec": {"nodeName": "w", "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10.1"}]},
+        });
+        pods.create(
+            &PostParams::default(),
+            &serde_json::from_value(pod).unwrap(),
+        )
+        .await
+        .unwrap();
+        // Running (a pending pod's eviction ignores budgets), as its kubelet last said.
+        let running = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+        pods.patch_status(app, &PatchParams::default(), &Patch::Merge(running))
+            .await
+            .unwrap();
+    }
+    let pdb = json!({"metadata": {"name": "db"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}});
+    Api::<PodDisruptionBudget>::namespaced(wclient, "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(pdb).unwrap(),
+        )
+        .await
+        .unwrap();
+    let cordoned = |name: &'static str| {
+        let nodes = nodes.clone();
+        async move {
+            let node = nodes.get(name).await.unwrap();
+            node.spec.and_then(|s| s.unschedulable).unwrap_or(false)
+        }
+    };
+    let evicted = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            pods.get(name)
+                .await
+                .unwrap()
+                .metadata
+                .deletion_timestamp
+                .is_some()
+        }
+    };
 
     let condition_is = |reason: &'static str| {
         let provs = provs.clone();
@@ -169,28 +219,68 @@ async fn a_node_not_ready_is_rebooted_through_its_host_unless_too_many_are() {
         }
     };
     assert!(!asked("node-a").await && !asked("node-b").await);
+    assert!(!cordoned("w").await && !evicted("web").await);
 
-    // The master Ready: the worker alone is unhealthy, within the share, and rebooted through its host.
+    // The master Ready: the worker alone is unhealthy, within the share: drained first, within its time.
     ready(&nodes, "m", "True", 0).await;
     let (p, (_, _, message)) = until("the worker remediated", condition_is("Remediating")).await;
-    assert_eq!(message, "w: rebooting through BareMetalHost node-b");
-    assert!(
-        asked("node-b").await,
-        "the worker's host was not asked to reboot"
+    assert_eq!(
+        message,
+        "w: drained before its reboot through BareMetalHost node-b"
     );
-    assert!(!asked("node-a").await);
+    let note = event(&client, &ns, "Remediating").await;
+    assert!(
+        note.starts_with(
+            "draining w before its reboot through BareMetalHost node-b: not Ready for "
+        ),
+        "{note}"
+    );
+    assert!(cordoned("w").await, "the worker was not cordoned");
+    until("web evicted", || async {
+        evicted("web").await.then_some(())
+    })
+    .await;
     let rem = &p.status.unwrap().remediations;
     assert_eq!(rem.len(), 1, "{rem:?}");
     assert_eq!(
         (rem[0].node.as_str(), rem[0].bare_metal_host.as_str()),
         ("w", "node-b")
     );
-    assert_eq!(rem[0].outcome, None);
-    let note = event(&client, &ns, "Remediating").await;
+    assert_eq!(
+        (
+            rem[0].drain.as_deref(),
+            rem[0].cordoned,
+            rem[0].outcome.as_deref()
+        ),
+        (Some("Draining"), Some(true), None)
+    );
+    // The drain has 20 s: no reboot yet (the evicted pod is not waited for, the budget's is).
+    assert!(!asked("node-b").await, "rebooted before its drain's time");
+
+    // Past its time the reboot goes ahead, and says what was left.
+    until("the worker's host asked to reboot", || async {
+        asked("node-b").await.then_some(())
+    })
+    .await;
+    assert!(!asked("node-a").await);
+    let note = event(&client, &ns, "Rebooting").await;
     assert!(
-        note.starts_with("rebooting w through BareMetalHost node-b: not Ready for "),
+        note.starts_with(
+            "rebooting w through BareMetalHost node-b undrained: the drain had its 20 s \
+             (spec.healing.drainTimeoutSeconds): default/db still on it (eviction refused: "
+        ),
         "{note}"
     );
+    assert!(!evicted("db").await, "the budget's pod was evicted");
+    let (p, (_, _, message)) = until("rebooting", || async {
+        let p = get_prov(&provs, "c1").await?;
+        let rebooted = p.status.as_ref()?.remediations.first()?.rebooted.is_some();
+        rebooted.then(|| healthy(&p).map(|h| (p.clone(), h)))?
+    })
+    .await;
+    assert_eq!(message, "w: rebooting through BareMetalHost node-b");
+    let rem = &p.status.unwrap().remediations;
+    assert_eq!(rem[0].drain.as_deref(), Some("TimedOut"), "{rem:?}");
 
     // BMO took the annotation away (the host was off); the worker is Ready again: healed.
     hosts
@@ -213,8 +303,12 @@ async fn a_node_not_ready_is_rebooted_through_its_host_unless_too_many_are() {
     assert!(event(&client, &ns, "Healed")
         .await
         .starts_with("w is Ready again after its reboot"));
-    // Nothing was asked of the host again.
+    // Nothing was asked of the host again, and the node the remediation cordoned is schedulable again.
     assert!(!asked("node-b").await);
+    until("the worker schedulable again", || async {
+        (!cordoned("w").await).then_some(())
+    })
+    .await;
 
     // Healing turned off: a new generation, and no new install (the Job of generation 1 stays the cluster's);
     // the worker down again is only reported.

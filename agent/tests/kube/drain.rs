@@ -110,7 +110,7 @@ async fn a_drain_evicts_through_the_budget_and_leaves_what_it_must() {
         let (client, leaving) = (client.clone(), leaving.clone());
         async move {
             let said = move |why: String| heard.lock().unwrap().push(why);
-            remove::drain(&client, &leaving, Duration::from_secs(60), &said).await
+            remove::drain(&client, &leaving, Duration::from_secs(60), false, &said).await
         }
     });
     // Held by the budget: told once, the node cordoned, the pod still there.
@@ -180,7 +180,7 @@ async fn a_drain_evicts_through_the_budget_and_leaves_what_it_must() {
     // web-b's node drained while the budget allows nothing: the drain gives up when its time is up.
     budget_allows(&pdbs, 0).await;
     let quiet = |_: String| {};
-    let err = remove::drain(&client, &staying, Duration::from_secs(1), &quiet)
+    let err = remove::drain(&client, &staying, Duration::from_secs(1), false, &quiet)
         .await
         .expect_err("held past its time");
     assert!(

@@ -131,7 +131,7 @@ pub async fn drains(
                 };
                 let told = |why: String| tracing::info!(%node, %why, "an eviction was refused");
                 // One round: cordon, evict what is there, done when nothing a drain moves is left.
-                match remove::drain(&client, &node, Duration::ZERO, &told).await {
+                match remove::drain(&client, &node, Duration::ZERO, false, &told).await {
                     Ok(_) => {
                         annotate(json!({DRAINED_ANNOTATION: node})).await?;
                         let hosts_entry = hosts

@@ -1,5 +1,6 @@
-//! Healing a workload cluster's nodes, pure: which unhealthy node is rebooted through its BareMetalHost now,
-//! which remediation under way ended and how, and what holds the others back. The limits follow Metal3's
+//! Healing a workload cluster's nodes, pure: which unhealthy node's remediation starts now (its node drained,
+//! then rebooted through its BareMetalHost), which drain has had its time, which remediation under way ended
+//! and how, and what holds the others back. The limits follow Metal3's
 //! remediation and Kubernetes' node-health-check: a node is unhealthy once `NotReady` (or `Unknown`) past a
 //! threshold; nothing starts while more than a share of the nodes is unhealthy (a site-wide outage must not
 //! reboot every host); at most N remediations start in any window; one control-plane host at a time; a node
@@ -9,6 +10,7 @@ use crate::crd::bpa::Healing;
 
 pub const NOT_READY_SECONDS: u32 = 300;
 pub const REBOOT_TIMEOUT_SECONDS: u32 = 900;
+pub const DRAIN_TIMEOUT_SECONDS: u32 = 120;
 pub const MAX_UNHEALTHY_PERCENT: u32 = 50;
 pub const MAX_REMEDIATIONS: u32 = 3;
 pub const WINDOW_SECONDS: u32 = 3600;
@@ -19,6 +21,7 @@ pub struct Policy {
     pub enabled: bool,
     pub not_ready: i64,
     pub reboot_timeout: i64,
+    pub drain_timeout: i64,
     pub max_unhealthy_percent: u32,
     pub max_remediations: u32,
     pub window: i64,
@@ -31,6 +34,7 @@ impl Policy {
             enabled: h.enabled.unwrap_or(true),
             not_ready: i64::from(h.not_ready_seconds.unwrap_or(NOT_READY_SECONDS)),
             reboot_timeout: i64::from(h.reboot_timeout_seconds.unwrap_or(REBOOT_TIMEOUT_SECONDS)),
+            drain_timeout: i64::from(h.drain_timeout_seconds.unwrap_or(DRAIN_TIMEOUT_SECONDS)),
             max_unhealthy_percent: h.max_unhealthy_percent.unwrap_or(MAX_UNHEALTHY_PERCENT),
             max_remediations: h.max_remediations.unwrap_or(MAX_REMEDIATIONS),
             window: i64::from(h.window_seconds.unwrap_or(WINDOW_SECONDS)),
@@ -78,6 +82,11 @@ impl Outcome {
 pub struct Past {
     pub node: String,
     pub started: i64,
+    /// Its node is being drained; the reboot is not asked for yet.
+    pub draining: bool,
+    /// When the reboot was asked for (None for a remediation from before drains, whose reboot was asked at
+    /// `started`).
+    pub rebooted: Option<i64>,
     /// None: under way.
     pub outcome: Option<Outcome>,
     /// A `NotHealed` one's node was seen `Ready` since.
@@ -87,8 +96,12 @@ pub struct Past {
 /// What to do now, and the `Healthy` condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
-    /// `(node, BareMetalHost)` to reboot now, by node name.
-    pub reboot: Vec<(String, String)>,
+    /// `(node, BareMetalHost)` whose remediation starts now, by node name: the node is drained, then rebooted.
+    pub start: Vec<(String, String)>,
+    /// Remediations of `past` (by index) whose node is being drained, and whether the drain has had its time
+    /// (the reboot goes ahead then, drained or not: a node that does not answer cannot end its pods, and a
+    /// PodDisruptionBudget may count the node's own pods as the unhealthy ones).
+    pub draining: Vec<(usize, bool)>,
     /// Remediations of `past` (by index) that ended now, and how.
     pub ended: Vec<(usize, Outcome)>,
     /// `NotHealed` remediations of `past` (by index) whose node is `Ready` again.
@@ -105,14 +118,20 @@ pub fn decide(policy: &Policy, nodes: &[Node], past: &[Past], now: i64) -> Decis
     let node = |name: &str| nodes.iter().find(|n| n.name == name);
     let mut ended = Vec::new();
     let mut recovered = Vec::new();
+    let mut draining = Vec::new();
     let mut active: Vec<&str> = Vec::new();
     let mut left: Vec<&str> = Vec::new();
     for (i, p) in past.iter().enumerate() {
         let now_ready = node(&p.node).map(|n| n.not_ready_since.is_none());
+        let rebooted = p.rebooted.unwrap_or(p.started);
         match (p.outcome, now_ready) {
             (None, None) => ended.push((i, Outcome::NodeGone)),
             (None, Some(true)) => ended.push((i, Outcome::Healed)),
-            (None, Some(false)) if now - p.started >= policy.reboot_timeout => {
+            (None, Some(false)) if p.draining => {
+                draining.push((i, now - p.started >= policy.drain_timeout));
+                active.push(&p.node);
+            }
+            (None, Some(false)) if now - rebooted >= policy.reboot_timeout => {
                 ended.push((i, Outcome::NotHealed));
                 left.push(&p.node);
             }
@@ -150,7 +169,7 @@ pub fn decide(policy: &Policy, nodes: &[Node], past: &[Past], now: i64) -> Decis
     let too_many = unhealthy_count * 100
         > usize::try_from(policy.max_unhealthy_percent).unwrap_or(usize::MAX) * nodes.len();
     let mut held: Option<(&'static str, String)> = None;
-    let mut reboot = Vec::new();
+    let mut start = Vec::new();
     let mut without_host = Vec::new();
     for n in candidates {
         let Some(bmh) = &n.bare_metal_host else {
@@ -187,7 +206,7 @@ pub fn decide(policy: &Policy, nodes: &[Node], past: &[Past], now: i64) -> Decis
         } else {
             budget -= 1;
             control_plane_busy |= n.control_plane;
-            reboot.push((n.name.clone(), bmh.clone()));
+            start.push((n.name.clone(), bmh.clone()));
         }
     }
 
@@ -198,14 +217,23 @@ pub fn decide(policy: &Policy, nodes: &[Node], past: &[Past], now: i64) -> Decis
         };
         let name = n.name.as_str();
         let host = n.bare_metal_host.as_deref().unwrap_or_default();
-        said.push(if reboot.iter().any(|(r, _)| r == name) || active.contains(&name) {
+        let drained_first = start.iter().any(|(r, _)| r == name)
+            || draining.iter().any(|&(i, _)| past[i].node == name);
+        said.push(if drained_first {
+            format!("{name}: drained before its reboot through BareMetalHost {host}")
+        } else if active.contains(&name) {
             format!("{name}: rebooting through BareMetalHost {host}")
         } else if left.contains(&name) {
-            format!("{name}: not Ready after its reboot, left to the operator until it is Ready again")
+            format!(
+                "{name}: not Ready after its reboot, left to the operator until it is Ready again"
+            )
         } else if without_host.contains(&name) {
             format!("{name}: unhealthy, and no BareMetalHost of this cluster's is it")
         } else if unhealthy(n) {
-            format!("{name}: unhealthy (NotReady for {} s), not remediated", now - since)
+            format!(
+                "{name}: unhealthy (NotReady for {} s), not remediated",
+                now - since
+            )
         } else {
             format!(
                 "{name}: NotReady for {} s (unhealthy after {} s)",
@@ -224,7 +252,7 @@ pub fn decide(policy: &Policy, nodes: &[Node], past: &[Past], now: i64) -> Decis
         let reason = match &held {
             Some((reason, _)) => reason,
             None if !left.is_empty() => "NotHealed",
-            None if !reboot.is_empty() || !active.is_empty() => "Remediating",
+            None if !start.is_empty() || !active.is_empty() => "Remediating",
             None if !without_host.is_empty() => "NoBareMetalHost",
             None => "NodeNotReady",
         };
@@ -235,7 +263,8 @@ pub fn decide(policy: &Policy, nodes: &[Node], past: &[Past], now: i64) -> Decis
     };
     Decision {
         held: !healthy && held.is_some(),
-        reboot,
+        start,
+        draining,
         ended,
         recovered,
         healthy,

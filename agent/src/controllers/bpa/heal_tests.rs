@@ -1,4 +1,5 @@
-//! BPA's healing planner, pure: who is rebooted, when remediations end, and the limits.
+//! BPA's healing planner, pure: whose remediation starts (drained, then rebooted), when a drain has had its
+//! time, when remediations end, and the limits.
 
 use super::heal::*;
 use crate::crd::bpa::Healing;
@@ -23,13 +24,15 @@ fn under_way(node: &str, started_ago: i64) -> Past {
     Past {
         node: node.into(),
         started: NOW - started_ago,
+        draining: false,
+        rebooted: None,
         outcome: None,
         recovered: false,
     }
 }
 
 fn reboots(d: &Decision) -> Vec<&str> {
-    d.reboot.iter().map(|(n, _)| n.as_str()).collect()
+    d.start.iter().map(|(n, _)| n.as_str()).collect()
 }
 
 #[test]
@@ -40,6 +43,7 @@ fn the_defaults_are_those_the_crd_documents() {
             enabled: true,
             not_ready: 300,
             reboot_timeout: 900,
+            drain_timeout: 120,
             max_unhealthy_percent: 50,
             max_remediations: 3,
             window: 3600,
@@ -61,7 +65,7 @@ fn a_node_not_ready_past_the_threshold_is_rebooted_through_its_host_and_not_befo
         node("worker-0", false, Some(299)),
     ];
     let d = decide(&policy(), &nodes, &[], NOW);
-    assert!(d.reboot.is_empty());
+    assert!(d.start.is_empty());
     assert_eq!((d.healthy, d.reason), (false, "NodeNotReady"));
     assert_eq!(
         d.message,
@@ -74,15 +78,52 @@ fn a_node_not_ready_past_the_threshold_is_rebooted_through_its_host_and_not_befo
     ];
     let d = decide(&policy(), &nodes, &[], NOW);
     assert_eq!(
-        d.reboot,
+        d.start,
         [("worker-0".to_owned(), "bmh-worker-0".to_owned())]
     );
     assert_eq!((d.healthy, d.reason), (false, "Remediating"));
     assert!(!d.held);
     assert_eq!(
         d.message,
-        "worker-0: rebooting through BareMetalHost bmh-worker-0"
+        "worker-0: drained before its reboot through BareMetalHost bmh-worker-0"
     );
+}
+
+#[test]
+fn a_drain_has_its_time_then_the_reboot_times_from_when_it_was_asked() {
+    let nodes = [node("w", false, Some(1000)), node("x", false, None)];
+    let draining = |ago| Past {
+        draining: true,
+        ..under_way("w", ago)
+    };
+    // Within its time: draining, not overdue; neither started again nor ended, however long the node is down.
+    let d = decide(&policy(), &nodes, &[draining(119)], NOW);
+    assert_eq!(d.draining, [(0, false)]);
+    assert!(d.start.is_empty() && d.ended.is_empty());
+    assert_eq!(d.reason, "Remediating");
+    assert_eq!(
+        d.message,
+        "w: drained before its reboot through BareMetalHost bmh-w"
+    );
+    // Past it: overdue (the reboot goes ahead). Still not NotHealed, whatever the reboot timeout: no reboot yet.
+    let d = decide(&policy(), &nodes, &[draining(5000)], NOW);
+    assert_eq!(d.draining, [(0, true)]);
+    assert!(d.ended.is_empty());
+    // Rebooted 899 s ago after a long drain: still under way; 900 s: not healed.
+    let rebooted = |ago| Past {
+        rebooted: Some(NOW - ago),
+        ..under_way("w", 5000)
+    };
+    let d = decide(&policy(), &nodes, &[rebooted(899)], NOW);
+    assert!(d.ended.is_empty() && d.draining.is_empty());
+    assert_eq!(d.message, "w: rebooting through BareMetalHost bmh-w");
+    let d = decide(&policy(), &nodes, &[rebooted(900)], NOW);
+    assert_eq!(d.ended, [(0, Outcome::NotHealed)]);
+    // Ready again during its drain: healed, nothing to reboot.
+    let back = [node("w", false, None), node("x", false, None)];
+    let d = decide(&policy(), &back, &[draining(10)], NOW);
+    assert_eq!(d.ended, [(0, Outcome::Healed)]);
+    assert!(d.draining.is_empty() && d.start.is_empty());
 }
 
 #[test]
@@ -91,7 +132,7 @@ fn all_ready_is_healthy() {
     let d = decide(&policy(), &nodes, &[], NOW);
     assert_eq!((d.healthy, d.reason), (true, "NodesReady"));
     assert_eq!(d.message, "all 2 nodes Ready");
-    assert!(d.reboot.is_empty() && d.ended.is_empty());
+    assert!(d.start.is_empty() && d.ended.is_empty());
 }
 
 #[test]
@@ -120,7 +161,7 @@ fn a_remediation_ends_healed_not_healed_or_with_its_node_gone() {
         ]
     );
     // b is still under way, c is left to the operator: neither is rebooted again.
-    assert!(d.reboot.is_empty());
+    assert!(d.start.is_empty());
     assert_eq!(d.reason, "NotHealed");
     assert!(
         d.message.contains(
@@ -147,7 +188,7 @@ fn a_node_left_to_the_operator_is_eligible_again_once_it_was_ready() {
         std::slice::from_ref(&not_healed),
         NOW,
     );
-    assert!(d.reboot.is_empty() && d.recovered.is_empty());
+    assert!(d.start.is_empty() && d.recovered.is_empty());
     assert_eq!(d.reason, "NotHealed");
 
     let ready = [node("w", false, None), node("x", false, None)];
@@ -171,7 +212,7 @@ fn more_than_the_share_unhealthy_holds_everything() {
         node("worker-0", false, Some(600)),
     ];
     let d = decide(&policy(), &nodes, &[], NOW);
-    assert!(d.reboot.is_empty());
+    assert!(d.start.is_empty());
     assert_eq!((d.healthy, d.reason), (false, "TooManyUnhealthy"));
     assert!(d.held);
     assert!(
@@ -188,7 +229,7 @@ fn more_than_the_share_unhealthy_holds_everything() {
     assert_eq!(reboots(&decide(&policy(), &nodes, &[], NOW)), ["worker-0"]);
     // A cluster of one node is healed only with a share of 100 %.
     let alone = [node("master-0", true, Some(600))];
-    assert!(decide(&policy(), &alone, &[], NOW).reboot.is_empty());
+    assert!(decide(&policy(), &alone, &[], NOW).start.is_empty());
     let all = Policy {
         max_unhealthy_percent: 100,
         ..policy()
@@ -232,7 +273,7 @@ fn one_control_plane_host_at_a_time() {
     assert_eq!(reboots(&d), ["m0"]);
     assert_eq!(d.reason, "ControlPlaneBusy");
     let d = decide(&policy(), &nodes, &[under_way("m0", 60)], NOW);
-    assert!(d.reboot.is_empty());
+    assert!(d.start.is_empty());
     assert_eq!(d.reason, "ControlPlaneBusy");
 }
 
@@ -244,12 +285,12 @@ fn off_or_without_a_host_nothing_is_rebooted_and_the_condition_says_why() {
         ..policy()
     };
     let d = decide(&off, &nodes, &[], NOW);
-    assert!(d.reboot.is_empty());
+    assert!(d.start.is_empty());
     assert_eq!(d.reason, "HealingDisabled");
     let mut stray = nodes.clone();
     stray[1].bare_metal_host = None;
     let d = decide(&policy(), &stray, &[], NOW);
-    assert!(d.reboot.is_empty());
+    assert!(d.start.is_empty());
     assert_eq!(d.reason, "NoBareMetalHost");
 }
 
@@ -272,11 +313,14 @@ fn arb_nodes() -> impl Strategy<Value = Vec<Node>> {
 }
 
 fn arb_past() -> impl Strategy<Value = Vec<Past>> {
-    prop::collection::vec((0usize..9, 0i64..8000, 0u8..4, any::<bool>()), 0..6).prop_map(|v| {
+    let one = (0usize..9, 0i64..8000, 0u8..4, any::<bool>(), any::<bool>());
+    prop::collection::vec(one, 0..6).prop_map(|v| {
         v.into_iter()
-            .map(|(n, ago, outcome, recovered)| Past {
+            .map(|(n, ago, outcome, recovered, draining)| Past {
                 node: format!("n{n}"),
                 started: NOW - ago,
+                draining: draining && outcome == 0,
+                rebooted: (!draining).then_some(NOW - ago / 2),
                 outcome: [
                     None,
                     Some(Outcome::Healed),
@@ -314,8 +358,8 @@ proptest! {
             .collect();
         let mut names: Vec<&str> = reboots(&d);
         names.dedup();
-        prop_assert_eq!(names.len(), d.reboot.len());
-        for (name, bmh) in &d.reboot {
+        prop_assert_eq!(names.len(), d.start.len());
+        for (name, bmh) in &d.start {
             let n = unhealthy.iter().find(|n| &n.name == name);
             prop_assert!(n.is_some(), "{} rebooted but not unhealthy", name);
             prop_assert_eq!(n.unwrap().bare_metal_host.as_ref(), Some(bmh));
@@ -324,13 +368,13 @@ proptest! {
             });
             prop_assert!(!still_under_way, "{} rebooted twice", name);
         }
-        if !d.reboot.is_empty() {
+        if !d.start.is_empty() {
             prop_assert!(policy.enabled);
             prop_assert!(unhealthy.len() * 100 <= policy.max_unhealthy_percent as usize * nodes.len());
         }
         let in_window = past.iter().filter(|p| NOW - p.started < policy.window).count();
         prop_assert!(
-            d.reboot.is_empty() || in_window + d.reboot.len() <= policy.max_remediations as usize
+            d.start.is_empty() || in_window + d.start.len() <= policy.max_remediations as usize
         );
         let control_plane = |name: &str| nodes.iter().any(|n| n.name == name && n.control_plane);
         let cp_under_way = past
@@ -339,9 +383,18 @@ proptest! {
             .filter(|(i, p)| p.outcome.is_none() && !d.ended.iter().any(|(e, _)| e == i))
             .filter(|(_, p)| control_plane(&p.node))
             .count();
-        let cp_new = d.reboot.iter().filter(|(n, _)| control_plane(n)).count();
+        let cp_new = d.start.iter().filter(|(n, _)| control_plane(n)).count();
         prop_assert!(cp_new <= 1);
         prop_assert!(cp_new == 0 || cp_under_way == 0);
+        // A drain is only ever of a remediation under way that is draining, and each is looked at.
+        for (i, overdue) in &d.draining {
+            prop_assert!(past[*i].draining && past[*i].outcome.is_none());
+            prop_assert_eq!(*overdue, NOW - past[*i].started >= policy.drain_timeout);
+        }
+        let draining_now = past.iter().enumerate().filter(|(i, p)| {
+            p.draining && p.outcome.is_none() && !d.ended.iter().any(|(e, _)| e == i)
+        });
+        prop_assert_eq!(draining_now.count(), d.draining.len());
         prop_assert_eq!(d.healthy, nodes.iter().all(|n| n.not_ready_since.is_none()));
     }
 }

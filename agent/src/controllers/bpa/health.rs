@@ -1,7 +1,10 @@
 //! The BPA's healing at work (the rules are `heal`'s): the workload cluster's Nodes read through the kubeconfig
-//! its installer wrote, the hosts `heal::decide` names rebooted through BMO (the `reboot.metal3.io`
-//! annotation: BMO powers the host off, softly first, removes the annotation and powers it on), the
-//! remediations kept in `status.remediations`, each step an Event, and the `Healthy` condition.
+//! its installer wrote; the node of each remediation `heal::decide` starts cordoned and its pods evicted
+//! through the Eviction API (PodDisruptionBudgets hold; a round each look, pods the unanswering kubelet cannot
+//! end not waited for), then its host rebooted through BMO once drained or once the drain had its time (the
+//! `reboot.metal3.io` annotation: BMO powers the host off, softly first, removes the annotation and powers it
+//! on); the node made schedulable again once `Ready`; the remediations kept in `status.remediations`, each step
+//! an Event, and the `Healthy` condition.
 
 use std::time::Duration;
 
@@ -15,6 +18,7 @@ use super::heal::{self, Outcome, Past, Policy};
 use crate::controllers::common::{publish, set_condition, workload, Base, Error};
 use crate::crd::bpa::{Provisioning, ProvisioningStatus, Remediation};
 use crate::crd::metal3::BareMetalHost;
+use crate::installer::remove;
 
 /// How often a `Ready` cluster's nodes are read: while one is not `Ready`, and while all are.
 const WATCHING: Duration = Duration::from_secs(10);
@@ -23,6 +27,10 @@ const QUIET: Duration = Duration::from_secs(30);
 const API_REQUEST: Duration = Duration::from_secs(10);
 /// BMO's annotation asking for a reboot; without a suffix, BMO removes it once the host is off.
 pub const REBOOT_ANNOTATION: &str = "reboot.metal3.io";
+/// A remediation's drain (`status.remediations[].drain`): under way, done, or given up for the reboot.
+const DRAINING: &str = "Draining";
+const DRAINED: &str = "Drained";
+const TIMED_OUT: &str = "TimedOut";
 
 /// Reads the nodes of `p`'s installed cluster (its kubeconfig in Secret `secret`), reboots those `heal`
 /// says, and updates `status` (remediations, the `Healthy` condition). Returns when to look again.
@@ -48,8 +56,8 @@ pub async fn heal(
         .iter()
         .find(|c| c.type_ == "Healthy")
         .map(|c| c.reason.clone());
-    let nodes = match workload_nodes(&base.client, ns, secret).await? {
-        Ok(nodes) => nodes,
+    let (workload, listed) = match workload_nodes(&base.client, ns, secret).await? {
+        Ok(read) => read,
         Err(why) => {
             set_condition(
                 &mut status.conditions,
@@ -62,7 +70,7 @@ pub async fn heal(
             return Ok(WATCHING);
         }
     };
-    let nodes: Vec<heal::Node> = nodes
+    let nodes: Vec<heal::Node> = listed
         .iter()
         .map(|n| {
             let name = n.name_any();
@@ -88,13 +96,20 @@ pub async fn heal(
         let r = &mut status.remediations[i];
         r.outcome = Some(outcome.as_str().into());
         r.ended = Some(stamp.clone());
-        let (node, bmh, started) = (&r.node, &r.bare_metal_host, &r.started);
-        let (kind, note) = match outcome {
-            Outcome::Healed => (
+        let (node, bmh) = (&r.node, &r.bare_metal_host);
+        let (kind, note) = match (outcome, &r.rebooted) {
+            (Outcome::Healed, None) if r.drain.as_deref() == Some(DRAINING) => (
                 EventType::Normal,
-                format!("{node} is Ready again after its reboot through BareMetalHost {bmh} (asked at {started})"),
+                format!("{node} is Ready again before its reboot through BareMetalHost {bmh}: not rebooted"),
             ),
-            Outcome::NotHealed => (
+            (Outcome::Healed, asked) => (
+                EventType::Normal,
+                format!(
+                    "{node} is Ready again after its reboot through BareMetalHost {bmh} (asked at {})",
+                    asked.as_ref().unwrap_or(&r.started)
+                ),
+            ),
+            (Outcome::NotHealed, _) => (
                 EventType::Warning,
                 format!(
                     "{node} is not Ready {} s after its reboot through BareMetalHost {bmh}: left to the operator \
@@ -102,7 +117,7 @@ pub async fn heal(
                     policy.reboot_timeout
                 ),
             ),
-            Outcome::NodeGone => (
+            (Outcome::NodeGone, _) => (
                 EventType::Normal,
                 format!("{node} left the cluster during its remediation"),
             ),
@@ -115,41 +130,105 @@ pub async fn heal(
         let note = format!("{} is Ready again: it may be remediated again", r.node);
         publish(&base.recorder, p, EventType::Normal, "Recovered", &note).await;
     }
-    let hosts: Api<BareMetalHost> = Api::namespaced(base.client.clone(), ns);
-    for (node, bmh) in &d.reboot {
-        let annotations = serde_json::json!({"metadata": {"annotations": {REBOOT_ANNOTATION: ""}}});
-        hosts
-            .patch(bmh, &PatchParams::default(), &Patch::Merge(annotations))
-            .await?;
+    for &(i, outcome) in &d.ended {
+        if outcome != Outcome::NodeGone {
+            schedulable_again(&workload, &status.remediations[i]).await;
+        }
+    }
+    for &i in &d.recovered {
+        schedulable_again(&workload, &status.remediations[i]).await;
+    }
+    let mut draining = d.draining.clone();
+    for (node, bmh) in &d.start {
         let since = nodes
             .iter()
             .find(|n| &n.name == node)
             .and_then(|n| n.not_ready_since)
             .map_or(0, |t| now.as_second() - t);
+        let schedulable = listed
+            .iter()
+            .find(|n| &n.name_any() == node)
+            .is_some_and(|n| {
+                !n.spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false)
+            });
         publish(
             &base.recorder,
             p,
             EventType::Normal,
             "Remediating",
-            &format!("rebooting {node} through BareMetalHost {bmh}: not Ready for {since} s"),
+            &format!(
+                "draining {node} before its reboot through BareMetalHost {bmh}: not Ready for {since} s"
+            ),
         )
         .await;
+        draining.push((status.remediations.len(), policy.drain_timeout == 0));
         status.remediations.push(Remediation {
             node: node.clone(),
             bare_metal_host: bmh.clone(),
             started: stamp.clone(),
+            drain: Some(DRAINING.into()),
+            cordoned: Some(schedulable),
             ..Remediation::default()
         });
+    }
+    let hosts: Api<BareMetalHost> = Api::namespaced(base.client.clone(), ns);
+    for (i, overdue) in draining {
+        let r = &mut status.remediations[i];
+        let told = |why: String| tracing::info!(node = %r.node, %why, "an eviction was refused");
+        // One round: cordon, evict; pods the node's kubelet cannot end are not waited for.
+        let left = match remove::drain(&workload, &r.node, Duration::ZERO, true, &told).await {
+            Ok(_) => None,
+            Err(why) if overdue => Some(why),
+            Err(why) => {
+                tracing::info!(node = %r.node, %why, "draining before a reboot");
+                continue;
+            }
+        };
+        let annotations = serde_json::json!({"metadata": {"annotations": {REBOOT_ANNOTATION: ""}}});
+        hosts
+            .patch(
+                &r.bare_metal_host,
+                &PatchParams::default(),
+                &Patch::Merge(annotations),
+            )
+            .await?;
+        let (node, bmh) = (&r.node, &r.bare_metal_host);
+        let (kind, drain, note) = match &left {
+            None => (
+                EventType::Normal,
+                DRAINED,
+                format!("rebooting {node} through BareMetalHost {bmh}: drained"),
+            ),
+            Some(why) => (
+                EventType::Warning,
+                TIMED_OUT,
+                format!(
+                    "rebooting {node} through BareMetalHost {bmh} undrained: the drain had its {} s \
+                     (spec.healing.drainTimeoutSeconds): {why}",
+                    policy.drain_timeout
+                ),
+            ),
+        };
+        publish(&base.recorder, p, kind, "Rebooting", &note).await;
+        r.drain = Some(drain.into());
+        r.rebooted = Some(stamp.clone());
     }
     if d.held && old.as_deref() != Some(d.reason) {
         publish(&base.recorder, p, EventType::Warning, d.reason, &d.message).await;
     }
+    // The condition as things stand after this round's steps (a drain done, a reboot asked): the same rules
+    // over the remediations as now written.
+    let past: Vec<Past> = status.remediations.iter().map(past_of).collect();
+    let shown = heal::decide(&policy, &nodes, &past, now.as_second());
     set_condition(
         &mut status.conditions,
         "Healthy",
-        d.healthy,
-        d.reason,
-        &d.message,
+        shown.healthy,
+        shown.reason,
+        &shown.message,
         generation,
     );
     status.remediations = kept(
@@ -157,7 +236,7 @@ pub async fn heal(
         now.as_second(),
         policy.window,
     );
-    Ok(if d.healthy { QUIET } else { WATCHING })
+    Ok(if shown.healthy { QUIET } else { WATCHING })
 }
 
 /// The remediations worth keeping: under way, started within the window (they count against it), and each
@@ -179,6 +258,8 @@ fn past_of(r: &Remediation) -> Past {
     Past {
         node: r.node.clone(),
         started: seconds(&r.started),
+        draining: r.drain.as_deref() == Some(DRAINING),
+        rebooted: r.rebooted.as_deref().map(seconds),
         outcome: r.outcome.as_deref().and_then(Outcome::parse),
         recovered: r.recovered.is_some(),
     }
@@ -203,23 +284,40 @@ fn not_ready_since(n: &KubeNode) -> Option<i64> {
     }
 }
 
-/// The workload cluster's Nodes, through the kubeconfig in Secret `secret` (key `kubeconfig`); why not, if
-/// they cannot be read (an error of the appliance's own API is returned as such).
+/// The workload cluster's client, through the kubeconfig in Secret `secret` (key `kubeconfig`), and its Nodes;
+/// why not, if they cannot be read (an error of the appliance's own API is returned as such).
 async fn workload_nodes(
     client: &kube::Client,
     ns: &str,
     secret: &str,
-) -> Result<Result<Vec<KubeNode>, String>, Error> {
+) -> Result<Result<(kube::Client, Vec<KubeNode>), String>, Error> {
     // A busy workload API is read again at the next round.
     let workload = match workload::from_secret(client, ns, secret, API_REQUEST).await? {
         Ok(workload) => workload,
         Err(why) => return Ok(Err(why)),
     };
-    Ok(Api::<KubeNode>::all(workload)
+    Ok(Api::<KubeNode>::all(workload.clone())
         .list(&ListParams::default())
         .await
-        .map(|l| l.items)
+        .map(|l| (workload, l.items))
         .map_err(|e| e.to_string()))
+}
+
+/// Makes the node of `r` schedulable again if the remediation cordoned it (a node the operator had cordoned
+/// stays so). Failing is logged: the node then stays cordoned until the operator uncordons it.
+async fn schedulable_again(workload: &kube::Client, r: &Remediation) {
+    if r.cordoned != Some(true) {
+        return;
+    }
+    let patch = Patch::Merge(serde_json::json!({"spec": {"unschedulable": null}}));
+    match Api::<KubeNode>::all(workload.clone())
+        .patch(&r.node, &PatchParams::default(), &patch)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(why) => tracing::warn!(node = %r.node, %why, "cannot make the node schedulable again"),
+    }
 }
 
 #[cfg(test)]
@@ -262,6 +360,17 @@ mod tests {
     }
 
     #[test]
+    fn a_remediation_draining_or_rebooted_reads_back_so() {
+        let mut rem = r("w", "2026-11-30T12:00:00Z", None);
+        rem.drain = Some(DRAINING.into());
+        assert!(past_of(&rem).draining);
+        rem.drain = Some(TIMED_OUT.into());
+        rem.rebooted = Some("2026-11-30T12:02:00Z".into());
+        let p = past_of(&rem);
+        assert_eq!((p.draining, p.rebooted), (false, Some(1_796_040_120)));
+    }
+
+    #[test]
     fn a_remediation_in_the_status_reads_back_as_the_planner_keeps_it() {
         let mut rem = r("w", "2026-11-30T12:00:00Z", Some("NotHealed"));
         rem.recovered = Some("2026-11-30T12:30:00Z".into());
@@ -270,6 +379,8 @@ mod tests {
             Past {
                 node: "w".into(),
                 started: 1_796_040_000,
+                draining: false,
+                rebooted: None,
                 outcome: Some(Outcome::NotHealed),
                 recovered: true,
             }
