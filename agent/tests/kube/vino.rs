@@ -258,7 +258,24 @@ async fn vino_publishes_vms_as_baremetalhosts_scales_down_and_cleans_up() {
     })
     .await;
 
-    // Scale down: the second VM of each node goes, with its Secrets and addresses.
+    // The second VM of n2 runs a node of a Provisioning's cluster: its host claimed and provisioned.
+    let held = format!("{ns}-v-{n2}-worker-1");
+    bmhs.patch(&held, &PatchParams::default(), &Patch::Merge(json!({"spec": {"consumerRef": {
+        "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Provisioning", "name": "c1", "namespace": &ns}}})))
+        .await
+        .unwrap();
+    bmhs.patch_status(
+        &held,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+        "errorCount": 0, "errorMessage": "", "operationalStatus": "OK", "poweredOn": true,
+        "provisioningFailCount": 0, "provisioning": {"ID": "id", "state": "provisioned"}}})),
+    )
+    .await
+    .unwrap();
+
+    // Scale down: the second VM of each node goes, with its Secrets and addresses; n2's only once its node
+    // is drained (the BPA's mark, played here).
     vinos
         .patch("v", &PatchParams::default(), &Patch::Merge(json!({"spec": {"nodes": [
             {"name": "worker", "count": 1, "bmhLabels": {"airshipit.org/k8s-role": "worker"}, "bootInterfaceName": "enp2s0",
@@ -266,12 +283,69 @@ async fn vino_publishes_vms_as_baremetalhosts_scales_down_and_cleans_up() {
              "flavor": {"vcpus": 2, "memoryMiB": 4096, "rootDiskGb": 20}}]}})))
         .await
         .unwrap();
+    let gone = format!("{ns}-v-{n1}-worker-1");
+    until("n1's second VM gone", || async {
+        bmhs.get_opt(&gone).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let waiting = until("the scale-down waiting for a drain", || async {
+        vinos
+            .get_opt("v")
+            .await
+            .unwrap()
+            .and_then(|v| condition(&v, "ScaledDown"))
+            .filter(|c| c.1 == "WaitingForDrain")
+    })
+    .await;
+    assert_eq!(waiting.0, "False");
+    assert!(
+        waiting.2.ends_with(&format!("BareMetalHost {held}")),
+        "{}",
+        waiting.2
+    );
+    let host = bmhs.get(&held).await.unwrap();
+    assert_eq!(
+        host.annotations()
+            .get("bpa.akraino.org/drain")
+            .map(String::as_str),
+        Some(""),
+        "the drain was not asked"
+    );
+    let plan = |node: String| {
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+        async move {
+            let cm = maps.get(&format!("v-node-{node}")).await.unwrap();
+            cm.data.unwrap().remove("plan.json").unwrap()
+        }
+    };
+    assert!(
+        plan(n2.clone()).await.contains(&format!("{n2}-worker-1")),
+        "the held VM left n2's plan"
+    );
+    assert!(!plan(n1.clone()).await.contains(&format!("{n1}-worker-1")));
+    bmhs.patch(
+        &held,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {
+        "bpa.akraino.org/drained": format!("{n2}-worker-1")}}})),
+    )
+    .await
+    .unwrap();
     until("scaled down", || async {
         (bmhs.list(&owned("v")).await.unwrap().items.len() == 2).then_some(())
     })
     .await;
-    let gone = format!("{ns}-v-{n1}-worker-1");
-    assert!(bmhs.get_opt(&gone).await.unwrap().is_none());
+    assert!(!plan(n2.clone()).await.contains(&format!("{n2}-worker-1")));
+    let done = until("nothing leaving", || async {
+        vinos
+            .get_opt("v")
+            .await
+            .unwrap()
+            .and_then(|v| condition(&v, "ScaledDown"))
+            .filter(|c| c.1 == "NothingLeaving")
+    })
+    .await;
+    assert_eq!(done.0, "True");
     until("its Secrets gone", || async {
         (secrets
             .get_opt(&format!("{gone}-credentials"))
@@ -311,8 +385,46 @@ async fn vino_publishes_vms_as_baremetalhosts_scales_down_and_cleans_up() {
         .map(|i| i.mac.clone());
     assert_eq!(kept.spec.boot_mac_address, prov_mac);
 
-    // Delete: nothing of the Vino is left.
+    // Delete: n1's VM runs a node of a Provisioning's cluster, so nothing goes before its drain; then nothing
+    // of the Vino is left.
+    let node_host = format!("{ns}-v-{n1}-worker-0");
+    bmhs.patch(&node_host, &PatchParams::default(), &Patch::Merge(json!({"spec": {"consumerRef": {
+        "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Provisioning", "name": "c1", "namespace": &ns}}})))
+        .await
+        .unwrap();
+    bmhs.patch_status(
+        &node_host,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+        "errorCount": 0, "errorMessage": "", "operationalStatus": "OK", "poweredOn": true,
+        "provisioningFailCount": 0, "provisioning": {"ID": "id", "state": "provisioned"}}})),
+    )
+    .await
+    .unwrap();
     vinos.delete("v", &DeleteParams::default()).await.unwrap();
+    until("the drain asked for the deleted Vino's node", || async {
+        let host = bmhs.get(&node_host).await.unwrap();
+        host.annotations()
+            .contains_key("bpa.akraino.org/drain")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        vinos.get_opt("v").await.unwrap().is_some(),
+        "the Vino went before the drain"
+    );
+    assert!(
+        plan(n1.clone()).await.contains(&format!("{n1}-worker-0")),
+        "n1's plan emptied before the drain"
+    );
+    bmhs.patch(
+        &node_host,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {
+        "bpa.akraino.org/drained": format!("{n1}-worker-0")}}})),
+    )
+    .await
+    .unwrap();
     until("the Vino gone", || async {
         vinos.get_opt("v").await.unwrap().is_none().then_some(())
     })

@@ -16,7 +16,11 @@
 //!   `<bmh>-network-data` Secrets.
 //!
 //! Objects no longer planned (a node set scaled down, a node unlabelled) are deleted and their addresses
-//! released; deleting the Vino removes everything (finalizer `vino.airshipit.org`). Readiness of the DaemonSet
+//! released — except a VM a node set's count left out whose BareMetalHost runs a node of a Provisioning's
+//! cluster (`bpa::hold`): it stays, with its host and address, while the host is annotated
+//! `bpa.akraino.org/drain` and the BPA drains the node (condition `ScaledDown`, Event `DrainRequested`), and
+//! goes once the host is marked drained; deleting the Vino removes everything (finalizer `vino.airshipit.org`),
+//! once every such host is drained alike. Readiness of the DaemonSet
 //! comes from watching it.
 //!
 //! networkData templates (`nodes[].networkDataTemplate`: a Secret, key `template`) are Airship's — Go's
@@ -37,6 +41,7 @@ pub use self::plan::{
     OWNER_LABEL, REDFISH_PORT, STATUS_ANNOTATION,
 };
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,6 +55,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 
 use self::render::{PoolChange, PoolWrite};
+use super::bpa::hold::{DRAINED_ANNOTATION, DRAIN_ANNOTATION};
 use super::common::report::{report, Headline};
 use super::common::{apply_account, publish, scoped_api, set_conditions, Base, Error, Owned};
 use super::common::{every, run as run_controller, Reconciler};
@@ -181,6 +187,19 @@ impl Reconciler for Ctx {
     /// the deletion for a builder that never answers (its node gone), with a warning naming those nodes.
     async fn cleanup(&self, vino: &Vino, ns: &str) -> Result<Action, Error> {
         let ctx = self;
+        // A VM whose host runs a node of a Provisioning's cluster goes only once that node is drained.
+        let (held, asked) = observe::held(&ctx.base.client, &vino.name_any(), ns).await?;
+        if !held.is_empty() {
+            let held: Vec<String> = held.into_iter().collect();
+            drain_leaving(ctx, vino, ns, &held, &asked).await?;
+            return Err(Error::Pending {
+                what: format!(
+                    "the nodes of BareMetalHost {} to be drained ({DRAINED_ANNOTATION})",
+                    held.join(", ")
+                ),
+                retry: Duration::from_secs(5),
+            });
+        }
         let waiting = drain_plans(&ctx.base.client, vino, ns).await?;
         if !waiting.is_empty() {
             let deleted_for = vino
@@ -298,6 +317,39 @@ async fn prune(owned: &Owned<'_, Vino>) -> Result<(), Error> {
     Ok(())
 }
 
+/// Asks for the drain of each BareMetalHost in `leaving` (a VM its node set's count left out, or of a deleted
+/// Vino, whose host runs a node of a Provisioning's cluster) not asked yet: the BPA drains the node and marks
+/// the host, and the next reconcile, which the host's change starts, lets the VM go.
+async fn drain_leaving(
+    ctx: &Ctx,
+    vino: &Vino,
+    ns: &str,
+    leaving: &[String],
+    asked: &BTreeSet<String>,
+) -> Result<(), Error> {
+    use kube::api::{Patch, PatchParams};
+    let hosts: Api<BareMetalHost> = Api::namespaced(ctx.base.client.clone(), ns);
+    for bmh in leaving.iter().filter(|b| !asked.contains(*b)) {
+        let annotation = serde_json::json!({"metadata": {"annotations": {DRAIN_ANNOTATION: ""}}});
+        hosts
+            .patch(bmh, &PatchParams::default(), &Patch::Merge(annotation))
+            .await?;
+        let note = format!(
+            "BareMetalHost {bmh}, whose VM is to go, runs a node of a Provisioning's cluster: asked for its \
+             drain ({DRAIN_ANNOTATION}); the VM goes once the BPA marks it {DRAINED_ANNOTATION}"
+        );
+        publish(
+            &ctx.base.recorder,
+            vino,
+            EventType::Normal,
+            "DrainRequested",
+            &note,
+        )
+        .await;
+    }
+    Ok(())
+}
+
 /// Why the Vino cannot be realised as specified.
 struct Invalid(String);
 
@@ -397,6 +449,30 @@ async fn realise(
     // plans, a renamed DaemonSet and its account.
     prune(&owned).await?;
     status.nodes = desired.nodes;
+    drain_leaving(ctx, vino, ns, &desired.leaving, &observed.drain_asked).await?;
+    let leaving = &desired.leaving;
+    set_conditions(
+        &mut status.conditions,
+        generation,
+        &[(
+            "ScaledDown",
+            leaving.is_empty(),
+            if leaving.is_empty() {
+                "NothingLeaving"
+            } else {
+                "WaitingForDrain"
+            },
+            &if leaving.is_empty() {
+                "no VM a node set's count left out is waiting".to_owned()
+            } else {
+                format!(
+                    "left out by their node set's count, kept until their node is drained \
+                     ({DRAIN_ANNOTATION}, then {DRAINED_ANNOTATION} by the BPA): BareMetalHost {}",
+                    leaving.join(", ")
+                )
+            },
+        )],
+    );
 
     let ready = ds.status.as_ref().is_some_and(|s| {
         s.desired_number_scheduled > 0

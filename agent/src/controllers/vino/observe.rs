@@ -1,15 +1,18 @@
 //! What a ViNO reconcile reads before it plans: the BMC credentials, the selected Nodes, the flavors, the
-//! Vino's address pools, the networkData templates and the VNC passwords already given out. Reading is all
+//! Vino's address pools, the networkData templates, the VNC passwords already given out and which of its
+//! BareMetalHosts run a node of a Provisioning's cluster that must be drained before they go. Reading is all
 //! here, so [`super::render`] is pure. Reading stops at the first thing that makes the spec unrealisable
 //! (`Ok(Err(why))`): nothing after it would be used.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::api::{Api, ListParams, ResourceExt};
 
 use super::plan::{AIRSHIP_FLAVORS, OWNERSHIP};
+use crate::controllers::bpa::hold;
 use crate::controllers::common::{child_name, secrets, Error};
+use crate::crd::metal3::BareMetalHost;
 use crate::crd::vino::{IPPool, Vino};
 
 /// Where the BMC credentials come from.
@@ -37,6 +40,35 @@ pub struct Observed {
     pub templates: BTreeMap<String, String>,
     /// The VNC passwords given out already, by VM name.
     pub vnc_passwords: BTreeMap<String, String>,
+    /// The Vino's BareMetalHosts that may not go before their node is drained (`hold::admit` refuses their
+    /// deletion), by name.
+    pub held: BTreeSet<String>,
+    /// Of those, the ones whose drain was asked (`bpa.akraino.org/drain`).
+    pub drain_asked: BTreeSet<String>,
+}
+
+/// Vino `name`'s BareMetalHosts that may not go before their node is drained (`hold::admit` refuses their
+/// deletion), by name, and of those the ones whose drain was asked.
+pub async fn held(
+    client: &kube::Client,
+    name: &str,
+    ns: &str,
+) -> Result<(BTreeSet<String>, BTreeSet<String>), Error> {
+    let owner = ListParams::default().labels(&format!("{}={name}", OWNERSHIP.owner_label));
+    let hosts = Api::<BareMetalHost>::namespaced(client.clone(), ns)
+        .list(&owner)
+        .await?
+        .items;
+    let held: Vec<&BareMetalHost> = hosts
+        .iter()
+        .filter(|h| hold::admit(h, None).is_err())
+        .collect();
+    let asked = held
+        .iter()
+        .filter(|h| hold::annotation(h, hold::DRAIN_ANNOTATION).is_some())
+        .map(|h| h.name_any())
+        .collect();
+    Ok((held.iter().map(|h| h.name_any()).collect(), asked))
 }
 
 /// Reads everything `vino`'s reconcile needs from namespace `ns` (and the cluster's Nodes).
@@ -145,6 +177,8 @@ pub async fn observe(
         .filter(|(_, p)| !p.is_empty())
         .collect();
 
+    let (held, drain_asked) = held(client, &name, ns).await?;
+
     Ok(Ok(Observed {
         credentials,
         nodes,
@@ -153,5 +187,7 @@ pub async fn observe(
         pools,
         templates,
         vnc_passwords,
+        held,
+        drain_asked,
     }))
 }

@@ -35,23 +35,44 @@ pub struct Vm {
     /// `<node>-<nodeset>-<i>`: the libvirt domain and Redfish system name.
     pub name: String,
     pub bmh: String,
+    /// Left out by its node set's count, kept until its host's node is drained.
+    pub leaving: bool,
 }
 
-/// The VMs of `sets` on `nodes` (sorted by node, then set order, then index).
-pub fn plan_vms(ns: &str, vino: &str, nodes: &[String], sets: &[VmNodeSet]) -> Vec<Vm> {
+/// The VMs of `sets` on `nodes` (sorted by node, then set order, then index), and those a node set's count
+/// left out that are still `held` (BareMetalHost names: a host that runs a node of a Provisioning's cluster goes
+/// only once that node is drained, `bpa::hold`), marked [`Vm::leaving`].
+pub fn plan_vms(
+    ns: &str,
+    vino: &str,
+    nodes: &[String],
+    sets: &[VmNodeSet],
+    held: &BTreeSet<String>,
+) -> Vec<Vm> {
     let mut out = Vec::new();
     for node in nodes {
         for set in sets {
-            for index in 0..set.count.max(0) {
+            let count = set.count.max(0);
+            let vm = |index: i32| {
                 let name = format!("{node}-{}-{index}", set.name);
-                out.push(Vm {
+                Vm {
                     node: node.clone(),
                     node_set: set.name.clone(),
                     index,
                     bmh: dns_name(&format!("{ns}-{vino}-{name}")),
                     name,
-                });
-            }
+                    leaving: index >= count,
+                }
+            };
+            // A held host's index, if it is one of this node set's on this node beyond its count.
+            let mut beyond: Vec<i32> = held
+                .iter()
+                .filter_map(|bmh| bmh.rsplit_once('-')?.1.parse::<i32>().ok())
+                .filter(|&i| i >= count && held.contains(&vm(i).bmh))
+                .collect();
+            beyond.sort_unstable();
+            beyond.dedup();
+            out.extend((0..count).chain(beyond).map(vm));
         }
     }
     out
@@ -297,7 +318,7 @@ mod tests {
             json!([{"name": "master", "count": 1}, {"name": "Worker_X", "count": 2}]),
         )
         .unwrap();
-        let vms = plan_vms("site", "v1", &["n1".into()], &sets);
+        let vms = plan_vms("site", "v1", &["n1".into()], &sets, &BTreeSet::new());
         let names: Vec<(&str, &str)> = vms
             .iter()
             .map(|v| (v.name.as_str(), v.bmh.as_str()))
@@ -313,6 +334,34 @@ mod tests {
         assert_eq!(
             bmc_address(&"fd00::5".parse().unwrap(), "n1-master-0"),
             "redfish+http://[fd00::5]:8000/redfish/v1/Systems/n1-master-0"
+        );
+    }
+
+    #[test]
+    fn a_vm_its_count_left_out_stays_while_its_host_is_held() {
+        let sets: Vec<VmNodeSet> =
+            serde_json::from_value(json!([{"name": "w", "count": 1}, {"name": "w-1", "count": 0}]))
+                .unwrap();
+        // Held: n1's w-2 (beyond the count), w-0 (within it), another node's, another set's look-alike, junk.
+        let held: BTreeSet<String> = [
+            "site-v1-n1-w-2",
+            "site-v1-n1-w-0",
+            "site-v1-n9-w-1",
+            "site-v1-n1-w-1-0",
+            "site-v1-n1-w-x",
+        ]
+        .into_iter()
+        .map(Into::into)
+        .collect();
+        let vms = plan_vms("site", "v1", &["n1".into()], &sets, &held);
+        let names: Vec<(&str, bool)> = vms.iter().map(|v| (v.bmh.as_str(), v.leaving)).collect();
+        assert_eq!(
+            names,
+            [
+                ("site-v1-n1-w-0", false),
+                ("site-v1-n1-w-2", true),
+                ("site-v1-n1-w-1-0", true),
+            ]
         );
     }
 

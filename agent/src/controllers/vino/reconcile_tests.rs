@@ -137,6 +137,12 @@ async fn a_spec_that_cannot_be_rendered_writes_no_object() {
                 body: list(serde_json::json!([])),
             },
             Step {
+                method: Method::GET,
+                path: "/namespaces/site/baremetalhosts",
+                status: 200,
+                body: list(serde_json::json!([])),
+            },
+            Step {
                 method: Method::POST,
                 path: "/events",
                 status: 201,
@@ -154,7 +160,7 @@ async fn a_spec_that_cannot_be_rendered_writes_no_object() {
     drop(ctx);
     let bodies = scenario.await.unwrap();
     assert_eq!(action, Action::requeue(Duration::from_secs(300)));
-    let ready = bodies[3]["status"]["conditions"]
+    let ready = bodies[4]["status"]["conditions"]
         .as_array()
         .unwrap()
         .iter()

@@ -58,6 +58,8 @@ pub struct Desired {
     pub daemon_set: DaemonSet,
     /// The VMs per node, for the status.
     pub nodes: Vec<NodeVms>,
+    /// BareMetalHosts of VMs a node set's count left out, kept until their node is drained.
+    pub leaving: Vec<String>,
 }
 
 fn named(name: &str, node: Option<&str>) -> ObjectMeta {
@@ -93,7 +95,7 @@ pub fn desired(
     let spec = &vino.spec;
     airship::check_templates(spec)?;
     let node_names: Vec<String> = obs.nodes.iter().map(|n| n.name_any()).collect();
-    let vms = plan_vms(ns, &name, &node_names, &spec.nodes);
+    let vms = plan_vms(ns, &name, &node_names, &spec.nodes, &obs.held);
     let mut sizes = BTreeMap::new();
     for set in &spec.nodes {
         sizes.insert(
@@ -444,6 +446,11 @@ pub fn desired(
         nodes: node_status
             .into_iter()
             .map(|(name, vms)| NodeVms { name, vms })
+            .collect(),
+        leaving: vms
+            .iter()
+            .filter(|vm| vm.leaving)
+            .map(|vm| vm.bmh.clone())
             .collect(),
     })
 }

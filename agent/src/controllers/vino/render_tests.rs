@@ -1,6 +1,6 @@
 //! The ViNO rendering, pure: the objects a Vino wants from what was observed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
@@ -60,6 +60,8 @@ fn observed(inline: bool, vnc: &[(&str, &str)]) -> Observed {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect(),
+        held: BTreeSet::new(),
+        drain_asked: BTreeSet::new(),
     }
 }
 
