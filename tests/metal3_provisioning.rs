@@ -629,7 +629,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         "the master healed by the BPA through its BareMetalHost while the worker is deprovisioned",
     );
     // The worker's image removed: BMO deprovisions it, cleaning its disk's metadata. The master's kubelet
-    // stopped: its Node goes NotReady, and past the spec's 30 s the BPA drains it (for at most the spec's 20 s)
+    // stopped: its Node goes NotReady, and past the spec's 30 s the BPA drains it (for at most the spec's 10 s)
     // and reboots it through its BareMetalHost.
     bpa::healing_on(&site, &job);
     assert!(

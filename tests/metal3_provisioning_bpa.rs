@@ -520,7 +520,7 @@ pub(super) fn healing_on(site: &Site, job: &str) {
         "c1",
         "--type=merge",
         "-p",
-        r#"{"spec": {"healing": {"enabled": true, "notReadySeconds": 30, "maxUnhealthyPercent": 100, "drainTimeoutSeconds": 20}}}"#,
+        r#"{"spec": {"healing": {"enabled": true, "notReadySeconds": 30, "maxUnhealthyPercent": 100, "drainTimeoutSeconds": 10}}}"#,
     ])
     .unwrap_or_else(|e| panic!("turning healing on: {e}"));
     let generation = field(site, "{.metadata.generation}");
@@ -561,7 +561,7 @@ pub(super) fn master_back(site_of: (&Namespace, &Site, &Path), conf: &str, start
 
 /// The BPA healed the cluster's master, whose kubelet the test stopped: an Event `Remediating` says its node
 /// is drained before its reboot through BareMetalHost `bmh`; the spread Deployment's budget (two pods on the
-/// unreachable master, minAvailable 1) holds that drain, so past the spec's 20 s a Warning `Rebooting` says the
+/// unreachable master, minAvailable 1) holds that drain, so past the spec's 10 s a Warning `Rebooting` says the
 /// reboot goes ahead undrained and names a spread pod; one `Healed` follows, the remediation in the status
 /// ended `Healed` with its drain `TimedOut`, the node the drain cordoned is schedulable again, and the cluster
 /// is `Healthy` again.
@@ -616,7 +616,7 @@ pub(super) fn healed_the_master(site_of: (&Namespace, &Site, &Path), conf: &str,
     );
     assert_eq!(notes.matches(&remediating).count(), 1, "{notes}");
     let rebooting = format!(
-        "Rebooting: rebooting master-0 through BareMetalHost {bmh} undrained: the drain had its 20 s \
+        "Rebooting: rebooting master-0 through BareMetalHost {bmh} undrained: the drain had its 10 s \
          (spec.healing.drainTimeoutSeconds): "
     );
     let line = notes

@@ -167,8 +167,10 @@ pub fn build(spec: &Path, out: &Path) {
         .arg(out));
 }
 
-/// Waits until `ready` says yes (its value), polling every 5 s, printing each new state `state` names (past the
-/// harness's capture: a CI log shows where the minutes went); fails naming the last state after `limit`.
+/// Waits until `ready` says yes (its value), polling every 2 s for the first 30 s (most waits end there) and every
+/// 5 s after (a long wait is a VM booting under TCG, which the polls' kubectl and SSH would slow), printing each
+/// new state `state` names (past the harness's capture: a CI log shows where the minutes went); fails naming the
+/// last state after `limit`.
 pub fn wait_for<T>(
     what: &str,
     limit: Duration,
@@ -192,7 +194,12 @@ pub fn wait_for<T>(
             started.elapsed() < limit,
             "{what}: not within {limit:?}; the last state: {last}"
         );
-        std::thread::sleep(Duration::from_secs(5));
+        let pause = if started.elapsed() < Duration::from_secs(30) {
+            2
+        } else {
+            5
+        };
+        std::thread::sleep(Duration::from_secs(pause));
     }
 }
 
