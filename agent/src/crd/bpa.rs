@@ -79,6 +79,15 @@ pub struct Healing {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub drain_timeout_seconds: Option<u32>,
+    /// A worker its reboot did not heal is re-provisioned: its Node deleted, its BareMetalHost deprovisioned
+    /// (cleaned) and given its image again, then joined again by the installer Job. Never a control-plane host
+    /// (re-provisioning the cluster's one master would lose the cluster) [true].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reprovision: Option<bool>,
+    /// How long a re-provisioned node has to be `Ready` again; past it the remediation ends `NotHealed` [3600].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub reprovision_timeout_seconds: Option<u32>,
     /// Nothing is remediated while more than this share of the nodes is unhealthy: a site-wide outage must
     /// not reboot every host [50].
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -180,7 +189,8 @@ pub struct ProvisioningStatus {
     pub remediations: Vec<Remediation>,
 }
 
-/// One remediation of a workload node: its node drained, then rebooted through its BareMetalHost.
+/// One remediation of a workload node: its node drained, then rebooted through its BareMetalHost, then, for a
+/// worker its reboot did not heal, re-provisioned and joined again.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Remediation {
@@ -201,6 +211,17 @@ pub struct Remediation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("format" = "date-time"))]
     pub rebooted: Option<String>,
+    /// Its reboot did not heal it: where its re-provisioning is, `Deprovisioning` (its Node deleted, its host's
+    /// image removed), `Provisioning` (the image given again), `Joining` (the installer Job runs again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reprovision: Option<String>,
+    /// When its re-provisioning started (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("format" = "date-time"))]
+    pub reprovisioned: Option<String>,
+    /// The host's image, kept while it is deprovisioned, to give it again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<crate::crd::metal3::Image>,
     /// Unset while under way; `Healed` (the node `Ready` again), `NotHealed` (not within
     /// `rebootTimeoutSeconds`) or `NodeGone` (the Node left the cluster).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -53,7 +53,7 @@ pub struct BmcDetails {
     pub disable_certificate_verification: bool,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Image {
     pub url: String,

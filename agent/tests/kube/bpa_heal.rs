@@ -25,7 +25,7 @@ use foothold_agent::crd::bpa::Provisioning;
 use foothold_agent::crd::metal3::BareMetalHost;
 
 /// Sets node `name`'s `Ready` condition, changed `ago` seconds ago.
-async fn ready(nodes: &Api<Node>, name: &str, status: &str, ago: i64) {
+pub(crate) async fn ready(nodes: &Api<Node>, name: &str, status: &str, ago: i64) {
     let at = (Timestamp::now() - SignedDuration::from_secs(ago)).to_string();
     nodes
         .patch_status(
@@ -51,7 +51,7 @@ fn healthy(p: &Provisioning) -> Option<(String, String, String)> {
 }
 
 /// The note of the Event of `reason` in `ns`, once there is one.
-async fn event(client: &kube::Client, ns: &str, reason: &str) -> String {
+pub(crate) async fn event(client: &kube::Client, ns: &str, reason: &str) -> String {
     let events: Api<Event> = Api::namespaced(client.clone(), ns);
     until(&format!("an Event {reason}"), || async {
         events

@@ -13,6 +13,7 @@ mod bpa;
 mod bpa_heal;
 mod bpa_hold;
 mod bpa_members;
+mod bpa_reprovision;
 mod crds;
 mod drain;
 mod faults;

@@ -23,9 +23,11 @@ fn node(name: &str, control_plane: bool, not_ready_for: Option<i64>) -> Node {
 fn under_way(node: &str, started_ago: i64) -> Past {
     Past {
         node: node.into(),
+        bare_metal_host: format!("bmh-{node}"),
         started: NOW - started_ago,
         draining: false,
         rebooted: None,
+        reprovisioned: None,
         outcome: None,
         recovered: false,
     }
@@ -44,6 +46,8 @@ fn the_defaults_are_those_the_crd_documents() {
             not_ready: 300,
             reboot_timeout: 900,
             drain_timeout: 120,
+            reprovision: true,
+            reprovision_timeout: 3600,
             max_unhealthy_percent: 50,
             max_remediations: 3,
             window: 3600,
@@ -118,12 +122,88 @@ fn a_drain_has_its_time_then_the_reboot_times_from_when_it_was_asked() {
     assert!(d.ended.is_empty() && d.draining.is_empty());
     assert_eq!(d.message, "w: rebooting through BareMetalHost bmh-w");
     let d = decide(&policy(), &nodes, &[rebooted(900)], NOW);
-    assert_eq!(d.ended, [(0, Outcome::NotHealed)]);
+    assert_eq!((d.ended.clone(), d.reprovision), (vec![], vec![0]));
     // Ready again during its drain: healed, nothing to reboot.
     let back = [node("w", false, None), node("x", false, None)];
     let d = decide(&policy(), &back, &[draining(10)], NOW);
     assert_eq!(d.ended, [(0, Outcome::Healed)]);
     assert!(d.draining.is_empty() && d.start.is_empty());
+}
+
+#[test]
+fn a_worker_its_reboot_did_not_heal_is_reprovisioned_a_control_plane_is_left() {
+    let rebooted = |n: &str| Past {
+        rebooted: Some(NOW - 900),
+        ..under_way(n, 1000)
+    };
+    let nodes = [
+        node("m", true, Some(2000)),
+        node("w", false, Some(2000)),
+        node("x", false, None),
+        node("y", false, None),
+    ];
+    let d = decide(&policy(), &nodes, &[rebooted("m"), rebooted("w")], NOW);
+    assert_eq!(d.reprovision, [1]);
+    assert_eq!(d.ended, [(0, Outcome::NotHealed)]);
+    assert!(
+        d.message
+            .contains("w: re-provisioned through BareMetalHost bmh-w: its reboot did not heal it"),
+        "{}",
+        d.message
+    );
+    assert!(
+        d.message
+            .contains("m: not Ready after its reboot, left to the operator"),
+        "{}",
+        d.message
+    );
+    // Off, or too many unhealthy: left to the operator as well.
+    let off = Policy {
+        reprovision: false,
+        ..policy()
+    };
+    let d = decide(&off, &nodes, &[rebooted("w")], NOW);
+    assert_eq!(
+        (d.reprovision.len(), d.ended.clone()),
+        (0, vec![(0, Outcome::NotHealed)])
+    );
+    let d = decide(&policy(), &nodes[..2], &[rebooted("w")], NOW);
+    assert_eq!(
+        (d.reprovision.len(), d.ended.clone()),
+        (0, vec![(0, Outcome::NotHealed)])
+    );
+}
+
+#[test]
+fn a_reprovisioning_waits_for_its_node_to_join_within_its_time() {
+    let reprovisioning = |ago| Past {
+        rebooted: Some(NOW - 5000),
+        reprovisioned: Some(NOW - ago),
+        ..under_way("w", 6000)
+    };
+    // Its Node deleted: under way, not gone; the condition says so.
+    let others = [node("m", true, None), node("x", false, None)];
+    let d = decide(&policy(), &others, &[reprovisioning(100)], NOW);
+    assert!(d.ended.is_empty() && d.reprovision.is_empty() && d.start.is_empty());
+    assert_eq!((d.healthy, d.reason), (false, "Remediating"));
+    assert_eq!(
+        d.message,
+        "w: re-provisioned through BareMetalHost bmh-w, to join again"
+    );
+    // Joined, not Ready yet: still under way, and not remediated again.
+    let joined = [
+        node("m", true, None),
+        node("w", false, Some(1000)),
+        node("x", false, None),
+    ];
+    let d = decide(&policy(), &joined, &[reprovisioning(100)], NOW);
+    assert!(d.ended.is_empty() && d.start.is_empty());
+    // Ready: healed; past its time: not healed.
+    let ready = [node("m", true, None), node("w", false, None)];
+    let d = decide(&policy(), &ready, &[reprovisioning(100)], NOW);
+    assert_eq!(d.ended, [(0, Outcome::Healed)]);
+    let d = decide(&policy(), &others, &[reprovisioning(3600)], NOW);
+    assert_eq!(d.ended, [(0, Outcome::NotHealed)]);
 }
 
 #[test]
@@ -146,7 +226,7 @@ fn a_remediation_ends_healed_not_healed_or_with_its_node_gone() {
     let nodes = [
         node("a", false, None),
         node("b", false, Some(1000)),
-        node("c", false, Some(1000)),
+        node("c", true, Some(1000)),
         node("d", false, None),
         node("e", false, None),
         node("f", false, None),
@@ -318,9 +398,11 @@ fn arb_past() -> impl Strategy<Value = Vec<Past>> {
         v.into_iter()
             .map(|(n, ago, outcome, recovered, draining)| Past {
                 node: format!("n{n}"),
+                bare_metal_host: format!("bmh-{n}"),
                 started: NOW - ago,
                 draining: draining && outcome == 0,
                 rebooted: (!draining).then_some(NOW - ago / 2),
+                reprovisioned: (!draining && ago % 3 == 0).then_some(NOW - ago / 3),
                 outcome: [
                     None,
                     Some(Outcome::Healed),
@@ -367,6 +449,8 @@ proptest! {
                 &p.node == name && p.outcome.is_none() && !d.ended.iter().any(|(e, _)| *e == i)
             });
             prop_assert!(!still_under_way, "{} rebooted twice", name);
+            let just_left = d.ended.iter().any(|&(e, o)| o == Outcome::NotHealed && &past[e].node == name);
+            prop_assert!(!just_left, "{} left to the operator and started again", name);
         }
         if !d.start.is_empty() {
             prop_assert!(policy.enabled);
@@ -395,6 +479,21 @@ proptest! {
             p.draining && p.outcome.is_none() && !d.ended.iter().any(|(e, _)| e == i)
         });
         prop_assert_eq!(draining_now.count(), d.draining.len());
-        prop_assert_eq!(d.healthy, nodes.iter().all(|n| n.not_ready_since.is_none()));
+        // A re-provisioning starts only for a worker rebooted past its time, never while too many are unhealthy.
+        for &i in &d.reprovision {
+            let p = &past[i];
+            prop_assert!(p.outcome.is_none() && p.reprovisioned.is_none() && !p.draining);
+            prop_assert!(!control_plane(&p.node), "{} is a control plane", p.node);
+            prop_assert!(policy.enabled && policy.reprovision);
+            prop_assert!(unhealthy.len() * 100 <= policy.max_unhealthy_percent as usize * nodes.len());
+            prop_assert!(!d.ended.iter().any(|(e, _)| *e == i));
+        }
+        // Healthy: every node Ready, and no node away for its re-provisioning.
+        let away = past.iter().any(|p| {
+            p.outcome.is_none()
+                && p.reprovisioned.is_some_and(|t| NOW - t < policy.reprovision_timeout)
+                && !nodes.iter().any(|n| n.name == p.node)
+        });
+        prop_assert_eq!(d.healthy, !away && nodes.iter().all(|n| n.not_ready_since.is_none()));
     }
 }

@@ -3,18 +3,22 @@
 //! through the Eviction API (PodDisruptionBudgets hold; a round each look, pods the unanswering kubelet cannot
 //! end not waited for), then its host rebooted through BMO once drained or once the drain had its time (the
 //! `reboot.metal3.io` annotation: BMO powers the host off, softly first, removes the annotation and powers it
-//! on); the node made schedulable again once `Ready`; the remediations kept in `status.remediations`, each step
-//! an Event, and the `Healthy` condition.
+//! on); the node made schedulable again once `Ready`; a worker its reboot did not heal re-provisioned (its image
+//! kept, its Node deleted, the host deprovisioned, given its image again once cleaned, the installer Job run
+//! again once provisioned, which joins it); the remediations kept in `status.remediations`, each step an
+//! Event, and the `Healthy` condition.
 
 use std::time::Duration;
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
 use super::heal::{self, Outcome, Past, Policy};
+use super::hold;
 use crate::controllers::common::{publish, set_condition, workload, Base, Error};
 use crate::crd::bpa::{Provisioning, ProvisioningStatus, Remediation};
 use crate::crd::metal3::BareMetalHost;
@@ -31,6 +35,10 @@ pub const REBOOT_ANNOTATION: &str = "reboot.metal3.io";
 const DRAINING: &str = "Draining";
 const DRAINED: &str = "Drained";
 const TIMED_OUT: &str = "TimedOut";
+/// A remediation's re-provisioning (`status.remediations[].reprovision`), step by step.
+const DEPROVISIONING: &str = "Deprovisioning";
+const PROVISIONING: &str = "Provisioning";
+const JOINING: &str = "Joining";
 
 /// Reads the nodes of `p`'s installed cluster (its kubeconfig in Secret `secret`), reboots those `heal`
 /// says, and updates `status` (remediations, the `Healthy` condition). Returns when to look again.
@@ -98,6 +106,10 @@ pub async fn heal(
         r.ended = Some(stamp.clone());
         let (node, bmh) = (&r.node, &r.bare_metal_host);
         let (kind, note) = match (outcome, &r.rebooted) {
+            (Outcome::Healed, _) if r.reprovisioned.is_some() => (
+                EventType::Normal,
+                format!("{node} is Ready again after its re-provisioning through BareMetalHost {bmh}"),
+            ),
             (Outcome::Healed, None) if r.drain.as_deref() == Some(DRAINING) => (
                 EventType::Normal,
                 format!("{node} is Ready again before its reboot through BareMetalHost {bmh}: not rebooted"),
@@ -107,6 +119,14 @@ pub async fn heal(
                 format!(
                     "{node} is Ready again after its reboot through BareMetalHost {bmh} (asked at {})",
                     asked.as_ref().unwrap_or(&r.started)
+                ),
+            ),
+            (Outcome::NotHealed, _) if r.reprovisioned.is_some() => (
+                EventType::Warning,
+                format!(
+                    "{node} is not Ready {} s after its re-provisioning through BareMetalHost {bmh} began: left to \
+                     the operator until it is Ready again",
+                    policy.reprovision_timeout
                 ),
             ),
             (Outcome::NotHealed, _) => (
@@ -173,6 +193,39 @@ pub async fn heal(
             cordoned: Some(schedulable),
             ..Remediation::default()
         });
+    }
+    for &i in &d.reprovision {
+        let r = &mut status.remediations[i];
+        r.reprovision = Some(DEPROVISIONING.into());
+        r.reprovisioned = Some(stamp.clone());
+        let note = format!(
+            "{} is not Ready {} s after its reboot through BareMetalHost {}: re-provisioning it (its Node \
+             deleted, the host deprovisioned and given its image again) to join it again",
+            r.node, policy.reboot_timeout, r.bare_metal_host
+        );
+        publish(
+            &base.recorder,
+            p,
+            EventType::Warning,
+            "Reprovisioning",
+            &note,
+        )
+        .await;
+    }
+    let job = status.job_name.clone();
+    for r in status.remediations.iter_mut() {
+        if r.outcome.is_none() && r.reprovision.is_some() {
+            if let Some(note) = reprovision(base, ns, &workload, r, job.as_deref()).await? {
+                publish(
+                    &base.recorder,
+                    p,
+                    EventType::Normal,
+                    "Reprovisioning",
+                    &note,
+                )
+                .await;
+            }
+        }
     }
     let hosts: Api<BareMetalHost> = Api::namespaced(base.client.clone(), ns);
     for (i, overdue) in draining {
@@ -257,9 +310,11 @@ fn seconds(rfc3339: &str) -> i64 {
 fn past_of(r: &Remediation) -> Past {
     Past {
         node: r.node.clone(),
+        bare_metal_host: r.bare_metal_host.clone(),
         started: seconds(&r.started),
         draining: r.drain.as_deref() == Some(DRAINING),
         rebooted: r.rebooted.as_deref().map(seconds),
+        reprovisioned: r.reprovisioned.as_deref().map(seconds),
         outcome: r.outcome.as_deref().and_then(Outcome::parse),
         recovered: r.recovered.is_some(),
     }
@@ -301,6 +356,98 @@ async fn workload_nodes(
         .await
         .map(|l| (workload, l.items))
         .map_err(|e| e.to_string()))
+}
+
+/// One step of `r`'s re-provisioning, as far as its BareMetalHost got; what it did, for an Event. The host's
+/// image is first kept in `r` (written with the status) and only removed at the next look, so that no failure
+/// between the two writes loses it. `job`: the installer Job, deleted once the host is provisioned again so that
+/// the BPA runs it again and it joins the node (the installer leaves the rest of the cluster as it is).
+async fn reprovision(
+    base: &Base,
+    ns: &str,
+    workload: &kube::Client,
+    r: &mut Remediation,
+    job: Option<&str>,
+) -> Result<Option<String>, Error> {
+    let hosts: Api<BareMetalHost> = Api::namespaced(base.client.clone(), ns);
+    // A host gone or renamed: nothing to drive; the remediation's time ends it.
+    let Some(bmh) = hosts.get_opt(&r.bare_metal_host).await? else {
+        return Ok(None);
+    };
+    let state = bmh
+        .status
+        .as_ref()
+        .and_then(|s| s.provisioning.as_ref())
+        .map(|p| p.state.as_str())
+        .unwrap_or_default();
+    let name = &r.bare_metal_host;
+    match r.reprovision.as_deref() {
+        Some(DEPROVISIONING) => match (&bmh.spec.image, &r.image) {
+            (Some(image), None) => {
+                r.image = Some(image.clone());
+                Ok(None)
+            }
+            (Some(_), Some(_)) => {
+                match Api::<KubeNode>::all(workload.clone())
+                    .delete(&r.node, &Default::default())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(why) => {
+                        tracing::warn!(node = %r.node, %why, "cannot delete the node to re-provision");
+                        return Ok(None);
+                    }
+                }
+                // Its node is gone: the host may go (the drain hold's two marks, as an operator sets them for a
+                // node that cannot be drained; the hold reads the host as it was, so they go first), then it is
+                // deprovisioned.
+                let marks = serde_json::json!({"metadata": {"annotations": {
+                    hold::DRAIN_ANNOTATION: "", hold::DRAINED_ANNOTATION: r.node}}});
+                hosts
+                    .patch(name, &PatchParams::default(), &Patch::Merge(marks))
+                    .await?;
+                let deprovision = serde_json::json!({"spec": {"image": null}});
+                hosts
+                    .patch(name, &PatchParams::default(), &Patch::Merge(deprovision))
+                    .await?;
+                Ok(Some(format!(
+                    "{}'s Node deleted and BareMetalHost {name} deprovisioned, to be cleaned and provisioned again",
+                    r.node
+                )))
+            }
+            (None, Some(image)) if state == "available" || state == "ready" => {
+                let patch = serde_json::json!({"spec": {"image": image}});
+                hosts
+                    .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await?;
+                r.reprovision = Some(PROVISIONING.into());
+                Ok(Some(format!(
+                    "BareMetalHost {name} is {state}: provisioning it again with {}",
+                    image.url
+                )))
+            }
+            _ => Ok(None),
+        },
+        Some(PROVISIONING) if state == hold::PROVISIONED => {
+            if let Some(job) = job {
+                let jobs: Api<Job> = Api::namespaced(base.client.clone(), ns);
+                let background = DeleteParams::background();
+                match jobs.delete(job, &background).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            r.reprovision = Some(JOINING.into());
+            Ok(Some(format!(
+                "BareMetalHost {name} is provisioned again: the installer Job {} runs again to join {}",
+                job.unwrap_or_default(),
+                r.node
+            )))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Makes the node of `r` schedulable again if the remediation cordoned it (a node the operator had cordoned
@@ -378,9 +525,11 @@ mod tests {
             past_of(&rem),
             Past {
                 node: "w".into(),
+                bare_metal_host: "bmh-w".into(),
                 started: 1_796_040_000,
                 draining: false,
                 rebooted: None,
+                reprovisioned: None,
                 outcome: Some(Outcome::NotHealed),
                 recovered: true,
             }
