@@ -53,6 +53,21 @@ fn owned(name: &str) -> ListParams {
     ListParams::default().labels(&format!("vino.airshipit.org/vino={name}"))
 }
 
+/// BareMetalHost `name` claimed by Provisioning `c1` of `ns` and `provisioned`: it runs a node of that cluster.
+async fn claimed_and_provisioned(bmhs: &Api<BareMetalHost>, name: &str, ns: &str) {
+    let claim = json!({"spec": {"consumerRef": {
+        "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Provisioning", "name": "c1", "namespace": ns}}});
+    bmhs.patch(name, &PatchParams::default(), &Patch::Merge(claim))
+        .await
+        .unwrap();
+    let status = json!({"status": {
+        "errorCount": 0, "errorMessage": "", "operationalStatus": "OK", "poweredOn": true,
+        "provisioningFailCount": 0, "provisioning": {"ID": "id", "state": "provisioned"}}});
+    bmhs.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn vino_publishes_vms_as_baremetalhosts_scales_down_and_cleans_up() {
     let env = env();
@@ -260,19 +275,7 @@ async fn vino_publishes_vms_as_baremetalhosts_scales_down_and_cleans_up() {
 
     // The second VM of n2 runs a node of a Provisioning's cluster: its host claimed and provisioned.
     let held = format!("{ns}-v-{n2}-worker-1");
-    bmhs.patch(&held, &PatchParams::default(), &Patch::Merge(json!({"spec": {"consumerRef": {
-        "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Provisioning", "name": "c1", "namespace": &ns}}})))
-        .await
-        .unwrap();
-    bmhs.patch_status(
-        &held,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {
-        "errorCount": 0, "errorMessage": "", "operationalStatus": "OK", "poweredOn": true,
-        "provisioningFailCount": 0, "provisioning": {"ID": "id", "state": "provisioned"}}})),
-    )
-    .await
-    .unwrap();
+    claimed_and_provisioned(&bmhs, &held, &ns).await;
 
     // Scale down: the second VM of each node goes, with its Secrets and addresses; n2's only once its node
     // is drained (the BPA's mark, played here).
@@ -388,19 +391,7 @@ async fn vino_publishes_vms_as_baremetalhosts_scales_down_and_cleans_up() {
     // Delete: n1's VM runs a node of a Provisioning's cluster, so nothing goes before its drain; then nothing
     // of the Vino is left.
     let node_host = format!("{ns}-v-{n1}-worker-0");
-    bmhs.patch(&node_host, &PatchParams::default(), &Patch::Merge(json!({"spec": {"consumerRef": {
-        "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Provisioning", "name": "c1", "namespace": &ns}}})))
-        .await
-        .unwrap();
-    bmhs.patch_status(
-        &node_host,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {
-        "errorCount": 0, "errorMessage": "", "operationalStatus": "OK", "poweredOn": true,
-        "provisioningFailCount": 0, "provisioning": {"ID": "id", "state": "provisioned"}}})),
-    )
-    .await
-    .unwrap();
+    claimed_and_provisioned(&bmhs, &node_host, &ns).await;
     vinos.delete("v", &DeleteParams::default()).await.unwrap();
     until("the drain asked for the deleted Vino's node", || async {
         let host = bmhs.get(&node_host).await.unwrap();
