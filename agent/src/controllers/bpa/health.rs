@@ -150,8 +150,9 @@ pub async fn heal(
         let note = format!("{} is Ready again: it may be remediated again", r.node);
         publish(&base.recorder, p, EventType::Normal, "Recovered", &note).await;
     }
+    // Ready again (healed, or recovered after it was left to the operator): schedulable again.
     for &(i, outcome) in &d.ended {
-        if outcome != Outcome::NodeGone {
+        if outcome == Outcome::Healed {
             schedulable_again(&workload, &status.remediations[i]).await;
         }
     }
