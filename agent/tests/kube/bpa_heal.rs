@@ -89,6 +89,52 @@ pub(crate) async fn installed_on(client: &kube::Client, ns: &str, workload: &Own
     job_status(client, ns, "c1-install-g1", true).await;
 }
 
+/// Node `name` of the workload cluster with the role `role` (`control-plane`, `worker`), no condition yet.
+pub(crate) async fn workload_node(nodes: &Api<Node>, name: &str, role: &str) {
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {format!("node-role.kubernetes.io/{role}"): ""}},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+}
+
+/// A cluster `c1` of master `m` and worker `w` installed on `workload`: their Nodes, their BareMetalHosts
+/// `node-a` and `node-b` (`provisioned`, with `hosts`' MAC and address each), Provisioning `c1` with `healing`,
+/// its first Job succeeded. Returns the workload cluster's Nodes.
+pub(crate) async fn two_node_cluster(
+    (client, ns, workload): (&kube::Client, &str, &OwnPlane),
+    hosts: [(&str, &str); 2],
+    healing: serde_json::Value,
+) -> Api<Node> {
+    let nodes: Api<Node> = Api::all(workload.env.client().await);
+    workload_node(&nodes, "m", "control-plane").await;
+    workload_node(&nodes, "w", "worker").await;
+    for (name, (mac, ip)) in ["node-a", "node-b"].into_iter().zip(hosts) {
+        bmh(
+            client,
+            ns,
+            (name, mac, ip, 4, 4096, "provisioned"),
+            json!({}),
+        )
+        .await;
+    }
+    let [(m_mac, _), (w_mac, _)] = hosts;
+    Api::<Provisioning>::namespaced(client.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &provisioning(
+                "c1",
+                "c1",
+                json!({"masters": [{"m": {"mac-address": m_mac}}], "workers": [{"w": {"mac-address": w_mac}}],
+                       "healing": healing}),
+            ),
+        )
+        .await
+        .unwrap();
+    installed_on(client, ns, workload).await;
+    nodes
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_not_ready_is_rebooted_through_its_host_unless_too_many_are() {
     let env = env();
@@ -99,43 +145,17 @@ async fn a_node_not_ready_is_rebooted_through_its_host_unless_too_many_are() {
     let workload = tokio::task::spawn_blocking(|| OwnPlane::start("bpa-heal"))
         .await
         .unwrap();
-    let nodes: Api<Node> = Api::all(workload.env.client().await);
-    for (name, role) in [("m", "control-plane"), ("w", "worker")] {
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {format!("node-role.kubernetes.io/{role}"): ""}},
-        }))
-        .unwrap();
-        nodes.create(&PostParams::default(), &node).await.unwrap();
+    let (m_mac, w_mac) = ("00:c6:14:04:63:01", "00:c6:14:04:63:02");
+    let nodes = two_node_cluster(
+        (&client, &ns, &workload),
+        [(m_mac, "10.20.1.11"), (w_mac, "10.20.1.12")],
+        json!({"notReadySeconds": 30, "drainTimeoutSeconds": 20}),
+    )
+    .await;
+    for name in ["m", "w"] {
         ready(&nodes, name, "False", 120).await;
     }
-
-    let (m_mac, w_mac) = ("00:c6:14:04:63:01", "00:c6:14:04:63:02");
-    for (name, mac, ip) in [
-        ("node-a", m_mac, "10.20.1.11"),
-        ("node-b", w_mac, "10.20.1.12"),
-    ] {
-        bmh(
-            &client,
-            &ns,
-            (name, mac, ip, 4, 4096, "provisioned"),
-            json!({}),
-        )
-        .await;
-    }
     let provs: Api<Provisioning> = Api::namespaced(client.clone(), &ns);
-    provs
-        .create(
-            &PostParams::default(),
-            &provisioning(
-                "c1",
-                "c1",
-                json!({"masters": [{"m": {"mac-address": m_mac}}], "workers": [{"w": {"mac-address": w_mac}}],
-                       "healing": {"notReadySeconds": 30, "drainTimeoutSeconds": 20}}),
-            ),
-        )
-        .await
-        .unwrap();
-    installed_on(&client, &ns, &workload).await;
     // On the worker: a pod, and one a PodDisruptionBudget keeps (no disruption controller: it allows nothing).
     let wclient = workload.env.client().await;
     let pods: Api<Pod> = Api::namespaced(wclient.clone(), "default");

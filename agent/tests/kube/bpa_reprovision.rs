@@ -8,13 +8,12 @@
 //! re-provisioning. The master, a control-plane host, is never re-provisioned.
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use crate::bpa::{get_prov, provisioning, start_agent};
-use crate::bpa_heal::{event, installed_on, ready};
-use crate::hosts::{bmh, set_bmh_status};
+use crate::bpa::{get_prov, start_agent};
+use crate::bpa_heal::{event, ready, two_node_cluster, workload_node};
+use crate::hosts::set_bmh_status;
 use crate::jobs::job_status;
 use crate::support::kube::{env, until, OwnPlane};
 use foothold_agent::crd::bpa::{Provisioning, Remediation};
@@ -32,35 +31,16 @@ async fn a_worker_its_reboot_did_not_heal_is_reprovisioned_and_joined_again() {
     let workload = tokio::task::spawn_blocking(|| OwnPlane::start("bpa-reprovision"))
         .await
         .unwrap();
-    let nodes: Api<Node> = Api::all(workload.env.client().await);
-    let make_node = |name: &'static str, role: &'static str| {
-        let nodes = nodes.clone();
-        async move {
-            let node: Node = serde_json::from_value(json!({
-                "metadata": {"name": name, "labels": {format!("node-role.kubernetes.io/{role}"): ""}},
-            }))
-            .unwrap();
-            nodes.create(&PostParams::default(), &node).await.unwrap();
-        }
-    };
-    make_node("m", "control-plane").await;
-    make_node("w", "worker").await;
-    ready(&nodes, "m", "True", 0).await;
-    ready(&nodes, "w", "True", 0).await;
-
     let (m_mac, w_mac) = ("00:c6:14:04:64:01", "00:c6:14:04:64:02");
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
-    for (name, mac, ip) in [
-        ("node-a", m_mac, "10.20.2.11"),
-        ("node-b", w_mac, "10.20.2.12"),
-    ] {
-        bmh(
-            &client,
-            &ns,
-            (name, mac, ip, 4, 4096, "provisioned"),
-            json!({}),
-        )
-        .await;
+    // The hosts carry an image before the cluster is installed on them, as BMO's provisioned hosts do.
+    let nodes = two_node_cluster(
+        (&client, &ns, &workload),
+        [(m_mac, "10.20.2.11"), (w_mac, "10.20.2.12")],
+        json!({"notReadySeconds": 1, "drainTimeoutSeconds": 0, "rebootTimeoutSeconds": 5}),
+    )
+    .await;
+    for name in ["node-a", "node-b"] {
         let image = json!({"spec": {"image": {"url": IMAGE, "checksum": format!("{IMAGE}.sha256sum"),
                                               "checksumType": "sha256", "format": "qcow2"}}});
         hosts
@@ -68,20 +48,9 @@ async fn a_worker_its_reboot_did_not_heal_is_reprovisioned_and_joined_again() {
             .await
             .unwrap();
     }
+    ready(&nodes, "m", "True", 0).await;
+    ready(&nodes, "w", "True", 0).await;
     let provs: Api<Provisioning> = Api::namespaced(client.clone(), &ns);
-    provs
-        .create(
-            &PostParams::default(),
-            &provisioning(
-                "c1",
-                "c1",
-                json!({"masters": [{"m": {"mac-address": m_mac}}], "workers": [{"w": {"mac-address": w_mac}}],
-                       "healing": {"notReadySeconds": 1, "drainTimeoutSeconds": 0, "rebootTimeoutSeconds": 5}}),
-            ),
-        )
-        .await
-        .unwrap();
-    installed_on(&client, &ns, &workload).await;
     let first_job = Api::<Job>::namespaced(client.clone(), &ns)
         .get("c1-install-g1")
         .await
@@ -211,7 +180,7 @@ async fn a_worker_its_reboot_did_not_heal_is_reprovisioned_and_joined_again() {
     })
     .await;
     job_status(&client, &ns, "c1-install-g1", true).await;
-    make_node("w", "worker").await;
+    workload_node(&nodes, "w", "worker").await;
     ready(&nodes, "w", "True", 0).await;
     until("healed", || async {
         remediation()

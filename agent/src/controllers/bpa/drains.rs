@@ -170,7 +170,7 @@ async fn connect(
 }
 
 /// Makes `node` schedulable again; a node that is not there is fine (the host ran none, or it left).
-async fn uncordon(client: &kube::Client, node: &str) -> Result<(), String> {
+pub(super) async fn uncordon(client: &kube::Client, node: &str) -> Result<(), String> {
     let patch = Patch::Merge(json!({"spec": {"unschedulable": null}}));
     match Api::<KubeNode>::all(client.clone())
         .patch(node, &PatchParams::default(), &patch)

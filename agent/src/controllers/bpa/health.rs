@@ -13,13 +13,15 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Node as KubeNode;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::ResourceExt;
 
 use super::heal::{self, Outcome, Past, Policy};
-use super::hold;
-use crate::controllers::common::{publish, set_condition, workload, Base, Error};
+use super::{drains, hold};
+use crate::controllers::common::{
+    delete_ignoring_missing, publish, set_condition, workload, Base, Error,
+};
 use crate::crd::bpa::{Provisioning, ProvisioningStatus, Remediation};
 use crate::crd::metal3::BareMetalHost;
 use crate::installer::remove;
@@ -41,12 +43,13 @@ const PROVISIONING: &str = "Provisioning";
 const JOINING: &str = "Joining";
 
 /// Reads the nodes of `p`'s installed cluster (its kubeconfig in Secret `secret`), reboots those `heal`
-/// says, and updates `status` (remediations, the `Healthy` condition). Returns when to look again.
+/// says, and updates `status` (remediations, the `Healthy` condition). `bmhs`: the namespace's
+/// BareMetalHosts as this reconcile listed them. Returns when to look again.
 pub async fn heal(
     base: &Base,
     p: &Provisioning,
-    ns: &str,
-    secret: &str,
+    (ns, secret): (&str, &str),
+    bmhs: &[BareMetalHost],
     status: &mut ProvisioningStatus,
 ) -> Result<Duration, Error> {
     let generation = p.metadata.generation;
@@ -216,7 +219,8 @@ pub async fn heal(
     let job = status.job_name.clone();
     for r in status.remediations.iter_mut() {
         if r.outcome.is_none() && r.reprovision.is_some() {
-            if let Some(note) = reprovision(base, ns, &workload, r, job.as_deref()).await? {
+            let host = bmhs.iter().find(|h| h.name_any() == r.bare_metal_host);
+            if let Some(note) = reprovision(base, ns, (&workload, host), r, job.as_deref()).await? {
                 publish(
                     &base.recorder,
                     p,
@@ -363,16 +367,17 @@ async fn workload_nodes(
 /// image is first kept in `r` (written with the status) and only removed at the next look, so that no failure
 /// between the two writes loses it. `job`: the installer Job, deleted once the host is provisioned again so that
 /// the BPA runs it again and it joins the node (the installer leaves the rest of the cluster as it is).
+/// `bmh`: the remediation's host as this reconcile listed it.
 async fn reprovision(
     base: &Base,
     ns: &str,
-    workload: &kube::Client,
+    (workload, bmh): (&kube::Client, Option<&BareMetalHost>),
     r: &mut Remediation,
     job: Option<&str>,
 ) -> Result<Option<String>, Error> {
     let hosts: Api<BareMetalHost> = Api::namespaced(base.client.clone(), ns);
     // A host gone or renamed: nothing to drive; the remediation's time ends it.
-    let Some(bmh) = hosts.get_opt(&r.bare_metal_host).await? else {
+    let Some(bmh) = bmh else {
         return Ok(None);
     };
     let state = bmh
@@ -389,16 +394,10 @@ async fn reprovision(
                 Ok(None)
             }
             (Some(_), Some(_)) => {
-                match Api::<KubeNode>::all(workload.clone())
-                    .delete(&r.node, &Default::default())
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(why) => {
-                        tracing::warn!(node = %r.node, %why, "cannot delete the node to re-provision");
-                        return Ok(None);
-                    }
+                let nodes = Api::<KubeNode>::all(workload.clone());
+                if let Err(why) = delete_ignoring_missing(&nodes, &r.node).await {
+                    tracing::warn!(node = %r.node, %why, "cannot delete the node to re-provision");
+                    return Ok(None);
                 }
                 // Its node is gone: the host may go (the drain hold's two marks, as an operator sets them for a
                 // node that cannot be drained; the hold reads the host as it was, so they go first), then it is
@@ -433,12 +432,7 @@ async fn reprovision(
         Some(PROVISIONING) if state == hold::PROVISIONED => {
             if let Some(job) = job {
                 let jobs: Api<Job> = Api::namespaced(base.client.clone(), ns);
-                let background = DeleteParams::background();
-                match jobs.delete(job, &background).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(e.into()),
-                }
+                delete_ignoring_missing(&jobs, job).await?;
             }
             r.reprovision = Some(JOINING.into());
             Ok(Some(format!(
@@ -457,14 +451,8 @@ async fn schedulable_again(workload: &kube::Client, r: &Remediation) {
     if r.cordoned != Some(true) {
         return;
     }
-    let patch = Patch::Merge(serde_json::json!({"spec": {"unschedulable": null}}));
-    match Api::<KubeNode>::all(workload.clone())
-        .patch(&r.node, &PatchParams::default(), &patch)
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(why) => tracing::warn!(node = %r.node, %why, "cannot make the node schedulable again"),
+    if let Err(why) = drains::uncordon(workload, &r.node).await {
+        tracing::warn!(node = %r.node, %why, "cannot make the node schedulable again");
     }
 }
 

@@ -324,7 +324,8 @@ impl Reconciler for Ctx {
                                 ],
                             );
                             let again =
-                                health::heal(&ctx.base, p, ns, &secret_name, &mut status).await?;
+                                health::heal(&ctx.base, p, (ns, &secret_name), &bmhs, &mut status)
+                                    .await?;
                             action = Action::requeue(again);
                         } else {
                             stage = Stage::Failed;
