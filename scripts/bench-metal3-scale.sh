@@ -330,4 +330,6 @@ if [ "$mode" = native ]; then
   # Where a host's time went: how long hosts stayed in each provisioning state, from BMO's log.
   python3 scripts/bmo-state-times.py "$bench/baremetal-operator.log"
 fi
-echo "progress: $bench/progress.log"
+python3 scripts/plot-progress.py "$bench/progress.log" "$bench/progress.svg" \
+  "Metal3 on the appliance ($mode): $hosts hosts in each state over time"
+echo "progress: $bench/progress.log, plotted in $bench/progress.svg"

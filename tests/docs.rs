@@ -190,3 +190,58 @@ fn anchors_and_links_are_read_as_github_reads_them() {
         ["a.md#x", "https://e/"]
     );
 }
+
+/// The results log's plots (`scripts/plot-progress.py`, which the 1,000-host benchmark runs on its progress
+/// log): a line per state and one for memory, an SVG that ends; a line of another shape fails naming it.
+#[test]
+fn a_benchmarks_progress_log_is_plotted() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("progress.log");
+    let svg = dir.path().join("progress.svg");
+    std::fs::write(
+        &log,
+        "0 s:  mem 800 MiB\n10 s: registering=600 inspecting=400  mem 1200 MiB\n\
+         400 s: available=300 provisioned=700  mem 2900 MiB\n",
+    )
+    .unwrap();
+    let script = foothold_e2e::workspace().join("scripts/plot-progress.py");
+    let plot = |log: &Path| {
+        std::process::Command::new("python3")
+            .arg(&script)
+            .arg(log)
+            .arg(&svg)
+            .arg("a <test>")
+            .output()
+            .unwrap()
+    };
+    let made = plot(&log);
+    assert!(made.status.success(), "{made:?}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.starts_with("<svg ") && text.ends_with("</svg>\n"),
+        "{text}"
+    );
+    assert!(text.contains(">a &lt;test&gt;</text>"), "{text}");
+    for name in [
+        "registering",
+        "inspecting",
+        "available",
+        "provisioned",
+        "memory (MiB, right)",
+    ] {
+        assert!(
+            text.contains(&format!(">{name}</text>")),
+            "no {name} in {text}"
+        );
+    }
+    assert_eq!(text.matches("<polyline ").count(), 5, "{text}");
+
+    std::fs::write(&log, "0 s: registering=1 mem 800 MiB\nnot a sample\n").unwrap();
+    let refused = plot(&log);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        said.contains("progress.log:2: not a progress sample: 'not a sample'"),
+        "{said}"
+    );
+}
