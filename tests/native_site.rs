@@ -13,6 +13,9 @@ use crate::{run, target, tools_dir, try_run, workspace};
 /// The appliance's address on the provisioning network (`packages/appliance.yaml`).
 pub const APPLIANCE: &str = "172.22.0.1";
 
+/// Debian's `PATH` for root.
+const ROOT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// Takes the root and data partitions of the appliance's raw `image` out into `root` (`scripts/appliance-root.sh`).
 pub fn extract_root(image: &Path, root: &Path) {
     run(Command::new("bash")
@@ -77,10 +80,13 @@ impl Site {
         }
     }
     /// `program` in the site's mount, network and PID namespaces (its libvirtd, which looks its clients up in
-    /// the namespace's /proc; the appliance's mounts).
+    /// the namespace's /proc; the appliance's mounts), with Debian's `PATH` for root, which a command chrooted
+    /// into the appliance's root finds its programs by (`kubectl` is in `/usr/local/bin`), whatever this
+    /// process's `PATH` is (a cold CI run without `/usr/local/bin` in it found no kubectl there).
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new("nsenter");
-        c.arg("-t")
+        c.env("PATH", ROOT_PATH)
+            .arg("-t")
             .arg(self.pid.to_string())
             .args(["-m", "-n", "-p", "--"])
             .arg(program);
