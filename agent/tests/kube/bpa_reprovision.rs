@@ -33,7 +33,8 @@ async fn a_worker_its_reboot_did_not_heal_is_reprovisioned_and_joined_again() {
         .unwrap();
     let (m_mac, w_mac) = ("00:c6:14:04:64:01", "00:c6:14:04:64:02");
     let hosts: Api<BareMetalHost> = Api::namespaced(client.clone(), &ns);
-    // The hosts carry an image before the cluster is installed on them, as BMO's provisioned hosts do.
+    // The hosts given an image once the cluster is installed on them, as BMO's provisioned hosts carry one: the
+    // re-provisioning keeps it and gives it back.
     let nodes = two_node_cluster(
         (&client, &ns, &workload),
         [(m_mac, "10.20.2.11"), (w_mac, "10.20.2.12")],
