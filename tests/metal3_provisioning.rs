@@ -31,6 +31,8 @@
 //! deprovisioned by hand before it is drained (`metal3_provisioning_hold.rs`); meanwhile deprovisioning cleans the worker's disk (checked on the
 //! VM's disk file) and makes it available again. Nothing leaves the namespace.
 
+#[path = "metal3_provisioning_bench.rs"]
+mod bench;
 #[path = "metal3_provisioning_bpa.rs"]
 mod bpa;
 #[path = "metal3_provisioning_disk.rs"]
@@ -224,27 +226,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         "{whoami}"
     );
     pki::own_kubeconfigs(&site, &root);
-    // Ironic's API asks for the credentials foothold-metal3-auth made (BMO's): none, or a wrong password of
-    // the right length, is 401; BMO's are let in.
-    let ironic_status = |user: Option<(&str, &str)>| {
-        let mut curl = site.command("curl");
-        curl.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
-            .arg(&site_ca);
-        if let Some((name, password)) = user {
-            curl.args(["-u", &format!("{name}:{password}")]);
-        }
-        run(curl.arg(format!("https://{APPLIANCE}:6385/v1/nodes")))
-    };
-    let auth = root.join("etc/metal3/auth/ironic");
-    let bmo_user = std::fs::read_to_string(auth.join("username")).unwrap();
-    let bmo_password = std::fs::read_to_string(auth.join("password")).unwrap();
-    let wrong: String = bmo_password
-        .chars()
-        .map(|c| if c == 'a' { 'b' } else { 'a' })
-        .collect();
-    assert_eq!(ironic_status(None), "401");
-    assert_eq!(ironic_status(Some((&bmo_user, &wrong))), "401");
-    assert_eq!(ironic_status(Some((&bmo_user, &bmo_password))), "200");
+    pki::ironic_asks_for_bmos_credentials(&site, &root);
     // Ironic's launcher, its changes checked against the root's own Ironic, in the site's namespaces.
     let said = foothold_e2e::check_ironic_launcher(|c| {
         run(site.command("chroot").arg(&root).args(["sh", "-c", c]))
@@ -357,7 +339,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     });
 
     deadline.phase("the BareMetalHosts: registered, inspected, cleaned, available");
-    let started = Instant::now();
+    let registered = Instant::now();
     let mut yaml = format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: bmc, namespace: default}}\n\
          stringData: {{username: admin, password: \"{password}\"}}\n",
@@ -382,7 +364,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     );
     foothold_e2e::say!(
         "metal3_provisioning: registered to available (inspected, cleaned) in {} s",
-        started.elapsed().as_secs()
+        registered.elapsed().as_secs()
     );
     // What inspection found is each VM's: its CPUs, memory, NIC (with the appliance's lease) and disk.
     let mut inspected = Vec::new();
@@ -478,6 +460,11 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     let (small, wrong) = nodes::wrongly_summed_image(&images);
     let image_spec = |url: &str, checksum: &str| serde_json::json!({"url": url, "checksum": checksum, "checksumType": "sha256", "format": "qcow2"});
     let user_data = |n: &Node| serde_json::json!({"name": format!("user-data-{}", n.name), "namespace": "default"});
+    if let Some(out) = bench::asked() {
+        let image = image_spec(&url, &format!("{url}.sha256sum"));
+        let ironic_log = site_dir.join("ironic.log");
+        return bench::both_nodes((&site, &ironic_log), &nodes, &image, registered, &out);
+    }
     let (master, worker) = (&nodes[0], &nodes[1]);
     let started = Instant::now();
     patch_host(

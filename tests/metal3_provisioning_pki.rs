@@ -248,6 +248,35 @@ pub(super) fn secrets_are_encrypted_in_etcd(
     assert_eq!(b64.decode(through_api.trim()).unwrap(), clear.as_bytes());
 }
 
+/// Ironic's API asks for the credentials foothold-metal3-auth made (BMO's, in the appliance's root `root`): none,
+/// or a wrong password of the right length, is 401; BMO's are let in. HTTPS verified with the site CA.
+pub(super) fn ironic_asks_for_bmos_credentials(
+    site: &foothold_e2e::native_site::Site,
+    root: &Path,
+) {
+    let site_ca = root.join("etc/foothold/tls/ca.pem");
+    let ironic_status = |user: Option<(&str, &str)>| {
+        let mut curl = site.command("curl");
+        curl.args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+            .arg(&site_ca);
+        if let Some((name, password)) = user {
+            curl.args(["-u", &format!("{name}:{password}")]);
+        }
+        let appliance = foothold_e2e::native_site::APPLIANCE;
+        run(curl.arg(format!("https://{appliance}:6385/v1/nodes")))
+    };
+    let auth = root.join("etc/metal3/auth/ironic");
+    let bmo_user = std::fs::read_to_string(auth.join("username")).unwrap();
+    let bmo_password = std::fs::read_to_string(auth.join("password")).unwrap();
+    let wrong: String = bmo_password
+        .chars()
+        .map(|c| if c == 'a' { 'b' } else { 'a' })
+        .collect();
+    assert_eq!(ironic_status(None), "401");
+    assert_eq!(ironic_status(Some((&bmo_user, &wrong))), "401");
+    assert_eq!(ironic_status(Some((&bmo_user, &bmo_password))), "200");
+}
+
 /// The agent and BMO run with kubeconfigs of their own (the rest of the run — BMO provisioning the hosts, the
 /// BPA making its Job — shows their ClusterRoles suffice), each as its own user (their units' `User=`: the
 /// files they read are their own or their group's, the agent's data directory its own), and RBAC keeps them to

@@ -207,7 +207,7 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
     );
 
     // Everything uploaded: the manifest and the Job, named by the generations and the manifest's digest.
-    let g1 = job_of(&sws, "tools-install-g1-p1-").await;
+    let g1 = job_of(&sws, "tools-install-g1-c").await;
     let job = until("the package installer Job", || async {
         jobs.get_opt(&g1).await.unwrap()
     })
@@ -374,7 +374,7 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
     assert_eq!(r.status(), 204);
     upload(&agent, "tenant-a", "c2", "tool", tool2.len(), &tool2);
     let updated = until("a Job for the new content", || async {
-        let name = job_of(&sws, "tools-install-g1-p1-").await;
+        let name = job_of(&sws, "tools-install-g1-c").await;
         (name != g1).then_some(name)
     })
     .await;
@@ -447,6 +447,57 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
         .collect();
     assert_eq!(names, std::slice::from_ref(&updated));
 
+    // The Provisioning's healing changed (a new generation that installs nothing new): once the BPA has seen it,
+    // the Software keeps its Job and report, and no new Job runs.
+    let provs: Api<Provisioning> = Api::namespaced(client.clone(), &ns);
+    let changed = provs
+        .patch(
+            "c2-prov",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"healing": {"notReadySeconds": 600}}})),
+        )
+        .await
+        .unwrap();
+    let generation = changed.metadata.generation;
+    until("the BPA has seen the healing change", || async {
+        get_prov(&provs, "c2-prov").await.filter(|p| {
+            let st = p.status.as_ref();
+            st.and_then(|s| s.observed_generation) == generation
+                && st.and_then(|s| s.phase.as_deref()) == Some("Ready")
+        })
+    })
+    .await;
+    // The Software has planned with that generation of its cluster (its ClusterReady condition names it).
+    let seen = format!(
+        "Provisioning c2-prov is Ready (generation {})",
+        generation.unwrap_or(0)
+    );
+    let s = until("the Software following the new generation", || async {
+        sws.get_opt("tools")
+            .await
+            .unwrap()
+            .filter(|s| sw_condition(s, "ClusterReady").is_some_and(|c| c.2 == seen))
+    })
+    .await;
+    assert_eq!(sw_phase(&s), Some("Installed"), "{:?}", s.status);
+    assert_eq!(
+        s.status.as_ref().and_then(|st| st.job_name.as_deref()),
+        Some(updated.as_str())
+    );
+    let names: Vec<String> = jobs
+        .list(&of_sw)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|j| j.name_any())
+        .collect();
+    assert_eq!(
+        names,
+        std::slice::from_ref(&updated),
+        "a Job for a healing change"
+    );
+
     // A spec change installs again with a new Job; the old one goes.
     sws.patch(
         "tools",
@@ -455,7 +506,7 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
     )
     .await
     .unwrap();
-    let g2 = job_of(&sws, "tools-install-g2-p1-").await;
+    let g2 = job_of(&sws, "tools-install-g2-c").await;
     let job = until("the generation-2 Job", || async {
         jobs.get_opt(&g2).await.unwrap()
     })

@@ -11,8 +11,10 @@
 //! name, version, groups, url, sha256) at `/etc/foothold/packages/packages.json`, the workload cluster's
 //! kubeconfig at `/etc/foothold/kubeconfig/kubeconfig`, and the SSH key at `/etc/foothold/ssh`. It installs
 //! each package on the hosts of its groups and exits 0 when all are installed. A new Software generation, a
-//! reinstalled cluster (a new Provisioning generation), or new content for a package it names (another upload
-//! under the same name: the manifest's digest is in the Job's name) runs a new Job; the old one goes.
+//! cluster installed anew (a Provisioning whose hosts or cluster settings changed, not only its healing), or new
+//! content for a package it names (another upload under the same name: the manifest's digest is in the Job's
+//! name) runs a new Job; the old one goes. A Provisioning whose status is of an older generation than its spec
+//! is waited for: the BPA has not seen its change yet, and its status may say `Ready` of the cluster before it.
 
 pub mod observe;
 pub mod plan;
@@ -31,6 +33,7 @@ use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 
 use self::plan::Files;
+use super::bpa::render as bpa_render;
 use super::bpa::{cluster_name, FINALIZER};
 use super::common::host_report::{HostState, Report};
 use super::common::report::{report, Headline};
@@ -112,6 +115,18 @@ impl Reconciler for Ctx {
             observed_generation: Some(generation),
             ..SoftwareStatus::default()
         };
+        if let Some(prov) = awaits_the_bpa(sw, &provs) {
+            // Its status is the BPA's word on an older generation: right after a host is added to a `Ready`
+            // Provisioning it still says `Ready`, and a Job started then would install on the new host before
+            // it joined. Nothing changes until the BPA has seen the change; its status write brings the
+            // Software back here (the requeue is for a BPA that is not running).
+            tracing::debug!(
+                software = %name,
+                provisioning = %prov.name_any(),
+                "waiting for the BPA to observe the Provisioning's generation"
+            );
+            return Ok(Action::requeue(Duration::from_secs(60)));
+        }
         let mut action = Action::requeue(Duration::from_secs(300));
 
         match ready_cluster(sw, &provs) {
@@ -139,7 +154,11 @@ impl Reconciler for Ctx {
                         "ClusterReady",
                         true,
                         "ProvisioningReady",
-                        &format!("Provisioning {} is Ready", prov.name_any()),
+                        &format!(
+                            "Provisioning {} is Ready (generation {})",
+                            prov.name_any(),
+                            prov.metadata.generation.unwrap_or(0)
+                        ),
                     )],
                 );
                 let uploaded = observe::uploaded(&ctx.store, &owner, &cluster).await?;
@@ -174,11 +193,11 @@ impl Reconciler for Ctx {
                             "every package is in the agent's store",
                         )],
                     );
-                    let prov_generation = prov.metadata.generation.unwrap_or(0);
                     let job_name = child_name(
                         &name,
                         &format!(
-                            "install-g{generation}-p{prov_generation}-{}",
+                            "install-g{generation}-c{}-{}",
+                            &bpa_render::installs(&prov.spec)[..8],
                             manifest_id(manifest)
                         ),
                     );
@@ -256,6 +275,18 @@ fn manifest_id(manifest: &str) -> String {
 
 /// Why the Software waits or fails before any Job: `(phase, reason, message)`.
 type Blocked = (&'static str, &'static str, String);
+
+/// The Software's cluster's Provisioning, if its status is of an older generation than its spec (the BPA has
+/// not seen its last change yet).
+fn awaits_the_bpa<'a>(sw: &Software, provs: &'a [Provisioning]) -> Option<&'a Provisioning> {
+    let cluster = sw.labels().get("cluster")?;
+    let mut of_cluster = provs.iter().filter(|p| &cluster_name(p) == cluster);
+    let (Some(prov), None) = (of_cluster.next(), of_cluster.next()) else {
+        return None;
+    };
+    let observed = prov.status.as_ref()?.observed_generation;
+    (observed != prov.metadata.generation).then_some(prov)
+}
 
 /// The Software's cluster, ready for packages, or why not.
 fn ready_cluster<'a>(
@@ -490,4 +521,65 @@ fn summary(status: &SoftwareStatus) -> Option<String> {
         line.push_str(&format!("; {}: {}", h.name, h.detail));
     }
     Some(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::bpa::ProvisioningStatus;
+
+    fn software() -> Software {
+        let mut sw = Software::new("tools", Default::default());
+        sw.metadata.labels = Some([("cluster".to_owned(), "c1".to_owned())].into());
+        sw
+    }
+
+    /// A Provisioning of cluster `c1` at `generation` whose status says `phase` for `observed`.
+    fn provisioning(generation: i64, phase: &str, observed: Option<i64>) -> Provisioning {
+        let mut p: Provisioning = serde_json::from_value(serde_json::json!({
+            "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Provisioning",
+            "metadata": {"name": "p", "generation": generation,
+                         "labels": {"cluster": "c1", "owner": "alice"}},
+            "spec": {},
+        }))
+        .unwrap();
+        p.status = Some(ProvisioningStatus {
+            phase: Some(phase.into()),
+            observed_generation: observed,
+            ..ProvisioningStatus::default()
+        });
+        p
+    }
+
+    #[test]
+    fn a_ready_cluster_of_the_current_generation_takes_packages() {
+        let provs = [provisioning(6, "Ready", Some(6))];
+        assert!(awaits_the_bpa(&software(), &provs).is_none());
+        let (prov, owner) = ready_cluster(&software(), &provs).unwrap();
+        assert_eq!((prov.name_any().as_str(), owner.as_str()), ("p", "alice"));
+    }
+
+    #[test]
+    fn a_status_of_an_older_generation_waits_for_the_bpa() {
+        let stale = [provisioning(7, "Ready", Some(6))];
+        assert!(awaits_the_bpa(&software(), &stale).is_some());
+        let never_observed = [provisioning(1, "Ready", None)];
+        assert!(awaits_the_bpa(&software(), &never_observed).is_some());
+        // A Provisioning with no status yet is new, not waited for: the Software says it is not Ready.
+        let mut new = provisioning(1, "Ready", None);
+        new.status = None;
+        assert!(awaits_the_bpa(&software(), std::slice::from_ref(&new)).is_none());
+        // Another cluster's is none of its business.
+        let mut other = provisioning(7, "Ready", Some(6));
+        other.metadata.labels = Some([("cluster".to_owned(), "c2".to_owned())].into());
+        assert!(awaits_the_bpa(&software(), &[other]).is_none());
+    }
+
+    #[test]
+    fn a_cluster_being_installed_waits() {
+        let provs = [provisioning(7, "Installing", Some(7))];
+        let (phase, reason, message) = ready_cluster(&software(), &provs).unwrap_err();
+        assert_eq!((phase, reason), ("Pending", "ClusterNotReady"));
+        assert_eq!(message, "Provisioning p is Installing, not Ready");
+    }
 }
