@@ -11,7 +11,8 @@
 # image (available to deploying: BMO's and the benchmark's own), the deploy (image download and write, to
 # "active"), the first boot from disk (to the node's ready marker on its console), creation to ready, and
 # that against the target. No peer runs beside it: Metal3's own ironic-image is a container image this
-# machine cannot pull, so the reference is the issue's target.
+# machine cannot pull, so the reference is the issue's target. The table is plotted too (scripts/plot-phases.py:
+# a bar a node, its phases one after another, the target marked), for the results log.
 # Needs root and what scripts/install-test-tools.sh installs. Usage: scripts/bench-metal3-nodes.sh
 # (OUT=<file> keeps the table there as well; FOOTHOLD_ACCEL is tcg unless set.)
 set -euo pipefail
@@ -29,3 +30,5 @@ fi
 echo
 echo "== per node, seconds (both nodes at once; the whole run took $(($(date +%s) - started)) s)"
 column -t -s $'\t' "$out"
+python3 scripts/plot-phases.py "$out" "$out.svg" "Per node, both at once, under TCG ($(date -u +%F))"
+echo "table: $out, plotted in $out.svg"

@@ -13,6 +13,9 @@ import re
 import sys
 from xml.sax.saxutils import escape
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from svgplot import ticks, write  # noqa: E402
+
 SAMPLE = re.compile(r"^(\d+) s: (.*?)\s*mem (\d+) MiB$")
 # A state's colour: the order BMO moves a host through its states.
 ORDER = ["registering", "inspecting", "preparing", "available", "provisioning", "provisioned"]
@@ -42,19 +45,6 @@ def read(path):
     if not samples:
         sys.exit(f"{path}: no samples")
     return samples
-
-
-def ticks(top, count=5):
-    """Round tick values from 0 to at least `top`."""
-    step = 1
-    while step * count < top:
-        for factor in (2, 5, 10):
-            if step * factor * count >= top:
-                step *= factor
-                break
-        else:
-            step *= 10
-    return [step * i for i in range(count + 1)]
 
 
 def plot(samples, title):
@@ -99,21 +89,6 @@ def plot(samples, title):
         out.append(f'<text x="{lx + 20}" y="{ly}">{escape(name)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
-
-
-def write(path, text):
-    """`text` into `path` whole or not at all: a temporary file, synced, renamed, the directory synced."""
-    partial = path + ".partial"
-    with open(partial, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(partial, path)
-    directory = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def main():

@@ -245,3 +245,70 @@ fn a_benchmarks_progress_log_is_plotted() {
         "{said}"
     );
 }
+
+/// The per-node benchmark's table plotted (`scripts/plot-phases.py`, which `scripts/bench-metal3-nodes.sh` runs):
+/// a bar a node with its phases and the rest of its total, the target marked, an SVG that ends; a row whose
+/// phase was not seen (`NaN`) fails naming its line.
+#[test]
+fn the_per_node_benchmarks_table_is_plotted() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("nodes.tsv");
+    let svg = dir.path().join("nodes.svg");
+    let header =
+        "node\tramdisk boot\tinspection\tcleaning\tavailable to deploying\tdeploy\tfirst boot\t\
+                  created to ready\tof the 8 min target\n";
+    std::fs::write(
+        &table,
+        format!(
+            "{header}node-ipmi\t60\t20\t40\t5\t90\t70\t330\t0.69\n\
+             node-redfish\t80\t25\t45\t5\t100\t75\t400\t0.83\n# seconds\n"
+        ),
+    )
+    .unwrap();
+    let script = foothold_e2e::workspace().join("scripts/plot-phases.py");
+    let plot = || {
+        std::process::Command::new("python3")
+            .arg(&script)
+            .arg(&table)
+            .arg(&svg)
+            .output()
+            .unwrap()
+    };
+    let made = plot();
+    assert!(made.status.success(), "{made:?}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.starts_with("<svg ") && text.ends_with("</svg>\n"),
+        "{text}"
+    );
+    for name in [
+        "node-ipmi",
+        "node-redfish",
+        "330 s",
+        "400 s",
+        "target 480 s",
+        "registration and waits",
+        "ramdisk boot",
+        "first boot",
+    ] {
+        assert!(
+            text.contains(&format!(">{name}</text>")),
+            "no {name} in {text}"
+        );
+    }
+    // Two bars of seven parts, and the legend's seven swatches.
+    assert_eq!(text.matches("height=\"28\"").count(), 14, "{text}");
+
+    std::fs::write(
+        &table,
+        format!("{header}node-ipmi\tNaN\t20\t40\t5\t90\t70\t330\t0.69\n"),
+    )
+    .unwrap();
+    let refused = plot();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        said.contains("nodes.tsv:2: a phase was not seen (NaN) or is negative"),
+        "{said}"
+    );
+}
