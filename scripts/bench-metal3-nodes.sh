@@ -6,10 +6,11 @@
 # (virtualbmc, PXE/iPXE boot), one behind a Redfish BMC (sushy-tools, virtual media). With
 # FOOTHOLD_BENCH_NODES set, that test registers both hosts, lets them be inspected and cleaned, gives both the
 # node image at once and ends once both are ready on their disks (tests/metal3_provisioning_bench.rs).
-# Prints one line a node: the deploy ramdisk's boot (Ironic's "inspect wait" to the ramdisk's first lookup),
-# inspection (to Ironic's "Successfully finished inspection"), cleaning (to "available"), the wait for the
-# image (available to deploying: BMO's and the benchmark's own), the deploy (image download and write, to
-# "active"), the first boot from disk (to the node's ready marker on its console), creation to ready, and
+# Prints one line a node: the deploy ramdisk's boot with its hardware collection (Ironic's "inspect wait", which
+# ends when the ramdisk's inventory arrives), inspection (Ironic processing it, to "Successfully finished
+# inspection"), cleaning (to "available"), the wait for the image (available to deploying: it is set once both
+# hosts are available, then BMO's turn), the deploy (image download and write, to "active"), the first boot from
+# disk (to the node's ready marker on its console), creation to ready, and
 # that against the target. No peer runs beside it: Metal3's own ironic-image is a container image this
 # machine cannot pull, so the reference is the issue's target. The table is plotted too (scripts/plot-phases.py:
 # a bar a node, its phases one after another, the target marked), for the results log.

@@ -4,8 +4,8 @@
     plot-phases.py TABLE OUT.svg [TITLE]
 
 TABLE is the tab-separated table scripts/bench-metal3-nodes.sh prints (tests/metal3_provisioning_bench.rs
-writes it): a header line, then per node its name, six phases in seconds (the deploy ramdisk's boot,
-inspection, cleaning, available to deploying, the deploy, the first boot from disk), the seconds from its
+writes it): a header line, then per node its name, six phases in seconds (the deploy ramdisk's boot and
+its inventory, inspection, cleaning, available to deploying, the deploy, the first boot from disk), the seconds from its
 BareMetalHost's creation to ready, and that against the target; lines starting with `#` are notes. Each node is
 a bar of its phases one after another, with what the phases leave out of its total (registration, BMO's and
 Ironic's waits between them) as the first part, and a line at the 8-minute target. Standard library only, the
@@ -19,7 +19,7 @@ from xml.sax.saxutils import escape
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
 from svgplot import ticks, write  # noqa: E402
 
-PHASES = ["ramdisk boot", "inspection", "cleaning", "available to deploying", "deploy", "first boot"]
+PHASES = ["ramdisk boot and inventory", "inspection", "cleaning", "available to deploying", "deploy", "first boot"]
 OTHER = "registration and waits"
 COLOURS = ["#bbbbbb", "#1f77b4", "#9467bd", "#2ca02c", "#cccc66", "#ff7f0e", "#d62728"]
 TARGET = 480

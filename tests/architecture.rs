@@ -1,6 +1,7 @@
-//! The shape of the source tree, checked on every run: each crate's module dependency graph has no cycles, and
-//! no source file grows past 700 lines (a few older files, listed with their size today, may not grow while
-//! they wait to be split).
+//! The shape of the source tree, checked on every run: each crate's module dependency graph has no cycles, no
+//! source file grows past 700 lines (a few older files, listed with their size today, may not grow while
+//! they wait to be split), and no function of the product's code (the crates' `src/`, not their tests) grows
+//! past 120 lines (the same kind of list for the longer ones there were when the cap came).
 //!
 //! A module depends on another when its code (not its comments or its `mod tests`) names it: `crate::a::b`,
 //! `super::x`, or a submodule it declares by its own name (`plan::plan(..)`, `self::plan`).
@@ -288,6 +289,139 @@ fn no_source_file_grows_past_700_lines() {
         assert!(
             root.join(rel).is_file(),
             "{rel} is listed but gone: take it off the list"
+        );
+    }
+}
+
+const MAX_FN_LINES: usize = 120;
+
+/// Functions of the product's code over [`MAX_FN_LINES`] when the cap came (2026-12-02), with the size they may
+/// not pass (`file:function`): the list only shrinks.
+const WAITING_TO_BE_SHORTENED: &[(&str, usize)] = &[
+    ("agent/src/controllers/bpa/heal.rs:decide", 198),
+    ("agent/src/controllers/bpa/health.rs:heal", 247),
+    ("agent/src/controllers/bpa/mod.rs:apply", 315),
+    ("agent/src/controllers/bpa/plan.rs:plan", 142),
+    ("agent/src/controllers/sip/mod.rs:apply", 156),
+    ("agent/src/controllers/sip/plan.rs:plan", 173),
+    ("agent/src/controllers/software/mod.rs:apply", 143),
+    ("agent/src/controllers/vino/ipam.rs:allocate", 121),
+    ("agent/src/controllers/vino/mod.rs:realise", 144),
+    ("agent/src/controllers/vino/render.rs:desired", 370),
+    ("agent/src/gotmpl/funcs.rs:call", 184),
+    ("agent/src/http/registry/mod.rs:dispatch", 256),
+    ("agent/src/http/serve.rs:serve", 130),
+    ("agent/src/installer/cluster.rs:converge", 138),
+    ("agent/src/main.rs:run", 303),
+    ("agent/src/metrics.rs:render", 161),
+    ("agent/src/vino_builder/mod.rs:apply", 183),
+    ("image-builder/src/build/data.rs:stage", 150),
+    ("image-builder/src/build/iso.rs:write", 125),
+    ("image-builder/src/kube.rs:render", 138),
+    ("image-builder/src/main.rs:real_main", 350),
+    ("image-builder/src/spec/validate.rs:validate_with", 184),
+];
+
+/// Each function with a body in `code` (as [`code`] leaves it): its name, the line its `fn` is on (1-based) and
+/// its length in lines, from that line to its closing brace. Function-pointer types (`fn(u8)`) and bodiless
+/// declarations (`fn f();` in a trait) are not functions here.
+fn functions(code: &str) -> Vec<(String, usize, usize)> {
+    let b = code.as_bytes();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut found = Vec::new();
+    let mut i = 0;
+    while let Some(at) = code[i..].find("fn ").map(|at| i + at) {
+        i = at + 3;
+        if at > 0 && ident(b[at - 1]) {
+            continue;
+        }
+        let rest = code[i..].trim_start();
+        let name: String = rest
+            .bytes()
+            .take_while(|&c| ident(c))
+            .map(char::from)
+            .collect();
+        if name.is_empty() {
+            continue;
+        }
+        let Some(open) = code[i..].find(['{', ';']).map(|o| i + o) else {
+            break;
+        };
+        if b[open] == b';' {
+            continue;
+        }
+        let mut depth = 0usize;
+        let mut close = b.len();
+        for (j, &c) in b.iter().enumerate().skip(open) {
+            match c {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = j;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let line = code[..at].matches('\n').count() + 1;
+        let lines = code[at..close].matches('\n').count() + 1;
+        found.push((name, line, lines));
+    }
+    found
+}
+
+#[test]
+fn the_function_finder_measures_bodies_and_skips_pointers_and_declarations() {
+    let src = "trait T {\n    fn declared(&self);\n}\nfn short() -> fn(u8) -> u8 {\n    |x| x\n}\n\n\
+               pub async fn long<F: Fn()>(f: F)\nwhere F: Send,\n{\n    if true { f() }\n    let s = \"}\";\n}\n";
+    assert_eq!(
+        functions(&code(src)),
+        [("short".to_owned(), 4, 3), ("long".to_owned(), 8, 6)]
+    );
+}
+
+#[test]
+fn no_function_of_the_product_grows_past_120_lines() {
+    let root = repo();
+    let mut files = Vec::new();
+    for dir in ["agent/src", "image-builder/src", "names/src"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    let waiting: BTreeMap<&str, usize> = WAITING_TO_BE_SHORTENED.iter().copied().collect();
+    let mut over = Vec::new();
+    let mut seen = BTreeSet::new();
+    for f in &files {
+        let rel = f
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        // Test modules in files of their own are tests, not the product.
+        if rel.ends_with("/tests.rs") || rel.ends_with("_tests.rs") || rel.contains("/tests/") {
+            continue;
+        }
+        for (name, line, lines) in functions(&code(&std::fs::read_to_string(f).unwrap())) {
+            let key = format!("{rel}:{name}");
+            let limit = waiting.get(key.as_str()).copied();
+            if limit.is_some() {
+                seen.insert(key.clone());
+            }
+            if lines > limit.unwrap_or(MAX_FN_LINES) {
+                over.push(format!("(\"{key}\", {lines}), // line {line}"));
+            }
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "shorten these functions (at most {MAX_FN_LINES} lines, or their size on the waiting list):\n{}",
+        over.join("\n")
+    );
+    for (key, _) in WAITING_TO_BE_SHORTENED {
+        assert!(
+            seen.contains(*key),
+            "{key} is listed but gone: take it off the list"
         );
     }
 }

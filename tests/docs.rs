@@ -255,7 +255,7 @@ fn the_per_node_benchmarks_table_is_plotted() {
     let table = dir.path().join("nodes.tsv");
     let svg = dir.path().join("nodes.svg");
     let header =
-        "node\tramdisk boot\tinspection\tcleaning\tavailable to deploying\tdeploy\tfirst boot\t\
+        "node\tramdisk boot and inventory\tinspection\tcleaning\tavailable to deploying\tdeploy\tfirst boot\t\
                   created to ready\tof the 8 min target\n";
     std::fs::write(
         &table,
@@ -288,7 +288,7 @@ fn the_per_node_benchmarks_table_is_plotted() {
         "400 s",
         "target 480 s",
         "registration and waits",
-        "ramdisk boot",
+        "ramdisk boot and inventory",
         "first boot",
     ] {
         assert!(

@@ -1,9 +1,9 @@
 //! Issue 46's per-node benchmark on the site `metal3_provisioning.rs` makes (`scripts/bench-metal3-nodes.sh`
 //! runs it): with `FOOTHOLD_BENCH_NODES=<file>`, once both hosts are available the test gives both the node
 //! image at once (no wrong checksum first), waits for each to boot from its disk and be ready, writes where each
-//! node's time went to `<file>` and ends there. The phases come from Ironic's log (its provision states, and the
-//! deploy ramdisk's first lookup for the ramdisk's boot) and the node's console (its ready marker after
-//! `active`); nothing is asserted of them.
+//! node's time went to `<file>` and ends there. The phases come from Ironic's log (its provision states: the
+//! ramdisk's inventory arriving ends `inspect wait`, so the ramdisk's boot and its hardware collection are one
+//! phase) and the node's console (its ready marker after `active`); nothing is asserted of them.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -67,7 +67,7 @@ pub(super) fn both_nodes(
         let uuid = host["status"]["provisioning"]["ID"]
             .as_str()
             .unwrap_or_default();
-        let p = Phases::of(&log, uuid, n.mac);
+        let p = Phases::of(&log, uuid);
         let at = |t: Option<f64>| t.unwrap_or(f64::NAN);
         let ready = epoch(*ready);
         let span = |a: Option<f64>, b: Option<f64>| format!("{:.0}", at(b) - at(a));
@@ -76,8 +76,8 @@ pub(super) fn both_nodes(
             table,
             "{}\t{}\t{}\t{}\t{}\t{}\t{:.0}\t{total:.0}\t{:.2}",
             n.name,
-            span(p.inspect_wait, p.first_lookup),
-            span(p.first_lookup, p.inspected),
+            span(p.inspect_wait, p.inventory),
+            span(p.inventory, p.inspected),
             span(p.cleaning, p.available),
             span(p.available, p.deploying),
             span(p.deploying, p.active),
@@ -104,7 +104,7 @@ fn epoch(t: SystemTime) -> f64 {
 #[derive(Debug, Default, PartialEq)]
 struct Phases {
     inspect_wait: Option<f64>,
-    first_lookup: Option<f64>,
+    inventory: Option<f64>,
     inspected: Option<f64>,
     cleaning: Option<f64>,
     available: Option<f64>,
@@ -113,12 +113,11 @@ struct Phases {
 }
 
 impl Phases {
-    /// The first time each point is seen in Ironic's log `log` for the node `uuid` with the boot MAC `mac`: its
-    /// provision states, and the ramdisk's first lookup (by the node's UUID or its MAC) once it waits for
-    /// inspection.
-    fn of(log: &str, uuid: &str, mac: &str) -> Phases {
+    /// The first time each point is seen in Ironic's log `log` for the node `uuid`: its provision states, and
+    /// the end of its inspection (the ramdisk's inventory arrives with its move from `inspect wait` back to
+    /// `inspecting`, the processing ends with "Successfully finished inspection").
+    fn of(log: &str, uuid: &str) -> Phases {
         let mut p = Phases::default();
-        let mac_encoded = mac.replace(':', "%3A");
         for line in log.lines() {
             let Some(t) = time(line) else { continue };
             let first = |slot: &mut Option<f64>| {
@@ -130,6 +129,8 @@ impl Phases {
             };
             if moved("inspect wait") {
                 first(&mut p.inspect_wait);
+            } else if moved("inspecting") && line.contains("from state \"inspect wait\"") {
+                first(&mut p.inventory);
             } else if moved("cleaning") && p.inspected.is_some() {
                 first(&mut p.cleaning);
             } else if moved("available") {
@@ -140,12 +141,6 @@ impl Phases {
                 first(&mut p.active);
             } else if line.contains(uuid) && line.contains("Successfully finished inspection") {
                 first(&mut p.inspected);
-            } else if p.inspect_wait.is_some()
-                && line.contains("/v1/lookup")
-                && (line.contains(uuid)
-                    || line.to_lowercase().contains(&mac_encoded.to_lowercase()))
-            {
-                first(&mut p.first_lookup);
             }
         }
         p
@@ -192,35 +187,37 @@ fn a_nodes_phases_are_read_from_ironics_log() {
         "552e49e1-1c12-4816-80f5-e9b051161a3f",
         "c0363a1a-d190-4c35-9d51-1d2c1a7e7d10",
     );
-    let moved = |t: &str, n: &str, s: &str| {
-        format!("2026-12-02 10:00:{t}.000 1 INFO ironic.conductor.utils [-] Node {n} moved to provision state \"{s}\" from state \"x\"; target provision state is \"y\"\n")
+    // As Ironic 29 logs them (ironic.conductor.task_manager, ironic.conductor.inspection).
+    let moved = |t: &str, n: &str, s: &str, from: &str| {
+        format!("2026-12-02 10:00:{t}.000 281 INFO ironic.conductor.task_manager [None req-1 metal3 - - - - -] Node {n} moved to provision state \"{s}\" from state \"{from}\"; target provision state is \"manageable\"\n")
     };
     let log = [
-        moved("00", a, "cleaning"), // the enrolment's own, before inspection: not the cleaning phase
-        moved("01", a, "inspect wait"),
-        moved("02", b, "inspect wait"),
-        "2026-12-02 10:00:10.000 1 INFO eventlet.wsgi.server [-] 172.22.0.10 \"GET /v1/lookup?addresses=52%3A54%3A00%3AAA%3A00%3A01 HTTP/1.1\" status: 200\n".into(),
-        "2026-12-02 10:00:20.000 1 INFO ironic.conductor.inspection [-] Successfully finished inspection of node 552e49e1-1c12-4816-80f5-e9b051161a3f\n".into(),
-        moved("21", a, "cleaning"),
-        moved("30", a, "available"),
-        moved("40", a, "deploying"),
-        moved("50", a, "active"),
-        moved("55", a, "deploying"),
+        moved("00", a, "cleaning", "manageable"), // before inspection: not the cleaning phase
+        moved("01", a, "inspecting", "manageable"),
+        moved("02", a, "inspect wait", "inspecting"),
+        moved("03", b, "inspect wait", "inspecting"),
+        moved("10", a, "inspecting", "inspect wait"),
+        "2026-12-02 10:00:11.000 281 INFO ironic.conductor.inspection [None req-2 - - - - - -] Successfully finished inspection of node 552e49e1-1c12-4816-80f5-e9b051161a3f\n".into(),
+        moved("21", a, "cleaning", "manageable"),
+        moved("30", a, "available", "cleaning"),
+        moved("40", a, "deploying", "available"),
+        moved("50", a, "active", "deploying"),
+        moved("55", a, "deploying", "active"),
     ]
     .concat();
-    let p = Phases::of(&log, a, "52:54:00:aa:00:01");
     let t = |s: f64| Some(1_796_205_600.0 + s);
     assert_eq!(
-        p,
+        Phases::of(&log, a),
         Phases {
-            inspect_wait: t(1.0),
-            first_lookup: t(10.0),
-            inspected: t(20.0),
+            inspect_wait: t(2.0),
+            inventory: t(10.0),
+            inspected: t(11.0),
             cleaning: t(21.0),
             available: t(30.0),
             deploying: t(40.0),
             active: t(50.0),
         }
     );
-    assert_eq!(Phases::of(&log, b, "52:54:00:bb:00:02").first_lookup, None);
+    let other = Phases::of(&log, b);
+    assert_eq!((other.inspect_wait, other.inventory), (t(3.0), None));
 }

@@ -43,7 +43,6 @@ struct Request {
 }
 
 async fn baremetalhosts(body: Body) -> Result<Json<Value>, ApiError> {
-    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
     let body = axum::body::to_bytes(body, MAX_REVIEW).await.map_err(|_| {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -53,19 +52,19 @@ async fn baremetalhosts(body: Body) -> Result<Json<Value>, ApiError> {
     })?;
     let review: Review = super::rest::parse_json(&body, "AdmissionReview")?;
     if review.api_version != API_VERSION {
-        return Err(bad(format!(
+        return Err(ApiError::invalid(format!(
             "AdmissionReview: apiVersion {:?}, this webhook answers {API_VERSION}",
             review.api_version
         )));
     }
     let r = review
         .request
-        .ok_or_else(|| bad("AdmissionReview: no request".into()))?;
+        .ok_or_else(|| ApiError::invalid("AdmissionReview: no request"))?;
     let verdict = match (r.operation.as_str(), &r.old_object, &r.object) {
         ("DELETE", Some(old), _) => hold::admit(old, None),
         ("UPDATE", Some(old), Some(new)) => hold::admit(old, Some(new)),
         ("UPDATE" | "DELETE", _, _) => {
-            return Err(bad(format!(
+            return Err(ApiError::invalid(format!(
                 "AdmissionReview: a {} without the objects it changes",
                 r.operation
             )))

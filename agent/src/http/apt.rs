@@ -75,23 +75,22 @@ async fn sources(
     uri: Uri,
     tls: Option<axum::Extension<ServedOverTls>>,
 ) -> ApiResult {
-    let invalid = |why: &str| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", why);
     let host = match (headers.get(header::HOST), uri.authority()) {
         (Some(h), _) => h
             .to_str()
             .ok()
             .and_then(|h| h.parse::<Authority>().ok())
-            .ok_or_else(|| invalid("the Host header is not a host[:port]"))?,
+            .ok_or_else(|| ApiError::invalid("the Host header is not a host[:port]"))?,
         (None, Some(a)) => a.clone(),
         (None, None) => {
-            return Err(invalid(
+            return Err(ApiError::invalid(
                 "a Host header is needed to name the repository's URL",
             ))
         }
     };
     // Written into the entry as the repository's URL: a host and a port, nothing else.
     if host.as_str().contains('@') {
-        return Err(invalid("the Host header is not a host[:port]"));
+        return Err(ApiError::invalid("the Host header is not a host[:port]"));
     }
     let scheme = if tls.is_some() { "https" } else { "http" };
     let entry =

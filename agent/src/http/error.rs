@@ -34,6 +34,11 @@ impl ApiError {
         }
     }
 
+    /// A request refused for what it says (400 `INVALID_REQUEST`), the way [`ImageError::InvalidRequest`] is.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ImageError::InvalidRequest(message.into()).into()
+    }
+
     /// Marks the refusal as a limit on clients reached, counted under `limit`.
     pub fn limit(mut self, limit: &'static str) -> Self {
         self.limit = Some(limit);

@@ -9,12 +9,14 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::json;
 
 use super::access::{Caller, ReadAccess};
 use super::error::{ApiError, ApiResult, ErrorBody};
 use super::limits::LimitReached;
-use super::schema::{ClusterPath, ClusterStatus, CollectionPath, MultipartMetadata, RecordPath};
+use super::schema::{
+    ClusterObject, ClusterPath, ClusterStatus, CollectionPath, KubeState, MultipartMetadata,
+    RecordPath, StatusImages,
+};
 use super::state::{AppState, Limits};
 use crate::images::{parse_kind, Images, Key, Kind, NewImage, Record};
 use crate::json_depth;
@@ -61,39 +63,58 @@ pub(super) async fn status(
     State(controllers): State<crate::controllers::Shared>,
     Path((owner, cluster)): Path<(String, String)>,
 ) -> ApiResult {
-    let records = images(&store, limits).list(&owner, &cluster, None).await?;
-    let mut by_kind = serde_json::Map::new();
-    for kind in [Kind::Binary, Kind::Os, Kind::Container] {
-        let of_kind: Vec<_> = records
-            .iter()
-            .filter(|r| r.image_type == kind.as_str())
-            .collect();
-        by_kind.insert(kind.as_str().to_owned(), json!(of_kind));
+    let mut images_by_kind = StatusImages::default();
+    for record in images(&store, limits).list(&owner, &cluster, None).await? {
+        let of_kind = match record.image_type.parse::<Kind>() {
+            Ok(Kind::Binary) => &mut images_by_kind.binary_images,
+            Ok(Kind::Os) => &mut images_by_kind.os_images,
+            Ok(Kind::Container) => &mut images_by_kind.container_images,
+            Err(_) => continue,
+        };
+        of_kind.push(record);
     }
+    let unavailable = |error: String| KubeState {
+        state: "unavailable",
+        error: Some(error),
+    };
     let (provisioning, software, kubernetes) = match controllers.kube() {
-        None => (json!([]), json!([]), json!({"state": "disabled"})),
+        None => (
+            Vec::new(),
+            Vec::new(),
+            KubeState {
+                state: "disabled",
+                error: None,
+            },
+        ),
         Some((client, ns)) => {
             let query =
                 crate::controllers::bpa::cluster_status(&client, ns.as_deref(), &owner, &cluster);
             match tokio::time::timeout(KUBE_TIMEOUT, query).await {
-                Ok(Ok((p, s))) => (json!(p), json!(s), json!({"state": "ok"})),
-                Ok(Err(e)) => (
-                    json!([]),
-                    json!([]),
-                    json!({"state": "unavailable", "error": e.to_string()}),
+                Ok(Ok((p, s))) => (
+                    p.into_iter().map(ClusterObject::from).collect(),
+                    s.into_iter().map(ClusterObject::from).collect(),
+                    KubeState {
+                        state: "ok",
+                        error: None,
+                    },
                 ),
+                Ok(Err(e)) => (Vec::new(), Vec::new(), unavailable(e.to_string())),
                 Err(_) => (
-                    json!([]),
-                    json!([]),
-                    json!({"state": "unavailable", "error": format!("no answer from the apiserver in {KUBE_TIMEOUT:?}")}),
+                    Vec::new(),
+                    Vec::new(),
+                    unavailable(format!("no answer from the apiserver in {KUBE_TIMEOUT:?}")),
                 ),
             }
         }
     };
-    Ok(Json(
-        json!({"owner": owner, "cluster": cluster, "images": by_kind,
-                   "provisioning": provisioning, "software": software, "kubernetes": kubernetes}),
-    )
+    Ok(Json(ClusterStatus {
+        owner,
+        cluster,
+        images: images_by_kind,
+        provisioning,
+        software,
+        kubernetes,
+    })
     .into_response())
 }
 
@@ -157,14 +178,11 @@ pub(super) async fn create(
     } else {
         json_body(body, "image metadata").await?
     };
-    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
     new.echo
         .agrees(&owner, &cluster, &kind)
-        .map_err(|e| bad(format!("image metadata: {e}")))?;
+        .map_err(|e| ApiError::invalid(format!("image metadata: {e}")))?;
     if new.echo.image_offset.is_some_and(|o| o != 0) || new.echo.upload_complete == Some(true) {
-        return Err(bad(
-            "image metadata: a new record has no content yet: image_offset 0, upload_complete false".into(),
-        ));
+        return Err(ApiError::invalid("image metadata: a new record has no content yet: image_offset 0, upload_complete false"));
     }
     let record = images(&store, limits)
         .create((&owner, &cluster, &kind), new, caller.uploader())
@@ -203,15 +221,14 @@ pub(super) async fn json_body<T: serde::de::DeserializeOwned>(
 /// Parses a client's JSON, refusing documents nested past [`json_depth::MAX_JSON_DEPTH`] before the parser
 /// sees them.
 pub(super) fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> ApiResult<T> {
-    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
     if json_depth::exceeds(bytes, json_depth::MAX_JSON_DEPTH) {
-        return Err(bad(format!(
+        return Err(ApiError::invalid(format!(
             "{what}: JSON nests arrays and objects more than {} levels deep",
             json_depth::MAX_JSON_DEPTH
         ))
         .limit(LimitReached::JSON_DEPTH));
     }
-    serde_json::from_slice(bytes).map_err(|e| bad(format!("{what}: {e}")))
+    serde_json::from_slice(bytes).map_err(|e| ApiError::invalid(format!("{what}: {e}")))
 }
 
 /// A body in ICN's multipart form (see [`metadata_part`]).
@@ -227,28 +244,27 @@ pub(super) async fn metadata_part<T: serde::de::DeserializeOwned>(
     headers: &HeaderMap,
     body: Body,
 ) -> ApiResult<T> {
-    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
     let boundary = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|t| multer::parse_boundary(t).ok())
-        .ok_or_else(|| bad("multipart body without a boundary".into()))?;
+        .ok_or_else(|| ApiError::invalid("multipart body without a boundary"))?;
     let limited = http_body_util::Limited::new(body, 1 << 20);
     let mut form = multer::Multipart::new(http_body_util::BodyDataStream::new(limited), boundary);
     while let Some(field) = form
         .next_field()
         .await
-        .map_err(|e| bad(format!("multipart form: {e}")))?
+        .map_err(|e| ApiError::invalid(format!("multipart form: {e}")))?
     {
         if field.name() == Some("metadata") {
             let bytes = field
                 .bytes()
                 .await
-                .map_err(|e| bad(format!("metadata part: {e}")))?;
+                .map_err(|e| ApiError::invalid(format!("metadata part: {e}")))?;
             return parse_json(&bytes, "image metadata");
         }
     }
-    Err(bad("multipart form has no metadata part".into()))
+    Err(ApiError::invalid("multipart form has no metadata part"))
 }
 
 pub(super) fn key(owner: &str, cluster: &str, kind: &str, name: &str) -> ApiResult<Key> {
@@ -333,13 +349,12 @@ pub(super) async fn update(
     } else {
         json_body(body, "only description can change").await?
     };
-    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
     update
         .echo
         .agrees(&owner, &cluster, &kind)
-        .map_err(|e| bad(format!("only description can change: {e}")))?;
+        .map_err(|e| ApiError::invalid(format!("only description can change: {e}")))?;
     if let Some(n) = update.image_name.as_ref().filter(|n| **n != name) {
-        return Err(bad(format!(
+        return Err(ApiError::invalid(format!(
             "only description can change: image_name {n:?} is not the path's {name:?}"
         )));
     }
@@ -348,7 +363,7 @@ pub(super) async fn update(
     if let Some(l) = update.image_length {
         let have = images.get(&key).await?.image_length;
         if l != have {
-            return Err(bad(format!(
+            return Err(ApiError::invalid(format!(
                 "only description can change: image_length {l} is not the record's {have}"
             )));
         }
@@ -390,13 +405,7 @@ pub(super) async fn append(
         .get("upload-offset")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "INVALID_REQUEST",
-                "PATCH needs an Upload-Offset header",
-            )
-        })?;
+        .ok_or_else(|| ApiError::invalid("PATCH needs an Upload-Offset header"))?;
     let length = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

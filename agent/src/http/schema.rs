@@ -1,6 +1,8 @@
-//! Types that exist only to describe the REST API's and the file server's wire format in the OpenAPI
-//! document (path parameters, the status body, the multipart form); the handlers' own types carry the rest.
+//! Types of the REST API's and the file server's wire format for the OpenAPI document that the handlers' own
+//! types do not carry: path parameters and the multipart form, which exist only to be described, and the status
+//! body, which the status handler answers.
 
+use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 
 /// The image types of a cluster.
@@ -29,7 +31,8 @@ pub struct MultipartMetadata {
 
 /// `GET .../status`: a cluster's images by type, and the Kubernetes objects installing it: Provisionings with
 /// the `owner` label and this cluster name, and the Softwares labelled with the cluster in their namespaces.
-#[derive(ToSchema)]
+/// The handler answers this very type, so the document cannot drift from the body.
+#[derive(Serialize, ToSchema)]
 pub struct ClusterStatus {
     pub owner: String,
     pub cluster: String,
@@ -40,7 +43,7 @@ pub struct ClusterStatus {
 }
 
 /// A Provisioning or Software and its status (as in its CRD).
-#[derive(ToSchema)]
+#[derive(Serialize, ToSchema)]
 pub struct ClusterObject {
     pub namespace: String,
     pub name: String,
@@ -49,16 +52,29 @@ pub struct ClusterObject {
     pub status: Option<serde_json::Value>,
 }
 
+impl<S: Serialize> From<crate::controllers::bpa::Summary<S>> for ClusterObject {
+    fn from(s: crate::controllers::bpa::Summary<S>) -> Self {
+        ClusterObject {
+            namespace: s.namespace,
+            name: s.name,
+            generation: s.generation,
+            // A CRD status is plain data: serialising it cannot fail.
+            status: s.status.and_then(|st| serde_json::to_value(st).ok()),
+        }
+    }
+}
+
 /// Whether the installation status could be read: `disabled` (no controllers configured), `ok`, or
 /// `unavailable` with the error (the listed objects are then empty).
-#[derive(ToSchema)]
+#[derive(Serialize, ToSchema)]
 pub struct KubeState {
     #[schema(pattern = "^(disabled|ok|unavailable)$")]
-    pub state: String,
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
-#[derive(ToSchema)]
+#[derive(Serialize, ToSchema, Default)]
 pub struct StatusImages {
     pub binary_images: Vec<crate::images::Record>,
     pub os_images: Vec<crate::images::Record>,

@@ -80,13 +80,7 @@ pub(super) fn header_u64(headers: &HeaderMap, name: &str) -> Result<Option<u64>,
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Some)
-            .ok_or_else(|| {
-                error(
-                    StatusCode::BAD_REQUEST,
-                    "INVALID_REQUEST",
-                    format!("{name} must be a non-negative integer"),
-                )
-            }),
+            .ok_or_else(|| ApiError::invalid(format!("{name} must be a non-negative integer"))),
     }
 }
 
@@ -158,31 +152,19 @@ pub(super) async fn create(
     headers: HeaderMap,
 ) -> TusResult {
     if headers.contains_key("upload-defer-length") {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
+        return Err(ApiError::invalid(
             "deferred lengths (creation-defer-length) are not supported: send Upload-Length",
         ));
     }
-    let length = header_u64(&headers, "upload-length")?.ok_or_else(|| {
-        error(
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "creating an upload needs an Upload-Length header",
-        )
-    })?;
+    let length = header_u64(&headers, "upload-length")?
+        .ok_or_else(|| ApiError::invalid("creating an upload needs an Upload-Length header"))?;
     let metadata = match headers.get("upload-metadata") {
         None => None,
         Some(v) => {
-            let raw = v.to_str().map_err(|_| {
-                error(
-                    StatusCode::BAD_REQUEST,
-                    "INVALID_REQUEST",
-                    "Upload-Metadata is not ASCII",
-                )
-            })?;
-            parse_metadata(raw)
-                .map_err(|m| error(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m))?;
+            let raw = v
+                .to_str()
+                .map_err(|_| ApiError::invalid("Upload-Metadata is not ASCII"))?;
+            parse_metadata(raw).map_err(ApiError::invalid)?;
             Some(raw.to_owned())
         }
     };
@@ -251,22 +233,22 @@ pub(super) fn chunk_checksum(headers: &HeaderMap) -> Result<Option<[u8; 32]>, Ap
     let Some(v) = headers.get("upload-checksum") else {
         return Ok(None);
     };
-    let bad = |m: &str| error(StatusCode::BAD_REQUEST, "INVALID_REQUEST", m);
     let v = v
         .to_str()
-        .map_err(|_| bad("Upload-Checksum is not ASCII"))?;
-    let (alg, value) = v
-        .trim()
-        .split_once(' ')
-        .ok_or_else(|| bad("Upload-Checksum must be `<algorithm> <base64 digest>`"))?;
+        .map_err(|_| ApiError::invalid("Upload-Checksum is not ASCII"))?;
+    let (alg, value) = v.trim().split_once(' ').ok_or_else(|| {
+        ApiError::invalid("Upload-Checksum must be `<algorithm> <base64 digest>`")
+    })?;
     if alg != "sha256" {
-        return Err(bad("Upload-Checksum algorithm must be sha256"));
+        return Err(ApiError::invalid(
+            "Upload-Checksum algorithm must be sha256",
+        ));
     }
     let digest = base64::engine::general_purpose::STANDARD
         .decode(value.trim())
         .ok()
         .and_then(|d| <[u8; 32]>::try_from(d).ok())
-        .ok_or_else(|| bad("Upload-Checksum value is not a base64 sha256 digest"))?;
+        .ok_or_else(|| ApiError::invalid("Upload-Checksum value is not a base64 sha256 digest"))?;
     Ok(Some(digest))
 }
 
@@ -310,13 +292,8 @@ pub(super) async fn append(
             "PATCH bodies must be Content-Type: application/offset+octet-stream",
         ));
     }
-    let start = header_u64(&headers, "upload-offset")?.ok_or_else(|| {
-        error(
-            StatusCode::BAD_REQUEST,
-            "INVALID_REQUEST",
-            "PATCH needs an Upload-Offset header",
-        )
-    })?;
+    let start = header_u64(&headers, "upload-offset")?
+        .ok_or_else(|| ApiError::invalid("PATCH needs an Upload-Offset header"))?;
     let checksum = chunk_checksum(&headers)?;
     // Only to a writer that may see it (the append itself runs in a task of its own, as the agent).
     Uploads::new(&store, limits.max_image_length)

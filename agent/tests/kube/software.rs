@@ -92,6 +92,12 @@ async fn job_of(sws: &Api<Software>, prefix: &str) -> String {
     .await
 }
 
+/// The names of the Jobs `selected`.
+async fn job_names(jobs: &Api<Job>, selected: &ListParams) -> Vec<String> {
+    let list = jobs.list(selected).await.unwrap();
+    list.items.iter().map(|j| j.name_any()).collect()
+}
+
 async fn install_cluster(client: &kube::Client, ns: &str, prov: &str, cluster: &str) {
     Api::<Secret>::namespaced(client.clone(), ns).create(&PostParams::default(), &serde_json::from_value(json!({
         "metadata": {"name": format!("{cluster}-kubeconfig")}, "stringData": {"kubeconfig": "apiVersion: v1\n"},
@@ -437,14 +443,7 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
         sw_condition(&s, "Installed").unwrap().2,
         format!("package installer Job {updated} finished: 1 updated, 1 unchanged")
     );
-    let names: Vec<String> = jobs
-        .list(&of_sw)
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|j| j.name_any())
-        .collect();
+    let names = job_names(&jobs, &of_sw).await;
     assert_eq!(names, std::slice::from_ref(&updated));
 
     // The Provisioning's healing changed (a new generation that installs nothing new): once the BPA has seen it,
@@ -484,14 +483,7 @@ async fn software_installs_uploaded_packages_once_the_cluster_is_ready_and_rest_
         s.status.as_ref().and_then(|st| st.job_name.as_deref()),
         Some(updated.as_str())
     );
-    let names: Vec<String> = jobs
-        .list(&of_sw)
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|j| j.name_any())
-        .collect();
+    let names = job_names(&jobs, &of_sw).await;
     assert_eq!(
         names,
         std::slice::from_ref(&updated),
@@ -663,13 +655,7 @@ async fn an_agent_killed_mid_reconcile_and_restarted_reaches_the_same_end_state(
     assert!(after_first_kill <= 1);
     // The same end state as an uninterrupted reconcile: one Job, every installer object, the finalizer.
     assert_eq!(
-        jobs.list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .map(|j| j.name_any())
-            .collect::<Vec<_>>(),
+        job_names(&jobs, &ListParams::default()).await,
         ["rp-install-g1"]
     );
     for (kind, present) in [
