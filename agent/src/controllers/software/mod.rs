@@ -524,6 +524,8 @@ fn summary(status: &SoftwareStatus) -> Option<String> {
 }
 
 #[cfg(test)]
+mod reconcile_tests;
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::crd::bpa::ProvisioningStatus;
