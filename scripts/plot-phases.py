@@ -17,7 +17,8 @@ import sys
 from xml.sax.saxutils import escape
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from svgplot import ticks, write  # noqa: E402
+import svgplot  # noqa: E402
+from svgplot import ticks  # noqa: E402
 
 PHASES = ["ramdisk boot and inventory", "inspection", "cleaning", "available to deploying", "deploy", "first boot"]
 OTHER = "registration and waits"
@@ -89,13 +90,5 @@ def plot(nodes, title):
     return "\n".join(out) + "\n"
 
 
-def main():
-    if len(sys.argv) not in (3, 4):
-        sys.exit("usage: plot-phases.py TABLE OUT.svg [TITLE]")
-    nodes = read(sys.argv[1])
-    title = sys.argv[3] if len(sys.argv) == 4 else "where each node's provisioning time went"
-    write(sys.argv[2], plot(nodes, title))
-
-
 if __name__ == "__main__":
-    main()
+    svgplot.main("plot-phases.py TABLE OUT.svg [TITLE]", read, plot, "where each node's provisioning time went")

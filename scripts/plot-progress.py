@@ -14,7 +14,8 @@ import sys
 from xml.sax.saxutils import escape
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from svgplot import ticks, write  # noqa: E402
+import svgplot  # noqa: E402
+from svgplot import ticks  # noqa: E402
 
 SAMPLE = re.compile(r"^(\d+) s: (.*?)\s*mem (\d+) MiB$")
 # A state's colour: the order BMO moves a host through its states.
@@ -91,13 +92,5 @@ def plot(samples, title):
     return "\n".join(out) + "\n"
 
 
-def main():
-    if len(sys.argv) not in (3, 4):
-        sys.exit("usage: plot-progress.py PROGRESS_LOG OUT.svg [TITLE]")
-    samples = read(sys.argv[1])
-    title = sys.argv[3] if len(sys.argv) == 4 else "hosts in each state over time"
-    write(sys.argv[2], plot(samples, title))
-
-
 if __name__ == "__main__":
-    main()
+    svgplot.main("plot-progress.py PROGRESS_LOG OUT.svg [TITLE]", read, plot, "hosts in each state over time")

@@ -32,6 +32,27 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The Rust files under `dirs` (relative to the repository): each one's path relative to it, and its path.
+fn sources(dirs: &[&str]) -> Vec<(String, PathBuf)> {
+    let root = repo();
+    let mut files = Vec::new();
+    for dir in dirs {
+        rust_files(&root.join(dir), &mut files);
+    }
+    files
+        .into_iter()
+        .map(|f| {
+            (
+                f.strip_prefix(&root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned(),
+                f,
+            )
+        })
+        .collect()
+}
+
 /// `src` without comments, string and char literals (their content emptied), and without its `mod tests`.
 fn code(src: &str) -> String {
     let b = src.as_bytes();
@@ -266,19 +287,10 @@ fn the_checker_sees_a_cycle_through_super_crate_and_a_child_named_by_itself() {
 #[test]
 fn no_source_file_grows_past_700_lines() {
     let root = repo();
-    let mut files = Vec::new();
-    for dir in ["agent", "image-builder", "names", "tests"] {
-        rust_files(&root.join(dir), &mut files);
-    }
     let waiting: BTreeMap<&str, usize> = WAITING_TO_BE_SPLIT.iter().copied().collect();
     let mut over = Vec::new();
-    for f in &files {
-        let rel = f
-            .strip_prefix(&root)
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
-        let lines = std::fs::read_to_string(f).unwrap().lines().count();
+    for (rel, f) in sources(&["agent", "image-builder", "names", "tests"]) {
+        let lines = std::fs::read_to_string(&f).unwrap().lines().count();
         let limit = waiting.get(rel.as_str()).copied().unwrap_or(MAX_LINES);
         if lines > limit {
             over.push(format!("{rel}: {lines} lines (at most {limit})"));
@@ -384,25 +396,15 @@ fn the_function_finder_measures_bodies_and_skips_pointers_and_declarations() {
 
 #[test]
 fn no_function_of_the_product_grows_past_120_lines() {
-    let root = repo();
-    let mut files = Vec::new();
-    for dir in ["agent/src", "image-builder/src", "names/src"] {
-        rust_files(&root.join(dir), &mut files);
-    }
     let waiting: BTreeMap<&str, usize> = WAITING_TO_BE_SHORTENED.iter().copied().collect();
     let mut over = Vec::new();
     let mut seen = BTreeSet::new();
-    for f in &files {
-        let rel = f
-            .strip_prefix(&root)
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+    for (rel, f) in sources(&["agent/src", "image-builder/src", "names/src"]) {
         // Test modules in files of their own are tests, not the product.
         if rel.ends_with("/tests.rs") || rel.ends_with("_tests.rs") || rel.contains("/tests/") {
             continue;
         }
-        for (name, line, lines) in functions(&code(&std::fs::read_to_string(f).unwrap())) {
+        for (name, line, lines) in functions(&code(&std::fs::read_to_string(&f).unwrap())) {
             let key = format!("{rel}:{name}");
             let limit = waiting.get(key.as_str()).copied();
             if limit.is_some() {

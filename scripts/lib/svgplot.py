@@ -1,5 +1,6 @@
 """What the results log's plot scripts share (scripts/plot-*.py): round axis ticks and a whole-or-nothing write."""
 import os
+import sys
 
 
 def ticks(top, count=5):
@@ -28,3 +29,13 @@ def write(path, text):
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def main(usage, read, plot, default_title):
+    """A plot script's command line: `usage` is `NAME INPUT OUT.svg [TITLE]`; `read` takes the input's path,
+    `plot` what it read and the title."""
+    if len(sys.argv) not in (3, 4):
+        sys.exit(f"usage: {usage}")
+    data = read(sys.argv[1])
+    title = sys.argv[3] if len(sys.argv) == 4 else default_title
+    write(sys.argv[2], plot(data, title))
