@@ -577,3 +577,5 @@ mod heal_tests;
 mod hold_tests;
 #[cfg(test)]
 mod plan_tests;
+#[cfg(test)]
+mod reconcile_tests;
