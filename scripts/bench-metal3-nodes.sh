@@ -30,6 +30,7 @@ if [ ! -s "$out" ]; then
 fi
 echo
 echo "== per node, seconds (both nodes at once; the whole run took $(($(date +%s) - started)) s)"
-column -t -s $'\t' "$out"
+grep -v '^#' "$out" | column -t -s $'\t'
+grep '^#' "$out" || true
 python3 scripts/plot-phases.py "$out" "$out.svg" "Per node, both at once, under TCG ($(date -u +%F))"
 echo "table: $out, plotted in $out.svg"

@@ -60,8 +60,8 @@ pub(super) fn both_nodes(
     let hosts = wait_for_hosts(site, &names, Duration::from_secs(60));
     let log = std::fs::read_to_string(ironic_log).unwrap_or_default();
     let mut table = String::from(
-        "node\tramdisk boot\tinspection\tcleaning\tavailable to deploying\tdeploy\tfirst boot\t\
-         created to ready\tof the 8 min target\n",
+        "node\tramdisk boot and inventory\tinspection\tcleaning\tavailable to deploying\tdeploy\t\
+         first boot\tcreated to ready\tof the 8 min target\n",
     );
     for ((n, host), ready) in nodes.iter().zip(&hosts).zip(&ready) {
         let uuid = host["status"]["provisioning"]["ID"]
