@@ -7,7 +7,7 @@ use axum::http::Method;
 use serde_json::json;
 
 use super::{render, Ctx};
-use crate::controllers::common::testing::{mock_client, serve, settings, Handle, Step};
+use crate::controllers::common::testing::{condition, mock_client, serve, settings, Handle, Step};
 use crate::controllers::common::{Base, Reconciler};
 use crate::crd::bpa::Provisioning;
 
@@ -43,16 +43,6 @@ fn step(method: Method, path: &'static str, status: u16, body: serde_json::Value
         status,
         body,
     }
-}
-
-/// The condition `type_` of the status a PATCH sent.
-fn condition<'a>(patch: &'a serde_json::Value, type_: &str) -> &'a serde_json::Value {
-    patch["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == type_)
-        .unwrap_or_else(|| panic!("no condition {type_} in {patch}"))
 }
 
 /// A master whose MAC is not one: the hosts and this generation's Job are read (there is none), then one Event
@@ -101,11 +91,13 @@ async fn an_invalid_spec_is_one_event_and_one_status_write() {
     );
 }
 
-/// The generation's installer Job failed: its pod's last words (the installer's termination message) are in the
-/// `Failed` condition with the Job's own reason, after one Event; the Job is kept for its logs.
-#[tokio::test]
-async fn a_failed_job_is_failed_with_the_installers_message() {
-    let (ctx, handle) = ctx();
+/// A Provisioning `Installing` with its generation's installer Job, whose state is `job_status` and whose one
+/// pod's is `pod_status`; the calls one reconcile makes of it, the hosts listed (none), the Job read, its
+/// siblings pruned (none), its outcome and its pod read, to one Event and one status write.
+fn installing(
+    job_status: serde_json::Value,
+    pod_status: serde_json::Value,
+) -> (Provisioning, Vec<Step>) {
     let spec = json!({"masters": [{"master-0": {"mac-address": "52:54:00:00:00:01"}}]});
     let p = provisioning(
         spec.clone(),
@@ -116,45 +108,55 @@ async fn a_failed_job_is_failed_with_the_installers_message() {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": "c1-install-g1", "namespace": "site",
                      "annotations": {render::INSTALLS: installs}},
-        "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
-                                   "message": "Container installer for pod site/c1-install-g1-x failed"}]},
+        "status": job_status,
     });
     let pod = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "c1-install-g1-x", "namespace": "site",
                      "creationTimestamp": "2026-12-02T10:00:00Z"},
-        "status": {"containerStatuses": [{
+        "status": pod_status,
+    });
+    let steps = vec![
+        step(Method::GET, BMHS, 200, list(vec![])),
+        step(Method::GET, "/jobs/c1-install-g1", 200, job.clone()),
+        step(Method::GET, JOBS, 200, list(vec![job.clone()])),
+        step(Method::GET, "/jobs/c1-install-g1", 200, job),
+        step(
+            Method::GET,
+            "/api/v1/namespaces/site/pods",
+            200,
+            list(vec![pod]),
+        ),
+        step(
+            Method::POST,
+            EVENTS,
+            201,
+            json!({"metadata": {"name": "e"}, "eventTime": null}),
+        ),
+        step(
+            Method::PATCH,
+            STATUS,
+            200,
+            serde_json::to_value(&p).unwrap(),
+        ),
+    ];
+    (p, steps)
+}
+
+/// The generation's installer Job failed: its pod's last words (the installer's termination message) are in the
+/// `Failed` condition with the Job's own reason, after one Event; the Job is kept for its logs.
+#[tokio::test]
+async fn a_failed_job_is_failed_with_the_installers_message() {
+    let (ctx, handle) = ctx();
+    let (p, steps) = installing(
+        json!({"conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+                               "message": "Container installer for pod site/c1-install-g1-x failed"}]}),
+        json!({"containerStatuses": [{
             "name": "installer", "image": "installer", "imageID": "", "ready": false, "restartCount": 0,
             "state": {"terminated": {"exitCode": 1,
-                                     "message": "master-0 kubeadm init: port 6443 is in use\n"}}}]},
-    });
-    let scenario = tokio::spawn(serve(
-        handle,
-        vec![
-            step(Method::GET, BMHS, 200, list(vec![])),
-            step(Method::GET, "/jobs/c1-install-g1", 200, job.clone()),
-            step(Method::GET, JOBS, 200, list(vec![job.clone()])),
-            step(Method::GET, "/jobs/c1-install-g1", 200, job),
-            step(
-                Method::GET,
-                "/api/v1/namespaces/site/pods",
-                200,
-                list(vec![pod]),
-            ),
-            step(
-                Method::POST,
-                EVENTS,
-                201,
-                json!({"metadata": {"name": "e"}, "eventTime": null}),
-            ),
-            step(
-                Method::PATCH,
-                STATUS,
-                200,
-                serde_json::to_value(&p).unwrap(),
-            ),
-        ],
-    ));
+                                     "message": "master-0 kubeadm init: port 6443 is in use\n"}}}]}),
+    );
+    let scenario = tokio::spawn(serve(handle, steps));
     ctx.apply(&p, "site").await.unwrap();
     drop(ctx);
     let bodies = scenario.await.unwrap();
@@ -175,71 +177,25 @@ async fn a_failed_job_is_failed_with_the_installers_message() {
 }
 
 /// The generation's installer Job runs, but its pod cannot pull the installer image: the Provisioning stays
-/// `Installing`, and an Event and its conditions say why the installer waits (`InstallerWaiting`, the kubelet's
-/// reason).
+/// `Installing`, and a Warning Event and its conditions say why the installer waits (`InstallerWaiting`, the
+/// kubelet's reason).
 #[tokio::test]
 async fn a_job_whose_pod_cannot_start_says_why() {
     let (ctx, handle) = ctx();
-    let spec = json!({"masters": [{"master-0": {"mac-address": "52:54:00:00:00:01"}}]});
-    let p = provisioning(
-        spec.clone(),
-        json!({"phase": "Installing", "observedGeneration": 1, "jobName": "c1-install-g1"}),
-    );
-    let installs = render::installs(&serde_json::from_value(spec).unwrap());
-    let job = json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "c1-install-g1", "namespace": "site",
-                     "annotations": {render::INSTALLS: installs}},
-        "status": {"active": 1},
-    });
-    let pod = json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "c1-install-g1-x", "namespace": "site"},
-        "status": {"phase": "Pending", "containerStatuses": [{
+    let (p, steps) = installing(
+        json!({"active": 1}),
+        json!({"phase": "Pending", "containerStatuses": [{
             "name": "installer", "image": "installer", "imageID": "", "ready": false, "restartCount": 0,
             "state": {"waiting": {"reason": "ImagePullBackOff",
-                                  "message": "Back-off pulling image \"installer\""}}}]},
-    });
-    let scenario = tokio::spawn(serve(
-        handle,
-        vec![
-            step(Method::GET, BMHS, 200, list(vec![])),
-            step(Method::GET, "/jobs/c1-install-g1", 200, job.clone()),
-            step(Method::GET, JOBS, 200, list(vec![job.clone()])),
-            step(Method::GET, "/jobs/c1-install-g1", 200, job),
-            step(
-                Method::GET,
-                "/api/v1/namespaces/site/pods",
-                200,
-                list(vec![pod]),
-            ),
-            step(
-                Method::POST,
-                EVENTS,
-                201,
-                json!({"metadata": {"name": "e"}, "eventTime": null}),
-            ),
-            step(
-                Method::PATCH,
-                STATUS,
-                200,
-                serde_json::to_value(&p).unwrap(),
-            ),
-        ],
-    ));
+                                  "message": "Back-off pulling image \"installer\""}}}]}),
+    );
+    let scenario = tokio::spawn(serve(handle, steps));
     ctx.apply(&p, "site").await.unwrap();
     drop(ctx);
     let bodies = scenario.await.unwrap();
-    // An operator's attention is needed: the Event says so too.
     assert_eq!(bodies[5]["type"], "Warning", "{}", bodies[5]);
-    assert!(
-        bodies[5]["note"]
-            .as_str()
-            .unwrap()
-            .contains("ImagePullBackOff"),
-        "{}",
-        bodies[5]
-    );
+    let note = bodies[5]["note"].as_str().unwrap();
+    assert!(note.contains("ImagePullBackOff"), "{note}");
     let status = &bodies[6]["status"];
     assert_eq!(status["phase"], "Installing", "{status}");
     let installing = condition(&bodies[6], "Installing");

@@ -82,3 +82,11 @@ pub async fn serve(mut handle: Handle, steps: Vec<Step>) -> Vec<serde_json::Valu
     );
     seen
 }
+
+/// The condition `type_` in the status a PATCH sent (`patch`: its body).
+pub fn condition<'a>(patch: &'a serde_json::Value, type_: &str) -> &'a serde_json::Value {
+    patch["status"]["conditions"]
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["type"] == type_))
+        .unwrap_or_else(|| panic!("no condition {type_} in {patch}"))
+}

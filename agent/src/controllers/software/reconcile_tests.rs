@@ -9,7 +9,7 @@ use kube::runtime::controller::Action;
 use serde_json::json;
 
 use super::Ctx;
-use crate::controllers::common::testing::{mock_client, serve, settings, Handle, Step};
+use crate::controllers::common::testing::{condition, mock_client, serve, settings, Handle, Step};
 use crate::controllers::common::{Base, Reconciler};
 use crate::crd::bpa::Software;
 use crate::store::Store;
@@ -108,12 +108,7 @@ async fn an_invalid_spec_prunes_its_jobs_and_is_one_event_and_one_status_write()
     assert_eq!(bodies[2]["reason"], "Failed", "{}", bodies[2]);
     let status = &bodies[3]["status"];
     assert_eq!(status["phase"], "Failed", "{status}");
-    let failed = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Failed")
-        .unwrap();
+    let failed = condition(&bodies[3], "Failed");
     assert_eq!(
         (&failed["status"], &failed["reason"]),
         (&json!("True"), &json!("InvalidSpec"))
@@ -123,12 +118,7 @@ async fn an_invalid_spec_prunes_its_jobs_and_is_one_event_and_one_status_write()
         "masterSoftware: package y is listed twice (unversioned and 1)"
     );
     // The cluster it waited for is named with the generation it follows.
-    let cluster = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "ClusterReady")
-        .unwrap();
+    let cluster = condition(&bodies[3], "ClusterReady");
     assert_eq!(
         cluster["message"],
         "Provisioning c1 is Ready (generation 7)"
