@@ -24,12 +24,14 @@
 //! to the Ready cluster and joined; a `Software` is installed on both by its package installer Job, then its
 //! package's second version on the master, drained first (`metal3_provisioning_software.rs`); taken out
 //! of the Provisioning, the worker is drained past a PodDisruptionBudget, reset and its Node deleted, its
-//! BareMetalHost released (`metal3_provisioning_bpa.rs`, `metal3_provisioning_leave.rs`). The master's kubelet
-//! stopped, the BPA remediates it: its node drained first (a PodDisruptionBudget holds the drain until the
-//! spec's drain time is up, and the Event says so), then a reboot through the BareMetalHost brings it back from
-//! its disk, the same, with its package and its workload node Ready and schedulable again; and it is not
-//! deprovisioned by hand before it is drained (`metal3_provisioning_hold.rs`); meanwhile deprovisioning cleans the worker's disk (checked on the
-//! VM's disk file) and makes it available again. Nothing leaves the namespace.
+//! BareMetalHost released; added back, it joins again and the Software's next run installs on it again
+//! (`metal3_provisioning_bpa.rs`, `metal3_provisioning_leave.rs`). Both nodes' kubelets stopped, the share
+//! guard holds healing back and says so; the master back, the BPA remediates the worker: its node drained
+//! first (a PodDisruptionBudget holds the drain until the spec's drain time is up, and the Event says so), then
+//! a reboot through the BareMetalHost brings it back from its disk, the same, with its workload node Ready and
+//! schedulable again (`metal3_provisioning_heal.rs`). The master is not deprovisioned by hand before it is
+//! drained (`metal3_provisioning_hold.rs`); the Provisioning deleted, deprovisioning cleans the worker's disk
+//! (checked on the VM's disk file) and makes it available again. Nothing leaves the namespace.
 
 #[path = "metal3_provisioning_bench.rs"]
 mod bench;
@@ -39,6 +41,8 @@ mod bpa;
 mod disk;
 #[path = "metal3_provisioning_firewall.rs"]
 mod firewall;
+#[path = "metal3_provisioning_heal.rs"]
+mod heal;
 #[path = "metal3_provisioning_hold.rs"]
 mod hold;
 #[path = "metal3_provisioning_leave.rs"]
@@ -58,7 +62,7 @@ use std::time::{Duration, Instant};
 
 use foothold_e2e::deadline::tail_file;
 use foothold_e2e::native_site::{
-    appliance_spec, build, extract_root, host_state, lease, patch_host, wait_for, wait_for_hosts,
+    appliance_spec, build, extract_root, host_state, patch_host, wait_for, wait_for_hosts,
     wait_for_hosts_past, Site, APPLIANCE,
 };
 use foothold_e2e::netns::{Namespace, Running};
@@ -559,7 +563,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
 
     deadline.phase("the worker added to the Ready cluster, the nodes' read token rotated");
     let rotated = disk::rotate_the_nodes_read_token(&site);
-    let job = bpa::adds_the_worker(&site, &nodes, &addresses);
+    let job = bpa::adds_the_worker(&site, &nodes, &addresses, 5);
     let conf = bpa::installs_the_cluster(
         &site,
         &job,
@@ -614,60 +618,40 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     deadline.phase(
         "the worker taken out of the cluster: drained past a PodDisruptionBudget, reset, released",
     );
-    let job = leave::removes_the_worker(site_of, &nodes, &conf, &on_worker);
+    leave::removes_the_worker(site_of, &nodes, &conf, &on_worker);
 
-    let node = master;
+    deadline.phase("the worker added back: joined again, the Software installed on it again");
+    let (job, conf) = leave::comes_back(site_of, &nodes, &addresses, &on_worker);
+
     deadline.phase(
-        "the master healed by the BPA through its BareMetalHost while the worker is deprovisioned",
+        "healing: held by the share guard while both nodes are unhealthy, then the worker rebooted through \
+         its BareMetalHost",
     );
-    // The worker's image removed: BMO deprovisions it, cleaning its disk's metadata. The master's kubelet
-    // stopped: its Node goes NotReady, and past the spec's 30 s the BPA drains it (for at most the spec's 10 s)
-    // and reboots it through its BareMetalHost.
-    bpa::healing_on(&site, &job);
+    let started = heal::held_while_both_are_unhealthy(&site, &job, [&on_master, &on_worker]);
+    on_master("sudo systemctl start kubelet");
+    heal::back(site_of, &conf, "master-0", started);
+    let host = heal::rebooted_from_disk(&site, worker, &addresses[1]);
+    heal::back(site_of, &conf, "worker-0", started);
+    heal::healed_the_worker(site_of, &conf, worker.name);
+    disk::the_same_after_a_reboot(
+        &on_worker,
+        (worker.name, "none"),
+        (worker.mac, &addresses[1], false),
+        host["metadata"]["uid"].as_str().unwrap_or_default(),
+    );
+
+    deadline.phase("the master not deprovisioned by hand before it is drained");
+    hold::drained_before_it_goes(site_of, &conf, master.name, "master-0");
+    // The Provisioning goes (its finalizer removes its Job, releases both hosts); the cluster stays.
+    bpa::deleted(&site, &job, &[master.name, worker.name]);
+
+    deadline.phase("the worker deprovisioned: its disk's metadata cleaned, available again");
     assert!(
         has_partition_table(&disk_head(&worker.disk, &dir)),
         "the installed disk has no partition table"
     );
     let started = Instant::now();
     patch_host(&site, worker.name, serde_json::json!({"image": null}));
-    on_master("sudo systemctl stop kubelet");
-    let again = foothold_e2e::wait_for_nth_marker(&node.console, 2, Duration::from_secs(900));
-    assert!(again.contains(&format!("host={} ", node.name)), "{again}");
-    // The reboot was the soft one Metal3 asks for first: the system shut down (the BMC's ACPI power button,
-    // handled by logind) before it was powered on again, not cut off after Ironic's wait.
-    let console = String::from_utf8_lossy(&std::fs::read(&node.console).unwrap()).into_owned();
-    let first_ready = console.find("FOOTHOLD-READY").expect("the first marker");
-    assert!(
-        console[first_ready..].contains("reboot: Power down"),
-        "{} was not shut down by its power button before it came back",
-        node.name
-    );
-    let host = &wait_for_hosts(
-        &site,
-        &[(node.name, "provisioned")],
-        Duration::from_secs(60),
-    )[0];
-    assert_eq!(host["status"]["poweredOn"], true);
-    assert_eq!(
-        lease(&root, node.mac),
-        addresses[0],
-        "the node's address changed"
-    );
-    foothold_e2e::say!(
-        "metal3_provisioning: rebooted and ready again in {} s",
-        started.elapsed().as_secs()
-    );
-    bpa::master_back(site_of, &conf, started);
-    bpa::healed_the_master(site_of, &conf, node.name);
-    disk::the_same_after_a_reboot(
-        &on_master,
-        node.name,
-        (node.mac, &addresses[0]),
-        host["metadata"]["uid"].as_str().unwrap_or_default(),
-    );
-    hold::drained_before_it_goes(site_of, &conf, node.name, "master-0");
-    // The Provisioning goes (its finalizer removes its Job, releases the master's host); the cluster stays.
-    bpa::deleted(&site, &job, master.name);
     wait_for_hosts(
         &site,
         &[(worker.name, "available")],

@@ -256,13 +256,18 @@ pub(super) fn makes_a_cluster_of_the_master(
     conf
 }
 
-/// The worker added to the `Ready` cluster `c1` (a new generation): both hosts matched by their inspected data,
-/// and a new installer Job made; its name is returned.
-pub(super) fn adds_the_worker(site: &Site, nodes: &[Node], addresses: &[String]) -> String {
+/// The worker added to the `Ready` cluster `c1` (its generation `generation`): both hosts matched by their
+/// inspected data, and a new installer Job made; its name is returned.
+pub(super) fn adds_the_worker(
+    site: &Site,
+    nodes: &[Node],
+    addresses: &[String],
+    generation: u32,
+) -> String {
     answer(
         site,
-        &provisioning(&nodes[0], nodes[0].vcpus, Some(&nodes[1]), 5),
-        5,
+        &provisioning(&nodes[0], nodes[0].vcpus, Some(&nodes[1]), generation),
+        generation,
     );
     matched(
         site,
@@ -508,149 +513,28 @@ pub(super) fn workload_kubectl(
 }
 
 /// Deletes the Provisioning: its finalizer removes what it made, the installer Job `job` among it, and
-/// releases the BareMetalHost `bmh` its cluster was left on.
-/// Healing turned on for `c1` (a node `NotReady` for 30 s is rebooted through its BareMetalHost, also when it
-/// is the cluster's only one: the share guard's case is the reconciler test's): a new generation that
-/// installs nothing new, so the installer Job `job` stays the cluster's and it stays `Ready`.
-pub(super) fn healing_on(site: &Site, job: &str) {
-    let before = field(site, "{.metadata.generation}");
-    site.kubectl(&[
-        "patch",
-        "provisioning",
-        "c1",
-        "--type=merge",
-        "-p",
-        r#"{"spec": {"healing": {"enabled": true, "notReadySeconds": 30, "maxUnhealthyPercent": 100, "drainTimeoutSeconds": 10}}}"#,
-    ])
-    .unwrap_or_else(|e| panic!("turning healing on: {e}"));
-    let generation = field(site, "{.metadata.generation}");
-    assert_ne!(generation, before);
-    wait_for(
-        "the new generation observed",
-        Duration::from_secs(120),
-        || {
-            let now = field(
-                site,
-                "{.status.observedGeneration} {.status.phase} {.status.jobName}",
-            );
-            let want = format!("{generation} Ready {job}");
-            (now.clone(), (now == want).then_some(()))
-        },
-    );
-}
-
-/// The workload cluster's master after its reboot (`started`): from its disk, its control plane and its node
-/// come back.
-pub(super) fn master_back(site_of: (&Namespace, &Site, &Path), conf: &str, started: Instant) {
-    wait_for(
-        "the workload cluster's master after its reboot",
-        Duration::from_secs(600),
-        || {
-            let now = workload_nodes(site_of, conf);
-            let done = now
-                .as_deref()
-                .is_ok_and(|n| n.split(' ').any(|s| s == "master-0=True"));
-            (format!("{now:?}"), done.then_some(()))
-        },
-    );
-    foothold_e2e::say!(
-        "metal3_provisioning: the workload cluster's master Ready again {} s after the reboot",
-        started.elapsed().as_secs()
-    );
-}
-
-/// The BPA healed the cluster's master, whose kubelet the test stopped: an Event `Remediating` says its node
-/// is drained before its reboot through BareMetalHost `bmh`; the spread Deployment's budget (two pods on the
-/// unreachable master, minAvailable 1) holds that drain, so past the spec's 10 s a Warning `Rebooting` says the
-/// reboot goes ahead undrained and names a spread pod; one `Healed` follows, the remediation in the status
-/// ended `Healed` with its drain `TimedOut`, the node the drain cordoned is schedulable again, and the cluster
-/// is `Healthy` again.
-pub(super) fn healed_the_master(site_of: (&Namespace, &Site, &Path), conf: &str, bmh: &str) {
-    let site = site_of.1;
-    let (reason, message) = wait_for(
-        "the cluster Healthy again",
-        Duration::from_secs(300),
-        || {
-            let now = (
-                field(site, "{.status.conditions[?(@.type==\"Healthy\")].reason}"),
-                field(site, "{.status.conditions[?(@.type==\"Healthy\")].message}"),
-            );
-            (format!("{now:?}"), (now.0 == "NodesReady").then_some(now))
-        },
-    );
-    assert_eq!(
-        (reason.as_str(), message.as_str()),
-        ("NodesReady", "its one node Ready")
-    );
-    assert_eq!(
-        field(
-            site,
-            "{.status.remediations[*].outcome} {.status.remediations[*].drain}"
-        ),
-        "Healed TimedOut",
-        "{}",
-        field(site, "{.status.remediations}")
-    );
-    let cordoned = workload_get(
-        site_of,
-        conf,
-        &["node", "master-0", "-o", "jsonpath={.spec.unschedulable}"],
-    );
-    assert_eq!(
-        cordoned.as_deref(),
-        Ok(""),
-        "master-0 still cordoned after healing"
-    );
-    let notes = site
-        .kubectl(&[
-            "get",
-            "events",
-            "--field-selector",
-            "involvedObject.kind=Provisioning,involvedObject.name=c1",
-            "-o",
-            "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
-        ])
-        .unwrap_or_else(|e| e);
-    let remediating = format!(
-        "Remediating: draining master-0 before its reboot through BareMetalHost {bmh}: not Ready for "
-    );
-    assert_eq!(notes.matches(&remediating).count(), 1, "{notes}");
-    let rebooting = format!(
-        "Rebooting: rebooting master-0 through BareMetalHost {bmh} undrained: the drain had its 10 s \
-         (spec.healing.drainTimeoutSeconds): "
-    );
-    let line = notes
-        .lines()
-        .find(|l| l.starts_with(&rebooting))
-        .unwrap_or_else(|| panic!("no {rebooting:?} in {notes}"));
-    assert!(line.contains("default/spread-"), "{line}");
-    assert!(
-        notes.contains(&format!(
-            "Healed: master-0 is Ready again after its reboot through BareMetalHost {bmh}"
-        )),
-        "{notes}"
-    );
-}
-
-pub(super) fn deleted(site: &Site, job: &str, bmh: &str) {
+/// releases the BareMetalHosts `bmhs` its cluster was on.
+pub(super) fn deleted(site: &Site, job: &str, bmhs: &[&str]) {
     site.kubectl(&["delete", "provisioning", "c1", "--timeout=120s"])
         .unwrap_or_else(|e| panic!("deleting the Provisioning: {e}"));
     wait_for("the installer Job gone", Duration::from_secs(120), || {
         let left = site.kubectl(&["get", "job", job, "-o", "name"]);
         (format!("{left:?}"), left.is_err().then_some(()))
     });
-    assert_eq!(
-        site.kubectl(&[
-            "get",
-            "baremetalhost",
-            bmh,
-            "-o",
-            "jsonpath={.spec.consumerRef}"
-        ])
-        .unwrap_or_else(|e| e),
-        "",
-        "{bmh} released with its Provisioning"
-    );
+    for bmh in bmhs {
+        assert_eq!(
+            site.kubectl(&[
+                "get",
+                "baremetalhost",
+                bmh,
+                "-o",
+                "jsonpath={.spec.consumerRef}"
+            ])
+            .unwrap_or_else(|e| e),
+            "",
+            "{bmh} released with its Provisioning"
+        );
+    }
 }
 
 #[test]

@@ -272,28 +272,33 @@ fn set_by_the_config_drive(
     assert!(labelled("foothold-data") > 4 << 30, "{name}: {blocks}");
 }
 
-/// After a reboot the node `name` is the same machine, from its disk: its name, its static address, the
-/// package (at the version its Software updated it to) and the binary its Software installed, cloud-init's
-/// instance (the BareMetalHost's UID `uid`, so cloud-init did not take it for a new machine), containerd's store
-/// on the disk's root file system.
+/// After a reboot the node `name` is the same machine, from its disk: its name, its address on the NIC `mac`
+/// (static, from its network data, or the same DHCP lease), the package its Software gave it (`package`: its
+/// version, or `none`) and the binary, cloud-init's instance (the BareMetalHost's UID `uid`, so cloud-init did
+/// not take it for a new machine), containerd's store on the disk's root file system.
 pub(super) fn the_same_after_a_reboot(
     node: &dyn Fn(&str) -> String,
-    name: &str,
-    (mac, address): (&str, &str),
+    (name, package): (&str, &str),
+    (mac, address, static_address): (&str, &str, bool),
     uid: &str,
 ) {
     let after = node(
-        "hostname; dpkg-query -W -f '${Version}\\n' hello-foothold; hello-tool; cloud-init query instance-id; \
-         findmnt -no FSTYPE --target /var/lib/containerd",
+        "hostname; dpkg-query -W -f '${Version}\\n' hello-foothold 2>/dev/null || echo none; hello-tool; \
+         cloud-init query instance-id; findmnt -no FSTYPE --target /var/lib/containerd",
     );
     assert_eq!(
         after,
-        format!("{name}\n1.1\nhello-tool 1\n{uid}\next4\n"),
+        format!("{name}\n{package}\nhello-tool 1\n{uid}\next4\n"),
         "{name} after its reboot"
     );
     let addr = addresses_on(node, mac);
     assert!(
-        addr.contains(&format!(" inet {address}/24 ")) && !addr.contains("dynamic"),
+        addr.contains(&format!(" inet {address}/24 ")),
+        "{name} after its reboot: {addr}"
+    );
+    assert_eq!(
+        addr.contains("dynamic"),
+        !static_address,
         "{name} after its reboot: {addr}"
     );
 }

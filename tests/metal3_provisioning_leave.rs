@@ -1,6 +1,7 @@
-//! A host leaving the workload cluster `metal3_provisioning_bpa.rs` made: taken out of the Provisioning, the
-//! worker is drained through the Eviction API past a PodDisruptionBudget, reset over SSH and its Node deleted
-//! by the installer Job, and its BareMetalHost released.
+//! A host leaving the workload cluster `metal3_provisioning_bpa.rs` made, and coming back: taken out of the
+//! Provisioning, the worker is drained through the Eviction API past a PodDisruptionBudget, reset over SSH and
+//! its Node deleted by the installer Job, and its BareMetalHost released; added back, it joins again and gets
+//! the cluster's Software again.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -9,9 +10,11 @@ use foothold_e2e::native_site::{wait_for, Site};
 use foothold_e2e::netns::Namespace;
 
 use super::bpa::{
-    answer, field, outcome, provisioning, workload_get, workload_kubectl, workload_nodes,
+    adds_the_worker, answer, field, installs_the_cluster, outcome, provisioning, workload_get,
+    workload_kubectl, workload_nodes,
 };
 use super::nodes::Node;
+use super::software;
 
 /// The test Deployment's pods on the workload cluster: `name node phase` each, one per line.
 fn spread(site_of: (&Namespace, &Site, &Path), conf: &str) -> Result<String, String> {
@@ -63,13 +66,12 @@ fn pending_why(site_of: (&Namespace, &Site, &Path), conf: &str, pods: &str) -> S
 /// pod stays) until the budget allows one; then the worker is reset over SSH (kubelet stopped, kubeadm's files
 /// gone) and its Node deleted, both pods run on the master, the Provisioning is `Ready` with the worker
 /// `Removed`, its BareMetalHost released and the master's still claimed. `on_worker` runs a command there.
-/// Returns the Job's name.
 pub(super) fn removes_the_worker(
     site_of: (&Namespace, &Site, &Path),
     nodes: &[Node],
     conf: &str,
     on_worker: &dyn Fn(&str) -> String,
-) -> String {
+) {
     let (_, site, _) = site_of;
     let spread_yaml = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: spread, namespace: default}\n\
          spec:\n  replicas: 2\n  selector: {matchLabels: {app: spread}}\n  template:\n    \
@@ -227,5 +229,79 @@ pub(super) fn removes_the_worker(
          '/etc/foothold/kubernetes/joined': No such file or directory\n",
         "the worker after its reset"
     );
-    job
+}
+
+/// The worker added back to the `Ready` cluster after its removal. The Software is applied again first (its
+/// run installs on the master alone, which has it all) and its binary deleted on the worker, as on a host that
+/// comes back without what the cluster gave it. The Provisioning's generation 7 names the worker again: its
+/// installer Job joins it (the reset left it able to), the cluster is `Ready` with both nodes, and the
+/// Software's run for that generation installs the binary on the worker alone. Then one of the spread
+/// Deployment's two pods, both on the master since the removal, is deleted: its replacement goes to the worker,
+/// where healing's drain meets the budget. `addresses`: the master's and the worker's. Returns the installer
+/// Job's name and the kubeconfig.
+pub(super) fn comes_back(
+    site_of: (&Namespace, &Site, &Path),
+    nodes: &[Node],
+    addresses: &[String],
+    on_worker: &dyn Fn(&str) -> String,
+) -> (String, String) {
+    let (_, site, _) = site_of;
+    software::applied_again(site);
+    on_worker("sudo rm /usr/local/bin/hello-tool");
+    let started = Instant::now();
+    let job = adds_the_worker(site, nodes, addresses, 7);
+    let conf = installs_the_cluster(
+        site,
+        &job,
+        &addresses[0],
+        (
+            &["master-0", "worker-0"],
+            &[
+                "master-0 kubeadm init: already initialised",
+                "worker-0 kubeadm join: joined",
+            ],
+        ),
+    );
+    assert_eq!(
+        workload_nodes(site_of, &conf).as_deref(),
+        Ok("master-0=True worker-0=True"),
+        "the cluster once Ready again"
+    );
+    foothold_e2e::say!(
+        "metal3_provisioning: the worker joined again {} s after the spec named it",
+        started.elapsed().as_secs()
+    );
+    let member = field(site, "{.status.hosts[?(@.label==\"worker-0\")].membership}");
+    assert_eq!(member, "Member");
+    software::follows_the_cluster(site, 7, on_worker);
+
+    let on_master = spread(site_of, &conf).unwrap_or_else(|e| e);
+    let pod = on_master
+        .lines()
+        .find(|l| l.contains(" master-0 "))
+        .and_then(|l| l.split(' ').next())
+        .unwrap_or_else(|| panic!("no spread pod on the master: {on_master}"))
+        .to_owned();
+    workload_kubectl(
+        site_of,
+        &conf,
+        &["delete", "pod", &pod, "--wait=false"],
+        None,
+    )
+    .unwrap_or_else(|e| panic!("deleting {pod}: {e}"));
+    wait_for(
+        "a spread pod on each node again",
+        Duration::from_secs(600),
+        || {
+            let now = spread(site_of, &conf);
+            let done = now.as_deref().is_ok_and(|p| {
+                p.lines().filter(|l| l.ends_with(" Running")).count() == 2
+                    && p.contains(" master-0 Running")
+                    && p.contains(" worker-0 Running")
+            });
+            let why = pending_why(site_of, &conf, now.as_deref().unwrap_or_default());
+            (format!("{now:?}{why}"), done.then_some(()))
+        },
+    );
+    (job, conf)
 }

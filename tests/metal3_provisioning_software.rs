@@ -26,52 +26,9 @@ pub(super) fn installs_software(
     let token = std::fs::read_to_string(site.root.join("etc/foothold/token")).unwrap();
     upload_hello_packages(&|| ns.command("curl"), (&base, &ca, token.trim()), dir);
     let started = Instant::now();
-    let apply = |master: serde_json::Value| {
-        site.kubectl_apply(
-            &serde_json::json!({
-                "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Software",
-                "metadata": {"name": "tools", "namespace": "default", "labels": {"cluster": "c1"}},
-                "spec": {"masterSoftware": [master, "hello-tool"], "workerSoftware": ["hello-tool"]},
-            })
-            .to_string(),
-        )
-    };
-    let software = |path: &str| {
-        site.kubectl(&[
-            "get",
-            "software",
-            "tools",
-            "-o",
-            &format!("jsonpath={path}"),
-        ])
-        .unwrap_or_default()
-    };
-    // Waits for generation `g`'s run to end, and asserts it ended `Installed`.
-    let installed = |g: u32| {
-        let phase = wait_for("the Software", Duration::from_secs(900), || {
-            // One read: a phase read apart from its generation may be the status before the one it went with.
-            let seen = software("{.status.observedGeneration} {.status.phase}");
-            let (generation, phase) = seen.split_once(' ').unwrap_or_default();
-            let phase = phase.to_owned();
-            let done =
-                generation == g.to_string() && ["Installed", "Failed"].contains(&phase.as_str());
-            let now = format!("{phase}: {}", software("{.status.conditions[*].message}"));
-            (now, done.then_some(phase))
-        });
-        assert_eq!(
-            phase,
-            "Installed",
-            "{}\n{}",
-            software("{.status}"),
-            site.kubectl(&[
-                "logs",
-                &format!("job/{}", software("{.status.jobName}")),
-                "--tail=100"
-            ])
-            .unwrap_or_else(|e| e)
-        );
-    };
-    apply(serde_json::json!("hello-foothold"));
+    let software = |path: &str| software(site, path);
+    let installed = |g: u32| installed(site, &|generation, _| generation == g.to_string());
+    apply(site, serde_json::json!("hello-foothold"));
     installed(1);
     foothold_e2e::say!(
         "metal3_provisioning: the Software installed in {} s",
@@ -108,7 +65,7 @@ pub(super) fn installs_software(
         &second,
         "hello-foothold-1.1",
     );
-    apply(serde_json::json!({"hello-foothold": {"version": "1.1", "drain": true}}));
+    apply(site, second_version());
     installed(2);
     foothold_e2e::say!(
         "metal3_provisioning: the second version installed, the master drained first, in {} s",
@@ -134,5 +91,110 @@ pub(super) fn installs_software(
     assert_eq!(
         master("dpkg-query -W -f '${Status} ${Version}' hello-foothold; echo; hello-tool"),
         "install ok installed 1.1\nhello-tool 1\n"
+    );
+}
+
+/// The master's package at its second version, drained for it.
+fn second_version() -> serde_json::Value {
+    serde_json::json!({"hello-foothold": {"version": "1.1", "drain": true}})
+}
+
+/// The Software `tools` of the cluster `c1`: `master` and the binary for the masters, the binary for the workers.
+fn apply(site: &Site, master: serde_json::Value) {
+    site.kubectl_apply(
+        &serde_json::json!({
+            "apiVersion": "bpa.akraino.org/v1alpha1", "kind": "Software",
+            "metadata": {"name": "tools", "namespace": "default", "labels": {"cluster": "c1"}},
+            "spec": {"masterSoftware": [master, "hello-tool"], "workerSoftware": ["hello-tool"]},
+        })
+        .to_string(),
+    );
+}
+
+/// The Software `tools`'s `path` (a jsonpath), empty while it cannot be read.
+fn software(site: &Site, path: &str) -> String {
+    site.kubectl(&[
+        "get",
+        "software",
+        "tools",
+        "-o",
+        &format!("jsonpath={path}"),
+    ])
+    .unwrap_or_default()
+}
+
+/// Waits for the run `run(observed generation, Job name)` picks to end, and asserts it ended `Installed`.
+fn installed(site: &Site, run: &dyn Fn(&str, &str) -> bool) {
+    let phase = wait_for("the Software", Duration::from_secs(900), || {
+        // One read: a phase read apart from its generation may be the status before the one it went with.
+        let seen = software(
+            site,
+            "{.status.observedGeneration} {.status.jobName} {.status.phase}",
+        );
+        let mut words = seen.splitn(3, ' ');
+        let (generation, job, phase) = (
+            words.next().unwrap_or_default(),
+            words.next().unwrap_or_default(),
+            words.next().unwrap_or_default().to_owned(),
+        );
+        let done = run(generation, job) && ["Installed", "Failed"].contains(&phase.as_str());
+        let now = format!(
+            "{job} {phase}: {}",
+            software(site, "{.status.conditions[*].message}")
+        );
+        (now, done.then_some(phase))
+    });
+    assert_eq!(
+        phase,
+        "Installed",
+        "{}\n{}",
+        software(site, "{.status}"),
+        site.kubectl(&[
+            "logs",
+            &format!("job/{}", software(site, "{.status.jobName}")),
+            "--tail=100"
+        ])
+        .unwrap_or_else(|e| e)
+    );
+}
+
+/// The Software as it last was, applied again while the worker is out of the cluster: its run installs on the
+/// master alone, which has it all (`Unchanged`).
+pub(super) fn applied_again(site: &Site) {
+    apply(site, second_version());
+    installed(site, &|generation, _| generation == "1");
+    assert_eq!(
+        software(site, "{range .status.hosts[*]}{.name}={.state} {end}"),
+        "master-0=Unchanged ",
+        "{}",
+        software(site, "{.status}")
+    );
+}
+
+/// The Software's run for the Provisioning's generation `generation`, the worker back in the cluster without
+/// the Software's binary: installed on the worker (`Updated`, the binary there again), the master
+/// `Unchanged`. `on_worker` runs a command on the worker.
+pub(super) fn follows_the_cluster(
+    site: &Site,
+    generation: u32,
+    on_worker: &dyn Fn(&str) -> String,
+) {
+    let started = Instant::now();
+    let run = format!("-p{generation}-");
+    installed(site, &|_, job| job.contains(&run));
+    foothold_e2e::say!(
+        "metal3_provisioning: the Software installed on the cluster's generation {generation} {} s after it was Ready",
+        started.elapsed().as_secs()
+    );
+    assert_eq!(
+        software(site, "{range .status.hosts[*]}{.name}={.state} {end}"),
+        "master-0=Unchanged worker-0=Updated ",
+        "{}",
+        software(site, "{.status}")
+    );
+    let tool = on_worker("hello-tool");
+    assert_eq!(
+        tool, "hello-tool 1\n",
+        "the Software's binary on the worker again"
     );
 }
