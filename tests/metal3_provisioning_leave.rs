@@ -246,7 +246,7 @@ pub(super) fn comes_back(
     on_worker: &dyn Fn(&str) -> String,
 ) -> (String, String) {
     let (_, site, _) = site_of;
-    software::applied_again(site);
+    let before = software::applied_again(site);
     on_worker("sudo rm /usr/local/bin/hello-tool");
     let started = Instant::now();
     let job = adds_the_worker(site, nodes, addresses, 7);
@@ -273,7 +273,7 @@ pub(super) fn comes_back(
     );
     let member = field(site, "{.status.hosts[?(@.label==\"worker-0\")].membership}");
     assert_eq!(member, "Member");
-    software::follows_the_cluster(site, 7, on_worker);
+    software::follows_the_cluster(site, &before, on_worker);
 
     let on_master = spread(site_of, &conf).unwrap_or_else(|e| e);
     let pod = on_master

@@ -159,8 +159,8 @@ fn installed(site: &Site, run: &dyn Fn(&str, &str) -> bool) {
 }
 
 /// The Software as it last was, applied again while the worker is out of the cluster: its run installs on the
-/// master alone, which has it all (`Unchanged`).
-pub(super) fn applied_again(site: &Site) {
+/// master alone, which has it all (`Unchanged`). Returns its Job's name.
+pub(super) fn applied_again(site: &Site) -> String {
     apply(site, second_version());
     installed(site, &|generation, _| generation == "1");
     assert_eq!(
@@ -169,21 +169,17 @@ pub(super) fn applied_again(site: &Site) {
         "{}",
         software(site, "{.status}")
     );
+    software(site, "{.status.jobName}")
 }
 
-/// The Software's run for the Provisioning's generation `generation`, the worker back in the cluster without
-/// the Software's binary: installed on the worker (`Updated`, the binary there again), the master
-/// `Unchanged`. `on_worker` runs a command on the worker.
-pub(super) fn follows_the_cluster(
-    site: &Site,
-    generation: u32,
-    on_worker: &dyn Fn(&str) -> String,
-) {
+/// The Software's run for the cluster with the worker back in it (a Job other than `before`, its run on the
+/// master alone), the worker without the Software's binary: installed on the worker (`Updated`, the binary
+/// there again), the master `Unchanged`. `on_worker` runs a command on the worker.
+pub(super) fn follows_the_cluster(site: &Site, before: &str, on_worker: &dyn Fn(&str) -> String) {
     let started = Instant::now();
-    let run = format!("-p{generation}-");
-    installed(site, &|_, job| job.contains(&run));
+    installed(site, &|_, job| !job.is_empty() && job != before);
     foothold_e2e::say!(
-        "metal3_provisioning: the Software installed on the cluster's generation {generation} {} s after it was Ready",
+        "metal3_provisioning: the Software installed on the cluster with the worker back {} s after it was Ready",
         started.elapsed().as_secs()
     );
     assert_eq!(
