@@ -182,9 +182,10 @@ pub(super) fn follows_the_cluster(site: &Site, before: &str, on_worker: &dyn Fn(
         "metal3_provisioning: the Software installed on the cluster with the worker back {} s after it was Ready",
         started.elapsed().as_secs()
     );
+    // The report's order: what an operator must see first (an update before what stayed as it was).
     assert_eq!(
         software(site, "{range .status.hosts[*]}{.name}={.state} {end}"),
-        "master-0=Unchanged worker-0=Updated ",
+        "worker-0=Updated master-0=Unchanged ",
         "{}",
         software(site, "{.status}")
     );
