@@ -45,6 +45,16 @@ fn step(method: Method, path: &'static str, status: u16, body: serde_json::Value
     }
 }
 
+/// An Event created (the reconcile's one).
+fn event() -> Step {
+    step(
+        Method::POST,
+        EVENTS,
+        201,
+        json!({"metadata": {"name": "e"}, "eventTime": null}),
+    )
+}
+
 /// A master whose MAC is not one: the hosts and this generation's Job are read (there is none), then one Event
 /// and one status write, `Failed` with the spec's problem; nothing is claimed or created.
 #[tokio::test]
@@ -61,12 +71,7 @@ async fn an_invalid_spec_is_one_event_and_one_status_write() {
         vec![
             step(Method::GET, BMHS, 200, list(vec![])),
             step(Method::GET, "/jobs/c1-install-g1", 404, not_found),
-            step(
-                Method::POST,
-                EVENTS,
-                201,
-                json!({"metadata": {"name": "e"}, "eventTime": null}),
-            ),
+            event(),
             step(
                 Method::PATCH,
                 STATUS,
@@ -127,12 +132,7 @@ fn installing(
             200,
             list(vec![pod]),
         ),
-        step(
-            Method::POST,
-            EVENTS,
-            201,
-            json!({"metadata": {"name": "e"}, "eventTime": null}),
-        ),
+        event(),
         step(
             Method::PATCH,
             STATUS,
