@@ -81,7 +81,8 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
         return;
     }
     // The benchmark's shorter run is not this test's figure for CI's budget: it keeps a name of its own.
-    let name = match bench::asked() {
+    let bench = bench::asked();
+    let name = match bench {
         Some(_) => "metal3_provisioning_bench",
         None => "metal3_provisioning",
     };
@@ -469,7 +470,7 @@ fn a_host_is_inspected_cleaned_and_installed_to_disk_over_the_appliances_provisi
     let (small, wrong) = nodes::wrongly_summed_image(&images);
     let image_spec = |url: &str, checksum: &str| serde_json::json!({"url": url, "checksum": checksum, "checksumType": "sha256", "format": "qcow2"});
     let user_data = |n: &Node| serde_json::json!({"name": format!("user-data-{}", n.name), "namespace": "default"});
-    if let Some(out) = bench::asked() {
+    if let Some(out) = bench {
         let image = image_spec(&url, &format!("{url}.sha256sum"));
         let ironic_log = site_dir.join("ironic.log");
         return bench::both_nodes((&site, &ironic_log), &nodes, &image, registered, &out);

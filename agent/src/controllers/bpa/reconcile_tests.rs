@@ -7,7 +7,7 @@ use axum::http::Method;
 use serde_json::json;
 
 use super::{render, Ctx};
-use crate::controllers::common::testing::{condition, mock_client, serve, settings, Handle, Step};
+use crate::controllers::common::testing::{holds, mock_client, serve, settings, Handle, Step};
 use crate::controllers::common::{Base, Reconciler};
 use crate::crd::bpa::Provisioning;
 
@@ -85,11 +85,7 @@ async fn an_invalid_spec_is_one_event_and_one_status_write() {
     let bodies = scenario.await.unwrap();
     assert_eq!(bodies[2]["reason"], "Failed", "{}", bodies[2]);
     assert_eq!(bodies[3]["status"]["phase"], "Failed", "{}", bodies[3]);
-    let failed = condition(&bodies[3], "Failed");
-    assert_eq!(
-        (&failed["status"], &failed["reason"]),
-        (&json!("True"), &json!("InvalidSpec"))
-    );
+    let failed = holds(&bodies[3], "Failed", "InvalidSpec");
     assert_eq!(
         failed["message"],
         "master-0: \"not-a-mac\" is not a MAC address"
@@ -163,11 +159,7 @@ async fn a_failed_job_is_failed_with_the_installers_message() {
     assert_eq!(bodies[5]["type"], "Warning", "{}", bodies[5]);
     let status = &bodies[6]["status"];
     assert_eq!(status["phase"], "Failed", "{status}");
-    let failed = condition(&bodies[6], "Failed");
-    assert_eq!(
-        (&failed["status"], &failed["reason"]),
-        (&json!("True"), &json!("JobFailed"))
-    );
+    let failed = holds(&bodies[6], "Failed", "JobFailed");
     assert_eq!(
         failed["message"],
         "installer Job c1-install-g1 failed: master-0 kubeadm init: port 6443 is in use \
@@ -198,11 +190,7 @@ async fn a_job_whose_pod_cannot_start_says_why() {
     assert!(note.contains("ImagePullBackOff"), "{note}");
     let status = &bodies[6]["status"];
     assert_eq!(status["phase"], "Installing", "{status}");
-    let installing = condition(&bodies[6], "Installing");
-    assert_eq!(
-        (&installing["status"], &installing["reason"]),
-        (&json!("True"), &json!("InstallerWaiting"))
-    );
+    let installing = holds(&bodies[6], "Installing", "InstallerWaiting");
     let message = installing["message"].as_str().unwrap();
     assert!(
         message.starts_with("installer Job c1-install-g1 cannot start: ")

@@ -90,3 +90,14 @@ pub fn condition<'a>(patch: &'a serde_json::Value, type_: &str) -> &'a serde_jso
         .and_then(|all| all.iter().find(|c| c["type"] == type_))
         .unwrap_or_else(|| panic!("no condition {type_} in {patch}"))
 }
+
+/// The condition `type_` in the status a PATCH sent, asserted `True` for `reason`.
+pub fn holds<'a>(patch: &'a serde_json::Value, type_: &str, reason: &str) -> &'a serde_json::Value {
+    let c = condition(patch, type_);
+    assert_eq!(
+        (&c["status"], &c["reason"]),
+        (&"True".into(), &reason.into()),
+        "{c}"
+    );
+    c
+}

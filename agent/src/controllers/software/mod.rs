@@ -279,13 +279,25 @@ type Blocked = (&'static str, &'static str, String);
 /// The Software's cluster's Provisioning, if its status is of an older generation than its spec (the BPA has
 /// not seen its last change yet).
 fn awaits_the_bpa<'a>(sw: &Software, provs: &'a [Provisioning]) -> Option<&'a Provisioning> {
-    let cluster = sw.labels().get("cluster")?;
-    let mut of_cluster = provs.iter().filter(|p| &cluster_name(p) == cluster);
-    let (Some(prov), None) = (of_cluster.next(), of_cluster.next()) else {
+    let (_, of_cluster) = of_its_cluster(sw, provs)?;
+    let [prov] = of_cluster[..] else {
         return None;
     };
     let observed = prov.status.as_ref()?.observed_generation;
     (observed != prov.metadata.generation).then_some(prov)
+}
+
+/// The Software's cluster (its `cluster` label) and the Provisionings of that cluster; None without the label.
+fn of_its_cluster<'a, 's>(
+    sw: &'s Software,
+    provs: &'a [Provisioning],
+) -> Option<(&'s String, Vec<&'a Provisioning>)> {
+    let cluster = sw.labels().get("cluster")?;
+    let of_cluster = provs
+        .iter()
+        .filter(|p| &cluster_name(p) == cluster)
+        .collect();
+    Some((cluster, of_cluster))
 }
 
 /// The Software's cluster, ready for packages, or why not.
@@ -293,16 +305,15 @@ fn ready_cluster<'a>(
     sw: &Software,
     provs: &'a [Provisioning],
 ) -> Result<(&'a Provisioning, String), Blocked> {
-    let Some(cluster) = sw.labels().get("cluster") else {
+    let Some((cluster, of_cluster)) = of_its_cluster(sw, provs) else {
         return Err((
             "Failed",
             "InvalidSpec",
             "the label \"cluster\" (the cluster the packages go to) is missing".into(),
         ));
     };
-    let mut of_cluster = provs.iter().filter(|p| &cluster_name(p) == cluster);
-    let (Some(prov), None) = (of_cluster.next(), of_cluster.next()) else {
-        let n = provs.iter().filter(|p| &cluster_name(p) == cluster).count();
+    let [prov] = of_cluster[..] else {
+        let n = of_cluster.len();
         return Err(if n == 0 {
             (
                 "Pending",

@@ -9,7 +9,9 @@ use kube::runtime::controller::Action;
 use serde_json::json;
 
 use super::Ctx;
-use crate::controllers::common::testing::{condition, mock_client, serve, settings, Handle, Step};
+use crate::controllers::common::testing::{
+    condition, holds, mock_client, serve, settings, Handle, Step,
+};
 use crate::controllers::common::{Base, Reconciler};
 use crate::crd::bpa::Software;
 use crate::store::Store;
@@ -108,11 +110,7 @@ async fn an_invalid_spec_prunes_its_jobs_and_is_one_event_and_one_status_write()
     assert_eq!(bodies[2]["reason"], "Failed", "{}", bodies[2]);
     let status = &bodies[3]["status"];
     assert_eq!(status["phase"], "Failed", "{status}");
-    let failed = condition(&bodies[3], "Failed");
-    assert_eq!(
-        (&failed["status"], &failed["reason"]),
-        (&json!("True"), &json!("InvalidSpec"))
-    );
+    let failed = holds(&bodies[3], "Failed", "InvalidSpec");
     assert_eq!(
         failed["message"],
         "masterSoftware: package y is listed twice (unversioned and 1)"
